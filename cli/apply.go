@@ -1,0 +1,288 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"sluice/kernel"
+	"sluice/plan"
+	"sluice/policy"
+	"sluice/tc"
+)
+
+func validateCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "validate FILE",
+		Short: "Check a policy file; errors as FILE:LINE:COL: message",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			p, err := g.loadPolicy(args[0])
+			if err != nil {
+				return err
+			}
+			trees, classes := 0, 0
+			for _, in := range p.Interfaces {
+				for _, t := range []*policy.Tree{in.Egress, in.Ingress} {
+					if t != nil {
+						trees++
+						classes += countClasses(t.Classes)
+					}
+				}
+			}
+			fmt.Fprintf(g.stdout, "%s: valid (%d interface(s), %d tree(s), %d class(es))\n", args[0], len(p.Interfaces), trees, classes)
+			return nil
+		},
+	}
+}
+
+func countClasses(cs []*policy.Class) int {
+	n := 0
+	for _, c := range cs {
+		n++
+		if c.PerHost != nil {
+			n += c.PerHost.HostCount()
+		}
+		n += countClasses(c.Classes)
+	}
+	return n
+}
+
+// prepared is a policy planned against the live kernel.
+type prepared struct {
+	k    *kernel.Kernel
+	pol  *policy.Policy
+	plan *plan.Plan
+	live *kernel.Live
+	diff *kernel.Diff
+}
+
+func (g *globals) prepare(file string, force, lock bool) (*prepared, error) {
+	pol, err := g.loadPolicy(file)
+	if err != nil {
+		return nil, err
+	}
+	k, err := g.openKernel()
+	if err != nil {
+		return nil, err
+	}
+	p := &prepared{k: k, pol: pol}
+	fail := func(e error) (*prepared, error) {
+		k.Close()
+		return nil, e
+	}
+	if lock {
+		if err := k.Lock(g.lockTimeout); err != nil {
+			return fail(failure(err))
+		}
+	}
+	if err := k.CheckInterfaces(pol); err != nil {
+		return fail(badInput(err))
+	}
+	rep, err := kernel.ProbeCached(kernel.StateDir(""))
+	if err != nil {
+		return fail(failure(fmt.Errorf("probing the kernel: %w", err)))
+	}
+	if p.plan, err = k.Plan(pol, rep.Features()); err != nil {
+		return fail(badInput(err))
+	}
+	if p.live, err = k.ReadLive(p.plan, nil, force); err != nil {
+		var fe *kernel.ForeignRootError
+		if errors.As(err, &fe) {
+			return fail(failure(err))
+		}
+		return fail(failure(fmt.Errorf("reading the kernel: %w", err)))
+	}
+	p.diff = kernel.Compute(p.live.Objects, p.plan.Objects(), p.live.Opt)
+	if force {
+		for i := range p.diff.Changes {
+			c := &p.diff.Changes[i]
+			if q, ok := c.Obj.(*tc.Qdisc); ok && c.Verb == tc.Add && q.Parent == tc.HandleRoot {
+				c.Force = true
+			}
+		}
+	}
+	return p, nil
+}
+
+func planCmd(g *globals) *cobra.Command {
+	var force bool
+	cmd := &cobra.Command{
+		Use:   "plan FILE",
+		Short: "Show what apply would change on the live kernel",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			p, err := g.prepare(args[0], force, false)
+			if err != nil {
+				return err
+			}
+			defer p.k.Close()
+			printDiff(g.stdout, p.diff)
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&force, "force", false, "plan to replace root qdiscs sluice did not create")
+	return cmd
+}
+
+func applyCmd(g *globals) *cobra.Command {
+	var force, quiet bool
+	cmd := &cobra.Command{
+		Use:   "apply FILE",
+		Short: "Make the kernel match the policy with the fewest changes",
+		Long: `Apply changes the kernel to match the policy: only the difference from the
+live state, in an order the kernel accepts. If any step fails, every step
+before it is undone in reverse, leaving the kernel as it was. A second
+apply of the same policy changes nothing.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			p, err := g.prepare(args[0], force, true)
+			if err != nil {
+				return err
+			}
+			defer p.k.Close()
+			if p.diff.Empty() {
+				fmt.Fprintln(g.stdout, "no changes")
+				return p.k.Record(p.plan, p.diff, p.live, args[0])
+			}
+			if !quiet {
+				printDiff(g.stdout, p.diff)
+			}
+			res, err := p.k.Apply(p.diff)
+			if err != nil {
+				return failure(err)
+			}
+			if err := p.k.Record(p.plan, p.diff, p.live, args[0]); err != nil {
+				return failure(fmt.Errorf("applied, but could not record ownership: %w", err))
+			}
+			fmt.Fprintf(g.stdout, "applied: %d change(s), %d netlink write(s)\n", res.Changes, res.Writes)
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&force, "force", false, "replace root qdiscs sluice did not create")
+	cmd.Flags().BoolVarP(&quiet, "quiet", "q", false, "do not print the changes")
+	return cmd
+}
+
+func resetCmd(g *globals) *cobra.Command {
+	var all bool
+	cmd := &cobra.Command{
+		Use:   "reset DEV... | --all",
+		Short: "Remove everything sluice installed on DEV (qdiscs, filters, ifb), nothing else",
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if all == (len(args) > 0) {
+				return badInput(errors.New("reset: name one or more devices, or --all"))
+			}
+			k, err := g.openKernel()
+			if err != nil {
+				return err
+			}
+			defer k.Close()
+			if err := k.Lock(g.lockTimeout); err != nil {
+				return failure(err)
+			}
+			d, names, err := k.ResetPlan(args, all)
+			if err != nil {
+				return failure(err)
+			}
+			if len(names) == 0 {
+				fmt.Fprintf(g.stdout, "nothing to reset: sluice has shaped none of %s\n", strings.Join(args, ", "))
+				return nil
+			}
+			printDiff(g.stdout, d)
+			if _, err := k.Apply(d); err != nil {
+				return failure(err)
+			}
+			if err := k.Forget(names); err != nil {
+				return failure(err)
+			}
+			fmt.Fprintf(g.stdout, "reset: %s\n", strings.Join(names, ", "))
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&all, "all", false, "reset every device sluice shapes in the namespace")
+	return cmd
+}
+
+// printDiff writes one line per object: + add, ~ change, - delete,
+// -/+ replace.
+func printDiff(w io.Writer, d *kernel.Diff) {
+	if d.Empty() {
+		fmt.Fprintln(w, "no changes")
+		return
+	}
+	deleted := map[string]kernel.Change{}
+	added := map[string]bool{}
+	for _, c := range d.Changes {
+		switch c.Verb {
+		case tc.Delete:
+			deleted[c.Obj.Key()] = c
+		case tc.Add:
+			added[c.Obj.Key()] = true
+		}
+	}
+	var nAdd, nChange, nDel, nRepl int
+	for _, c := range d.Changes {
+		k := c.Obj.Key()
+		switch {
+		case c.Verb == tc.Delete && added[k]:
+			continue // shown with its re-creation
+		case c.Verb == tc.Delete:
+			nDel++
+			line := "- " + c.Obj.Describe()
+			if n := len(c.Implied); n > 0 {
+				line += fmt.Sprintf("  (with %d object(s) inside)", n)
+			}
+			fmt.Fprintln(w, line)
+		case c.Verb == tc.Change:
+			nChange++
+			fmt.Fprintf(w, "~ %s%s\n", c.Obj.Describe(), changeNote(c))
+		case c.Verb == tc.Add && deleted[k].Obj != nil:
+			nRepl++
+			why := c.Reason
+			if why == "" {
+				why = deleted[k].Reason
+			}
+			fmt.Fprintf(w, "-/+ %s  (replace: %s)\n", c.Obj.Describe(), why)
+		default:
+			nAdd++
+			fmt.Fprintln(w, "+ "+c.Obj.Describe())
+		}
+	}
+	fmt.Fprintf(w, "plan: %d to add, %d to change, %d to replace, %d to delete\n", nAdd, nChange, nRepl, nDel)
+}
+
+func changeNote(c kernel.Change) string {
+	switch n := c.Obj.(type) {
+	case *tc.Class:
+		o := c.Old.(*tc.Class)
+		var parts []string
+		if o.Rate != n.Rate {
+			parts = append(parts, fmt.Sprintf("rate %s -> %s", tc.FormatRate(o.Rate), tc.FormatRate(n.Rate)))
+		}
+		if o.Ceil != n.Ceil {
+			parts = append(parts, fmt.Sprintf("ceil %s -> %s", tc.FormatRate(o.Ceil), tc.FormatRate(n.Ceil)))
+		}
+		if o.BufferTicks != tc.XmitTicks(n.Rate, n.Burst) {
+			parts = append(parts, fmt.Sprintf("burst %db -> %db", o.Burst, n.Burst))
+		}
+		if o.CbufferTicks != tc.XmitTicks(n.Ceil, n.Cburst) {
+			parts = append(parts, fmt.Sprintf("cburst %db -> %db", o.Cburst, n.Cburst))
+		}
+		if o.Prio != n.Prio {
+			parts = append(parts, fmt.Sprintf("prio %d -> %d", o.Prio, n.Prio))
+		}
+		if o.Quantum != n.Quantum {
+			parts = append(parts, fmt.Sprintf("quantum %d -> %d", o.Quantum, n.Quantum))
+		}
+		if len(parts) > 0 {
+			return "  (" + strings.Join(parts, ", ") + ")"
+		}
+	case *tc.Link:
+		return "  (set up)"
+	}
+	return ""
+}

@@ -1,0 +1,114 @@
+// Package cli is sluice's command line: thin cobra commands over the
+// policy, plan, kernel and stats packages.
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"sluice/kernel"
+	"sluice/policy"
+)
+
+// Exit codes (contract): 0 success, 1 failure while acting, 2 bad input.
+const (
+	ExitFailure  = 1
+	ExitBadInput = 2
+)
+
+// exitError carries an exit code to main.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Unwrap() error { return e.err }
+
+func badInput(err error) error { return &exitError{ExitBadInput, err} }
+func failure(err error) error  { return &exitError{ExitFailure, err} }
+
+// globals shared by the commands.
+type globals struct {
+	netns       string
+	lockTimeout time.Duration
+	stdout      io.Writer
+	stderr      io.Writer
+}
+
+// New builds the command tree.
+func New() *cobra.Command {
+	g := &globals{stdout: os.Stdout, stderr: os.Stderr}
+	root := &cobra.Command{
+		Use:   "sluice",
+		Short: "Declarative traffic shaping for Linux",
+		Long: `sluice shapes a network link from a declarative policy: HTB class trees
+with rates, ceilings and priorities, rules that sort packets into classes,
+per-host fair shares, in both directions. It applies the policy through
+netlink with the fewest changes, rolls back on failure, and shows what
+every class is doing.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.PersistentFlags().StringVar(&g.netns, "netns", "", "run inside the named network namespace (as `ip netns exec NAME`)")
+	root.PersistentFlags().DurationVar(&g.lockTimeout, "lock-timeout", 30*time.Second, "how long to wait for another sluice changing the same namespace")
+	root.SetOut(g.stdout)
+	root.SetErr(g.stderr)
+	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
+		return badInput(fmt.Errorf("%w\nSee '%s --help'.", err, c.CommandPath()))
+	})
+	root.AddCommand(
+		validateCmd(g), planCmd(g), applyCmd(g), showCmd(g), resetCmd(g), exportCmd(g), doctorCmd(g),
+	)
+	return root
+}
+
+// Main runs sluice with args and returns the process exit code.
+func Main(args []string) int {
+	cmd := New()
+	cmd.SetArgs(args)
+	err := cmd.Execute()
+	if err == nil {
+		return 0
+	}
+	fmt.Fprintln(os.Stderr, "sluice:", err)
+	var ee *exitError
+	if errors.As(err, &ee) {
+		return ee.code
+	}
+	// Cobra's own argument errors (wrong count, unknown command).
+	return ExitBadInput
+}
+
+// loadPolicy reads a policy, printing warnings; errors are bad input.
+func (g *globals) loadPolicy(file string) (*policy.Policy, error) {
+	p, warns, err := policy.Load(file)
+	for _, w := range warns {
+		fmt.Fprintln(g.stderr, w)
+	}
+	if err != nil {
+		var pe policy.Errors
+		if errors.As(err, &pe) {
+			return nil, badInput(fmt.Errorf("%s: %d problem(s):\n%w", file, len(pe), err))
+		}
+		return nil, badInput(err)
+	}
+	return p, nil
+}
+
+// openKernel connects to the target namespace.
+func (g *globals) openKernel() (*kernel.Kernel, error) {
+	k, err := kernel.Open(g.netns)
+	if err != nil {
+		if g.netns != "" {
+			return nil, badInput(err)
+		}
+		return nil, failure(err)
+	}
+	return k, nil
+}

@@ -1,0 +1,462 @@
+// Package kernel is the only part of sluice that changes the kernel. It
+// reads the live objects sluice owns, diffs them against a plan, applies
+// the difference with the fewest netlink writes, and rolls back to the
+// starting state when a write fails. Ownership (what sluice created) is
+// recorded under /run/sluice and cross-checked with the live tree.
+package kernel
+
+import (
+	"fmt"
+	"reflect"
+	"sort"
+
+	"sluice/tc"
+)
+
+// Change is one planned step: an operation and, for rollback, the live
+// objects it removes without naming them (a class's leaf qdisc, a hash
+// table's nodes, everything under a root qdisc).
+type Change struct {
+	tc.Op
+	// Old is the live object a Change or Delete acts on.
+	Old tc.Object
+	// Implied are live objects the kernel deletes along with Old.
+	Implied []tc.Object
+	// Reason explains a replacement ("HTB cannot change ...").
+	Reason string
+}
+
+// Diff is the ordered difference between live and desired state.
+type Diff struct {
+	Changes []Change
+}
+
+// Empty reports whether nothing needs to change.
+func (d *Diff) Empty() bool { return len(d.Changes) == 0 }
+
+// Ops returns the operations in order.
+func (d *Diff) Ops() []tc.Op {
+	out := make([]tc.Op, 0, len(d.Changes))
+	for _, c := range d.Changes {
+		out = append(out, c.Op)
+	}
+	return out
+}
+
+type status int
+
+const (
+	keep status = iota
+	add
+	del
+	change
+	replace
+)
+
+// graph indexes a set of objects by key and knows how they depend on
+// each other.
+type graph struct {
+	objs   map[string]tc.Object
+	order  []string
+	devs   map[string]int // device -> order of first appearance
+	depth  map[string]int // class depth; table depth (1 = linked from a root-table node)
+	parent map[string]bool
+}
+
+func newGraph(objs []tc.Object) *graph {
+	g := &graph{objs: map[string]tc.Object{}, depth: map[string]int{}, parent: map[string]bool{}, devs: map[string]int{}}
+	for _, o := range objs {
+		if _, ok := g.devs[o.Device()]; !ok {
+			g.devs[o.Device()] = len(g.devs)
+		}
+		k := o.Key()
+		if _, dup := g.objs[k]; !dup {
+			g.order = append(g.order, k)
+		}
+		g.objs[k] = o
+	}
+	for _, o := range objs {
+		if c, ok := o.(*tc.Class); ok {
+			g.parent[classKey(c.Dev, c.Parent)] = true
+		}
+	}
+	var classDepth func(c *tc.Class, n int) int
+	classDepth = func(c *tc.Class, n int) int {
+		p, ok := g.objs[classKey(c.Dev, c.Parent)].(*tc.Class)
+		if !ok || n > 16 {
+			return 0
+		}
+		return 1 + classDepth(p, n+1)
+	}
+	for _, o := range objs {
+		if c, ok := o.(*tc.Class); ok {
+			g.depth[o.Key()] = classDepth(c, 0)
+		}
+	}
+	// Table depth: follow links from root-table nodes down.
+	for changed := true; changed; {
+		changed = false
+		for _, o := range objs {
+			f, ok := o.(*tc.Filter)
+			if !ok || f.U32 == nil || f.U32.Link == 0 {
+				continue
+			}
+			from := 0
+			if t := tc.U32HTID(f.Handle); t != 0 {
+				from = g.depth[tableKey(f, t)]
+				if from == 0 {
+					continue // its own table not placed yet
+				}
+			}
+			tk := tableKey(f, f.U32.Link)
+			if g.depth[tk] < from+1 {
+				g.depth[tk] = from + 1
+				changed = true
+			}
+		}
+	}
+	return g
+}
+
+func classKey(dev string, h tc.Handle) string { return (&tc.Class{Dev: dev, Handle: h}).Key() }
+func qdiscKey(dev string, parent tc.Handle) string {
+	return (&tc.Qdisc{Dev: dev, Parent: parent}).Key()
+}
+func tableKey(f *tc.Filter, htid uint32) string {
+	return (&tc.Filter{Dev: f.Dev, Parent: f.Parent, Prio: f.Prio, Handle: htid & 0xFFF00000}).Key()
+}
+func tpKey(f *tc.Filter) string {
+	return (&tc.Filter{Dev: f.Dev, Parent: f.Parent, Prio: f.Prio}).Key()
+}
+
+// rank orders objects for creation; deletion goes in reverse. Layers
+// come first (links, root qdiscs, classes by depth, leaves, filters,
+// ingress hooks), so that whatever an object refers to exists before
+// it; within a layer, objects are grouped by device and filter block.
+func (g *graph) rank(o tc.Object) []int {
+	dev := g.devs[o.Device()]
+	switch x := o.(type) {
+	case *tc.Link:
+		return []int{0, dev}
+	case *tc.Qdisc:
+		switch x.Parent {
+		case tc.HandleRoot:
+			return []int{1, dev}
+		case tc.HandleIngress:
+			return []int{5, dev}
+		}
+		return []int{3, dev, int(x.Parent)}
+	case *tc.Class:
+		return []int{2, dev, g.depth[x.Key()], int(x.Handle)}
+	case *tc.Filter:
+		layer := 4
+		if x.Parent == tc.HandleIngressHook || x.Parent == tc.HandleEgressHook {
+			layer = 6
+		}
+		head := []int{layer, dev, int(x.Parent), int(x.Prio)}
+		switch {
+		case x.IsTP():
+			return append(head, 0)
+		case x.IsTable():
+			return append(head, 1, -g.depth[x.Key()])
+		}
+		td := 0
+		if t := tc.U32HTID(x.Handle); t != 0 {
+			td = g.depth[tableKey(x, t)]
+		}
+		return append(head, 2, -td, int(x.Handle))
+	}
+	return []int{9}
+}
+
+func lessRank(a, b []int) bool {
+	for i := 0; i < len(a) && i < len(b); i++ {
+		if a[i] != b[i] {
+			return a[i] < b[i]
+		}
+	}
+	return len(a) < len(b)
+}
+
+// containers are the objects whose deletion makes the kernel delete o.
+func containers(o tc.Object, g *graph) []string {
+	switch x := o.(type) {
+	case *tc.Qdisc:
+		switch x.Parent {
+		case tc.HandleRoot:
+			return []string{(&tc.Link{Name: x.Dev}).Key()}
+		case tc.HandleIngress:
+			return nil
+		}
+		return []string{classKey(x.Dev, x.Parent), qdiscKey(x.Dev, tc.HandleRoot)}
+	case *tc.Class:
+		return []string{qdiscKey(x.Dev, tc.HandleRoot)}
+	case *tc.Filter:
+		if x.Parent == tc.HandleIngressHook || x.Parent == tc.HandleEgressHook {
+			return []string{qdiscKey(x.Dev, tc.HandleIngress)}
+		}
+		out := []string{qdiscKey(x.Dev, tc.HandleRoot)}
+		if t := tc.U32HTID(x.Handle); t != 0 && !x.IsTable() {
+			out = append(out, tableKey(x, t))
+		}
+		return out
+	}
+	return nil
+}
+
+// needs are the objects o must be deleted before and re-created after.
+func needs(o tc.Object) []string {
+	switch x := o.(type) {
+	case *tc.Class:
+		if x.Parent.Minor() != 0 {
+			return []string{classKey(x.Dev, x.Parent)}
+		}
+	case *tc.Filter:
+		var out []string
+		if x.Parent.Minor() != 0 && x.Parent != tc.HandleIngressHook && x.Parent != tc.HandleEgressHook {
+			out = append(out, classKey(x.Dev, x.Parent)) // a class's filter block
+		}
+		if x.IsTP() {
+			return out
+		}
+		out = append(out, tpKey(x))
+		if x.U32 != nil {
+			if x.U32.Link != 0 {
+				out = append(out, tableKey(x, x.U32.Link))
+			}
+			if x.U32.ClassID != 0 {
+				out = append(out, classKey(x.Dev, x.U32.ClassID))
+			}
+			if x.U32.RedirectDev != "" {
+				out = append(out, (&tc.Link{Name: x.U32.RedirectDev}).Key())
+			}
+		}
+		return out
+	}
+	return nil
+}
+
+// Options adjust a diff.
+type Options struct {
+	// Replace names live objects to replace even if they look right (a
+	// root qdisc sluice did not create, taken over with --force).
+	Replace map[string]bool
+	// Shared names live objects sluice uses but did not create (an
+	// existing clsact): they satisfy the plan but are never deleted.
+	Shared map[string]bool
+}
+
+// Compute diffs live against desired.
+func Compute(live, desired []tc.Object, opt Options) *Diff {
+	L, D := newGraph(live), newGraph(desired)
+	st := map[string]status{}
+	reason := map[string]string{}
+	for _, k := range D.order {
+		lo, inLive := L.objs[k]
+		switch {
+		case !inLive:
+			st[k] = add
+		case opt.Replace[k]:
+			st[k] = replace
+			reason[k] = "not created by sluice (--force)"
+		default:
+			eq, canChange, why := compare(lo, D.objs[k], D)
+			switch {
+			case eq:
+				st[k] = keep
+			case canChange:
+				st[k] = change
+			default:
+				st[k] = replace
+				reason[k] = why
+			}
+		}
+	}
+	for _, k := range L.order {
+		if _, ok := D.objs[k]; !ok && !opt.Shared[k] {
+			st[k] = del
+		}
+	}
+	// Propagate: whatever needs or lives inside a removed object goes too.
+	gone := func(k string) bool { s, ok := st[k]; return ok && (s == del || s == replace) }
+	for changed := true; changed; {
+		changed = false
+		for _, k := range L.order {
+			if gone(k) || opt.Shared[k] {
+				continue
+			}
+			o := L.objs[k]
+			for _, dep := range append(containers(o, L), needs(o)...) {
+				if _, live := L.objs[dep]; live && gone(dep) {
+					if _, want := D.objs[k]; want {
+						st[k] = replace
+						reason[k] = "follows " + dep
+					} else {
+						st[k] = del
+					}
+					changed = true
+					break
+				}
+			}
+		}
+	}
+	// Deletions, last-created first; objects inside a deleted container
+	// go with it.
+	var dels []string
+	for _, k := range L.order {
+		if gone(k) {
+			dels = append(dels, k)
+		}
+	}
+	sort.SliceStable(dels, func(i, j int) bool { return lessRank(L.rank(L.objs[dels[j]]), L.rank(L.objs[dels[i]])) })
+	var implied map[string]string // key -> the container deleted explicitly
+	implied = map[string]string{}
+	var containerOf func(k string, n int) string
+	containerOf = func(k string, n int) string {
+		if n > 32 {
+			return ""
+		}
+		for _, c := range containers(L.objs[k], L) {
+			if _, live := L.objs[c]; live && gone(c) {
+				if top := containerOf(c, n+1); top != "" {
+					return top
+				}
+				return c
+			}
+		}
+		return ""
+	}
+	d := &Diff{}
+	idx := map[string]int{}
+	for _, k := range dels {
+		if c := containerOf(k, 0); c != "" {
+			implied[k] = c
+		}
+	}
+	for _, k := range dels {
+		if _, imp := implied[k]; imp {
+			continue
+		}
+		o := L.objs[k]
+		idx[k] = len(d.Changes)
+		d.Changes = append(d.Changes, Change{Op: tc.Op{Verb: tc.Delete, Obj: o}, Old: o, Reason: reason[k]})
+	}
+	// Record implied objects (in creation order) for rollback.
+	for _, k := range L.order {
+		if c, ok := implied[k]; ok {
+			i := idx[c]
+			d.Changes[i].Implied = append(d.Changes[i].Implied, L.objs[k])
+		}
+	}
+	for i := range d.Changes {
+		sort.SliceStable(d.Changes[i].Implied, func(a, b int) bool {
+			return lessRank(L.rank(d.Changes[i].Implied[a]), L.rank(d.Changes[i].Implied[b]))
+		})
+	}
+	// Creations and in-place changes, first-created first.
+	var adds []string
+	for _, k := range D.order {
+		if s := st[k]; s == add || s == replace || s == change {
+			adds = append(adds, k)
+		}
+	}
+	sort.SliceStable(adds, func(i, j int) bool { return lessRank(D.rank(D.objs[adds[i]]), D.rank(D.objs[adds[j]])) })
+	for _, k := range adds {
+		c := Change{Op: tc.Op{Verb: tc.Add, Obj: D.objs[k]}, Reason: reason[k]}
+		if st[k] == change {
+			c.Verb, c.Old = tc.Change, L.objs[k]
+		}
+		d.Changes = append(d.Changes, c)
+	}
+	return d
+}
+
+// compare says whether live already is desired, and if not, whether the
+// kernel can change it in place.
+func compare(live, want tc.Object, D *graph) (equal, changeable bool, why string) {
+	switch w := want.(type) {
+	case *tc.Link:
+		l := live.(*tc.Link)
+		if l.Kind != w.Kind {
+			return false, false, fmt.Sprintf("is a %s device, not %s", l.Kind, w.Kind)
+		}
+		return !w.Up || l.Up, true, ""
+	case *tc.Qdisc:
+		l := live.(*tc.Qdisc)
+		if w.Parent == tc.HandleIngress && (l.Kind == "clsact" || l.Kind == "ingress") {
+			return true, false, "" // any ingress hook will do, and is shared
+		}
+		if l.Kind != w.Kind || l.Handle != w.Handle {
+			return false, false, fmt.Sprintf("%s %s becomes %s %s", l.Kind, l.Handle, w.Kind, w.Handle)
+		}
+		if qdiscOptionsEqual(l, w) {
+			return true, false, ""
+		}
+		if w.Kind == "htb" {
+			return false, false, "HTB cannot change its default class in place"
+		}
+		return false, true, ""
+	case *tc.Class:
+		l := live.(*tc.Class)
+		if l.Parent != w.Parent {
+			return false, false, fmt.Sprintf("moves from parent %s to %s", l.Parent, w.Parent)
+		}
+		eq := l.Rate == w.Rate && l.Ceil == w.Ceil &&
+			l.BufferTicks == tc.XmitTicks(w.Rate, w.Burst) && l.CbufferTicks == tc.XmitTicks(w.Ceil, w.Cburst)
+		if !D.parent[w.Key()] { // HTB applies prio and quantum to leaves only
+			eq = eq && l.Prio == w.Prio && l.Quantum == w.Quantum
+		}
+		return eq, true, ""
+	case *tc.Filter:
+		l := live.(*tc.Filter)
+		if l.Kind != w.Kind || l.Proto != w.Proto {
+			return false, false, "kind or protocol differs"
+		}
+		if w.IsTP() {
+			return true, false, ""
+		}
+		if filterEqual(l.U32, w.U32) {
+			return true, false, ""
+		}
+		return false, false, "u32 cannot change a node's keys in place"
+	}
+	return false, false, "unknown object"
+}
+
+func qdiscOptionsEqual(l, w *tc.Qdisc) bool {
+	switch {
+	case w.HTB != nil:
+		return l.HTB != nil && *l.HTB == *w.HTB
+	case w.Fifo != nil:
+		return w.Fifo.Limit == 0 || l.Fifo != nil && l.Fifo.Limit == w.Fifo.Limit
+	case w.FqCodel != nil:
+		return l.FqCodel != nil && (w.FqCodel.Limit == 0 || l.FqCodel.Limit == w.FqCodel.Limit) &&
+			(w.FqCodel.Flows == 0 || l.FqCodel.Flows == w.FqCodel.Flows)
+	case w.Sfq != nil:
+		return l.Sfq != nil && (w.Sfq.Limit == 0 || l.Sfq.Limit == w.Sfq.Limit) &&
+			(w.Sfq.Perturb == 0 || l.Sfq.Perturb == w.Sfq.Perturb)
+	case w.Fq != nil:
+		return l.Fq != nil && (w.Fq.Limit == 0 || l.Fq.Limit == w.Fq.Limit)
+	}
+	return true
+}
+
+func filterEqual(l, w *tc.U32) bool {
+	if l == nil || w == nil {
+		return l == w
+	}
+	if l.Divisor != w.Divisor || l.ClassID != w.ClassID || l.Link != w.Link || l.RedirectDev != w.RedirectDev ||
+		!reflect.DeepEqual(l.Mark, w.Mark) {
+		return false
+	}
+	if w.Divisor > 0 {
+		return true
+	}
+	ls, ws := *l.Sel, *w.Sel
+	ls.Flags &^= tc.SelTerminal
+	ws.Flags &^= tc.SelTerminal
+	if len(ls.Keys) == 0 && len(ws.Keys) == 0 {
+		ls.Keys, ws.Keys = nil, nil
+	}
+	return reflect.DeepEqual(ls, ws)
+}

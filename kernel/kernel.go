@@ -1,0 +1,443 @@
+package kernel
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"sluice/plan"
+	"sluice/policy"
+	"sluice/tc"
+)
+
+// Kernel is sluice's view of one network namespace.
+type Kernel struct {
+	Conn     *tc.Conn
+	NS       string
+	StateDir string
+	State    *State
+	lock     *Lock
+}
+
+// Open connects to network namespace ns ("" for the current one) and
+// loads sluice's records for it.
+func Open(ns string) (*Kernel, error) {
+	c, err := tc.Open(ns)
+	if err != nil {
+		return nil, err
+	}
+	k := &Kernel{Conn: c, NS: ns, StateDir: StateDir(ns)}
+	if k.State, err = LoadState(k.StateDir); err != nil {
+		c.Close()
+		return nil, err
+	}
+	return k, nil
+}
+
+// Lock takes the namespace's lock (waiting up to timeout) and reloads
+// the records, which another sluice may have changed meanwhile.
+func (k *Kernel) Lock(timeout time.Duration) error {
+	l, err := AcquireLock(k.StateDir, timeout)
+	if err != nil {
+		return err
+	}
+	k.lock = l
+	s, err := LoadState(k.StateDir)
+	if err != nil {
+		l.Release()
+		return err
+	}
+	k.State = s
+	return nil
+}
+
+// Close releases the lock and the connection.
+func (k *Kernel) Close() {
+	k.lock.Release()
+	k.Conn.Close()
+}
+
+// ForeignRootError reports a root qdisc sluice did not create.
+type ForeignRootError struct {
+	Dev  string
+	Kind string
+	At   tc.Handle
+}
+
+func (e *ForeignRootError) Error() string {
+	return fmt.Sprintf("%s has a root qdisc %s %s that sluice did not create; sluice will not replace it without --force", e.Dev, e.Kind, e.At)
+}
+
+// treeRef is a device whose tree sluice plans or remembers.
+type treeRef struct {
+	dev, iface string
+	ifb        bool
+	planned    bool
+	rec        *DevState
+}
+
+func (k *Kernel) refs(p *plan.Plan, only map[string]bool) []treeRef {
+	var out []treeRef
+	seen := map[string]bool{}
+	if p != nil {
+		for _, d := range p.Devices {
+			seen[d.Name] = true
+			out = append(out, treeRef{dev: d.Name, iface: d.Interface, ifb: d.Ifb, planned: true, rec: k.State.Devices[d.Name]})
+		}
+	}
+	for _, name := range k.State.Names() {
+		if seen[name] || only != nil && !only[name] {
+			continue
+		}
+		r := k.State.Devices[name]
+		out = append(out, treeRef{dev: name, iface: r.Interface, ifb: r.IsIfb(), rec: r})
+	}
+	return out
+}
+
+// Live is the part of the kernel sluice manages, as read now.
+type Live struct {
+	Objects []tc.Object
+	Opt     Options
+	// Adopted names ifb devices that existed before sluice used them.
+	Adopted map[string]bool
+	// HookShared names interfaces whose ingress qdisc sluice did not create.
+	HookShared map[string]bool
+}
+
+// ReadLive reads the objects of every tree p plans or the records name
+// (restricted to only, when non-nil). force allows taking over foreign
+// root qdiscs on planned devices.
+func (k *Kernel) ReadLive(p *plan.Plan, only map[string]bool, force bool) (*Live, error) {
+	l := &Live{Opt: Options{Replace: map[string]bool{}, Shared: map[string]bool{}},
+		Adopted: map[string]bool{}, HookShared: map[string]bool{}}
+	for _, r := range k.refs(p, only) {
+		if err := k.readTree(l, r, force); err != nil {
+			return nil, err
+		}
+		if r.ifb {
+			if err := k.readHook(l, r); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return l, nil
+}
+
+func (k *Kernel) readTree(l *Live, r treeRef, force bool) error {
+	if r.ifb {
+		link := k.Conn.GetLink(r.dev)
+		if link == nil {
+			return nil
+		}
+		if link.Kind != "ifb" {
+			return fmt.Errorf("device %s exists and is a %s, not an ifb; set ingress.ifb to another name", r.dev, link.Kind)
+		}
+		link.Kind = "ifb"
+		l.Objects = append(l.Objects, link)
+		if r.rec == nil || !r.rec.IfbCreated {
+			l.Opt.Shared[link.Key()] = true
+			l.Adopted[r.dev] = true
+		}
+	} else if !k.Conn.LinkExists(r.dev) {
+		return nil
+	}
+	qs, err := k.Conn.Qdiscs(r.dev)
+	if err != nil {
+		return err
+	}
+	var root *tc.Qdisc
+	for _, q := range qs {
+		if q.Parent == tc.HandleRoot && q.Handle != 0 {
+			root = q
+		}
+	}
+	if root == nil {
+		return nil // the kernel's default qdisc: nothing of ours
+	}
+	owned := r.rec != nil && r.rec.Root == root.Handle.String() && root.Kind == "htb"
+	if !owned {
+		switch {
+		case !r.planned:
+			return nil // a stale record: the tree is gone, someone else's now
+		case !force:
+			return &ForeignRootError{Dev: r.dev, Kind: root.Kind, At: root.Handle}
+		}
+		l.Objects = append(l.Objects, root)
+		l.Opt.Replace[root.Key()] = true
+		return nil
+	}
+	l.Objects = append(l.Objects, root)
+	classes, err := k.Conn.Classes(r.dev, root.Handle)
+	if err != nil {
+		return err
+	}
+	blocks := []tc.Handle{root.Handle}
+	isClass := map[tc.Handle]bool{}
+	for _, c := range classes {
+		l.Objects = append(l.Objects, c)
+		isClass[c.Handle] = true
+		if c.Level > 0 {
+			blocks = append(blocks, c.Handle)
+		}
+	}
+	for _, q := range qs {
+		// Leaves sluice made; HTB's own default pfifos have automatic
+		// handles (majors from 0x8000) and count as "no leaf".
+		if isClass[q.Parent] && q.Handle.Major() < 0x8000 {
+			l.Objects = append(l.Objects, q)
+		}
+	}
+	for _, b := range blocks {
+		fs, err := k.Conn.Filters(r.dev, b)
+		if err != nil {
+			return err
+		}
+		for _, f := range fs {
+			l.Objects = append(l.Objects, f)
+		}
+	}
+	return nil
+}
+
+func (k *Kernel) readHook(l *Live, r treeRef) error {
+	if !k.Conn.LinkExists(r.iface) {
+		return nil
+	}
+	qs, err := k.Conn.Qdiscs(r.iface)
+	if err != nil {
+		return err
+	}
+	var hook *tc.Qdisc
+	for _, q := range qs {
+		if q.Parent == tc.HandleIngress {
+			hook = q
+		}
+	}
+	if hook == nil {
+		return nil
+	}
+	l.Objects = append(l.Objects, hook)
+	if r.rec == nil || !r.rec.HookCreated {
+		l.Opt.Shared[hook.Key()] = true
+		l.HookShared[r.iface] = true
+	}
+	fs, err := k.Conn.Filters(r.iface, tc.HandleIngressHook)
+	if err != nil {
+		return err
+	}
+	for _, f := range fs {
+		if f.Prio == plan.HookPrio {
+			l.Objects = append(l.Objects, f)
+		}
+	}
+	return nil
+}
+
+// Result reports what an apply did.
+type Result struct {
+	Changes int
+	Writes  int
+}
+
+// ApplyError is a failed apply; RolledBack says whether the starting
+// state was restored.
+type ApplyError struct {
+	Err         error
+	Step        int
+	Op          string
+	RolledBack  bool
+	RollbackErr error
+}
+
+func (e *ApplyError) Error() string {
+	s := fmt.Sprintf("step %d (%s) failed: %v", e.Step, e.Op, e.Err)
+	if e.RolledBack {
+		return s + "; rolled back, nothing changed"
+	}
+	return s + fmt.Sprintf("; ROLLBACK FAILED, the kernel is in between: %v (run `sluice apply` again or `sluice reset`)", e.RollbackErr)
+}
+
+func (e *ApplyError) Unwrap() error { return e.Err }
+
+// Apply carries out d. When a step fails it undoes the steps before it,
+// in reverse, and returns an *ApplyError.
+func (k *Kernel) Apply(d *Diff) (*Result, error) {
+	start := k.Conn.Writes()
+	var undo [][]tc.Op
+	for i, c := range d.Changes {
+		u, err := k.exec(c)
+		if err != nil {
+			ae := &ApplyError{Err: err, Step: i + 1, Op: c.Verb.String() + " " + c.Obj.Describe()}
+			ae.RollbackErr = k.rollback(undo)
+			ae.RolledBack = ae.RollbackErr == nil
+			return nil, ae
+		}
+		undo = append(undo, u)
+	}
+	return &Result{Changes: len(d.Changes), Writes: k.Conn.Writes() - start}, nil
+}
+
+func (k *Kernel) rollback(undo [][]tc.Op) error {
+	hook := k.Conn.BeforeWrite
+	k.Conn.BeforeWrite = nil
+	defer func() { k.Conn.BeforeWrite = hook }()
+	var errs []error
+	for i := len(undo) - 1; i >= 0; i-- {
+		for _, op := range undo[i] {
+			if err := k.do(op); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// exec performs one change and returns the operations that undo it.
+func (k *Kernel) exec(c Change) ([]tc.Op, error) {
+	if err := k.do(c.Op); err != nil {
+		return nil, err
+	}
+	switch c.Verb {
+	case tc.Add:
+		return []tc.Op{{Verb: tc.Delete, Obj: c.Obj}}, nil
+	case tc.Change:
+		return []tc.Op{{Verb: tc.Change, Obj: c.Old}}, nil
+	}
+	// Delete: re-create the object and what the kernel took with it.
+	u := []tc.Op{{Verb: tc.Add, Obj: c.Old}}
+	for _, o := range c.Implied {
+		u = append(u, tc.Op{Verb: tc.Add, Obj: o})
+	}
+	return u, nil
+}
+
+// do performs one operation.
+func (k *Kernel) do(op tc.Op) error {
+	c := k.Conn
+	switch o := op.Obj.(type) {
+	case *tc.Link:
+		switch op.Verb {
+		case tc.Add:
+			return c.LinkAdd(o)
+		case tc.Change:
+			return c.LinkUp(o.Name)
+		}
+		return c.LinkDel(o.Name)
+	case *tc.Qdisc:
+		switch op.Verb {
+		case tc.Add:
+			return c.QdiscAdd(o, o.Parent != tc.HandleRoot && o.Parent != tc.HandleIngress || op.Force)
+		case tc.Change:
+			return c.QdiscChange(o)
+		}
+		return c.QdiscDel(o)
+	case *tc.Class:
+		switch op.Verb {
+		case tc.Add:
+			return c.ClassAdd(o)
+		case tc.Change:
+			return c.ClassChange(o)
+		}
+		return c.ClassDel(o)
+	case *tc.Filter:
+		if op.Verb == tc.Add {
+			if o.IsTP() {
+				return nil // created with its first table or node
+			}
+			return c.FilterAdd(o)
+		}
+		return c.FilterDel(o)
+	}
+	return fmt.Errorf("cannot %s %s", op.Verb, op.Obj.Describe())
+}
+
+// CheckInterfaces reports every policy interface missing from the
+// namespace, located in the policy file.
+func (k *Kernel) CheckInterfaces(pol *policy.Policy) error {
+	d := &policy.Diag{File: pol.File}
+	for _, in := range pol.Interfaces {
+		if !k.Conn.LinkExists(in.Name) {
+			where := "this network namespace"
+			if k.NS != "" {
+				where = "network namespace " + k.NS
+			}
+			d.Errorf(in.NamePos, "interface %s does not exist in %s", in.Name, where)
+		}
+	}
+	return d.Err()
+}
+
+// Plan builds the plan for pol against this kernel's features and the
+// ids recorded for its devices.
+func (k *Kernel) Plan(pol *policy.Policy, feats plan.Features) (*plan.Plan, error) {
+	prev := map[string]*plan.Alloc{}
+	for name, d := range k.State.Devices {
+		prev[name] = d.Alloc
+	}
+	return plan.Build(pol, feats, prev)
+}
+
+// Record updates the ownership records after p was applied with d.
+func (k *Kernel) Record(p *plan.Plan, d *Diff, l *Live, policyFile string) error {
+	added := map[string]bool{}
+	for _, c := range d.Changes {
+		if c.Verb == tc.Add {
+			added[c.Obj.Key()] = true
+		}
+	}
+	now := time.Now().UTC()
+	keep := map[string]bool{}
+	for _, dev := range p.Devices {
+		keep[dev.Name] = true
+		old := k.State.Devices[dev.Name]
+		rec := &DevState{Interface: dev.Interface, Dir: dev.Dir, Root: plan.RootHandle.String(),
+			Policy: policyFile, AppliedAt: now, Alloc: dev.Alloc, Classes: dev.Classes}
+		if dev.Ifb {
+			rec.IfbCreated = added[(&tc.Link{Name: dev.Name}).Key()] || old != nil && old.IfbCreated && !l.Adopted[dev.Name]
+			rec.HookCreated = added[qdiscKey(dev.Interface, tc.HandleIngress)] || old != nil && old.HookCreated && !l.HookShared[dev.Interface]
+		}
+		k.State.Devices[dev.Name] = rec
+	}
+	for name := range k.State.Devices {
+		if !keep[name] {
+			delete(k.State.Devices, name)
+		}
+	}
+	return k.State.Save(k.StateDir)
+}
+
+// ResetPlan computes the diff that removes sluice's trees on the named
+// devices (an interface name covers its egress tree and its ifb's
+// ingress tree). It returns the tree devices concerned.
+func (k *Kernel) ResetPlan(devs []string, all bool) (*Diff, []string, error) {
+	only := map[string]bool{}
+	var names []string
+	for _, name := range k.State.Names() {
+		r := k.State.Devices[name]
+		match := all
+		for _, d := range devs {
+			match = match || name == d || r.Interface == d
+		}
+		if match {
+			only[name] = true
+			names = append(names, name)
+		}
+	}
+	if len(names) == 0 {
+		return &Diff{}, nil, nil
+	}
+	l, err := k.ReadLive(nil, only, false)
+	if err != nil {
+		return nil, nil, err
+	}
+	return Compute(l.Objects, nil, l.Opt), names, nil
+}
+
+// Forget drops the records of the named tree devices.
+func (k *Kernel) Forget(names []string) error {
+	for _, n := range names {
+		delete(k.State.Devices, n)
+	}
+	return k.State.Save(k.StateDir)
+}

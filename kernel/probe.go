@@ -1,0 +1,303 @@
+package kernel
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strings"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+	"github.com/cilium/ebpf/features"
+	"github.com/cilium/ebpf/link"
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+
+	"sluice/plan"
+	"sluice/tc"
+)
+
+// Kinds sluice probes for. Leaves come first: the planner needs them.
+var (
+	ProbeQdiscs = []string{"htb", "tbf", "fq_codel", "sfq", "fq", "cake", "codel", "pfifo", "bfifo",
+		"pfifo_fast", "prio", "mq", "mqprio", "netem", "hfsc", "drr", "red", "etf", "ingress", "clsact"}
+	ProbeClassifiers = []string{"u32", "bpf", "flower", "matchall", "fw", "basic", "flow", "route"}
+	ProbeActions     = []string{"mirred", "police", "gact", "skbedit", "pedit", "bpf", "connmark", "csum", "vlan"}
+)
+
+// Report is what the kernel can do, as far as sluice cares.
+type Report struct {
+	Kernel      string          `json:"kernel"`
+	BootID      string          `json:"boot_id"`
+	Qdiscs      map[string]bool `json:"qdiscs"`
+	Classifiers map[string]bool `json:"classifiers"`
+	Actions     map[string]bool `json:"actions"`
+	// U32Mark: u32 honours skb->mark matches (CONFIG_CLS_U32_MARK).
+	U32Mark bool      `json:"u32_mark"`
+	BPF     BPFReport `json:"bpf"`
+	// CongestionControls available, and the namespace's current one.
+	CongestionControls []string `json:"congestion_controls"`
+	CongestionControl  string   `json:"congestion_control"`
+	DefaultQdisc       string   `json:"default_qdisc"`
+	// Plan lists what sluice will therefore do.
+	Plan []string `json:"plan"`
+}
+
+// BPFReport lists BPF capabilities.
+type BPFReport struct {
+	Syscall    bool     `json:"syscall"`
+	JIT        bool     `json:"jit"`
+	BTF        bool     `json:"btf"`
+	SchedCLS   bool     `json:"sched_cls"`
+	TCX        bool     `json:"tcx"`
+	Maps       []string `json:"maps"`
+	SpinLock   bool     `json:"spin_lock"`
+	TestRun    bool     `json:"prog_test_run"`
+	Problems   []string `json:"problems,omitempty"`
+}
+
+// Features extracts what the planner needs.
+func (r *Report) Features() plan.Features {
+	f := plan.Features{Qdiscs: map[string]bool{}, U32Mark: r.U32Mark}
+	for k, v := range r.Qdiscs {
+		f.Qdiscs[k] = v
+	}
+	return f
+}
+
+func readTrim(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// ProbeCached returns the probe report, reusing the one cached for this
+// boot under the state directory (a kernel cannot change without a
+// reboot; modules loaded since are picked up by `sluice doctor`).
+func ProbeCached(stateDir string) (*Report, error) {
+	path := filepath.Join(stateDir, "features.json")
+	boot := readTrim("/proc/sys/kernel/random/boot_id")
+	if b, err := os.ReadFile(path); err == nil {
+		var r Report
+		if json.Unmarshal(b, &r) == nil && r.BootID == boot && boot != "" {
+			return &r, nil
+		}
+	}
+	r, err := Probe()
+	if err != nil {
+		return nil, err
+	}
+	if os.MkdirAll(stateDir, 0o755) == nil {
+		if b, err := json.MarshalIndent(r, "", "  "); err == nil {
+			os.WriteFile(path, b, 0o644)
+		}
+	}
+	return r, nil
+}
+
+// Probe asks the kernel, by creating each object on a veth pair in a
+// throwaway network namespace (never by reading config files, which may
+// not match the running kernel or its modules).
+func Probe() (*Report, error) {
+	r := &Report{
+		Kernel:       readTrim("/proc/sys/kernel/osrelease"),
+		BootID:       readTrim("/proc/sys/kernel/random/boot_id"),
+		Qdiscs:       map[string]bool{},
+		Classifiers:  map[string]bool{},
+		Actions:      map[string]bool{},
+		DefaultQdisc: readTrim("/proc/sys/net/core/default_qdisc"),
+	}
+	r.CongestionControls = strings.Fields(readTrim("/proc/sys/net/ipv4/tcp_available_congestion_control"))
+	r.CongestionControl = readTrim("/proc/sys/net/ipv4/tcp_congestion_control")
+	// Read before entering the scratch namespace: net.core.bpf_jit_enable
+	// exists in the initial namespace only.
+	jit := readTrim("/proc/sys/net/core/bpf_jit_enable")
+	r.BPF.JIT = jit != "" && jit != "0"
+	_, err := os.Stat("/sys/kernel/btf/vmlinux")
+	r.BPF.BTF = err == nil
+
+	errc := make(chan error, 1)
+	go func() {
+		// The namespace switch is per thread: keep this goroutine on one
+		// and never give the thread back to the scheduler.
+		runtime.LockOSThread()
+		errc <- probeInScratch(r)
+	}()
+	if err := <-errc; err != nil {
+		return nil, err
+	}
+	r.explain()
+	return r, nil
+}
+
+func probeInScratch(r *Report) error {
+	orig, err := netns.Get()
+	if err != nil {
+		return err
+	}
+	defer orig.Close()
+	scratch, err := netns.New() // also moves this thread into it
+	if err != nil {
+		return fmt.Errorf("creating a scratch network namespace: %w", err)
+	}
+	defer func() {
+		netns.Set(orig)
+		scratch.Close()
+	}()
+	dup, err := netns.Get() // a second handle, for the Conn to own
+	if err != nil {
+		return err
+	}
+	c, err := tc.OpenNS(dup)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	attrs := netlink.NewLinkAttrs()
+	attrs.Name, attrs.NumTxQueues, attrs.NumRxQueues = "probe0", 2, 2
+	if err := c.Links().LinkAdd(&netlink.Veth{LinkAttrs: attrs, PeerName: "probe1"}); err != nil {
+		return fmt.Errorf("creating a probe veth: %w", err)
+	}
+	for _, q := range ProbeQdiscs {
+		parent := tc.HandleRoot
+		if q == "ingress" || q == "clsact" {
+			parent = tc.HandleIngress
+		}
+		ok, err := c.ProbeQdisc("probe0", parent, q)
+		if err != nil {
+			return err
+		}
+		r.Qdiscs[q] = ok
+	}
+	hook := &tc.Qdisc{Dev: "probe0", Parent: tc.HandleIngress, Handle: tc.MakeHandle(0xFFFF, 0), Kind: "ingress"}
+	if r.Qdiscs["clsact"] {
+		hook.Kind = "clsact"
+	}
+	if err := c.QdiscAdd(hook, false); err == nil {
+		for i, k := range ProbeClassifiers {
+			ok, err := c.ProbeFilter("probe0", tc.HandleIngressHook, uint16(100+i), k)
+			if err != nil {
+				return err
+			}
+			r.Classifiers[k] = ok
+		}
+		r.U32Mark = probeU32Mark(c)
+	}
+	for _, a := range ProbeActions {
+		r.Actions[a] = c.ProbeAction(a)
+	}
+	probeBPF(r, c)
+	return nil
+}
+
+// probeU32Mark adds a u32 node with a mark and reads it back: kernels
+// without CONFIG_CLS_U32_MARK accept the attribute and silently ignore it.
+func probeU32Mark(c *tc.Conn) bool {
+	f := &tc.Filter{Dev: "probe0", Parent: tc.HandleIngressHook, Prio: 7, Proto: tc.ProtoAll, Kind: "u32",
+		Handle: 1, U32: &tc.U32{Sel: &tc.Sel{Keys: []tc.Key{{}}}, Mark: &tc.Mark{Val: 0x5, Mask: 0xff}}}
+	if c.FilterAdd(f) != nil {
+		return false
+	}
+	fs, err := c.Filters("probe0", tc.HandleIngressHook)
+	if err != nil {
+		return false
+	}
+	for _, g := range fs {
+		if g.Prio == 7 && !g.IsTP() && g.U32 != nil && g.U32.Mark != nil && g.U32.Mark.Val == 5 {
+			return true
+		}
+	}
+	return false
+}
+
+func probeBPF(r *Report, c *tc.Conn) {
+	b := &r.BPF
+	note := func(what string, err error) bool {
+		if err != nil && !errors.Is(err, ebpf.ErrNotSupported) {
+			b.Problems = append(b.Problems, fmt.Sprintf("%s: %v", what, err))
+		}
+		return err == nil
+	}
+	b.SchedCLS = note("sched_cls programs", features.HaveProgramType(ebpf.SchedCLS))
+	b.Syscall = b.SchedCLS || note("bpf syscall", features.HaveMapType(ebpf.Array))
+	for _, m := range []ebpf.MapType{ebpf.Hash, ebpf.Array, ebpf.PerCPUHash, ebpf.PerCPUArray, ebpf.LPMTrie} {
+		if note(m.String(), features.HaveMapType(m)) {
+			b.Maps = append(b.Maps, m.String())
+		}
+	}
+	b.SpinLock = note("bpf_spin_lock", features.HaveProgramHelper(ebpf.SchedCLS, asm.FnSpinLock))
+	if !b.SchedCLS {
+		return
+	}
+	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
+		Type:         ebpf.SchedCLS,
+		Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, -1), asm.Return()},
+		License:      "GPL",
+	})
+	if !note("loading a sched_cls program", err) {
+		return
+	}
+	defer prog.Close()
+	ret, err := prog.Run(&ebpf.RunOptions{Data: make([]byte, 64)})
+	b.TestRun = err == nil && ret == 0xFFFFFFFF
+	if idx, err := c.IfIndex("probe0"); err == nil {
+		l, err := link.AttachTCX(link.TCXOptions{Interface: idx, Program: prog, Attach: ebpf.AttachTCXIngress})
+		if err == nil {
+			b.TCX = true
+			l.Close()
+		}
+	}
+}
+
+// explain turns the findings into sluice's decisions.
+func (r *Report) explain() {
+	f := r.Features()
+	leaf := "bfifo of about 50 ms at each class's ceil (no fq_codel or sfq: no AQM)"
+	switch {
+	case f.Qdiscs["fq_codel"]:
+		leaf = "fq_codel"
+	case f.Qdiscs["sfq"]:
+		leaf = "sfq (no fq_codel)"
+	}
+	r.Plan = append(r.Plan, "leaf: auto picks "+leaf)
+	var missing []string
+	for _, q := range []string{"fq_codel", "sfq", "fq", "cake", "pfifo", "bfifo"} {
+		if !r.Qdiscs[q] {
+			missing = append(missing, q)
+		}
+	}
+	if len(missing) > 0 {
+		r.Plan = append(r.Plan, "leaf: "+strings.Join(missing, ", ")+" refused by plan and apply (not in this kernel)")
+	}
+	switch {
+	case !r.Qdiscs["htb"] || !r.Classifiers["u32"]:
+		r.Plan = append(r.Plan, "shaping: impossible, this kernel lacks htb or u32")
+	default:
+		r.Plan = append(r.Plan, "shaping: HTB trees classified by u32")
+	}
+	if r.Qdiscs["clsact"] || r.Qdiscs["ingress"] {
+		if r.Actions["mirred"] {
+			r.Plan = append(r.Plan, "ingress: redirect to an ifb device with u32 + mirred, shape there")
+		} else {
+			r.Plan = append(r.Plan, "ingress: impossible, no mirred action")
+		}
+	}
+	if r.U32Mark {
+		r.Plan = append(r.Plan, "match mark: u32 mark")
+	} else {
+		r.Plan = append(r.Plan, "match mark: refused (u32 here ignores marks: CONFIG_CLS_U32_MARK is off)")
+	}
+	if r.BPF.SchedCLS && r.Classifiers["bpf"] {
+		r.Plan = append(r.Plan, "bpf: sched_cls programs load (BPF classifier, policers and EDT can run)")
+	}
+	if !r.Qdiscs["fq"] {
+		r.Plan = append(r.Plan, "edt: no fq qdisc, so BPF earliest-departure-time shaping cannot be enforced")
+	}
+	sort.Strings(r.CongestionControls)
+}

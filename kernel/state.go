@@ -1,0 +1,157 @@
+package kernel
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"sluice/plan"
+)
+
+// DefaultStateDir holds sluice's ownership records. It lives on tmpfs on
+// purpose: the kernel objects it describes do not survive a reboot either.
+const DefaultStateDir = "/run/sluice"
+
+// StateDir is where the records for network namespace ns live; the
+// SLUICE_STATE_DIR environment variable moves the base (tests use it).
+func StateDir(ns string) string {
+	base := os.Getenv("SLUICE_STATE_DIR")
+	if base == "" {
+		base = DefaultStateDir
+	}
+	if ns == "" {
+		return base
+	}
+	return filepath.Join(base, "netns", ns)
+}
+
+// State is what sluice created, per device carrying a tree.
+type State struct {
+	Version int                  `json:"version"`
+	Devices map[string]*DevState `json:"devices"`
+}
+
+// DevState records one tree.
+type DevState struct {
+	Interface string `json:"interface"`
+	Dir       string `json:"direction"`
+	// Root is the handle of the root qdisc sluice created.
+	Root string `json:"root"`
+	// IfbCreated: the ifb device itself is sluice's (else it was adopted).
+	IfbCreated bool `json:"ifb_created,omitempty"`
+	// HookCreated: sluice created the interface's clsact qdisc.
+	HookCreated bool             `json:"hook_created,omitempty"`
+	Policy      string           `json:"policy,omitempty"`
+	AppliedAt   time.Time        `json:"applied_at"`
+	Alloc       *plan.Alloc      `json:"alloc"`
+	Classes     []plan.ClassInfo `json:"classes"`
+}
+
+// IsIfb reports whether the tree sits on an ifb for an interface's ingress.
+func (d *DevState) IsIfb() bool { return d.Dir == "ingress" }
+
+func statePath(dir string) string { return filepath.Join(dir, "state.json") }
+
+// LoadState reads the records (empty if none).
+func LoadState(dir string) (*State, error) {
+	s := &State{Version: 1, Devices: map[string]*DevState{}}
+	b, err := os.ReadFile(statePath(dir))
+	if errors.Is(err, os.ErrNotExist) {
+		return s, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := json.Unmarshal(b, s); err != nil {
+		return nil, fmt.Errorf("%s: %w (remove it to start over; sluice will then treat its trees as foreign)", statePath(dir), err)
+	}
+	if s.Devices == nil {
+		s.Devices = map[string]*DevState{}
+	}
+	return s, nil
+}
+
+// Save writes the records atomically.
+func (s *State) Save(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	b, err := json.MarshalIndent(s, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp := statePath(dir) + ".tmp"
+	if err := os.WriteFile(tmp, append(b, '\n'), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, statePath(dir))
+}
+
+// Names returns the recorded devices in order.
+func (s *State) Names() []string {
+	var out []string
+	for k := range s.Devices {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Lock is an exclusive lock on a state directory: two sluice processes
+// never change the same namespace at once.
+type Lock struct{ f *os.File }
+
+// ErrLocked means another sluice holds the lock.
+var ErrLocked = errors.New("another sluice is changing this network namespace")
+
+// AcquireLock takes the lock, waiting up to timeout.
+func AcquireLock(dir string, timeout time.Duration) (*Lock, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	f, err := os.OpenFile(filepath.Join(dir, "lock"), os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	deadline := time.Now().Add(timeout)
+	for {
+		err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, syscall.EWOULDBLOCK) {
+			f.Close()
+			return nil, err
+		}
+		if time.Now().After(deadline) {
+			holder, _ := os.ReadFile(f.Name())
+			f.Close()
+			if pid := strings.TrimSpace(string(holder)); pid != "" {
+				return nil, fmt.Errorf("%w (pid %s holds %s)", ErrLocked, pid, f.Name())
+			}
+			return nil, ErrLocked
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	f.Truncate(0)
+	f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+	return &Lock{f: f}, nil
+}
+
+// Release drops the lock.
+func (l *Lock) Release() {
+	if l == nil || l.f == nil {
+		return
+	}
+	l.f.Truncate(0)
+	syscall.Flock(int(l.f.Fd()), syscall.LOCK_UN)
+	l.f.Close()
+	l.f = nil
+}

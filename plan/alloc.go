@@ -1,0 +1,161 @@
+package plan
+
+import "sort"
+
+// Alloc remembers the ids a device's tree was given, so that a class
+// keeps its class id, and a rule its filter prio, for as long as it keeps
+// its name: re-planning an edited policy then changes only what the edit
+// touched. The kernel layer stores it with the ownership record.
+type Alloc struct {
+	Classes map[string]uint16 `json:"classes"` // class name -> minor id
+	Prios   map[string]uint16 `json:"prios"`   // block/rule -> filter prio
+	Tables  map[string]uint16 `json:"tables"`  // u32 hash table key -> table id
+}
+
+func newAlloc() *Alloc {
+	return &Alloc{Classes: map[string]uint16{}, Prios: map[string]uint16{}, Tables: map[string]uint16{}}
+}
+
+// idPool hands out the lowest free id in [lo, hi], keeping previous ones.
+type idPool struct {
+	prev   map[string]uint16
+	next   map[string]uint16
+	used   map[uint16]bool
+	lo, hi uint16
+	cursor uint16
+}
+
+func newPool(prev map[string]uint16, lo, hi uint16, wanted []string) *idPool {
+	p := &idPool{prev: prev, next: map[string]uint16{}, used: map[uint16]bool{}, lo: lo, hi: hi, cursor: lo}
+	// Keep every previous id still wanted, before handing out new ones,
+	// so that a new name never takes an id an old name keeps.
+	for _, k := range wanted {
+		if id, ok := prev[k]; ok && id >= lo && id <= hi && !p.used[id] {
+			p.next[k] = id
+			p.used[id] = true
+		}
+	}
+	return p
+}
+
+func (p *idPool) get(key string) (uint16, bool) {
+	if id, ok := p.next[key]; ok {
+		return id, true
+	}
+	for p.cursor <= p.hi && p.used[p.cursor] {
+		if p.cursor == p.hi {
+			return 0, false
+		}
+		p.cursor++
+	}
+	if p.cursor > p.hi || p.used[p.cursor] {
+		return 0, false
+	}
+	id := p.cursor
+	p.used[id] = true
+	p.next[key] = id
+	return id, true
+}
+
+// orderedPrios gives each key of an ordered list a filter prio so that
+// prios increase along the list, keeping as many previous prios as the
+// order allows (those on a longest increasing run) and fitting new keys
+// into the gaps. Only when a gap is too small is the whole list
+// renumbered.
+func orderedPrios(keys []string, prev map[string]uint16, lo, hi uint16) map[string]uint16 {
+	const step = 16
+	out := map[string]uint16{}
+	if len(keys) == 0 {
+		return out
+	}
+	// Longest strictly increasing subsequence of previous prios.
+	type item struct {
+		idx  int
+		prio uint16
+	}
+	var have []item
+	for i, k := range keys {
+		if p, ok := prev[k]; ok && p >= lo && p <= hi {
+			have = append(have, item{i, p})
+		}
+	}
+	keep := lis(have, func(a, b item) bool { return a.prio < b.prio })
+	kept := map[int]uint16{}
+	for _, it := range keep {
+		kept[it.idx] = it.prio
+	}
+	ok := true
+	for i := 0; i < len(keys) && ok; {
+		if p, isKept := kept[i]; isKept {
+			out[keys[i]] = p
+			i++
+			continue
+		}
+		j := i // keys[i:j] are new, between kept neighbours
+		for j < len(keys) {
+			if _, isKept := kept[j]; isKept {
+				break
+			}
+			j++
+		}
+		below := int(lo) - 1
+		if i > 0 {
+			below = int(out[keys[i-1]])
+		}
+		n := j - i
+		for t := 0; t < n; t++ {
+			var p int
+			if j < len(keys) { // spread evenly below the next kept prio
+				above := int(kept[j])
+				if above-below <= n {
+					ok = false
+					break
+				}
+				p = below + (above-below)*(t+1)/(n+1)
+			} else { // at the end: continue the regular spacing
+				p = below + step*(t+1)
+				if p > int(hi) {
+					ok = false
+					break
+				}
+			}
+			out[keys[i+t]] = uint16(p)
+		}
+		i = j
+	}
+	if ok {
+		return out
+	}
+	s := max(1, min(step, (int(hi)-int(lo)+1)/(len(keys)+1)))
+	for i, k := range keys {
+		out[k] = uint16(int(lo) - 1 + s*(i+1))
+	}
+	return out
+}
+
+// lis returns a longest strictly increasing subsequence of xs.
+func lis[T any](xs []T, less func(a, b T) bool) []T {
+	if len(xs) == 0 {
+		return nil
+	}
+	tails := []int{}
+	prev := make([]int, len(xs))
+	for i := range xs {
+		j := sort.Search(len(tails), func(k int) bool { return !less(xs[tails[k]], xs[i]) })
+		if j > 0 {
+			prev[i] = tails[j-1]
+		} else {
+			prev[i] = -1
+		}
+		if j == len(tails) {
+			tails = append(tails, i)
+		} else {
+			tails[j] = i
+		}
+	}
+	out := make([]T, len(tails))
+	for k, i := len(tails)-1, tails[len(tails)-1]; k >= 0; k, i = k-1, prev[i] {
+		out[k] = xs[i]
+	}
+	return out
+}

@@ -1,0 +1,60 @@
+package plan
+
+// Defaults for what a policy leaves unsaid. They are functions of a
+// class's own rates only, so that adding or removing a class never
+// changes its siblings.
+
+const (
+	// MTU-sized frames as HTB counts them (Ethernet header included).
+	frameBytes = 1514
+
+	// burstTime is how long a class may send at full speed after an idle
+	// moment. HTB refills tokens when its timer fires; a wakeup late by
+	// more than burst/rate loses the tokens beyond the burst, which is
+	// why tc's default (about one MTU) undershoots at high rates. One
+	// millisecond of the rate absorbs timer and softirq latency up to
+	// 5gbit while adding at most 1 ms of queue behind a bulk class.
+	burstTime = 0.001
+	// minBurst keeps slow classes able to send a frame and its ACK clock.
+	minBurst = 2 * frameBytes
+
+	// quantumTime sizes the DRR quantum (bytes a class sends per round
+	// when borrowing) to about 1 ms of its rate, within HTB's usual
+	// bounds; explicit quanta never trigger the kernel's r2q warnings.
+	quantumTime = 0.001
+	minQuantum  = frameBytes
+	maxQuantum  = 200000
+
+	// bfifoTime is the queue a bfifo leaf holds, at the class's ceil,
+	// when the kernel has no AQM: about 50 ms, never fewer than 3 frames.
+	bfifoTime     = 0.050
+	minBfifoBytes = 3 * frameBytes
+
+	// perHostFlows: per-host fq_codel leaves need far fewer flow slots
+	// than a whole link's (one host, not thousands).
+	perHostFlows = 64
+)
+
+// BurstFor is the default burst (and cburst) for rate in bytes/s.
+func BurstFor(rate uint64) uint32 {
+	b := uint64(float64(rate) * burstTime)
+	if b < minBurst {
+		b = minBurst
+	}
+	if b > 1<<30 {
+		b = 1 << 30
+	}
+	return uint32(b)
+}
+
+// QuantumFor is the default quantum for a leaf with rate in bytes/s.
+func QuantumFor(rate uint64) uint32 {
+	q := uint64(float64(rate) * quantumTime)
+	return uint32(min(max(q, minQuantum), maxQuantum))
+}
+
+// BfifoLimit is the default bfifo limit (bytes) for a class's ceil.
+func BfifoLimit(ceil uint64) uint32 {
+	b := uint64(float64(ceil) * bfifoTime)
+	return uint32(min(max(b, minBfifoBytes), 1<<30))
+}

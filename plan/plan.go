@@ -1,0 +1,608 @@
+// Package plan computes, without touching the kernel, the kernel objects
+// that carry out a policy: for every shaped direction an HTB tree (root
+// qdisc, one class per policy class, a leaf qdisc per leaf class) and the
+// u32 filters that sort packets into it, plus the ifb device and redirect
+// for ingress. The result is a list of tc objects in creation order that
+// the kernel layer diffs against the live system.
+package plan
+
+import (
+	"fmt"
+	"net/netip"
+	"sort"
+
+	"sluice/policy"
+	"sluice/tc"
+)
+
+// RootHandle is the handle of every HTB root qdisc sluice creates; its
+// root class is 1:1.
+var (
+	RootHandle  = tc.MakeHandle(1, 0)
+	RootClassID = tc.MakeHandle(1, 1)
+)
+
+// HookPrio is the prio of the redirect filter on an interface's ingress
+// hook. It is high (evaluated late) so that filters other tools place on
+// a shared clsact run first.
+const HookPrio uint16 = 0xC000
+
+// Filter prios: rule prios come from orderedPrios in [1, catchAllPrio).
+const catchAllPrio uint16 = 0xFFFF
+
+// Features says what the target kernel can do. The zero value knows
+// nothing; Everything assumes a fully featured kernel.
+type Features struct {
+	Qdiscs  map[string]bool
+	U32Mark bool
+}
+
+// Everything is a kernel with every qdisc and u32 mark support (used for
+// export to another host and for planning without a kernel).
+var Everything = Features{U32Mark: true, Qdiscs: map[string]bool{
+	"fq_codel": true, "sfq": true, "fq": true, "cake": true, "pfifo": true, "bfifo": true, "htb": true, "clsact": true, "ingress": true,
+}}
+
+// Plan is the desired state of every device a policy shapes.
+type Plan struct {
+	Devices []*Device
+}
+
+// Device is one HTB tree and what feeds it.
+type Device struct {
+	Name      string // the device carrying the tree (the ifb for ingress)
+	Interface string // the policy interface
+	Dir       string // policy.Egress or policy.Ingress
+	Ifb       bool
+	Classes   []ClassInfo
+	Alloc     *Alloc
+	// Objects, in creation order: for ingress the ifb link first, then
+	// the tree, then the interface's ingress hook and redirect filter.
+	Objects []tc.Object
+}
+
+// ClassInfo describes one planned class, for show and for humans.
+type ClassInfo struct {
+	Name    string    `json:"name"`
+	Handle  tc.Handle `json:"id"`
+	Parent  tc.Handle `json:"parent"`
+	Rate    uint64    `json:"rate"`
+	Ceil    uint64    `json:"ceil"`
+	Prio    uint32    `json:"prio"`
+	Leaf    string    `json:"leaf,omitempty"`
+	Default bool      `json:"default,omitempty"`
+}
+
+// Objects returns every object of the plan in creation order.
+func (p *Plan) Objects() []tc.Object {
+	var out []tc.Object
+	for _, d := range p.Devices {
+		out = append(out, d.Objects...)
+	}
+	return out
+}
+
+// Device returns the planned device named name, or nil.
+func (p *Plan) Device(name string) *Device {
+	for _, d := range p.Devices {
+		if d.Name == name {
+			return d
+		}
+	}
+	return nil
+}
+
+// Build plans pol for a kernel with feats. prev holds each device's
+// previous allocation (nil for a fresh start). Problems the kernel's
+// features cause come back as policy.Errors located in the policy file.
+func Build(pol *policy.Policy, feats Features, prev map[string]*Alloc) (*Plan, error) {
+	d := &policy.Diag{File: pol.File}
+	p := &Plan{}
+	for _, in := range pol.Interfaces {
+		if in.Egress != nil {
+			p.Devices = append(p.Devices, buildTree(d, feats, in, in.Egress, in.Name, prev[in.Name]))
+		}
+		if in.Ingress != nil {
+			ifb := policy.IfbName(in)
+			p.Devices = append(p.Devices, buildTree(d, feats, in, in.Ingress, ifb, prev[ifb]))
+		}
+	}
+	if err := d.Err(); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+type builder struct {
+	d       *policy.Diag
+	feats   Features
+	dev     *Device
+	tree    *policy.Tree
+	classes *idPool
+	tables  *idPool
+	prev    *Alloc
+	byName  map[string]*policy.Class
+	objs    []tc.Object
+	filters []tc.Object
+}
+
+func buildTree(d *policy.Diag, feats Features, in *policy.Interface, t *policy.Tree, devName string, prev *Alloc) *Device {
+	if prev == nil {
+		prev = newAlloc()
+	}
+	dev := &Device{Name: devName, Interface: in.Name, Dir: t.Dir, Ifb: t.Dir == policy.Ingress, Alloc: newAlloc()}
+	b := &builder{d: d, feats: feats, dev: dev, tree: t, prev: prev, byName: map[string]*policy.Class{}}
+
+	var names []string
+	var collect func([]*policy.Class)
+	collect = func(cs []*policy.Class) {
+		for _, c := range cs {
+			names = append(names, c.Name)
+			b.byName[c.Name] = c
+			if c.PerHost != nil {
+				for _, h := range c.PerHost.Hosts() {
+					names = append(names, hostName(c, h))
+				}
+			}
+			collect(c.Classes)
+		}
+	}
+	collect(t.Classes)
+	b.classes = newPool(prev.Classes, 0x10, policy.MaxClasses+1, names)
+	for _, n := range names { // new ids in policy order
+		b.minor(n)
+	}
+	b.tables = newPool(prev.Tables, 1, 0x7FF, nil)
+
+	if dev.Ifb {
+		b.objs = append(b.objs, &tc.Link{Name: devName, Kind: "ifb", Up: true})
+	}
+	def, _ := b.minor(t.Default)
+	b.objs = append(b.objs, &tc.Qdisc{Dev: devName, Parent: tc.HandleRoot, Handle: RootHandle, Kind: "htb",
+		HTB: &tc.HTBQdisc{Default: uint32(def), R2Q: 10}})
+	b.objs = append(b.objs, &tc.Class{Dev: devName, Parent: RootHandle, Handle: RootClassID, Kind: "htb",
+		Rate: t.RateBps, Ceil: t.RateBps, Burst: BurstFor(t.RateBps), Cburst: BurstFor(t.RateBps),
+		Quantum: QuantumFor(t.RateBps), Name: "(root)"})
+	var leaves []tc.Object
+	b.classTree(t.Classes, RootClassID, &leaves)
+	b.objs = append(b.objs, leaves...)
+	b.block(RootHandle, t.Classes, "", nil)
+	b.objs = append(b.objs, b.filters...)
+
+	if dev.Ifb {
+		b.objs = append(b.objs,
+			&tc.Qdisc{Dev: in.Name, Parent: tc.HandleIngress, Handle: tc.MakeHandle(0xFFFF, 0), Kind: "clsact"},
+			&tc.Filter{Dev: in.Name, Parent: tc.HandleIngressHook, Prio: HookPrio, Proto: tc.ProtoAll, Kind: "u32"},
+			&tc.Filter{Dev: in.Name, Parent: tc.HandleIngressHook, Prio: HookPrio, Proto: tc.ProtoAll, Kind: "u32",
+				Handle: 1, U32: &tc.U32{Sel: &tc.Sel{Keys: []tc.Key{{}}}, RedirectDev: devName},
+				Note: "ingress of " + in.Name + " -> " + devName})
+	}
+	dev.Objects = b.objs
+	for name, id := range b.classes.next {
+		dev.Alloc.Classes[name] = id
+	}
+	for k, id := range b.tables.next {
+		dev.Alloc.Tables[k] = id
+	}
+	return dev
+}
+
+func hostName(c *policy.Class, h netip.Prefix) string {
+	if h.Bits() == h.Addr().BitLen() {
+		return c.Name + "/" + h.Addr().String()
+	}
+	return c.Name + "/" + h.String()
+}
+
+func (b *builder) minor(name string) (uint16, bool) {
+	id, ok := b.classes.get(name)
+	if !ok {
+		b.d.Errorf(b.tree.Pos, "%s %s: ran out of class ids", b.dev.Interface, b.tree.Dir)
+	}
+	return id, ok
+}
+
+func (b *builder) classID(name string) tc.Handle {
+	id, _ := b.minor(name)
+	return tc.MakeHandle(1, id)
+}
+
+// classTree emits classes top-down and collects leaf qdiscs.
+func (b *builder) classTree(cs []*policy.Class, parent tc.Handle, leaves *[]tc.Object) {
+	for _, c := range cs {
+		id := b.classID(c.Name)
+		cl := &tc.Class{Dev: b.dev.Name, Parent: parent, Handle: id, Kind: "htb",
+			Rate: c.RateBps, Ceil: c.CeilBps, Prio: uint32(c.Prio), Name: c.Name}
+		setBursts(cl, c.Burst, c.Cburst, c.Quantum)
+		b.objs = append(b.objs, cl)
+		info := ClassInfo{Name: c.Name, Handle: id, Parent: parent, Rate: cl.Rate, Ceil: cl.Ceil, Prio: cl.Prio,
+			Default: c.Name == b.tree.Default}
+		if c.IsLeaf() {
+			leaf := b.leaf(c.Name, id, c.Leaf, c.LeafPos, c.Limit, c.CeilBps, false)
+			if leaf != nil {
+				info.Leaf = leaf.Kind
+				*leaves = append(*leaves, leaf)
+			}
+		}
+		b.dev.Classes = append(b.dev.Classes, info)
+		if ph := c.PerHost; ph != nil {
+			prio := uint32(c.Prio)
+			if ph.Prio != nil {
+				prio = uint32(*ph.Prio)
+			}
+			for _, h := range ph.Hosts() {
+				name := hostName(c, h)
+				hid := b.classID(name)
+				hc := &tc.Class{Dev: b.dev.Name, Parent: id, Handle: hid, Kind: "htb",
+					Rate: ph.RateBps, Ceil: ph.CeilBps, Prio: prio, Name: name}
+				setBursts(hc, nil, nil, nil)
+				b.objs = append(b.objs, hc)
+				hi := ClassInfo{Name: name, Handle: hid, Parent: id, Rate: hc.Rate, Ceil: hc.Ceil, Prio: prio}
+				if leaf := b.leaf(name, hid, ph.Leaf, ph.LeafPos, ph.Limit, ph.CeilBps, true); leaf != nil {
+					hi.Leaf = leaf.Kind
+					*leaves = append(*leaves, leaf)
+				}
+				b.dev.Classes = append(b.dev.Classes, hi)
+			}
+		}
+		b.classTree(c.Classes, id, leaves)
+	}
+}
+
+func setBursts(cl *tc.Class, burst, cburst, quantum *policy.Size) {
+	cl.Burst, cl.Cburst, cl.Quantum = BurstFor(cl.Rate), BurstFor(cl.Ceil), QuantumFor(cl.Rate)
+	if burst != nil {
+		cl.Burst = uint32(burst.Bytes)
+	}
+	if cburst != nil {
+		cl.Cburst = uint32(cburst.Bytes)
+	}
+	if quantum != nil {
+		cl.Quantum = uint32(quantum.Bytes)
+	}
+}
+
+// leaf picks and sizes a leaf qdisc. auto takes fq_codel, then sfq, then
+// a bfifo of about 50 ms at ceil, so that a kernel without an AQM never
+// gets a 1000-packet queue.
+func (b *builder) leaf(owner string, class tc.Handle, kind string, at policy.Pos, limit *policy.Limit, ceil uint64, perHost bool) *tc.Qdisc {
+	if kind == "" {
+		kind, at = b.tree.Leaf, b.tree.LeafPos
+	}
+	if kind == "" || kind == "auto" {
+		switch {
+		case b.feats.Qdiscs["fq_codel"]:
+			kind = "fq_codel"
+		case b.feats.Qdiscs["sfq"]:
+			kind = "sfq"
+		default:
+			kind = "bfifo"
+		}
+	} else if !b.feats.Qdiscs[kind] {
+		b.d.Errorf(at, "class %s: leaf %s: this kernel has no %s qdisc (sch_%s is not built or loaded); use another leaf or auto",
+			owner, kind, kind, kind)
+		return nil
+	}
+	q := &tc.Qdisc{Dev: b.dev.Name, Parent: class, Handle: tc.MakeHandle(class.Minor(), 0), Kind: kind, Owner: owner}
+	var pk uint32
+	if limit != nil {
+		pk = limit.Packets
+	}
+	switch kind {
+	case "fq_codel":
+		q.FqCodel = &tc.FqCodel{Limit: pk}
+		if perHost {
+			q.FqCodel.Flows = perHostFlows
+		}
+	case "sfq":
+		q.Sfq = &tc.Sfq{Limit: pk, Perturb: 10}
+	case "fq":
+		q.Fq = &tc.Fq{Limit: pk}
+	case "cake":
+		q.Cake = &tc.Cake{}
+	case "pfifo":
+		q.Fifo = &tc.Fifo{Limit: pk}
+	case "bfifo":
+		l := BfifoLimit(ceil)
+		switch {
+		case limit != nil && limit.Bytes > 0:
+			l = limit.Bytes
+		case limit != nil:
+			l = limit.Packets * frameBytes
+		}
+		q.Fifo = &tc.Fifo{Limit: l}
+	}
+	return q
+}
+
+// A rule sends packets matching one class's entries to that class.
+type rule struct {
+	class   *policy.Class
+	entries []*policy.Match
+}
+
+// rulesOf lists, in policy order, the rules of a filter block: classes
+// with match entries, and the rules of children of classes without any
+// (such a class only groups its children for sharing, so its children's
+// rules belong to the enclosing block).
+func rulesOf(cs []*policy.Class) []rule {
+	var out []rule
+	for _, c := range cs {
+		switch {
+		case len(c.Match) > 0 || c.PerHost != nil:
+			out = append(out, rule{class: c, entries: c.Match})
+		case len(c.Classes) > 0:
+			out = append(out, rulesOf(c.Classes)...)
+		}
+	}
+	return out
+}
+
+// block emits the filters attached at parent for classes cs, then the
+// blocks of the gating classes among them.
+func (b *builder) block(parent tc.Handle, cs []*policy.Class, blockKey string, catchAll *policy.Class) {
+	rules := rulesOf(cs)
+	keys := make([]string, len(rules))
+	for i, r := range rules {
+		keys[i] = blockKey + "/" + r.class.Name
+	}
+	prios := orderedPrios(keys, b.prev.Prios, 1, catchAllPrio-1)
+	for i, r := range rules {
+		prio := prios[keys[i]]
+		b.dev.Alloc.Prios[keys[i]] = prio
+		entries := r.entries
+		if ph := r.class.PerHost; ph != nil {
+			entries = gateEntries(entries, ph)
+		}
+		b.rule(parent, prio, r.class, entries, b.classID(r.class.Name))
+	}
+	if catchAll != nil {
+		b.catchAll(parent, catchAll, blockKey)
+	}
+	for _, r := range rules {
+		c := r.class
+		switch {
+		case c.PerHost != nil:
+			b.perHost(c)
+		case len(c.Classes) > 0:
+			var def *policy.Class
+			if c.Default != "" {
+				def = b.byName[c.Default]
+			}
+			b.block(b.classID(c.Name), c.Classes, c.Name, def)
+		}
+	}
+}
+
+// gateEntries narrows a per_host class's entries to its cidr, so that
+// traffic outside it falls through to later rules.
+func gateEntries(entries []*policy.Match, ph *policy.PerHost) []*policy.Match {
+	if len(entries) == 0 {
+		entries = []*policy.Match{{Fields: map[string]policy.Pos{}}}
+	}
+	var out []*policy.Match
+	for _, e := range entries {
+		m := *e
+		m.Fields = map[string]policy.Pos{}
+		for k, v := range e.Fields {
+			m.Fields[k] = v
+		}
+		m.Fields[ph.By] = ph.Pos
+		if ph.By == "dst" {
+			if m.Dst = narrow(e.Dst, ph.CIDR); len(m.Dst) == 0 {
+				continue
+			}
+		} else if m.Src = narrow(e.Src, ph.CIDR); len(m.Src) == 0 {
+			continue
+		}
+		out = append(out, &m)
+	}
+	return out
+}
+
+func narrow(ps []netip.Prefix, cidr netip.Prefix) []netip.Prefix {
+	if len(ps) == 0 {
+		return []netip.Prefix{cidr}
+	}
+	return intersect(ps, cidr)
+}
+
+// rule emits one class's u32 filters at prio: root-table nodes in entry
+// order, IPv4 transport matches in tables behind next-header links.
+func (b *builder) rule(parent tc.Handle, prio uint16, c *policy.Class, entries []*policy.Match, flowid tc.Handle) {
+	if len(entries) == 0 {
+		return
+	}
+	for _, e := range entries {
+		if e.Mark != nil && !b.feats.U32Mark {
+			b.d.Errorf(e.Fields["mark"], "class %s: mark: this kernel's u32 cannot match marks (CONFIG_CLS_U32_MARK is not set); it would silently match every packet",
+				c.Name)
+			return
+		}
+	}
+	base := tc.Filter{Dev: b.dev.Name, Parent: parent, Prio: prio, Proto: tc.ProtoAll, Kind: "u32"}
+	tp := base
+	tp.Note = "class " + c.Name
+	b.filters = append(b.filters, &tp)
+	var tables, nodes []tc.Object
+	node := uint32(0)
+	for ei, e := range entries {
+		for _, rn := range compileMatch(e) {
+			node++
+			if node > 0xFFF {
+				b.d.Errorf(e.Pos, "class %s: the match list expands to more than 4095 u32 nodes; use fewer ranges or prefixes", c.Name)
+				return
+			}
+			n := base
+			n.Handle = node
+			n.Note = fmt.Sprintf("class %s, match %d: %s", c.Name, ei+1, rn.note)
+			n.U32 = &tc.U32{Sel: &tc.Sel{Keys: rn.keys}, Mark: rn.mark}
+			if rn.table == nil {
+				n.U32.ClassID = flowid
+			} else {
+				tid, ok := b.tables.get(fmt.Sprintf("%s/%d", c.Name, node))
+				if !ok {
+					b.d.Errorf(e.Pos, "class %s: ran out of u32 table ids", c.Name)
+					return
+				}
+				th := tc.MakeU32Handle(uint32(tid), 0, 0)
+				t := base
+				t.Handle = th
+				t.U32 = &tc.U32{Divisor: 1}
+				tables = append(tables, &t)
+				for j, keys := range rn.table {
+					tn := base
+					tn.Handle = tc.MakeU32Handle(uint32(tid), 0, uint32(j+1))
+					tn.U32 = &tc.U32{Sel: &tc.Sel{Keys: keys}, ClassID: flowid}
+					tables = append(tables, &tn)
+				}
+				// Transport nodes read at next-header (IHL*4) offsets.
+				n.U32.Link = th
+				n.U32.Sel.Flags = tc.SelVarOffset
+				n.U32.Sel.Offmask = 0x0f00
+				n.U32.Sel.Offshift = 6
+			}
+			nodes = append(nodes, &n)
+		}
+	}
+	b.filters = append(b.filters, tables...)
+	b.filters = append(b.filters, nodes...)
+}
+
+// catchAll sends whatever reached a gating class but matched none of its
+// children's rules to the class's default child.
+func (b *builder) catchAll(parent tc.Handle, def *policy.Class, blockKey string) {
+	base := tc.Filter{Dev: b.dev.Name, Parent: parent, Prio: catchAllPrio, Proto: tc.ProtoAll, Kind: "u32"}
+	tp := base
+	tp.Note = "default of " + blockKey
+	n := base
+	n.Handle = 1
+	n.Note = "rest of " + blockKey + " -> " + def.Name
+	n.U32 = &tc.U32{Sel: &tc.Sel{Keys: []tc.Key{{}}}, ClassID: b.classID(def.Name)}
+	b.filters = append(b.filters, &tp, &n)
+}
+
+// perHost emits, on the per_host class, u32 hash tables that find a
+// host's class in one or two lookups (8 host bits per level) instead of
+// scanning a list.
+func (b *builder) perHost(c *policy.Class) {
+	ph := c.PerHost
+	v4 := ph.CIDR.Addr().Is4()
+	addrOff := pick(v4, v4Dst, v6Dst)
+	if ph.By == "src" {
+		addrOff = pick(v4, v4Src, v6Src)
+	}
+	parent := b.classID(c.Name)
+	key := c.Name + "/per_host"
+	prio := uint16(1)
+	b.dev.Alloc.Prios[key] = prio
+	base := tc.Filter{Dev: b.dev.Name, Parent: parent, Prio: prio, Proto: tc.ProtoAll, Kind: "u32"}
+	tp := base
+	tp.Note = "per-host classes of " + c.Name
+	b.filters = append(b.filters, &tp)
+
+	hostBits := ph.Prefix - ph.CIDR.Bits()
+	lowBits := min(8, hostBits)
+	highBits := hostBits - lowBits
+	// hashSel hashes address bits [hi-n, hi) (prefix positions).
+	hashSel := func(hi, n int) (off int16, mask uint32) {
+		word := (hi - 1) / 32
+		shift := 32*(word+1) - hi
+		return int16(addrOff) + int16(4*word), (uint32(1)<<n - 1) << shift
+	}
+	version := tc.Key{Mask: 0xf0000000, Val: 0x40000000}
+	if !v4 {
+		version.Val = 0x60000000
+	}
+	table := func(k string, divisor uint32) uint32 {
+		id, ok := b.tables.get(k)
+		if !ok {
+			b.d.Errorf(ph.Pos, "class %s: ran out of u32 table ids", c.Name)
+			return 0
+		}
+		t := base
+		t.Handle = tc.MakeU32Handle(uint32(id), 0, 0)
+		t.U32 = &tc.U32{Divisor: divisor}
+		t.Note = "hash table " + k
+		b.filters = append(b.filters, &t)
+		return uint32(id)
+	}
+	// Tables deepest first: a table must exist before a node links to it.
+	hosts := ph.Hosts()
+	groups := map[uint32][]netip.Prefix{}
+	var order []uint32
+	for _, h := range hosts {
+		g := uint32(0)
+		if highBits > 0 {
+			g = bitsAt(h.Addr(), ph.Prefix-lowBits, highBits)
+		}
+		if _, seen := groups[g]; !seen {
+			order = append(order, g)
+		}
+		groups[g] = append(groups[g], h)
+	}
+	sort.Slice(order, func(i, j int) bool { return order[i] < order[j] })
+	lowTables := map[uint32]uint32{}
+	for _, g := range order {
+		k := key
+		if highBits > 0 {
+			k = fmt.Sprintf("%s/%d", key, g)
+		}
+		lowTables[g] = table(k, 1<<lowBits)
+	}
+	var topTable uint32
+	if highBits > 0 {
+		topTable = table(key+"/top", 1<<highBits)
+	}
+	hoffLow, hmaskLow := hashSel(ph.Prefix, lowBits)
+	for _, g := range order {
+		tid := lowTables[g]
+		nodeIn := map[uint32]uint32{}
+		for _, h := range groups[g] {
+			bucket := bitsAt(h.Addr(), ph.Prefix, lowBits)
+			nodeIn[bucket]++
+			var k keyset
+			k.prefix(addrOff, h)
+			n := base
+			n.Handle = tc.MakeU32Handle(tid, bucket, nodeIn[bucket])
+			n.U32 = &tc.U32{Sel: &tc.Sel{Keys: k.keys}, ClassID: b.classID(hostName(c, h))}
+			b.filters = append(b.filters, &n)
+		}
+	}
+	link := func(handle uint32, keys []tc.Key, to uint32, hoff int16, hmask uint32, note string) {
+		n := base
+		n.Handle = handle
+		n.U32 = &tc.U32{Sel: &tc.Sel{Keys: keys, Hoff: hoff, Hmask: hmask}, Link: tc.MakeU32Handle(to, 0, 0)}
+		n.Note = note
+		b.filters = append(b.filters, &n)
+	}
+	if highBits > 0 {
+		for _, g := range order {
+			var k keyset
+			sub := netip.PrefixFrom(groups[g][0].Addr(), ph.Prefix-lowBits).Masked()
+			k.prefix(addrOff, sub)
+			link(tc.MakeU32Handle(topTable, g, 1), k.keys, lowTables[g], hoffLow, hmaskLow, "hosts in "+sub.String())
+		}
+		var k keyset
+		k.add(0, version.Mask, version.Val, false)
+		k.prefix(addrOff, ph.CIDR)
+		hoff, hmask := hashSel(ph.Prefix-lowBits, highBits)
+		link(1, k.keys, topTable, hoff, hmask, fmt.Sprintf("%s by %s", ph.CIDR, ph.By))
+		return
+	}
+	var k keyset
+	k.add(0, version.Mask, version.Val, false)
+	k.prefix(addrOff, ph.CIDR)
+	link(1, k.keys, lowTables[0], hoffLow, hmaskLow, fmt.Sprintf("%s by %s", ph.CIDR, ph.By))
+}
+
+// bitsAt extracts n address bits ending at prefix position end.
+func bitsAt(a netip.Addr, end, n int) uint32 {
+	b := a.AsSlice()
+	var v uint32
+	for i := end - n; i < end; i++ {
+		bit := (b[i/8] >> (7 - uint(i%8))) & 1
+		v = v<<1 | uint32(bit)
+	}
+	return v
+}

@@ -1,0 +1,299 @@
+package plan
+
+import (
+	"fmt"
+	"net/netip"
+
+	"sluice/policy"
+	"sluice/tc"
+)
+
+// Offsets into the IP headers, relative to the network header as u32
+// reads them. IPv4 transport fields are reached through u32's next-header
+// offset (IHL*4), so ports are found behind IPv4 options; IPv6 transport
+// fields sit at 40 (packets with extension headers do not match port,
+// protocol or tcp_ack rules and fall through to later rules).
+const (
+	v4Src, v4Dst = 12, 16
+	v6Src, v6Dst = 8, 24
+	v6L4         = 40
+)
+
+// keyset accumulates u32 keys, merging keys that read the same word as
+// tc's pack_key does; bad records a contradiction (no packet can match).
+type keyset struct {
+	keys []tc.Key
+	bad  bool
+}
+
+func (k keyset) clone() keyset {
+	return keyset{keys: append([]tc.Key(nil), k.keys...), bad: k.bad}
+}
+
+func (k *keyset) add(off int32, mask, val uint32, nexthdr bool) {
+	val &= mask
+	for i := range k.keys {
+		e := &k.keys[i]
+		if e.Off == off && e.NextHdr == nexthdr {
+			if (e.Val^val)&(e.Mask&mask) != 0 {
+				k.bad = true
+			}
+			e.Val |= val
+			e.Mask |= mask
+			return
+		}
+	}
+	k.keys = append(k.keys, tc.Key{Off: off, Mask: mask, Val: val, NextHdr: nexthdr})
+}
+
+// prefix adds keys matching address prefix p stored at base.
+func (k *keyset) prefix(base int32, p netip.Prefix) {
+	b := p.Addr().AsSlice()
+	for w := 0; w*32 < p.Bits(); w++ {
+		bits := min(32, p.Bits()-w*32)
+		mask := ^uint32(0) << (32 - bits)
+		val := uint32(b[4*w])<<24 | uint32(b[4*w+1])<<16 | uint32(b[4*w+2])<<8 | uint32(b[4*w+3])
+		k.add(base+int32(4*w), mask, val, false)
+	}
+}
+
+// rootNode is one node of a u32 root table; for IPv4 matches on transport
+// fields it descends into a table of transport nodes.
+type rootNode struct {
+	keys  []tc.Key
+	mark  *tc.Mark
+	table [][]tc.Key // non-nil: link with next-header offset into these nodes
+	note  string
+}
+
+// compileMatch turns one match entry into u32 nodes with the same
+// meaning. The result is exact: ranges, lists and negations become sets
+// of value/mask keys, never approximations.
+func compileMatch(m *policy.Match) []rootNode {
+	var mark *tc.Mark
+	if m.Mark != nil {
+		mark = &tc.Mark{Val: m.Mark.Val, Mask: m.Mark.Mask}
+	}
+	onlyMark := true
+	for f := range m.Fields {
+		if f != "mark" {
+			onlyMark = false
+		}
+	}
+	if onlyMark {
+		// No IP field: match every packet (IP or not) carrying the mark.
+		return []rootNode{{keys: []tc.Key{{}}, mark: mark, note: "mark"}}
+	}
+	var out []rootNode
+	for _, v4 := range []bool{true, false} {
+		out = append(out, compileFamily(m, v4, mark)...)
+	}
+	return out
+}
+
+func familyPrefixes(list, holes []netip.Prefix, v4 bool) ([]netip.Prefix, bool) {
+	var in []netip.Prefix
+	for _, p := range list {
+		if p.Addr().Is4() == v4 {
+			in = append(in, p)
+		}
+	}
+	if len(list) > 0 && len(in) == 0 {
+		return nil, false // the entry names only the other family
+	}
+	var holesF []netip.Prefix
+	for _, h := range holes {
+		if h.Addr().Is4() == v4 {
+			holesF = append(holesF, h)
+		}
+	}
+	if len(in) == 0 {
+		if len(holesF) == 0 {
+			return []netip.Prefix{{}}, true // unconstrained
+		}
+		in = []netip.Prefix{universe(v4)}
+	}
+	var out []netip.Prefix
+	for _, p := range in {
+		out = append(out, subtract(p, holesF)...)
+	}
+	return out, len(out) > 0
+}
+
+func compileFamily(m *policy.Match, v4 bool, mark *tc.Mark) []rootNode {
+	srcs, ok1 := familyPrefixes(m.Src, m.NotSrc, v4)
+	dsts, ok2 := familyPrefixes(m.Dst, m.NotDst, v4)
+	if !ok1 || !ok2 {
+		return nil
+	}
+	hasPorts := len(m.Sport) > 0 || len(m.Dport) > 0
+	var protos []int
+	for _, p := range m.Proto {
+		if p == 1 && !v4 || p == 58 && v4 {
+			continue
+		}
+		protos = append(protos, int(p))
+	}
+	switch {
+	case len(m.Proto) > 0 && len(protos) == 0:
+		return nil // icmp in IPv6 or icmpv6 in IPv4
+	case len(protos) == 0 && m.TCPAck:
+		protos = []int{6}
+	case len(protos) == 0 && hasPorts:
+		protos = []int{6, 17}
+	case len(protos) == 0:
+		protos = []int{-1}
+	}
+	dscps := []int{-1}
+	if len(m.DSCP) > 0 {
+		dscps = dscps[:0]
+		for _, d := range m.DSCP {
+			dscps = append(dscps, int(d))
+		}
+	}
+
+	// Transport alternatives (ports and flags), shared by every L3 one.
+	l4 := []keyset{{}}
+	l4off, nh := int32(0), v4
+	if !v4 {
+		l4off = v6L4
+	}
+	if len(m.Sport) > 0 {
+		l4 = crossPorts(l4, m.Sport, l4off, nh, true)
+	}
+	if len(m.Dport) > 0 {
+		l4 = crossPorts(l4, m.Dport, l4off, nh, false)
+	}
+	if m.TCPAck {
+		for i := range l4 {
+			// Only ACK among URG ACK PSH RST SYN FIN (CWR/ECE may be set).
+			l4[i].add(l4off+12, 0x003f0000, 0x00100000, nh)
+		}
+	}
+	needL4 := hasPorts || m.TCPAck
+
+	var out []rootNode
+	for _, s := range srcs {
+		for _, d := range dsts {
+			for _, pr := range protos {
+				for _, ds := range dscps {
+					var k keyset
+					if v4 {
+						k.add(0, 0xf0000000, 0x40000000, false)
+					} else {
+						k.add(0, 0xf0000000, 0x60000000, false)
+					}
+					if ds >= 0 {
+						if v4 {
+							k.add(0, 0x00fc0000, uint32(ds)<<18, false)
+						} else {
+							k.add(0, 0x0fc00000, uint32(ds)<<22, false)
+						}
+					}
+					if t := m.TOS; t != nil {
+						if v4 {
+							k.add(0, uint32(t.Mask)<<16, uint32(t.Val)<<16, false)
+						} else {
+							k.add(0, uint32(t.Mask)<<20, uint32(t.Val)<<20, false)
+						}
+					}
+					if m.TCPAck { // small: total (v4) or payload (v6) length below 128
+						if v4 {
+							k.add(0, 0x0000ff80, 0, false)
+						} else {
+							k.add(4, 0xff800000, 0, false)
+						}
+					}
+					if v4 && needL4 {
+						k.add(4, 0x00001fff, 0, false) // first fragment: has the ports
+					}
+					if pr >= 0 {
+						if v4 {
+							k.add(8, 0x00ff0000, uint32(pr)<<16, false)
+						} else {
+							k.add(4, 0x0000ff00, uint32(pr)<<8, false)
+						}
+					}
+					if s.IsValid() {
+						k.prefix(pick(v4, v4Src, v6Src), s)
+					}
+					if d.IsValid() {
+						k.prefix(pick(v4, v4Dst, v6Dst), d)
+					}
+					if k.bad {
+						continue
+					}
+					note := describeAlt(v4, s, d, pr, ds)
+					switch {
+					case !needL4:
+						out = append(out, rootNode{keys: k.keys, mark: mark, note: note})
+					case v4:
+						n := rootNode{keys: k.keys, mark: mark, note: note}
+						for _, t := range l4 {
+							if !t.bad {
+								n.table = append(n.table, t.keys)
+							}
+						}
+						out = append(out, n)
+					default:
+						for _, t := range l4 {
+							kk := k.clone()
+							for _, key := range t.keys {
+								kk.add(key.Off, key.Mask, key.Val, false)
+							}
+							if !kk.bad {
+								out = append(out, rootNode{keys: kk.keys, mark: mark, note: note})
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+	return out
+}
+
+func pick(v4 bool, a, b int32) int32 {
+	if v4 {
+		return a
+	}
+	return b
+}
+
+func crossPorts(in []keyset, ranges []policy.PortRange, off int32, nexthdr, src bool) []keyset {
+	var out []keyset
+	for _, k := range in {
+		for _, r := range ranges {
+			for _, vm := range portMasks(r.Lo, r.Hi) {
+				kk := k.clone()
+				if src {
+					kk.add(off, uint32(vm.Mask)<<16, uint32(vm.Val)<<16, nexthdr)
+				} else {
+					kk.add(off, uint32(vm.Mask), uint32(vm.Val), nexthdr)
+				}
+				out = append(out, kk)
+			}
+		}
+	}
+	return out
+}
+
+func describeAlt(v4 bool, s, d netip.Prefix, proto, dscp int) string {
+	n := "ipv6"
+	if v4 {
+		n = "ipv4"
+	}
+	if s.IsValid() {
+		n += " src " + s.String()
+	}
+	if d.IsValid() {
+		n += " dst " + d.String()
+	}
+	if proto >= 0 {
+		n += fmt.Sprintf(" proto %d", proto)
+	}
+	if dscp >= 0 {
+		n += fmt.Sprintf(" dscp %d", dscp)
+	}
+	return n
+}

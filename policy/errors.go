@@ -1,0 +1,73 @@
+package policy
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+)
+
+// Pos is a position in the policy file (1-based; 0 means unknown).
+type Pos struct{ Line, Col int }
+
+// Error is one problem in a policy, located in its file.
+type Error struct {
+	File    string
+	Pos     Pos
+	Msg     string
+	Warning bool
+}
+
+func (e *Error) Error() string {
+	kind := ""
+	if e.Warning {
+		kind = "warning: "
+	}
+	if e.Pos.Line == 0 {
+		return fmt.Sprintf("%s: %s%s", e.File, kind, e.Msg)
+	}
+	return fmt.Sprintf("%s:%d:%d: %s%s", e.File, e.Pos.Line, e.Pos.Col, kind, e.Msg)
+}
+
+// Errors is every problem found, in file order.
+type Errors []*Error
+
+func (es Errors) Error() string {
+	lines := make([]string, len(es))
+	for i, e := range es {
+		lines[i] = e.Error()
+	}
+	return strings.Join(lines, "\n")
+}
+
+func (es Errors) sort() {
+	sort.SliceStable(es, func(i, j int) bool {
+		a, b := es[i].Pos, es[j].Pos
+		return a.Line < b.Line || a.Line == b.Line && a.Col < b.Col
+	})
+}
+
+// Diag collects errors and warnings while a policy is read.
+type Diag struct {
+	File     string
+	Errs     Errors
+	Warnings Errors
+}
+
+// Errorf records an error at pos.
+func (d *Diag) Errorf(pos Pos, format string, args ...any) {
+	d.Errs = append(d.Errs, &Error{File: d.File, Pos: pos, Msg: fmt.Sprintf(format, args...)})
+}
+
+// Warnf records a warning at pos.
+func (d *Diag) Warnf(pos Pos, format string, args ...any) {
+	d.Warnings = append(d.Warnings, &Error{File: d.File, Pos: pos, Msg: fmt.Sprintf(format, args...), Warning: true})
+}
+
+// Err returns the errors as one error, or nil.
+func (d *Diag) Err() error {
+	if len(d.Errs) == 0 {
+		return nil
+	}
+	d.Errs.sort()
+	return d.Errs
+}

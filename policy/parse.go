@@ -1,0 +1,592 @@
+package policy
+
+import (
+	"bytes"
+	"fmt"
+	"math"
+	"net/netip"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Load reads and validates a policy file. Warnings come back even when
+// the policy is valid.
+func Load(file string) (*Policy, Errors, error) {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return nil, nil, err
+	}
+	return Parse(file, b)
+}
+
+// Parse reads and validates a policy. On failure the error is an Errors
+// listing every problem found, each as FILE:LINE:COL: message.
+func Parse(file string, src []byte) (*Policy, Errors, error) {
+	d := &Diag{File: file}
+	p := &parser{d: d}
+	var doc yaml.Node
+	dec := yaml.NewDecoder(bytes.NewReader(src))
+	if err := dec.Decode(&doc); err != nil {
+		d.Errorf(yamlErrPos(err), "%s", yamlErrMsg(err))
+		return nil, d.Warnings, d.Err()
+	}
+	pol := &Policy{File: file}
+	if len(doc.Content) == 0 {
+		d.Errorf(Pos{1, 1}, "empty policy: expected \"interfaces:\"")
+		return nil, d.Warnings, d.Err()
+	}
+	p.policy(pol, doc.Content[0])
+	if len(d.Errs) == 0 {
+		validate(pol, d)
+	}
+	d.Warnings.sort()
+	if err := d.Err(); err != nil {
+		return nil, d.Warnings, err
+	}
+	return pol, d.Warnings, nil
+}
+
+type parser struct{ d *Diag }
+
+func pos(n *yaml.Node) Pos { return Pos{n.Line, n.Column} }
+
+func resolve(n *yaml.Node) *yaml.Node {
+	for n != nil && n.Kind == yaml.AliasNode {
+		n = n.Alias
+	}
+	return n
+}
+
+func yamlErrPos(err error) Pos {
+	// yaml.v3 reports "yaml: line N: ..." without a column.
+	var line int
+	if _, e := fmt.Sscanf(strings.TrimPrefix(err.Error(), "yaml: "), "line %d:", &line); e == nil {
+		return Pos{line, 1}
+	}
+	return Pos{1, 1}
+}
+
+func yamlErrMsg(err error) string {
+	m := strings.TrimPrefix(err.Error(), "yaml: ")
+	if i := strings.Index(m, ": "); strings.HasPrefix(m, "line ") && i > 0 {
+		m = m[i+2:]
+	}
+	return "invalid YAML: " + m
+}
+
+// fields walks a mapping, calling the handler for each known key and
+// reporting unknown and repeated keys.
+func (p *parser) fields(n *yaml.Node, what string, handlers map[string]func(v *yaml.Node)) bool {
+	n = resolve(n)
+	if n.Kind != yaml.MappingNode {
+		p.d.Errorf(pos(n), "%s: expected a mapping (key: value), found %s", what, describe(n))
+		return false
+	}
+	seen := map[string]Pos{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], resolve(n.Content[i+1])
+		if prev, dup := seen[k.Value]; dup {
+			p.d.Errorf(pos(k), "%s: key %q repeated (first at line %d)", what, k.Value, prev.Line)
+			continue
+		}
+		seen[k.Value] = pos(k)
+		h, ok := handlers[k.Value]
+		if !ok {
+			names := keys(handlers)
+			sort.Strings(names)
+			msg := fmt.Sprintf("%s: unknown key %q", what, k.Value)
+			if s := suggest(k.Value, names); s != "" {
+				msg += fmt.Sprintf(" (did you mean %q?)", s)
+			}
+			p.d.Errorf(pos(k), "%s; expected one of: %s", msg, strings.Join(names, ", "))
+			continue
+		}
+		h(v)
+	}
+	return true
+}
+
+func describe(n *yaml.Node) string {
+	switch n.Kind {
+	case yaml.SequenceNode:
+		return "a list"
+	case yaml.MappingNode:
+		return "a mapping"
+	case yaml.ScalarNode:
+		if n.Tag == "!!null" {
+			return "nothing"
+		}
+		return fmt.Sprintf("%q", n.Value)
+	}
+	return "something else"
+}
+
+func (p *parser) str(n *yaml.Node, what string) (string, bool) {
+	if n.Kind != yaml.ScalarNode || n.Tag == "!!null" {
+		p.d.Errorf(pos(n), "%s: expected a value, found %s", what, describe(n))
+		return "", false
+	}
+	return n.Value, true
+}
+
+func (p *parser) intIn(n *yaml.Node, what string, lo, hi int) (int, bool) {
+	s, ok := p.str(n, what)
+	if !ok {
+		return 0, false
+	}
+	v, err := strconv.ParseInt(s, 0, 64)
+	if err != nil || v < int64(lo) || v > int64(hi) {
+		p.d.Errorf(pos(n), "%s: expected a whole number from %d to %d, found %q", what, lo, hi, s)
+		return 0, false
+	}
+	return int(v), true
+}
+
+// list accepts a sequence or a single value.
+func (p *parser) list(n *yaml.Node) []*yaml.Node {
+	n = resolve(n)
+	if n.Kind == yaml.SequenceNode {
+		out := make([]*yaml.Node, len(n.Content))
+		for i, c := range n.Content {
+			out[i] = resolve(c)
+		}
+		return out
+	}
+	return []*yaml.Node{n}
+}
+
+func (p *parser) rate(n *yaml.Node, what string) *Rate {
+	s, ok := p.str(n, what)
+	if !ok {
+		return nil
+	}
+	r, warn, err := ParseRate(s)
+	if err != nil {
+		p.d.Errorf(pos(n), "%s: %v", what, err)
+		return nil
+	}
+	if warn != "" {
+		p.d.Warnf(pos(n), "%s: %s", what, warn)
+	}
+	r.Pos = pos(n)
+	return &r
+}
+
+func (p *parser) size(n *yaml.Node, what string) *Size {
+	s, ok := p.str(n, what)
+	if !ok {
+		return nil
+	}
+	b, err := ParseSize(s)
+	if err != nil {
+		p.d.Errorf(pos(n), "%s: %v", what, err)
+		return nil
+	}
+	return &Size{Bytes: b, Pos: pos(n)}
+}
+
+func (p *parser) limit(n *yaml.Node, what string) *Limit {
+	s, ok := p.str(n, what)
+	if !ok {
+		return nil
+	}
+	if v, err := strconv.ParseUint(s, 10, 32); err == nil {
+		if v == 0 {
+			p.d.Errorf(pos(n), "%s: must be at least 1 packet", what)
+			return nil
+		}
+		return &Limit{Packets: uint32(v), Pos: pos(n)}
+	}
+	b, err := ParseSize(s)
+	if err != nil {
+		p.d.Errorf(pos(n), "%s: want a number of packets (1000) or a size in bytes (64kb): %v", what, err)
+		return nil
+	}
+	return &Limit{Bytes: uint32(b), Pos: pos(n)}
+}
+
+func (p *parser) policy(pol *Policy, n *yaml.Node) {
+	p.fields(n, "policy", map[string]func(*yaml.Node){
+		"interfaces": func(v *yaml.Node) {
+			if v.Kind != yaml.SequenceNode {
+				p.d.Errorf(pos(v), "interfaces: expected a list of interfaces, found %s", describe(v))
+				return
+			}
+			for _, in := range v.Content {
+				if i := p.iface(resolve(in)); i != nil {
+					pol.Interfaces = append(pol.Interfaces, i)
+				}
+			}
+		},
+	})
+	if len(pol.Interfaces) == 0 && len(p.d.Errs) == 0 {
+		p.d.Errorf(pos(n), "policy: no interfaces; expected \"interfaces:\" with at least one entry")
+	}
+}
+
+func (p *parser) iface(n *yaml.Node) *Interface {
+	i := &Interface{Pos: pos(n)}
+	p.fields(n, "interface", map[string]func(*yaml.Node){
+		"name": func(v *yaml.Node) {
+			i.Name, _ = p.str(v, "interface name")
+			i.NamePos = pos(v)
+		},
+		"egress":  func(v *yaml.Node) { i.Egress = p.tree(v, Egress) },
+		"ingress": func(v *yaml.Node) { i.Ingress = p.tree(v, Ingress) },
+	})
+	return i
+}
+
+func (p *parser) tree(n *yaml.Node, dir string) *Tree {
+	t := &Tree{Pos: pos(n), Dir: dir, Classifier: "u32"}
+	h := map[string]func(*yaml.Node){
+		"rate": func(v *yaml.Node) { t.Rate = p.rate(v, dir+" rate") },
+		"default": func(v *yaml.Node) {
+			t.Default, _ = p.str(v, dir+" default")
+			t.DefaultPos = pos(v)
+		},
+		"leaf": func(v *yaml.Node) {
+			t.Leaf, _ = p.str(v, dir+" leaf")
+			t.LeafPos = pos(v)
+		},
+		"classes": func(v *yaml.Node) { t.Classes = p.classes(v, dir+" classes") },
+		"classifier": func(v *yaml.Node) {
+			s, _ := p.str(v, "classifier")
+			if s != "u32" {
+				p.d.Errorf(pos(v), "classifier: %q is not available; this version of sluice classifies with u32", s)
+			}
+		},
+	}
+	if dir == Ingress {
+		h["ifb"] = func(v *yaml.Node) {
+			t.Ifb, _ = p.str(v, "ifb")
+			t.IfbPos = pos(v)
+		}
+	}
+	p.fields(n, dir, h)
+	return t
+}
+
+func (p *parser) classes(n *yaml.Node, what string) []*Class {
+	if n.Kind != yaml.SequenceNode {
+		p.d.Errorf(pos(n), "%s: expected a list of classes, found %s", what, describe(n))
+		return nil
+	}
+	var out []*Class
+	for _, cn := range n.Content {
+		out = append(out, p.class(resolve(cn)))
+	}
+	return out
+}
+
+func (p *parser) class(n *yaml.Node) *Class {
+	c := &Class{Pos: pos(n)}
+	label := func() string {
+		if c.Name != "" {
+			return "class " + c.Name
+		}
+		return "class"
+	}
+	// Read the name first so that messages about other keys can use it.
+	if n.Kind == yaml.MappingNode {
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			if n.Content[i].Value == "name" {
+				c.Name, _ = p.str(resolve(n.Content[i+1]), "class name")
+				c.NamePos = pos(n.Content[i+1])
+			}
+		}
+	}
+	p.fields(n, label(), map[string]func(*yaml.Node){
+		"name":    func(*yaml.Node) {},
+		"rate":    func(v *yaml.Node) { c.Rate = p.rate(v, label()+": rate") },
+		"ceil":    func(v *yaml.Node) { c.Ceil = p.rate(v, label()+": ceil") },
+		"prio":    func(v *yaml.Node) { c.Prio, _ = p.intIn(v, label()+": prio", 0, 7); c.PrioPos = pos(v) },
+		"burst":   func(v *yaml.Node) { c.Burst = p.size(v, label()+": burst") },
+		"cburst":  func(v *yaml.Node) { c.Cburst = p.size(v, label()+": cburst") },
+		"quantum": func(v *yaml.Node) { c.Quantum = p.size(v, label()+": quantum") },
+		"leaf":    func(v *yaml.Node) { c.Leaf, _ = p.str(v, label()+": leaf"); c.LeafPos = pos(v) },
+		"limit":   func(v *yaml.Node) { c.Limit = p.limit(v, label()+": limit") },
+		"match": func(v *yaml.Node) {
+			for _, m := range p.list(v) {
+				if e := p.match(m, label()); e != nil {
+					c.Match = append(c.Match, e)
+				}
+			}
+		},
+		"classes":  func(v *yaml.Node) { c.Classes = p.classes(v, label()+": classes") },
+		"per_host": func(v *yaml.Node) { c.PerHost = p.perHost(v, label()) },
+		"default":  func(v *yaml.Node) { c.Default, _ = p.str(v, label()+": default"); c.DefaultPos = pos(v) },
+	})
+	return c
+}
+
+func (p *parser) perHost(n *yaml.Node, label string) *PerHost {
+	ph := &PerHost{Pos: pos(n), By: "dst"}
+	what := label + ": per_host"
+	p.fields(n, what, map[string]func(*yaml.Node){
+		"by": func(v *yaml.Node) {
+			s, _ := p.str(v, what+".by")
+			if s != "src" && s != "dst" {
+				p.d.Errorf(pos(v), "%s.by: expected src or dst, found %q", what, s)
+			}
+			ph.By = s
+		},
+		"cidr": func(v *yaml.Node) {
+			s, ok := p.str(v, what+".cidr")
+			if !ok {
+				return
+			}
+			pf, err := parsePrefix(s)
+			if err != nil {
+				p.d.Errorf(pos(v), "%s.cidr: %v", what, err)
+				return
+			}
+			ph.CIDR, ph.CIDRPos = pf, pos(v)
+		},
+		"prefix": func(v *yaml.Node) {
+			ph.Prefix, _ = p.intIn(v, what+".prefix", 1, 128)
+			ph.PrefixPos = pos(v)
+		},
+		"rate": func(v *yaml.Node) { ph.Rate = p.rate(v, what+".rate") },
+		"ceil": func(v *yaml.Node) { ph.Ceil = p.rate(v, what+".ceil") },
+		"prio": func(v *yaml.Node) {
+			if x, ok := p.intIn(v, what+".prio", 0, 7); ok {
+				ph.Prio = &x
+			}
+		},
+		"leaf":  func(v *yaml.Node) { ph.Leaf, _ = p.str(v, what+".leaf"); ph.LeafPos = pos(v) },
+		"limit": func(v *yaml.Node) { ph.Limit = p.limit(v, what+".limit") },
+	})
+	if !ph.CIDR.IsValid() {
+		if len(p.d.Errs) == 0 {
+			p.d.Errorf(ph.Pos, "%s: cidr is required", what)
+		}
+		return nil
+	}
+	return ph
+}
+
+// Names accepted in match fields.
+var (
+	protoNames = map[string]uint8{
+		"icmp": 1, "igmp": 2, "ipip": 4, "tcp": 6, "udp": 17, "ipv6": 41, "gre": 47,
+		"esp": 50, "ah": 51, "icmpv6": 58, "ospf": 89, "sctp": 132, "udplite": 136,
+	}
+	dscpNames = map[string]uint8{
+		"cs0": 0, "df": 0, "be": 0, "le": 1, "cs1": 8, "cs2": 16, "cs3": 24, "cs4": 32, "cs5": 40, "cs6": 48, "cs7": 56,
+		"af11": 10, "af12": 12, "af13": 14, "af21": 18, "af22": 20, "af23": 22,
+		"af31": 26, "af32": 28, "af33": 30, "af41": 34, "af42": 36, "af43": 38,
+		"va": 44, "ef": 46,
+	}
+	// RFC 1349 type-of-service values, compared under mask 0x1e.
+	tosNames = map[string]uint8{
+		"minimize-delay": 0x10, "minimum-delay": 0x10, "lowdelay": 0x10,
+		"maximize-throughput": 0x08, "throughput": 0x08,
+		"maximize-reliability": 0x04, "reliability": 0x04,
+		"minimize-cost": 0x02, "mincost": 0x02, "normal-service": 0, "normal": 0,
+	}
+)
+
+func parsePrefix(s string) (netip.Prefix, error) {
+	if strings.Contains(s, "/") {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			return p, fmt.Errorf("bad CIDR %q: want an address/length like 192.168.1.0/24 or 2001:db8::/32", s)
+		}
+		if p.Masked() != p {
+			return p, fmt.Errorf("bad CIDR %q: host bits are set; did you mean %s?", s, p.Masked())
+		}
+		return p, nil
+	}
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		return netip.Prefix{}, fmt.Errorf("bad address %q: want an IPv4 or IPv6 address or CIDR", s)
+	}
+	if a.Zone() != "" {
+		return netip.Prefix{}, fmt.Errorf("bad address %q: zones are not supported", s)
+	}
+	return netip.PrefixFrom(a, a.BitLen()), nil
+}
+
+func parsePorts(s string) ([]PortRange, error) {
+	lo, hi, isRange := strings.Cut(s, "-")
+	a, err := strconv.ParseUint(strings.TrimSpace(lo), 10, 32)
+	if err != nil {
+		return nil, fmt.Errorf("bad port %q: want a number, a range like 1000-2000, or a list", s)
+	}
+	b := a
+	if isRange {
+		if b, err = strconv.ParseUint(strings.TrimSpace(hi), 10, 32); err != nil {
+			return nil, fmt.Errorf("bad port range %q: want LOW-HIGH", s)
+		}
+	}
+	if a > 65535 || b > 65535 {
+		return nil, fmt.Errorf("port %q out of range: ports are 0 to 65535", s)
+	}
+	if b < a {
+		return nil, fmt.Errorf("bad port range %q: %d is above %d", s, a, b)
+	}
+	return []PortRange{{uint16(a), uint16(b)}}, nil
+}
+
+func parseMasked(s string, bits int) (val, mask uint64, err error) {
+	v, m, hasMask := strings.Cut(s, "/")
+	max := uint64(1)<<bits - 1
+	if val, err = strconv.ParseUint(strings.TrimSpace(v), 0, bits); err != nil {
+		return 0, 0, fmt.Errorf("bad value %q: want a number up to %#x, optionally /MASK", s, max)
+	}
+	mask = max
+	if hasMask {
+		if mask, err = strconv.ParseUint(strings.TrimSpace(m), 0, bits); err != nil {
+			return 0, 0, fmt.Errorf("bad mask in %q", s)
+		}
+	}
+	return val, mask, nil
+}
+
+func (p *parser) match(n *yaml.Node, label string) *Match {
+	m := &Match{Pos: pos(n), Fields: map[string]Pos{}}
+	what := label + ": match"
+	prefixes := func(dst *[]netip.Prefix, field string) func(*yaml.Node) {
+		return func(v *yaml.Node) {
+			m.Fields[field] = pos(v)
+			for _, e := range p.list(v) {
+				s, ok := p.str(e, what+"."+field)
+				if !ok {
+					continue
+				}
+				pf, err := parsePrefix(s)
+				if err != nil {
+					p.d.Errorf(pos(e), "%s.%s: %v", what, field, err)
+					continue
+				}
+				*dst = append(*dst, pf)
+			}
+		}
+	}
+	ports := func(dst *[]PortRange, field string) func(*yaml.Node) {
+		return func(v *yaml.Node) {
+			m.Fields[field] = pos(v)
+			for _, e := range p.list(v) {
+				s, ok := p.str(e, what+"."+field)
+				if !ok {
+					continue
+				}
+				r, err := parsePorts(s)
+				if err != nil {
+					p.d.Errorf(pos(e), "%s.%s: %v", what, field, err)
+					continue
+				}
+				*dst = append(*dst, r...)
+			}
+		}
+	}
+	p.fields(n, what, map[string]func(*yaml.Node){
+		"src":     prefixes(&m.Src, "src"),
+		"dst":     prefixes(&m.Dst, "dst"),
+		"not_src": prefixes(&m.NotSrc, "not_src"),
+		"not_dst": prefixes(&m.NotDst, "not_dst"),
+		"sport":   ports(&m.Sport, "sport"),
+		"dport":   ports(&m.Dport, "dport"),
+		"proto": func(v *yaml.Node) {
+			m.Fields["proto"] = pos(v)
+			for _, e := range p.list(v) {
+				s, ok := p.str(e, what+".proto")
+				if !ok {
+					continue
+				}
+				if x, ok := protoNames[strings.ToLower(s)]; ok {
+					m.Proto = append(m.Proto, x)
+				} else if x, err := strconv.ParseUint(s, 10, 8); err == nil {
+					m.Proto = append(m.Proto, uint8(x))
+				} else {
+					names := keys(protoNames)
+					sort.Strings(names)
+					hint := ""
+					if sg := suggest(strings.ToLower(s), names); sg != "" {
+						hint = fmt.Sprintf(" (did you mean %s?)", sg)
+					}
+					p.d.Errorf(pos(e), "%s.proto: unknown protocol %q%s; use %s or a number 0-255", what, s, hint, strings.Join(names, ", "))
+				}
+			}
+		},
+		"dscp": func(v *yaml.Node) {
+			m.Fields["dscp"] = pos(v)
+			for _, e := range p.list(v) {
+				s, ok := p.str(e, what+".dscp")
+				if !ok {
+					continue
+				}
+				if x, ok := dscpNames[strings.ToLower(s)]; ok {
+					m.DSCP = append(m.DSCP, x)
+				} else if x, err := strconv.ParseUint(s, 0, 8); err == nil && x < 64 {
+					m.DSCP = append(m.DSCP, uint8(x))
+				} else {
+					hint := ""
+					if sg := suggest(strings.ToLower(s), keys(dscpNames)); sg != "" {
+						hint = fmt.Sprintf(" (did you mean %s?)", strings.ToUpper(sg))
+					}
+					p.d.Errorf(pos(e), "%s.dscp: unknown DSCP %q%s; use a name (EF, AF41, CS1, ...) or a number 0-63", what, s, hint)
+				}
+			}
+		},
+		"tos": func(v *yaml.Node) {
+			m.Fields["tos"] = pos(v)
+			s, ok := p.str(v, what+".tos")
+			if !ok {
+				return
+			}
+			if x, ok := tosNames[strings.ToLower(s)]; ok {
+				m.TOS = &Masked8{Val: x, Mask: 0x1e}
+				return
+			}
+			val, mask, err := parseMasked(s, 8)
+			if err != nil {
+				p.d.Errorf(pos(v), "%s.tos: %v; or a name like minimize-delay", what, err)
+				return
+			}
+			if !strings.Contains(s, "/") {
+				mask = 0xfc // the whole TOS byte but the ECN bits
+			}
+			m.TOS = &Masked8{Val: uint8(val), Mask: uint8(mask)}
+		},
+		"tcp_ack": func(v *yaml.Node) {
+			m.Fields["tcp_ack"] = pos(v)
+			s, ok := p.str(v, what+".tcp_ack")
+			if !ok {
+				return
+			}
+			switch s {
+			case "true":
+				m.TCPAck = true
+			case "false":
+			default:
+				p.d.Errorf(pos(v), "%s.tcp_ack: expected true or false, found %q", what, s)
+			}
+		},
+		"mark": func(v *yaml.Node) {
+			m.Fields["mark"] = pos(v)
+			s, ok := p.str(v, what+".mark")
+			if !ok {
+				return
+			}
+			val, mask, err := parseMasked(s, 32)
+			if err != nil {
+				p.d.Errorf(pos(v), "%s.mark: %v", what, err)
+				return
+			}
+			m.Mark = &Masked32{Val: uint32(val), Mask: uint32(mask)}
+		},
+	})
+	if len(m.Fields) == 0 && resolve(n).Kind == yaml.MappingNode {
+		p.d.Errorf(pos(n), "%s: empty entry matches everything; remove it or make the class the default", what)
+		return nil
+	}
+	return m
+}
+
+var _ = math.MaxInt

@@ -1,0 +1,198 @@
+// Package policy reads and checks sluice's declarative policy files:
+// which interfaces to shape, in which direction, with which class tree
+// and which rules sorting packets into classes.
+//
+// Parse returns a Policy whose every field remembers where it was
+// written, so that each problem can be reported as FILE:LINE:COL. A
+// Policy that Parse returns without error has been fully validated:
+// names resolve, rates add up, rates in percent are resolved to bytes
+// per second (RateBps, CeilBps) and ranges are in bounds.
+package policy
+
+import "net/netip"
+
+// Policy is a whole policy file.
+type Policy struct {
+	File       string
+	Interfaces []*Interface
+}
+
+// Interface shapes one network device.
+type Interface struct {
+	Pos     Pos
+	Name    string
+	NamePos Pos
+	Egress  *Tree // traffic leaving the device
+	Ingress *Tree // traffic arriving, queued on an ifb device
+}
+
+// Direction names.
+const (
+	Egress  = "egress"
+	Ingress = "ingress"
+)
+
+// Tree is one direction's class tree: an HTB root limited to Rate.
+type Tree struct {
+	Pos        Pos
+	Dir        string
+	Rate       *Rate
+	Default    string
+	DefaultPos Pos
+	// Leaf is the default leaf qdisc for every class (auto if empty).
+	Leaf    string
+	LeafPos Pos
+	Classes []*Class
+	// Ifb names the ifb device for ingress (default: derived from the
+	// interface name).
+	Ifb    string
+	IfbPos Pos
+	// Classifier is "u32" (the only one so far).
+	Classifier string
+
+	// RateBps is Rate resolved.
+	RateBps uint64
+}
+
+// Class is a node of the tree. It is a leaf unless it has Classes or
+// PerHost children.
+type Class struct {
+	Pos     Pos
+	Name    string
+	NamePos Pos
+	Rate    *Rate
+	Ceil    *Rate
+	Prio    int
+	PrioPos Pos
+	Burst   *Size
+	Cburst  *Size
+	Quantum *Size
+	Leaf    string
+	LeafPos Pos
+	Limit   *Limit
+	Match   []*Match
+	Classes []*Class
+	PerHost *PerHost
+	// Default, on a class with children and match rules, names the child
+	// that takes the class's traffic no child rule matches.
+	Default    string
+	DefaultPos Pos
+
+	// Resolved by validation.
+	Parent           *Class
+	RateBps, CeilBps uint64
+}
+
+// IsLeaf reports whether the class holds packets itself.
+func (c *Class) IsLeaf() bool { return len(c.Classes) == 0 && c.PerHost == nil }
+
+// Size is a byte count with its position.
+type Size struct {
+	Bytes uint64
+	Pos   Pos
+}
+
+// Limit is a leaf queue's limit in packets or in bytes.
+type Limit struct {
+	Packets uint32
+	Bytes   uint32
+	Pos     Pos
+}
+
+// PerHost gives every address (or prefix) of CIDR its own child class.
+type PerHost struct {
+	Pos     Pos
+	By      string // "src" or "dst"
+	CIDR    netip.Prefix
+	CIDRPos Pos
+	// Prefix is the length that names one host: 32 (IPv4) or 128 (IPv6)
+	// by default; 64 gives one class per IPv6 /64.
+	Prefix    int
+	PrefixPos Pos
+	Rate      *Rate
+	Ceil      *Rate
+	Prio      *int
+	Leaf      string
+	LeafPos   Pos
+	Limit     *Limit
+
+	// Resolved by validation.
+	RateBps, CeilBps uint64
+}
+
+// Hosts lists the host prefixes PerHost covers, in address order. For
+// IPv4 hosts (/32) in a prefix of /30 or shorter the network and
+// broadcast addresses are left out.
+func (ph *PerHost) Hosts() []netip.Prefix {
+	n := ph.HostCount()
+	out := make([]netip.Prefix, 0, n)
+	a := ph.CIDR.Masked().Addr()
+	step := ph.Prefix
+	skipEnds := a.Is4() && step == 32 && ph.CIDR.Bits() <= 30
+	total := 1 << (step - ph.CIDR.Bits())
+	for i := 0; i < total; i++ {
+		if !(skipEnds && (i == 0 || i == total-1)) {
+			out = append(out, netip.PrefixFrom(a, step))
+		}
+		a = addAtBit(a, step)
+	}
+	return out
+}
+
+// HostCount is len(Hosts()).
+func (ph *PerHost) HostCount() int {
+	bits := ph.Prefix - ph.CIDR.Bits()
+	if bits > 20 {
+		return 1 << 20 // larger than anything allowed; avoids overflow
+	}
+	n := 1 << bits
+	if ph.CIDR.Addr().Is4() && ph.Prefix == 32 && ph.CIDR.Bits() <= 30 {
+		n -= 2
+	}
+	return n
+}
+
+// addAtBit adds 1 at bit position (prefix length) bit of a.
+func addAtBit(a netip.Addr, bit int) netip.Addr {
+	b := a.AsSlice()
+	i := (bit - 1) / 8
+	inc := byte(1) << (7 - uint((bit-1)%8))
+	for ; i >= 0; i-- {
+		old := b[i]
+		b[i] += inc
+		if b[i] > old {
+			break
+		}
+		inc = 1
+	}
+	r, _ := netip.AddrFromSlice(b)
+	return r
+}
+
+// PortRange is an inclusive range of ports.
+type PortRange struct{ Lo, Hi uint16 }
+
+// Masked8 is a byte value compared under a mask.
+type Masked8 struct{ Val, Mask uint8 }
+
+// Masked32 is a 32-bit value compared under a mask.
+type Masked32 struct{ Val, Mask uint32 }
+
+// Match is one entry of a class's match list: every field given must
+// match. Lists inside a field are alternatives.
+type Match struct {
+	Pos    Pos
+	Src    []netip.Prefix
+	Dst    []netip.Prefix
+	NotSrc []netip.Prefix
+	NotDst []netip.Prefix
+	Sport  []PortRange
+	Dport  []PortRange
+	Proto  []uint8
+	DSCP   []uint8
+	TOS    *Masked8
+	TCPAck bool
+	Mark   *Masked32
+	// Fields records where each field was written.
+	Fields map[string]Pos
+}

@@ -1,0 +1,396 @@
+package policy
+
+import (
+	"fmt"
+	"net/netip"
+	"regexp"
+	"strings"
+)
+
+// LeafKinds are the leaf qdiscs a class may ask for.
+var LeafKinds = []string{"auto", "fq_codel", "sfq", "fq", "cake", "pfifo", "bfifo"}
+
+// MaxClasses is how many classes fit one HTB tree: class minors 2..0x7fff,
+// because each leaf qdisc takes its class's minor as its own major, and
+// majors from 0x8000 up belong to the kernel's automatic handles.
+const MaxClasses = 0x7fff - 1
+
+// MaxDepth is HTB's limit on levels of classes (TC_HTB_MAXDEPTH), the
+// root class included.
+const MaxDepth = 8
+
+var (
+	classNameRE = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$`)
+	ifNameRE    = regexp.MustCompile(`^[^/\s:]{1,15}$`)
+)
+
+// portProtos carry ports at the start of their header.
+var portProtos = map[uint8]bool{6: true, 17: true, 33: true, 132: true, 136: true}
+
+func validate(p *Policy, d *Diag) {
+	names := map[string]Pos{}
+	for _, in := range p.Interfaces {
+		switch {
+		case in.Name == "":
+			d.Errorf(in.Pos, "interface: name is required")
+			continue
+		case !ifNameRE.MatchString(in.Name):
+			d.Errorf(in.NamePos, "interface name %q: must be 1 to 15 characters without '/', ':' or spaces", in.Name)
+		}
+		if prev, dup := names[in.Name]; dup {
+			d.Errorf(in.NamePos, "interface %q appears twice (first at line %d)", in.Name, prev.Line)
+		}
+		names[in.Name] = in.NamePos
+		if in.Egress == nil && in.Ingress == nil {
+			d.Errorf(in.Pos, "interface %s: nothing to do; give it egress:, ingress: or both", in.Name)
+		}
+		for _, t := range []*Tree{in.Egress, in.Ingress} {
+			if t != nil {
+				validateTree(in, t, d)
+			}
+		}
+		if t := in.Ingress; t != nil && t.Ifb != "" {
+			if !ifNameRE.MatchString(t.Ifb) {
+				d.Errorf(t.IfbPos, "ifb name %q: must be 1 to 15 characters without '/', ':' or spaces", t.Ifb)
+			}
+		}
+	}
+	for _, in := range p.Interfaces {
+		if in.Ingress != nil {
+			ifb := IfbName(in)
+			if prev, clash := names[ifb]; clash {
+				d.Errorf(in.Ingress.Pos, "interface %s: its ifb device %s is also shaped as an interface (line %d); set ingress.ifb to another name", in.Name, ifb, prev.Line)
+			}
+		}
+	}
+}
+
+// IfbName is the ifb device that carries an interface's ingress tree:
+// ingress.ifb if set, else "ifb-" + name, shortened to fit IFNAMSIZ.
+func IfbName(in *Interface) string {
+	if in.Ingress != nil && in.Ingress.Ifb != "" {
+		return in.Ingress.Ifb
+	}
+	n := "ifb-" + in.Name
+	if len(n) <= 15 {
+		return n
+	}
+	var h uint32 = 2166136261
+	for i := 0; i < len(in.Name); i++ {
+		h = (h ^ uint32(in.Name[i])) * 16777619
+	}
+	return fmt.Sprintf("ifb-%s%04x", in.Name[:7], h&0xffff)
+}
+
+func validLeaf(kind string) bool {
+	for _, k := range LeafKinds {
+		if k == kind {
+			return true
+		}
+	}
+	return false
+}
+
+func checkLeaf(d *Diag, kind string, at Pos, what string) {
+	if kind != "" && !validLeaf(kind) {
+		hint := ""
+		if s := suggest(kind, LeafKinds); s != "" {
+			hint = fmt.Sprintf(" (did you mean %s?)", s)
+		}
+		d.Errorf(at, "%s: unknown leaf %q%s; expected one of %s", what, kind, hint, strings.Join(LeafKinds, ", "))
+	}
+}
+
+func validateTree(in *Interface, t *Tree, d *Diag) {
+	where := in.Name + " " + t.Dir
+	if t.Rate == nil {
+		d.Errorf(t.Pos, "%s: rate is required (the whole link, like 19mbit)", where)
+		return
+	}
+	if t.Rate.Percent > 0 {
+		d.Errorf(t.Rate.Pos, "%s: rate must be absolute (like 19mbit); percentages are for classes", where)
+		return
+	}
+	t.RateBps = t.Rate.Bps
+	checkLeaf(d, t.Leaf, t.LeafPos, where)
+	if len(t.Classes) == 0 {
+		// A bare rate limit: one class takes everything.
+		t.Classes = []*Class{{Pos: t.Pos, Name: "default", Rate: &Rate{Percent: 100, Text: "100%", Pos: t.Rate.Pos}}}
+		if t.Default == "" {
+			t.Default = "default"
+		}
+	}
+	byName := map[string]*Class{}
+	count := 0
+	var walk func(cs []*Class, parent *Class, parentRate, parentCeil uint64, depth int)
+	walk = func(cs []*Class, parent *Class, parentRate, parentCeil uint64, depth int) {
+		var sum uint64
+		for _, c := range cs {
+			c.Parent = parent
+			count++
+			if !validateClass(where, c, parentRate, parentCeil, byName, d) {
+				continue
+			}
+			sum += c.RateBps
+			level := depth + 1
+			if c.PerHost != nil {
+				level++
+			}
+			if level+1 > MaxDepth { // +1: the root class
+				d.Errorf(c.Pos, "%s: class %s is nested too deep; HTB allows %d levels including the root", where, c.Name, MaxDepth)
+			}
+			if c.PerHost != nil {
+				count += c.PerHost.HostCount()
+			}
+			walk(c.Classes, c, c.RateBps, c.CeilBps, depth+1)
+		}
+		if sum > parentRate && len(cs) > 0 {
+			owner, at := "the "+t.Dir+" rate", t.Rate.Pos
+			if parent != nil {
+				owner, at = "the rate of class "+parent.Name, parent.Rate.Pos
+			}
+			d.Errorf(at, "%s: children's rates add up to %s, above %s (%s): %s", where,
+				FormatBits(sum), owner, FormatBits(parentRate), rateList(cs))
+		}
+	}
+	walk(t.Classes, nil, t.RateBps, t.RateBps, 0)
+	if count > MaxClasses {
+		d.Errorf(t.Pos, "%s: %d classes do not fit HTB's class id space (at most %d per tree)", where, count, MaxClasses)
+	}
+	switch def := byName[t.Default]; {
+	case t.Default == "":
+		d.Errorf(t.Pos, "%s: default is required: the class for traffic no rule matches", where)
+	case def == nil:
+		d.Errorf(t.DefaultPos, "%s: default class %q does not exist%s", where, t.Default, suggestClass(t.Default, byName))
+	case !def.IsLeaf():
+		d.Errorf(t.DefaultPos, "%s: default class %q has children; the default must be a leaf class", where, t.Default)
+	}
+}
+
+func rateList(cs []*Class) string {
+	var parts []string
+	for _, c := range cs {
+		parts = append(parts, fmt.Sprintf("%s %s", c.Name, FormatBits(c.RateBps)))
+	}
+	return strings.Join(parts, ", ")
+}
+
+func suggestClass(name string, byName map[string]*Class) string {
+	if s := suggest(name, keys(byName)); s != "" {
+		return fmt.Sprintf(" (did you mean %q?)", s)
+	}
+	return ""
+}
+
+func validateClass(where string, c *Class, parentRate, parentCeil uint64, byName map[string]*Class, d *Diag) bool {
+	switch {
+	case c.Name == "":
+		d.Errorf(c.Pos, "%s: class without a name", where)
+		return false
+	case !classNameRE.MatchString(c.Name):
+		d.Errorf(c.NamePos, "%s: class name %q: use letters, digits, '_', '.', '-' (up to 64)", where, c.Name)
+	}
+	if prev, dup := byName[c.Name]; dup {
+		d.Errorf(c.NamePos, "%s: duplicate class name %q (first at line %d)", where, c.Name, prev.Pos.Line)
+		return false
+	}
+	byName[c.Name] = c
+	what := where + ": class " + c.Name
+	if c.Rate == nil {
+		d.Errorf(c.Pos, "%s: rate is required", what)
+		return false
+	}
+	c.RateBps = c.Rate.Resolve(parentRate)
+	c.CeilBps = parentCeil
+	if c.Ceil != nil {
+		c.CeilBps = c.Ceil.Resolve(parentCeil)
+	}
+	if c.RateBps == 0 {
+		d.Errorf(c.Rate.Pos, "%s: rate %s comes to less than 1 byte/s", what, c.Rate.Text)
+		return false
+	}
+	if c.CeilBps < c.RateBps {
+		at := c.Rate.Pos
+		if c.Ceil != nil {
+			at = c.Ceil.Pos
+		}
+		d.Errorf(at, "%s: ceil %s is below rate %s; ceil is the most a class may use, so it cannot be less than its rate",
+			what, FormatBits(c.CeilBps), FormatBits(c.RateBps))
+	}
+	if c.Ceil != nil && c.CeilBps > parentCeil {
+		d.Warnf(c.Ceil.Pos, "%s: ceil %s is above its parent's %s and cannot be reached", what, FormatBits(c.CeilBps), FormatBits(parentCeil))
+	}
+	checkLeaf(d, c.Leaf, c.LeafPos, what)
+	checkLimit(d, c.Leaf, c.Limit, what)
+	if !c.IsLeaf() {
+		if c.Leaf != "" {
+			d.Errorf(c.LeafPos, "%s: leaf is for classes without children", what)
+		}
+		if c.Limit != nil {
+			d.Errorf(c.Limit.Pos, "%s: limit is for classes without children", what)
+		}
+	}
+	if c.PerHost != nil && len(c.Classes) > 0 {
+		d.Errorf(c.PerHost.Pos, "%s: a class has either classes or per_host, not both", what)
+	}
+	if c.Default != "" {
+		var found *Class
+		for _, ch := range c.Classes {
+			if ch.Name == c.Default {
+				found = ch
+			}
+		}
+		switch {
+		case len(c.Classes) == 0:
+			d.Errorf(c.DefaultPos, "%s: default names a child, but the class has no classes", what)
+		case len(c.Match) == 0:
+			d.Errorf(c.DefaultPos, "%s: default needs match rules on the class: without them its children's rules join its parent's and the parent's default applies", what)
+		case found == nil:
+			d.Errorf(c.DefaultPos, "%s: default %q is not a child of this class", what, c.Default)
+		case !found.IsLeaf():
+			d.Errorf(c.DefaultPos, "%s: default %q has children; it must be a leaf", what, c.Default)
+		}
+	}
+	for _, m := range c.Match {
+		validateMatch(what, m, d)
+	}
+	if ph := c.PerHost; ph != nil {
+		validatePerHost(what, c, ph, d)
+	}
+	return true
+}
+
+func checkLimit(d *Diag, leaf string, l *Limit, what string) {
+	if l == nil {
+		return
+	}
+	switch {
+	case leaf == "bfifo" && l.Packets > 0:
+		d.Errorf(l.Pos, "%s: bfifo counts bytes; write the limit as a size, like %dkb", what, l.Packets*3/2)
+	case l.Bytes > 0 && leaf != "bfifo" && leaf != "auto" && leaf != "":
+		d.Errorf(l.Pos, "%s: %s counts packets; write the limit as a number of packets", what, leaf)
+	case leaf == "cake":
+		d.Errorf(l.Pos, "%s: cake sizes its own queue; remove limit", what)
+	}
+}
+
+func validatePerHost(what string, c *Class, ph *PerHost, d *Diag) {
+	what += ": per_host"
+	bits := ph.CIDR.Addr().BitLen()
+	if ph.Prefix == 0 {
+		ph.Prefix = bits
+	}
+	if ph.Prefix > bits || ph.Prefix < ph.CIDR.Bits() {
+		d.Errorf(ph.PrefixPos, "%s: prefix /%d must be between the cidr's /%d and /%d", what, ph.Prefix, ph.CIDR.Bits(), bits)
+		return
+	}
+	hostBits := ph.Prefix - ph.CIDR.Bits()
+	if hostBits > 16 || ph.HostCount() > MaxClasses {
+		d.Errorf(ph.CIDRPos, "%s: %s with one class per /%d needs %d classes; HTB's class id space holds at most %d per tree (use a longer prefix)",
+			what, ph.CIDR, ph.Prefix, 1<<min(hostBits, 30), MaxClasses)
+		return
+	}
+	// u32 hashes at most 8 bits per table and reads 32-bit words: each
+	// 8-bit group of host bits must sit inside one word.
+	for hi := ph.Prefix; hi > ph.CIDR.Bits(); hi -= 8 {
+		lo := max(hi-8, ph.CIDR.Bits())
+		if lo/32 != (hi-1)/32 {
+			d.Errorf(ph.PrefixPos, "%s: host bits %d-%d cross a 32-bit boundary, which u32 cannot hash; choose a prefix so that each 8 bits stay within one word", what, lo, hi)
+			return
+		}
+	}
+	n := uint64(ph.HostCount())
+	if n == 0 {
+		d.Errorf(ph.CIDRPos, "%s: %s holds no hosts", what, ph.CIDR)
+		return
+	}
+	ph.RateBps = c.RateBps / n
+	if ph.Rate != nil {
+		ph.RateBps = ph.Rate.Resolve(c.RateBps)
+	}
+	if ph.RateBps == 0 {
+		ph.RateBps = 1
+	}
+	ph.CeilBps = c.CeilBps
+	if ph.Ceil != nil {
+		ph.CeilBps = ph.Ceil.Resolve(c.CeilBps)
+	}
+	if ph.CeilBps < ph.RateBps {
+		d.Errorf(ph.Pos, "%s: ceil %s is below rate %s", what, FormatBits(ph.CeilBps), FormatBits(ph.RateBps))
+	}
+	checkLeaf(d, ph.Leaf, ph.LeafPos, what)
+	checkLimit(d, ph.Leaf, ph.Limit, what)
+}
+
+func families(ps []netip.Prefix) (v4, v6 bool) {
+	for _, p := range ps {
+		if p.Addr().Is4() {
+			v4 = true
+		} else {
+			v6 = true
+		}
+	}
+	return
+}
+
+func validateMatch(what string, m *Match, d *Diag) {
+	what += ": match"
+	v4, v6 := true, true
+	restrict := func(ps []netip.Prefix) {
+		if len(ps) > 0 {
+			a, b := families(ps)
+			v4, v6 = v4 && a, v6 && b
+		}
+	}
+	restrict(m.Src)
+	restrict(m.Dst)
+	for _, pr := range m.Proto {
+		if pr == 1 {
+			v6 = false
+		}
+		if pr == 58 {
+			v4 = false
+		}
+	}
+	if len(m.Proto) > 0 && !v4 && !v6 {
+		// icmp and icmpv6 in one entry is fine: they pick a family each.
+		has1, has58 := false, false
+		for _, pr := range m.Proto {
+			has1, has58 = has1 || pr == 1, has58 || pr == 58
+		}
+		if has1 && has58 && len(m.Src) == 0 && len(m.Dst) == 0 {
+			v4, v6 = true, true
+		}
+	}
+	if !v4 && !v6 {
+		d.Errorf(m.Pos, "%s: no packet can match: the addresses and protocols given are of different IP versions", what)
+	}
+	hasPorts := len(m.Sport) > 0 || len(m.Dport) > 0
+	for _, pr := range m.Proto {
+		if hasPorts && !portProtos[pr] {
+			d.Errorf(m.Fields["proto"], "%s: ports need proto tcp, udp, sctp, dccp or udplite (or no proto for tcp and udp), not %d", what, pr)
+			break
+		}
+		if m.TCPAck && pr != 6 {
+			d.Errorf(m.Fields["tcp_ack"], "%s: tcp_ack matches TCP packets, but proto says %d", what, pr)
+			break
+		}
+	}
+	if m.TOS != nil && len(m.DSCP) > 0 {
+		d.Errorf(m.Fields["tos"], "%s: dscp and tos read the same bits; use one of them", what)
+	}
+	for _, s := range m.Src {
+		for _, n := range m.NotSrc {
+			if n.Bits() <= s.Bits() && n.Contains(s.Addr()) {
+				d.Errorf(m.Fields["not_src"], "%s: not_src %s excludes all of src %s", what, n, s)
+			}
+		}
+	}
+	for _, s := range m.Dst {
+		for _, n := range m.NotDst {
+			if n.Bits() <= s.Bits() && n.Contains(s.Addr()) {
+				d.Errorf(m.Fields["not_dst"], "%s: not_dst %s excludes all of dst %s", what, n, s)
+			}
+		}
+	}
+}

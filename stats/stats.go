@@ -1,0 +1,231 @@
+// Package stats reads the live counters of the trees sluice manages and
+// turns two readings into rates: what `sluice show` prints and what the
+// lab and the daemon consume.
+package stats
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"sluice/kernel"
+	"sluice/tc"
+)
+
+// Sample is one reading of every tree.
+type Sample struct {
+	At    time.Time `json:"at"`
+	Trees []*Tree   `json:"trees"`
+}
+
+// Tree is one device's HTB tree.
+type Tree struct {
+	Device    string   `json:"device"`
+	Interface string   `json:"interface"`
+	Direction string   `json:"direction"`
+	Classes   []*Class `json:"classes"`
+	// Missing is set when the records name a tree the kernel no longer has.
+	Missing bool `json:"missing,omitempty"`
+}
+
+// Class is one class's configuration and counters. Rates are in bits
+// per second.
+type Class struct {
+	Name       string  `json:"name"`
+	ID         string  `json:"id"`
+	Parent     string  `json:"parent"`
+	Depth      int     `json:"depth"`
+	Leaf       string  `json:"leaf,omitempty"`
+	Rate       uint64  `json:"rate_bps"`
+	Ceil       uint64  `json:"ceil_bps"`
+	Prio       uint32  `json:"prio"`
+	Measured   float64 `json:"measured_bps"`
+	Bytes      uint64  `json:"bytes"`
+	Packets    uint64  `json:"packets"`
+	Drops      uint32  `json:"drops"`
+	Overlimits uint32  `json:"overlimits"`
+	Backlog    uint32  `json:"backlog_bytes"`
+	Qlen       uint32  `json:"backlog_packets"`
+	Borrowed   uint32  `json:"borrowed"`
+	Lent       uint32  `json:"lent"`
+	Tokens     int32   `json:"tokens"`
+	Ctokens    int32   `json:"ctokens"`
+}
+
+// Collect reads the trees recorded for the namespace, all or those on
+// the named devices (an interface name includes its ingress ifb).
+func Collect(k *kernel.Kernel, devs []string) (*Sample, error) {
+	s := &Sample{At: time.Now()}
+	for _, name := range k.State.Names() {
+		rec := k.State.Devices[name]
+		if len(devs) > 0 && !contains(devs, name) && !contains(devs, rec.Interface) {
+			continue
+		}
+		t := &Tree{Device: name, Interface: rec.Interface, Direction: rec.Dir}
+		s.Trees = append(s.Trees, t)
+		root, err := tc.ParseHandle(rec.Root)
+		if err != nil || !k.Conn.LinkExists(name) {
+			t.Missing = true
+			continue
+		}
+		live, err := k.Conn.Classes(name, root)
+		if err != nil {
+			return nil, err
+		}
+		if len(live) == 0 {
+			t.Missing = true
+			continue
+		}
+		byID := map[tc.Handle]*tc.Class{}
+		for _, c := range live {
+			byID[c.Handle] = c
+		}
+		names := map[tc.Handle]string{tc.MakeHandle(root.Major(), 1): "(root)"}
+		leaves := map[tc.Handle]string{}
+		var order []tc.Handle
+		order = append(order, tc.MakeHandle(root.Major(), 1))
+		for _, ci := range rec.Classes {
+			h := ci.Handle
+			names[h] = ci.Name
+			leaves[h] = ci.Leaf
+			order = append(order, h)
+		}
+		seen := map[tc.Handle]bool{}
+		// Unknown live classes go last, in id order.
+		sort.Slice(live, func(i, j int) bool { return live[i].Handle < live[j].Handle })
+		for _, c := range live {
+			if _, known := names[c.Handle]; !known {
+				order = append(order, c.Handle)
+				names[c.Handle] = "?"
+			}
+		}
+		depth := map[tc.Handle]int{}
+		for _, h := range order {
+			c := byID[h]
+			if c == nil || seen[h] {
+				continue
+			}
+			seen[h] = true
+			if p, ok := depth[c.Parent]; ok {
+				depth[h] = p + 1
+			}
+			out := &Class{Name: names[h], ID: h.String(), Parent: c.Parent.String(), Depth: depth[h], Leaf: leaves[h],
+				Rate: c.Rate * 8, Ceil: c.Ceil * 8, Prio: c.Prio}
+			if c.Stats != nil {
+				out.Bytes, out.Packets, out.Drops = c.Stats.Bytes, c.Stats.Packets, c.Stats.Drops
+				out.Overlimits, out.Backlog, out.Qlen = c.Stats.Overlimits, c.Stats.Backlog, c.Stats.Qlen
+			}
+			if c.HTB != nil {
+				out.Borrowed, out.Lent, out.Tokens, out.Ctokens = c.HTB.Borrows, c.HTB.Lends, c.HTB.Tokens, c.HTB.Ctokens
+			}
+			if c.Level > 0 {
+				out.Leaf = ""
+			}
+			t.Classes = append(t.Classes, out)
+		}
+	}
+	return s, nil
+}
+
+func contains(xs []string, s string) bool {
+	for _, x := range xs {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// Rates fills cur's measured rates from the bytes sent since prev.
+func Rates(prev, cur *Sample) {
+	if prev == nil {
+		return
+	}
+	dt := cur.At.Sub(prev.At).Seconds()
+	if dt <= 0 {
+		return
+	}
+	old := map[string]uint64{}
+	for _, t := range prev.Trees {
+		for _, c := range t.Classes {
+			old[t.Device+"/"+c.ID] = c.Bytes
+		}
+	}
+	for _, t := range cur.Trees {
+		for _, c := range t.Classes {
+			if b, ok := old[t.Device+"/"+c.ID]; ok && c.Bytes >= b {
+				c.Measured = float64(c.Bytes-b) * 8 / dt
+			}
+		}
+	}
+}
+
+// WriteJSON writes the sample as one JSON object.
+func (s *Sample) WriteJSON(w io.Writer) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(s)
+}
+
+// WriteText writes a tree per device.
+func (s *Sample) WriteText(w io.Writer) {
+	if len(s.Trees) == 0 {
+		fmt.Fprintln(w, "sluice shapes nothing here (no records; see `sluice apply`)")
+		return
+	}
+	for i, t := range s.Trees {
+		if i > 0 {
+			fmt.Fprintln(w)
+		}
+		title := t.Device + " " + t.Direction
+		if t.Device != t.Interface {
+			title += " of " + t.Interface
+		}
+		fmt.Fprintln(w, title)
+		if t.Missing {
+			fmt.Fprintln(w, "  (missing: the kernel no longer has this tree; run apply or reset)")
+			continue
+		}
+		tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "CLASS\tID\tRATE\tCEIL\tPRIO\tMEASURED\tPACKETS\tBYTES\tDROPS\tOVERLIMITS\tBACKLOG\tBORROWED\t")
+		for _, c := range t.Classes {
+			name := strings.Repeat("  ", c.Depth) + c.Name
+			prio := fmt.Sprint(c.Prio)
+			if c.Leaf == "" {
+				prio = "-"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%d\t%d\t%s\t%d\t\n", name, c.ID,
+				human(float64(c.Rate)), human(float64(c.Ceil)), prio, human(c.Measured),
+				c.Packets, bytesHuman(c.Bytes), c.Drops, c.Overlimits, bytesHuman(uint64(c.Backlog)), c.Borrowed)
+		}
+		tw.Flush()
+	}
+}
+
+func human(bps float64) string {
+	switch {
+	case bps >= 1e9:
+		return fmt.Sprintf("%.2fgbit", bps/1e9)
+	case bps >= 1e6:
+		return fmt.Sprintf("%.2fmbit", bps/1e6)
+	case bps >= 1e3:
+		return fmt.Sprintf("%.1fkbit", bps/1e3)
+	}
+	return fmt.Sprintf("%.0fbit", bps)
+}
+
+func bytesHuman(b uint64) string {
+	switch {
+	case b >= 1<<30:
+		return fmt.Sprintf("%.1fG", float64(b)/(1<<30))
+	case b >= 1<<20:
+		return fmt.Sprintf("%.1fM", float64(b)/(1<<20))
+	case b >= 1<<10:
+		return fmt.Sprintf("%.1fK", float64(b)/(1<<10))
+	}
+	return fmt.Sprintf("%dB", b)
+}

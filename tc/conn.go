@@ -1,0 +1,199 @@
+package tc
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netlink/nl"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+)
+
+// Conn talks rtnetlink to one network namespace. Links go through
+// vishvananda/netlink's Handle; tc objects are encoded here on top of the
+// same library's message primitives (see codec.go for why).
+type Conn struct {
+	links *netlink.Handle
+	sock  *nl.SocketHandle
+	ns    netns.NsHandle
+
+	mu     sync.Mutex
+	writes int
+	// BeforeWrite, when set, runs before every write to the kernel with
+	// the 1-based count of writes so far; an error it returns fails that
+	// write as if the kernel had refused it. Tests use it to inject
+	// faults; nothing else should.
+	BeforeWrite func(n int, what string) error
+}
+
+// Open connects to the named network namespace (as `ip netns exec NAME`
+// would), or to the caller's own when name is "".
+func Open(name string) (*Conn, error) {
+	ns := netns.None()
+	if name != "" {
+		h, err := netns.GetFromName(name)
+		if err != nil {
+			return nil, fmt.Errorf("network namespace %q: %w", name, err)
+		}
+		ns = h
+	}
+	return OpenNS(ns)
+}
+
+// OpenNS connects to the namespace behind an open handle (netns.None() for
+// the caller's own). Conn takes ownership of the handle.
+func OpenNS(ns netns.NsHandle) (*Conn, error) {
+	links, err := netlink.NewHandleAt(ns, unix.NETLINK_ROUTE)
+	if err != nil {
+		ns.Close()
+		return nil, fmt.Errorf("netlink: %w", err)
+	}
+	s, err := nl.GetNetlinkSocketAt(ns, netns.None(), unix.NETLINK_ROUTE)
+	if err != nil {
+		links.Close()
+		ns.Close()
+		return nil, fmt.Errorf("netlink: %w", err)
+	}
+	if err := s.SetExtAck(true); err != nil {
+		s.Close()
+		links.Close()
+		ns.Close()
+		return nil, err
+	}
+	return &Conn{links: links, sock: &nl.SocketHandle{Socket: s}, ns: ns}, nil
+}
+
+// Close releases the sockets and the namespace handle.
+func (c *Conn) Close() {
+	c.sock.Close()
+	c.links.Close()
+	if c.ns.IsOpen() {
+		c.ns.Close()
+	}
+}
+
+// Links exposes the library handle for link-level work (bound to the
+// same namespace).
+func (c *Conn) Links() *netlink.Handle { return c.links }
+
+// Writes returns how many writes this Conn has sent to the kernel.
+func (c *Conn) Writes() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.writes
+}
+
+// ErrInjected marks a failure produced by BeforeWrite.
+var ErrInjected = errors.New("injected failure")
+
+func (c *Conn) countWrite(what string) error {
+	c.mu.Lock()
+	c.writes++
+	n := c.writes
+	hook := c.BeforeWrite
+	c.mu.Unlock()
+	if hook != nil {
+		if err := hook(n, what); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (c *Conn) request(typ, flags int) *nl.NetlinkRequest {
+	req := nl.NewNetlinkRequest(typ, flags)
+	req.Sockets = map[int]*nl.SocketHandle{unix.NETLINK_ROUTE: c.sock}
+	return req
+}
+
+// IfIndex resolves a device name in the Conn's namespace.
+func (c *Conn) IfIndex(dev string) (int, error) {
+	l, err := c.links.LinkByName(dev)
+	if err != nil {
+		var nf netlink.LinkNotFoundError
+		if errors.As(err, &nf) {
+			return 0, fmt.Errorf("device %q does not exist", dev)
+		}
+		return 0, fmt.Errorf("device %q: %w", dev, err)
+	}
+	return l.Attrs().Index, nil
+}
+
+// IfName resolves an index to a device name ("" if unknown).
+func (c *Conn) IfName(index int) string {
+	l, err := c.links.LinkByIndex(index)
+	if err != nil {
+		return ""
+	}
+	return l.Attrs().Name
+}
+
+// LinkExists reports whether dev exists.
+func (c *Conn) LinkExists(dev string) bool {
+	_, err := c.links.LinkByName(dev)
+	return err == nil
+}
+
+// GetLink reads a link's state, or nil if it does not exist.
+func (c *Conn) GetLink(name string) *Link {
+	l, err := c.links.LinkByName(name)
+	if err != nil {
+		return nil
+	}
+	a := l.Attrs()
+	return &Link{Name: a.Name, Kind: l.Type(), MTU: a.MTU, Up: a.Flags&unix.IFF_UP != 0, Index: a.Index}
+}
+
+// LinkAdd creates a link (an ifb) and sets it up.
+func (c *Conn) LinkAdd(l *Link) error {
+	if l.Kind != "ifb" {
+		return fmt.Errorf("link %s: sluice only creates ifb devices", l.Name)
+	}
+	if err := c.countWrite("link add " + l.Name); err != nil {
+		return fmt.Errorf("link add %s: %w", l.Name, err)
+	}
+	attrs := netlink.NewLinkAttrs()
+	attrs.Name = l.Name
+	if l.MTU > 0 {
+		attrs.MTU = l.MTU
+	}
+	if err := c.links.LinkAdd(&netlink.Ifb{LinkAttrs: attrs}); err != nil {
+		return fmt.Errorf("link add %s: %w", l.Name, err)
+	}
+	if l.Up {
+		return c.LinkUp(l.Name)
+	}
+	return nil
+}
+
+// LinkUp sets a link up.
+func (c *Conn) LinkUp(name string) error {
+	if err := c.countWrite("link up " + name); err != nil {
+		return fmt.Errorf("link up %s: %w", name, err)
+	}
+	l, err := c.links.LinkByName(name)
+	if err != nil {
+		return fmt.Errorf("link up %s: %w", name, err)
+	}
+	if err := c.links.LinkSetUp(l); err != nil {
+		return fmt.Errorf("link up %s: %w", name, err)
+	}
+	return nil
+}
+
+// LinkDel deletes a link.
+func (c *Conn) LinkDel(name string) error {
+	if err := c.countWrite("link del " + name); err != nil {
+		return fmt.Errorf("link del %s: %w", name, err)
+	}
+	l, err := c.links.LinkByName(name)
+	if err != nil {
+		return fmt.Errorf("link del %s: %w", name, err)
+	}
+	if err := c.links.LinkDel(l); err != nil {
+		return fmt.Errorf("link del %s: %w", name, err)
+	}
+	return nil
+}

@@ -1,0 +1,317 @@
+package tc
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Object is one kernel object sluice manages: a *Link, *Qdisc, *Class or
+// *Filter. Key names it uniquely on a host (two objects with one key are
+// the same kernel object, possibly configured differently).
+type Object interface {
+	Key() string
+	Device() string
+	// Describe is a one-line summary for plans and logs.
+	Describe() string
+}
+
+// Stats are the counters the kernel keeps for a qdisc or class.
+type Stats struct {
+	Bytes      uint64 `json:"bytes"`
+	Packets    uint64 `json:"packets"`
+	Drops      uint32 `json:"drops"`
+	Overlimits uint32 `json:"overlimits"`
+	Requeues   uint32 `json:"requeues"`
+	Qlen       uint32 `json:"qlen"`
+	Backlog    uint32 `json:"backlog"`
+}
+
+// HTBStats are HTB's per-class extended statistics (struct tc_htb_xstats).
+type HTBStats struct {
+	Lends   uint32 `json:"lends"`
+	Borrows uint32 `json:"borrows"`
+	Giants  uint32 `json:"giants"`
+	Tokens  int32  `json:"tokens"`
+	Ctokens int32  `json:"ctokens"`
+}
+
+// Link is a network device sluice creates (an ifb for ingress shaping).
+type Link struct {
+	Name string
+	Kind string // "ifb"
+	MTU  int    // set at creation; 0 leaves the kernel's default
+	Up   bool
+	// Index is filled in on readback.
+	Index int
+}
+
+func (l *Link) Key() string      { return "link/" + l.Name }
+func (l *Link) Device() string   { return l.Name }
+func (l *Link) Describe() string { return fmt.Sprintf("link %s type %s", l.Name, l.Kind) }
+
+// Qdisc is a queueing discipline attached at Parent of Dev.
+type Qdisc struct {
+	Dev    string
+	Parent Handle
+	Handle Handle
+	Kind   string
+
+	// Options by kind; a nil pointer or zero field means "the kernel's
+	// default" and is neither sent nor compared.
+	HTB     *HTBQdisc
+	Fifo    *Fifo // pfifo (packets) and bfifo (bytes)
+	FqCodel *FqCodel
+	Sfq     *Sfq
+	Fq      *Fq
+	Cake    *Cake
+
+	// Owner names the sluice class a leaf qdisc belongs to (display only).
+	Owner string
+	// Stats are filled in on readback.
+	Stats *Stats
+}
+
+// HTBQdisc holds HTB's qdisc-wide options (struct tc_htb_glob).
+type HTBQdisc struct {
+	Default uint32 // minor id of the default class
+	R2Q     uint32
+}
+
+// Fifo is pfifo's or bfifo's single option.
+type Fifo struct{ Limit uint32 }
+
+// FqCodel options sluice sets.
+type FqCodel struct {
+	Limit uint32 // packets
+	Flows uint32
+}
+
+// Sfq options sluice sets.
+type Sfq struct {
+	Limit   uint32 // packets
+	Perturb int32  // seconds
+}
+
+// Fq options sluice sets.
+type Fq struct {
+	Limit uint32 // packets
+}
+
+// Cake options sluice sets. Inside an HTB class cake runs unlimited; the
+// class does the shaping.
+type Cake struct{}
+
+// Key: one qdisc per attachment point.
+func (q *Qdisc) Key() string    { return fmt.Sprintf("qdisc/%s/%s", q.Dev, q.Parent) }
+func (q *Qdisc) Device() string { return q.Dev }
+func (q *Qdisc) Describe() string {
+	s := fmt.Sprintf("qdisc %s %s handle %s %s", q.Dev, parentWord(q.Parent), q.Handle, q.Kind)
+	if o := q.optionString(); o != "" {
+		s += " " + o
+	}
+	if q.Owner != "" {
+		s += "  # leaf of " + q.Owner
+	}
+	return s
+}
+
+func parentWord(p Handle) string {
+	switch p {
+	case HandleRoot:
+		return "root"
+	case HandleIngress:
+		return "ingress"
+	}
+	return "parent " + p.String()
+}
+
+// optionString renders the options as tc arguments.
+func (q *Qdisc) optionString() string {
+	var a []string
+	switch {
+	case q.HTB != nil:
+		if q.HTB.Default != 0 {
+			a = append(a, fmt.Sprintf("default %x", q.HTB.Default))
+		}
+		if q.HTB.R2Q != 0 {
+			a = append(a, fmt.Sprintf("r2q %d", q.HTB.R2Q))
+		}
+	case q.Fifo != nil && q.Fifo.Limit != 0:
+		a = append(a, fmt.Sprintf("limit %d", q.Fifo.Limit))
+	case q.FqCodel != nil:
+		if q.FqCodel.Limit != 0 {
+			a = append(a, fmt.Sprintf("limit %d", q.FqCodel.Limit))
+		}
+		if q.FqCodel.Flows != 0 {
+			a = append(a, fmt.Sprintf("flows %d", q.FqCodel.Flows))
+		}
+	case q.Sfq != nil:
+		if q.Sfq.Limit != 0 {
+			a = append(a, fmt.Sprintf("limit %d", q.Sfq.Limit))
+		}
+		if q.Sfq.Perturb != 0 {
+			a = append(a, fmt.Sprintf("perturb %d", q.Sfq.Perturb))
+		}
+	case q.Fq != nil && q.Fq.Limit != 0:
+		a = append(a, fmt.Sprintf("limit %d", q.Fq.Limit))
+	}
+	return strings.Join(a, " ")
+}
+
+// Class is an HTB class.
+type Class struct {
+	Dev    string
+	Parent Handle // the qdisc handle for top-level classes
+	Handle Handle
+	Kind   string // "htb"
+
+	Rate, Ceil    uint64 // bytes per second
+	Burst, Cburst uint32 // bytes
+	Prio, Quantum uint32
+
+	// Name is sluice's name for the class (display only).
+	Name string
+
+	// Filled in on readback: the kernel keeps bursts as transmission
+	// times (ticks), and Level is 0 for leaves.
+	BufferTicks, CbufferTicks uint32
+	Level                     uint32
+	Stats                     *Stats
+	HTB                       *HTBStats
+}
+
+func (c *Class) Key() string    { return fmt.Sprintf("class/%s/%s", c.Dev, c.Handle) }
+func (c *Class) Device() string { return c.Dev }
+func (c *Class) Describe() string {
+	s := fmt.Sprintf("class %s parent %s classid %s htb %s", c.Dev, c.Parent, c.Handle, c.optionString())
+	if c.Name != "" {
+		s += "  # " + c.Name
+	}
+	return s
+}
+
+func (c *Class) optionString() string {
+	return fmt.Sprintf("rate %s ceil %s burst %db cburst %db prio %d quantum %d",
+		FormatRate(c.Rate), FormatRate(c.Ceil), c.Burst, c.Cburst, c.Prio, c.Quantum)
+}
+
+// Filter is a classifier instance or one of its elements. For u32 the
+// kernel keeps one tcf_proto per (parent, prio) holding hash tables of key
+// nodes; sluice addresses each piece:
+//   - Handle 0: the tcf_proto itself (deleting it removes the prio);
+//   - Handle with node 0 and U32.Divisor > 0: a hash table;
+//   - otherwise a key node. Nodes in the tcf_proto's own root table have
+//     table id 0 here; the kernel's auto-assigned root id is kept in Raw.
+type Filter struct {
+	Dev    string
+	Parent Handle
+	Prio   uint16
+	Proto  uint16 // EtherType in host order, ETH_P_ALL = 3
+	Kind   string
+	Handle uint32
+	U32    *U32
+
+	// Raw is the handle the kernel reported (only on readback).
+	Raw uint32
+	// Note says what the filter is for (plan output, export comments).
+	Note string
+}
+
+// ProtoAll is ETH_P_ALL.
+const ProtoAll uint16 = 0x0003
+
+// U32 holds a u32 node or hash table.
+type U32 struct {
+	Divisor uint32 // a hash table when non-zero
+	Sel     *Sel
+	ClassID Handle
+	Link    uint32 // table id << 20 of the table this node descends into
+	Mark    *Mark
+	// RedirectDev is a "mirred egress redirect" action target.
+	RedirectDev string
+}
+
+// Mark is u32's skb->mark match (needs CONFIG_CLS_U32_MARK).
+type Mark struct{ Val, Mask uint32 }
+
+// Selector flags (TC_U32_*).
+const (
+	SelTerminal  = 1
+	SelOffset    = 2
+	SelVarOffset = 4
+	SelEat       = 8
+)
+
+// Sel is struct tc_u32_sel in host byte order.
+type Sel struct {
+	Flags    uint8
+	Offshift uint8
+	Offmask  uint16
+	Off      uint16
+	Offoff   int16
+	Hoff     int16
+	Hmask    uint32
+	Keys     []Key
+}
+
+// Key is one 32-bit match: (word at Off [+ next-header offset]) & Mask == Val.
+type Key struct {
+	Mask, Val uint32
+	Off       int32
+	// NextHdr adds the offset computed by the parent node (u32's
+	// "nexthdr+" keys; offmask -1 in struct tc_u32_key).
+	NextHdr bool
+}
+
+// IsTP reports whether f addresses a whole tcf_proto (a prio).
+func (f *Filter) IsTP() bool { return f.Handle == 0 }
+
+// IsTable reports whether f is a u32 hash table.
+func (f *Filter) IsTable() bool {
+	return f.Handle != 0 && U32Node(f.Handle) == 0 && f.U32 != nil && f.U32.Divisor > 0
+}
+
+func (f *Filter) Key() string {
+	if f.IsTP() {
+		return fmt.Sprintf("tp/%s/%s/%d", f.Dev, f.Parent, f.Prio)
+	}
+	return fmt.Sprintf("filter/%s/%s/%d/%s", f.Dev, f.Parent, f.Prio, U32Handle(f.Handle))
+}
+func (f *Filter) Device() string { return f.Dev }
+func (f *Filter) Describe() string {
+	var s string
+	switch {
+	case f.IsTP():
+		s = fmt.Sprintf("filter %s %s prio %d %s", f.Dev, parentWordFilter(f.Parent), f.Prio, f.Kind)
+	default:
+		s = fmt.Sprintf("filter %s %s prio %d handle %s %s %s", f.Dev, parentWordFilter(f.Parent), f.Prio,
+			U32Handle(f.Handle), f.Kind, f.u32Args(false))
+	}
+	if f.Note != "" {
+		s += "  # " + f.Note
+	}
+	return s
+}
+
+func parentWordFilter(p Handle) string {
+	if p == HandleIngressHook {
+		return "ingress"
+	}
+	return "parent " + p.String()
+}
+
+// FormatRate writes bytes/s as the largest exact tc bit unit.
+func FormatRate(bps uint64) string {
+	bits := bps * 8
+	switch {
+	case bits == 0:
+		return "0bit"
+	case bits%1e9 == 0:
+		return fmt.Sprintf("%dgbit", bits/1e9)
+	case bits%1e6 == 0:
+		return fmt.Sprintf("%dmbit", bits/1e6)
+	case bits%1e3 == 0:
+		return fmt.Sprintf("%dkbit", bits/1e3)
+	}
+	return fmt.Sprintf("%dbit", bits)
+}

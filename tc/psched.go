@@ -1,0 +1,56 @@
+package tc
+
+import (
+	"fmt"
+	"os"
+	"sync"
+)
+
+// The kernel keeps HTB bursts as the time to send them at the class rate,
+// in "ticks" (64 ns on every kernel since 2.6.24). tc(8) converts with
+// floating point and two truncations; sluice does the same arithmetic so
+// that a class it creates and the same class created by `tc -batch` from
+// sluice's export are bit-for-bit identical.
+
+var (
+	tickOnce     sync.Once
+	tickInUsec   = 15.625 // 1000 ns/us / 64 ns/tick
+	clockFactor  = 1.0
+	timeUnitsSec = 1000000.0
+)
+
+func loadPsched() {
+	tickOnce.Do(func() {
+		b, err := os.ReadFile("/proc/net/psched")
+		if err != nil {
+			return
+		}
+		var t2us, us2t, clockRes uint32
+		if n, _ := fmt.Sscanf(string(b), "%08x%08x%08x", &t2us, &us2t, &clockRes); n != 3 || us2t == 0 {
+			return
+		}
+		if clockRes == 1000000000 {
+			t2us = us2t
+		}
+		clockFactor = float64(clockRes) / timeUnitsSec
+		tickInUsec = float64(t2us) / float64(us2t) * clockFactor
+	})
+}
+
+// XmitTicks is tc_calc_xmittime(): the ticks needed to send size bytes at
+// rate bytes per second.
+func XmitTicks(rate uint64, size uint32) uint32 {
+	loadPsched()
+	if rate == 0 {
+		return 0
+	}
+	us := uint32(timeUnitsSec * (float64(size) / float64(rate)))
+	return uint32(float64(us) * tickInUsec)
+}
+
+// TicksToBytes inverts XmitTicks approximately (for display).
+func TicksToBytes(rate uint64, ticks uint32) uint32 {
+	loadPsched()
+	us := float64(ticks) / tickInUsec
+	return uint32(us * float64(rate) / timeUnitsSec)
+}

@@ -1,0 +1,112 @@
+// Package testutil builds throwaway network test beds for integration
+// tests: named network namespaces joined by veth pairs, torn down when the
+// test ends (also when it fails).
+package testutil
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// Prefix starts every namespace and device name tests create, so that
+// leftovers of a crashed run can be found (`ip netns | grep sltest`).
+const Prefix = "sltest"
+
+// RequireRoot skips a test that needs root and a real kernel, except under
+// CI (CI=true), where a skip would hide a failure and fails instead.
+func RequireRoot(t testing.TB) {
+	t.Helper()
+	if os.Geteuid() == 0 {
+		return
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatal("this test needs root (CI=true forbids skipping)")
+	}
+	t.Skip("needs root: creates network namespaces")
+}
+
+// Skipf skips with a reason, except under CI=true where the caller must
+// decide; use it only for kernel features that may legitimately be
+// missing (the reason must name the feature).
+func Skipf(t testing.TB, format string, args ...any) {
+	t.Helper()
+	t.Skipf(format, args...)
+}
+
+// Unique returns a short random name with the test prefix.
+func Unique(tag string) string {
+	b := make([]byte, 3)
+	rand.Read(b)
+	return fmt.Sprintf("%s%s%s", Prefix, tag, hex.EncodeToString(b))
+}
+
+// Run runs a command and fails the test if it fails.
+func Run(t testing.TB, name string, args ...string) string {
+	t.Helper()
+	out, err := exec.Command(name, args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+// NS runs a command inside namespace ns and fails the test if it fails.
+func NS(t testing.TB, ns string, name string, args ...string) string {
+	t.Helper()
+	return Run(t, "ip", append([]string{"netns", "exec", ns, name}, args...)...)
+}
+
+// NewNetns creates a named network namespace with loopback up and
+// removes it when the test ends.
+func NewNetns(t testing.TB, tag string) string {
+	t.Helper()
+	name := Unique(tag)
+	Run(t, "ip", "netns", "add", name)
+	t.Cleanup(func() { exec.Command("ip", "netns", "del", name).Run() })
+	NS(t, name, "ip", "link", "set", "lo", "up")
+	return name
+}
+
+// Pair is two namespaces joined by a veth pair with IPv4 and IPv6
+// addresses: A is 10.9.0.1 / fd00:9::1 on device DevA, B is 10.9.0.2 /
+// fd00:9::2 on device DevB.
+type Pair struct {
+	A, B       string // namespaces
+	DevA, DevB string
+}
+
+// Addresses of a Pair.
+const (
+	AddrA  = "10.9.0.1"
+	AddrB  = "10.9.0.2"
+	Addr6A = "fd00:9::1"
+	Addr6B = "fd00:9::2"
+)
+
+// NewPair builds a Pair. Extra IPv4 addresses for B (10.9.0.x) can be
+// added with AddAddr.
+func NewPair(t testing.TB) *Pair {
+	t.Helper()
+	p := &Pair{A: NewNetns(t, "a"), B: NewNetns(t, "b"), DevA: "veth0", DevB: "veth1"}
+	tmp := Unique("v")
+	Run(t, "ip", "link", "add", tmp, "type", "veth", "peer", "name", tmp+"p")
+	Run(t, "ip", "link", "set", tmp, "netns", p.A, "name", p.DevA)
+	Run(t, "ip", "link", "set", tmp+"p", "netns", p.B, "name", p.DevB)
+	for _, s := range []struct{ ns, dev, a4, a6 string }{{p.A, p.DevA, AddrA, Addr6A}, {p.B, p.DevB, AddrB, Addr6B}} {
+		NS(t, s.ns, "ip", "addr", "add", s.a4+"/24", "dev", s.dev)
+		NS(t, s.ns, "ip", "-6", "addr", "add", s.a6+"/64", "dev", s.dev, "nodad")
+		NS(t, s.ns, "ip", "link", "set", s.dev, "up")
+	}
+	return p
+}
+
+// AddAddr adds an IPv4 address (with /24) to dev in ns.
+func AddAddr(t testing.TB, ns, dev, addr string) {
+	t.Helper()
+	NS(t, ns, "ip", "addr", "add", addr+"/24", "dev", dev)
+}

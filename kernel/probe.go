@@ -49,15 +49,15 @@ type Report struct {
 
 // BPFReport lists BPF capabilities.
 type BPFReport struct {
-	Syscall    bool     `json:"syscall"`
-	JIT        bool     `json:"jit"`
-	BTF        bool     `json:"btf"`
-	SchedCLS   bool     `json:"sched_cls"`
-	TCX        bool     `json:"tcx"`
-	Maps       []string `json:"maps"`
-	SpinLock   bool     `json:"spin_lock"`
-	TestRun    bool     `json:"prog_test_run"`
-	Problems   []string `json:"problems,omitempty"`
+	Syscall  bool     `json:"syscall"`
+	JIT      bool     `json:"jit"`
+	BTF      bool     `json:"btf"`
+	SchedCLS bool     `json:"sched_cls"`
+	TCX      bool     `json:"tcx"`
+	Maps     []string `json:"maps"`
+	SpinLock bool     `json:"spin_lock"`
+	TestRun  bool     `json:"prog_test_run"`
+	Problems []string `json:"problems,omitempty"`
 }
 
 // Features extracts what the planner needs.

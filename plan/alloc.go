@@ -16,24 +16,21 @@ func newAlloc() *Alloc {
 	return &Alloc{Classes: map[string]uint16{}, Prios: map[string]uint16{}, Tables: map[string]uint16{}}
 }
 
-// idPool hands out the lowest free id in [lo, hi], keeping previous ones.
+// idPool hands out ids in [lo, hi]: a key keeps its previous id; a new
+// key gets the lowest id no key had before (so that it cannot take an
+// id a later key still owns), or, when those run out, any free id.
 type idPool struct {
-	prev   map[string]uint16
-	next   map[string]uint16
-	used   map[uint16]bool
-	lo, hi uint16
-	cursor uint16
+	prev     map[string]uint16
+	next     map[string]uint16
+	used     map[uint16]bool
+	reserved map[uint16]bool
+	lo, hi   uint16
 }
 
-func newPool(prev map[string]uint16, lo, hi uint16, wanted []string) *idPool {
-	p := &idPool{prev: prev, next: map[string]uint16{}, used: map[uint16]bool{}, lo: lo, hi: hi, cursor: lo}
-	// Keep every previous id still wanted, before handing out new ones,
-	// so that a new name never takes an id an old name keeps.
-	for _, k := range wanted {
-		if id, ok := prev[k]; ok && id >= lo && id <= hi && !p.used[id] {
-			p.next[k] = id
-			p.used[id] = true
-		}
+func newPool(prev map[string]uint16, lo, hi uint16) *idPool {
+	p := &idPool{prev: prev, next: map[string]uint16{}, used: map[uint16]bool{}, reserved: map[uint16]bool{}, lo: lo, hi: hi}
+	for _, id := range prev {
+		p.reserved[id] = true
 	}
 	return p
 }
@@ -42,19 +39,23 @@ func (p *idPool) get(key string) (uint16, bool) {
 	if id, ok := p.next[key]; ok {
 		return id, true
 	}
-	for p.cursor <= p.hi && p.used[p.cursor] {
-		if p.cursor == p.hi {
-			return 0, false
+	if id, ok := p.prev[key]; ok && id >= p.lo && id <= p.hi && !p.used[id] {
+		return p.take(key, id), true
+	}
+	for _, avoidReserved := range []bool{true, false} {
+		for id := int(p.lo); id <= int(p.hi); id++ {
+			if !p.used[uint16(id)] && !(avoidReserved && p.reserved[uint16(id)]) {
+				return p.take(key, uint16(id)), true
+			}
 		}
-		p.cursor++
 	}
-	if p.cursor > p.hi || p.used[p.cursor] {
-		return 0, false
-	}
-	id := p.cursor
+	return 0, false
+}
+
+func (p *idPool) take(key string, id uint16) uint16 {
 	p.used[id] = true
 	p.next[key] = id
-	return id, true
+	return id
 }
 
 // orderedPrios gives each key of an ordered list a filter prio so that

@@ -26,9 +26,13 @@ const (
 	maxQuantum  = 200000
 
 	// bfifoTime is the queue a bfifo leaf holds, at the class's ceil,
-	// when the kernel has no AQM: about 50 ms, never fewer than 3 frames.
+	// when the kernel has no AQM: about 50 ms. But never less than one
+	// maximal GSO/GRO packet (64 KB) plus three frames: a byte-limited
+	// FIFO smaller than the packets TCP hands it drops every one of them
+	// (measured: 4 TCP flows at 5mbit got 5% of the rate with 31 KB, 95%
+	// with 70 KB).
 	bfifoTime     = 0.050
-	minBfifoBytes = 3 * frameBytes
+	minBfifoBytes = 65536 + 3*frameBytes
 
 	// perHostFlows: per-host fq_codel leaves need far fewer flow slots
 	// than a whole link's (one host, not thousands).

@@ -148,11 +148,11 @@ func buildTree(d *policy.Diag, feats Features, in *policy.Interface, t *policy.T
 		}
 	}
 	collect(t.Classes)
-	b.classes = newPool(prev.Classes, 0x10, policy.MaxClasses+1, names)
+	b.classes = newPool(prev.Classes, 0x10, policy.MaxClasses+1)
 	for _, n := range names { // new ids in policy order
 		b.minor(n)
 	}
-	b.tables = newPool(prev.Tables, 1, 0x7FF, nil)
+	b.tables = newPool(prev.Tables, 1, 0x7FF)
 
 	if dev.Ifb {
 		b.objs = append(b.objs, &tc.Link{Name: devName, Kind: "ifb", Up: true})

@@ -172,36 +172,47 @@ func keys[V any](m map[string]V) []string {
 	return out
 }
 
-// suggest returns the candidate closest to s, if it is close.
+// suggest returns the candidate closest to s, if it is close: a typo
+// (edits, swapped letters) or a longer or shorter spelling of a name.
 func suggest(s string, candidates []string) string {
 	best, bestD := "", 3
 	for _, c := range candidates {
-		if d := editDistance(s, c); d < bestD || d == bestD && c < best {
+		d := editDistance(s, c)
+		if len(s) >= 3 && len(c) >= 3 && (strings.HasPrefix(s, c) || strings.HasPrefix(c, s)) {
+			d = min(d, 1)
+		}
+		if d < bestD || d == bestD && c < best {
 			best, bestD = c, d
 		}
 	}
-	if bestD > 2 || bestD*2 > len(s) && bestD > 1 {
+	if bestD > 2 || bestD == 2 && len(s) <= 3 {
 		return ""
 	}
 	return best
 }
 
+// editDistance counts insertions, deletions, substitutions and swaps of
+// adjacent letters (optimal string alignment).
 func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
+	d := make([][]int, len(a)+1)
+	for i := range d {
+		d[i] = make([]int, len(b)+1)
+		d[i][0] = i
+	}
+	for j := range d[0] {
+		d[0][j] = j
 	}
 	for i := 1; i <= len(a); i++ {
-		cur[0] = i
 		for j := 1; j <= len(b); j++ {
 			cost := 1
 			if a[i-1] == b[j-1] {
 				cost = 0
 			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+			d[i][j] = min(d[i-1][j]+1, d[i][j-1]+1, d[i-1][j-1]+cost)
+			if i > 1 && j > 1 && a[i-1] == b[j-2] && a[i-2] == b[j-1] {
+				d[i][j] = min(d[i][j], d[i-2][j-2]+1)
+			}
 		}
-		prev, cur = cur, prev
 	}
-	return prev[len(b)]
+	return d[len(a)][len(b)]
 }

@@ -1,0 +1,254 @@
+package plan
+
+import (
+	"flag"
+	"fmt"
+	"math/rand"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"sluice/policy"
+	"sluice/tc"
+)
+
+var update = flag.Bool("update", false, "rewrite golden files")
+
+// portMasks must cover a range exactly: every port inside matches one
+// value/mask pair, every port outside matches none.
+func TestPortMasksExact(t *testing.T) {
+	r := rand.New(rand.NewSource(1))
+	cases := [][2]uint16{{0, 65535}, {22, 22}, {1024, 65535}, {5060, 5061}, {16384, 32767}, {1, 65534}, {80, 443}}
+	for i := 0; i < 200; i++ {
+		a, b := uint16(r.Intn(65536)), uint16(r.Intn(65536))
+		if a > b {
+			a, b = b, a
+		}
+		cases = append(cases, [2]uint16{a, b})
+	}
+	for _, c := range cases {
+		ms := portMasks(c[0], c[1])
+		for p := 0; p < 65536; p++ {
+			n := 0
+			for _, m := range ms {
+				if uint16(p)&m.Mask == m.Val {
+					n++
+				}
+			}
+			in := uint16(p) >= c[0] && uint16(p) <= c[1]
+			if in && n != 1 || !in && n != 0 {
+				t.Fatalf("range %d-%d: port %d matched %d masks (%v)", c[0], c[1], p, n, ms)
+			}
+		}
+		if len(ms) > 30 {
+			t.Errorf("range %d-%d: %d masks, more than the 2*16-2 bound", c[0], c[1], len(ms))
+		}
+	}
+}
+
+// subtract must leave exactly the addresses outside the holes.
+func TestSubtractExact(t *testing.T) {
+	r := rand.New(rand.NewSource(2))
+	base := netip.MustParsePrefix("10.0.0.0/16")
+	for i := 0; i < 100; i++ {
+		var holes []netip.Prefix
+		for j := 0; j < 1+r.Intn(3); j++ {
+			a := netip.AddrFrom4([4]byte{10, 0, byte(r.Intn(256)), byte(r.Intn(256))})
+			holes = append(holes, netip.PrefixFrom(a, 16+r.Intn(17)).Masked())
+		}
+		got := subtract(base, holes)
+		for k := 0; k < 2000; k++ {
+			a := netip.AddrFrom4([4]byte{10, 0, byte(r.Intn(256)), byte(r.Intn(256))})
+			inHole := false
+			for _, h := range holes {
+				inHole = inHole || h.Contains(a)
+			}
+			n := 0
+			for _, p := range got {
+				if p.Contains(a) {
+					n++
+				}
+			}
+			if inHole && n != 0 || !inHole && n != 1 {
+				t.Fatalf("holes %v: %v covered %d times by %v", holes, a, n, got)
+			}
+		}
+	}
+	// The complement of a /24 in all of IPv4 takes exactly 24 prefixes.
+	if n := len(subtract(universe(true), []netip.Prefix{netip.MustParsePrefix("192.168.1.0/24")})); n != 24 {
+		t.Errorf("complement of a /24: %d prefixes", n)
+	}
+}
+
+func TestOrderedPriosKeepAndInsert(t *testing.T) {
+	first := orderedPrios([]string{"a", "b", "c"}, nil, 1, 0xFFFE)
+	if first["a"] != 16 || first["b"] != 32 || first["c"] != 48 {
+		t.Fatalf("initial prios %v", first)
+	}
+	// Insert x between a and b, append d: a, b, c keep theirs.
+	next := orderedPrios([]string{"a", "x", "b", "c", "d"}, first, 1, 0xFFFE)
+	if next["a"] != 16 || next["b"] != 32 || next["c"] != 48 || !(next["x"] > 16 && next["x"] < 32) || next["d"] <= 48 {
+		t.Fatalf("after insert %v", next)
+	}
+	// Moving c first can keep at most two of the three.
+	moved := orderedPrios([]string{"c", "a", "b"}, first, 1, 0xFFFE)
+	kept := 0
+	for _, k := range []string{"a", "b", "c"} {
+		if moved[k] == first[k] {
+			kept++
+		}
+	}
+	if kept != 2 || !(moved["c"] < moved["a"] && moved["a"] < moved["b"]) {
+		t.Fatalf("after move %v (kept %d)", moved, kept)
+	}
+	// No room between two adjacent prios: everything is renumbered, in order.
+	tight := orderedPrios([]string{"a", "x", "b"}, map[string]uint16{"a": 5, "b": 6}, 1, 0xFFFE)
+	if !(tight["a"] < tight["x"] && tight["x"] < tight["b"]) {
+		t.Fatalf("renumbered %v", tight)
+	}
+}
+
+func TestDefaultsAcrossRates(t *testing.T) {
+	for _, mbit := range []float64{0.1, 1, 20, 100, 1000, 5000, 10000} {
+		rate := uint64(mbit * 1e6 / 8)
+		b, q := BurstFor(rate), QuantumFor(rate)
+		// At least a millisecond of the rate (timer slack), at least two
+		// frames; a quantum HTB accepts without its r2q warning bounds.
+		if float64(b) < float64(rate)*0.001 || b < 2*frameBytes {
+			t.Errorf("%vmbit: burst %d", mbit, b)
+		}
+		if q < 1000 || q > 200000 {
+			t.Errorf("%vmbit: quantum %d outside HTB's 1000..200000", mbit, q)
+		}
+		if l := BfifoLimit(rate); l < 65536 {
+			t.Errorf("%vmbit: bfifo %d smaller than a GSO packet", mbit, l)
+		}
+	}
+	// At 20mbit the burst stays at two frames: a bulk class cannot push
+	// more than about a millisecond of line time ahead of interactive.
+	if b := BurstFor(2500000); b > 3100 {
+		t.Errorf("20mbit burst %d", b)
+	}
+}
+
+func load(t *testing.T, file string) *policy.Policy {
+	t.Helper()
+	p, _, err := policy.Load(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// Golden plans: the planned objects for each example, on a kernel with
+// every qdisc and on one with only fifos (this machine's).
+func TestGoldenPlans(t *testing.T) {
+	files, _ := filepath.Glob("../examples/*.yaml")
+	fifoOnly := Features{Qdiscs: map[string]bool{"htb": true, "pfifo": true, "bfifo": true, "clsact": true}}
+	for _, f := range files {
+		for _, k := range []struct {
+			name  string
+			feats Features
+		}{{"full", Everything}, {"fifo", fifoOnly}} {
+			name := strings.TrimSuffix(filepath.Base(f), ".yaml") + "." + k.name
+			t.Run(name, func(t *testing.T) {
+				p, err := Build(load(t, f), k.feats, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var b strings.Builder
+				for _, o := range p.Objects() {
+					fmt.Fprintln(&b, o.Describe())
+				}
+				golden := filepath.Join("testdata", name+".golden")
+				if *update {
+					os.WriteFile(golden, []byte(b.String()), 0o644)
+				}
+				want, err := os.ReadFile(golden)
+				if err != nil {
+					t.Fatalf("%v (run go test ./plan -update)", err)
+				}
+				if b.String() != string(want) {
+					t.Errorf("plan differs from %s (run go test ./plan -update and review the diff)", golden)
+				}
+			})
+		}
+	}
+}
+
+// Re-planning with the previous allocation keeps every id; adding a
+// class in the middle changes no other class's id or filter prio.
+func TestPlanStableIDs(t *testing.T) {
+	src := func(extra string) string {
+		return "interfaces:\n  - name: eth0\n    egress:\n      rate: 20mbit\n      default: bulk\n      classes:\n" +
+			"        - name: a\n          rate: 1mbit\n          match: [{dport: 22}]\n" + extra +
+			"        - name: b\n          rate: 1mbit\n          match: [{dport: 80}]\n" +
+			"        - name: bulk\n          rate: 1mbit\n"
+	}
+	parse := func(s string) *policy.Policy {
+		p, _, err := policy.Parse("p.yaml", []byte(s))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	p1, err := Build(parse(src("")), Everything, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prev := map[string]*Alloc{"eth0": p1.Devices[0].Alloc}
+	p2, err := Build(parse(src("        - name: x\n          rate: 1mbit\n          match: [{dport: 53}]\n")), Everything, prev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a1, a2 := p1.Devices[0].Alloc, p2.Devices[0].Alloc
+	for _, n := range []string{"a", "b", "bulk"} {
+		if a1.Classes[n] != a2.Classes[n] {
+			t.Errorf("class %s: id %x -> %x", n, a1.Classes[n], a2.Classes[n])
+		}
+	}
+	for k, v := range a1.Prios {
+		if a2.Prios[k] != v {
+			t.Errorf("prio %s: %d -> %d", k, v, a2.Prios[k])
+		}
+	}
+	if !(a2.Prios["/a"] < a2.Prios["/x"] && a2.Prios["/x"] < a2.Prios["/b"]) {
+		t.Errorf("x not between a and b: %v", a2.Prios)
+	}
+}
+
+func TestExplicitLeafMissingIsRefused(t *testing.T) {
+	p, _, err := policy.Parse("p.yaml", []byte("interfaces:\n  - name: eth0\n    egress:\n      rate: 20mbit\n      default: a\n      classes:\n        - name: a\n          rate: 1mbit\n          leaf: fq_codel\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = Build(p, Features{Qdiscs: map[string]bool{"bfifo": true}}, nil)
+	if err == nil || !strings.Contains(err.Error(), "p.yaml:9:17: class a: leaf fq_codel: this kernel has no fq_codel qdisc") {
+		t.Fatalf("error = %v", err)
+	}
+}
+
+func TestMarkNeedsU32Mark(t *testing.T) {
+	p, _, err := policy.Parse("p.yaml", []byte("interfaces:\n  - name: eth0\n    egress:\n      rate: 20mbit\n      default: b\n      classes:\n        - name: a\n          rate: 1mbit\n          match: [{mark: 0x10/0xff}]\n        - name: b\n          rate: 1mbit\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Build(p, Features{Qdiscs: map[string]bool{"bfifo": true}}, nil); err == nil || !strings.Contains(err.Error(), "CONFIG_CLS_U32_MARK") {
+		t.Fatalf("error = %v", err)
+	}
+	full, err := Build(p, Everything, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var marked int
+	for _, o := range full.Objects() {
+		if f, ok := o.(*tc.Filter); ok && f.U32 != nil && f.U32.Mark != nil && *f.U32.Mark == (tc.Mark{Val: 0x10, Mask: 0xff}) {
+			marked++
+		}
+	}
+	if marked != 1 {
+		t.Errorf("%d marked nodes, want one (a mark-only rule matches any packet)", marked)
+	}
+}

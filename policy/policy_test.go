@@ -1,0 +1,248 @@
+package policy
+
+import (
+	"net/netip"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestParseRate(t *testing.T) {
+	for _, tc := range []struct {
+		in      string
+		bps     uint64
+		pct     float64
+		warn    bool
+		errPart string
+	}{
+		{in: "20mbit", bps: 2500000},
+		{in: "19mbit", bps: 2375000},
+		{in: "1.5gbit", bps: 187500000},
+		{in: "220kbit", bps: 27500},
+		{in: "8bit", bps: 1},
+		{in: "1Mbit", bps: 125000},
+		{in: "1mibit", bps: 131072},
+		{in: "2mbps", bps: 2000000, warn: true},
+		{in: "90%", pct: 90},
+		{in: "100%", pct: 100},
+		{in: "20mbits", errPart: `did you mean 20mbit?`},
+		{in: "20", errPart: "missing unit"},
+		{in: "20mb", errPart: "is a size, not a rate"},
+		{in: "20mbit/s", errPart: "not a tc unit; write 20mbit"},
+		{in: "20mbti", errPart: "did you mean 20mbit?"},
+		{in: "fast", errPart: "want a number and a unit"},
+		{in: "0%", errPart: "bad percentage"},
+		{in: "150%", errPart: "bad percentage"},
+		{in: "4bit", errPart: "at least 8bit"},
+	} {
+		r, warn, err := ParseRate(tc.in)
+		switch {
+		case tc.errPart != "":
+			if err == nil || !strings.Contains(err.Error(), tc.errPart) {
+				t.Errorf("ParseRate(%q) error = %v, want it to contain %q", tc.in, err, tc.errPart)
+			}
+		case err != nil:
+			t.Errorf("ParseRate(%q): %v", tc.in, err)
+		case r.Bps != tc.bps || r.Percent != tc.pct || (warn != "") != tc.warn:
+			t.Errorf("ParseRate(%q) = %d B/s, %v%%, warning %q", tc.in, r.Bps, r.Percent, warn)
+		}
+	}
+}
+
+func TestParseSize(t *testing.T) {
+	for in, want := range map[string]uint64{"1600": 1600, "1600b": 1600, "15kb": 15360, "15k": 15360, "2mb": 2 << 20, "1.5kb": 1536} {
+		got, err := ParseSize(in)
+		if err != nil || got != want {
+			t.Errorf("ParseSize(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	for in, part := range map[string]string{"15kbit": "rate unit", "lots": "want a number", "0b": "between", "3xb": "unknown unit"} {
+		if _, err := ParseSize(in); err == nil || !strings.Contains(err.Error(), part) {
+			t.Errorf("ParseSize(%q) error = %v, want %q", in, err, part)
+		}
+	}
+}
+
+// wrap puts class lines into a minimal valid policy; line numbers in the
+// cases below count from the top of the result (classes start at line 7).
+func wrap(classes string) string {
+	return "interfaces:\n  - name: eth0\n    egress:\n      rate: 20mbit\n      default: bulk\n      classes:\n" + classes +
+		"        - name: bulk\n          rate: 1mbit\n"
+}
+
+func TestValidationErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name, src, want string
+	}{
+		{"unknown key", wrap("        - name: a\n          rate: 1mbit\n          ceiling: 2mbit\n"),
+			`:9:11: class a: unknown key "ceiling" (did you mean "ceil"?)`},
+		{"bad unit", wrap("        - name: a\n          rate: 20mbits\n"),
+			`:8:17: class a: rate: bad rate "20mbits": "mbits" is not a unit; did you mean 20mbit?`},
+		{"ceil below rate", wrap("        - name: a\n          rate: 5mbit\n          ceil: 2mbit\n"),
+			`:9:17: eth0 egress: class a: ceil 2mbit is below rate 5mbit`},
+		{"children above parent", wrap("        - name: a\n          rate: 19.5mbit\n"),
+			`:4:13: eth0 egress: children's rates add up to 20.5mbit, above the egress rate (20mbit): a 19.5mbit, bulk 1mbit`},
+		{"nested children above parent", wrap("        - name: a\n          rate: 2mbit\n          classes:\n            - name: a1\n              rate: 2mbit\n            - name: a2\n              rate: 1kbit\n"),
+			`:8:17: eth0 egress: children's rates add up to 2.001mbit, above the rate of class a (2mbit)`},
+		{"duplicate name", wrap("        - name: bulk\n          rate: 1mbit\n"),
+			`:9:17: eth0 egress: duplicate class name "bulk" (first at line 7)`},
+		{"default missing",
+			"interfaces:\n  - name: eth0\n    egress:\n      rate: 20mbit\n      default: bulkk\n      classes:\n        - name: bulk\n          rate: 1mbit\n",
+			`:5:16: eth0 egress: default class "bulkk" does not exist (did you mean "bulk"?)`},
+		{"default not leaf",
+			"interfaces:\n  - name: eth0\n    egress:\n      rate: 20mbit\n      default: g\n      classes:\n        - name: g\n          rate: 1mbit\n          classes:\n            - name: c\n              rate: 1mbit\n",
+			`:5:16: eth0 egress: default class "g" has children`},
+		{"default required",
+			"interfaces:\n  - name: eth0\n    egress:\n      rate: 20mbit\n      classes:\n        - name: g\n          rate: 1mbit\n",
+			`:4:7: eth0 egress: default is required`},
+		{"per_host too large", wrap("        - name: a\n          rate: 1mbit\n          per_host:\n            cidr: 10.0.0.0/16\n"),
+			`:10:19: eth0 egress: class a: per_host: 10.0.0.0/16 with one class per /32 needs 65536 classes; HTB's class id space holds at most 32766`},
+		{"port out of range", wrap("        - name: a\n          rate: 1mbit\n          match:\n            - dport: 70000\n"),
+			`:10:22: class a: match.dport: port "70000" out of range`},
+		{"port range reversed", wrap("        - name: a\n          rate: 1mbit\n          match:\n            - dport: 2000-1000\n"),
+			`:10:22: class a: match.dport: bad port range "2000-1000"`},
+		{"bad cidr", wrap("        - name: a\n          rate: 1mbit\n          match:\n            - src: 10.0.0.0/33\n"),
+			`:10:20: class a: match.src: bad CIDR "10.0.0.0/33"`},
+		{"cidr host bits", wrap("        - name: a\n          rate: 1mbit\n          match:\n            - src: 10.0.0.1/24\n"),
+			`host bits are set; did you mean 10.0.0.0/24?`},
+		{"bad dscp", wrap("        - name: a\n          rate: 1mbit\n          match:\n            - dscp: EFF\n"),
+			`:10:21: class a: match.dscp: unknown DSCP "EFF" (did you mean EF?)`},
+		{"dscp number", wrap("        - name: a\n          rate: 1mbit\n          match:\n            - dscp: 64\n"),
+			`unknown DSCP "64"`},
+		{"bad proto", wrap("        - name: a\n          rate: 1mbit\n          match:\n            - proto: tpc\n"),
+			`unknown protocol "tpc" (did you mean tcp?)`},
+		{"ports need proto", wrap("        - name: a\n          rate: 1mbit\n          match:\n            - { proto: icmp, dport: 22 }\n"),
+			`ports need proto tcp, udp`},
+		{"families clash", wrap("        - name: a\n          rate: 1mbit\n          match:\n            - { src: 10.0.0.0/8, dst: \"2001:db8::/32\" }\n"),
+			`no packet can match`},
+		{"empty entry", wrap("        - name: a\n          rate: 1mbit\n          match:\n            - {}\n"),
+			`empty entry matches everything`},
+		{"prio range", wrap("        - name: a\n          rate: 1mbit\n          prio: 9\n"),
+			`:9:17: class a: prio: expected a whole number from 0 to 7, found "9"`},
+		{"unknown leaf", wrap("        - name: a\n          rate: 1mbit\n          leaf: fq_codl\n"),
+			`unknown leaf "fq_codl" (did you mean fq_codel?)`},
+		{"bfifo packets", wrap("        - name: a\n          rate: 1mbit\n          leaf: bfifo\n          limit: 100\n"),
+			`bfifo counts bytes`},
+		{"root percent", "interfaces:\n  - name: eth0\n    egress:\n      rate: 50%\n",
+			`:4:13: eth0 egress: rate must be absolute`},
+		{"no interfaces", "interfaces: []\n", `no interfaces`},
+		{"not yaml", "interfaces:\n  - name: [\n", `invalid YAML`},
+		{"interface twice", "interfaces:\n  - name: eth0\n    egress: {rate: 1mbit}\n  - name: eth0\n    egress: {rate: 1mbit}\n",
+			`:4:11: interface "eth0" appears twice (first at line 2)`},
+		{"interface name", "interfaces:\n  - name: a/b\n    egress: {rate: 1mbit}\n", `interface name "a/b"`},
+		{"nothing to do", "interfaces:\n  - name: eth0\n", `nothing to do`},
+		{"repeated key", wrap("        - name: a\n          rate: 1mbit\n          rate: 2mbit\n"),
+			`:9:11: class a: key "rate" repeated (first at line 8)`},
+		{"tcp_ack bool", wrap("        - name: a\n          rate: 1mbit\n          match:\n            - tcp_ack: yes\n"),
+			`tcp_ack: expected true or false, found "yes"`},
+		{"inner default needs match", wrap("        - name: g\n          rate: 1mbit\n          default: c\n          classes:\n            - name: c\n              rate: 1mbit\n"),
+			`default needs match rules`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, _, err := Parse("p.yaml", []byte(tc.src))
+			if err == nil {
+				t.Fatalf("no error; want %q", tc.want)
+			}
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error:\n%v\nwant it to contain:\n%s", err, tc.want)
+			}
+			for _, line := range strings.Split(err.Error(), "\n") {
+				if !strings.HasPrefix(line, "p.yaml:") {
+					t.Errorf("error line %q does not start with FILE:LINE:COL", line)
+				}
+			}
+		})
+	}
+}
+
+func TestBytesRateWarns(t *testing.T) {
+	p, warns, err := Parse("p.yaml", []byte(wrap("        - name: a\n          rate: 2mbps\n")))
+	if err != nil || p == nil {
+		t.Fatal(err)
+	}
+	if len(warns) != 1 || !strings.Contains(warns[0].Error(), "p.yaml:8:17: warning: class a: rate: 2mbps is megabytes per second") {
+		t.Fatalf("warnings = %v", warns)
+	}
+}
+
+func TestResolvedRates(t *testing.T) {
+	src := "interfaces:\n  - name: eth0\n    egress:\n      rate: 20mbit\n      default: b\n      classes:\n" +
+		"        - name: a\n          rate: 25%\n          ceil: 50%\n          classes:\n            - name: a1\n              rate: 50%\n" +
+		"        - name: b\n          rate: 10mbit\n"
+	p, _, err := Parse("p.yaml", []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := p.Interfaces[0].Egress.Classes[0]
+	a1 := a.Classes[0]
+	b := p.Interfaces[0].Egress.Classes[1]
+	for _, c := range []struct {
+		name       string
+		rate, ceil uint64
+	}{{"a", a.RateBps, a.CeilBps}, {"a1", a1.RateBps, a1.CeilBps}, {"b", b.RateBps, b.CeilBps}} {
+		_ = c
+	}
+	if a.RateBps != 625000 || a.CeilBps != 1250000 {
+		t.Errorf("a: rate %d ceil %d", a.RateBps, a.CeilBps)
+	}
+	// A child's percentages are of its parent's rate (rate) and ceil
+	// (ceil); its ceil defaults to the parent's ceil.
+	if a1.RateBps != 312500 || a1.CeilBps != 1250000 {
+		t.Errorf("a1: rate %d ceil %d", a1.RateBps, a1.CeilBps)
+	}
+	if b.CeilBps != 2500000 {
+		t.Errorf("b: ceil %d, want the link rate", b.CeilBps)
+	}
+}
+
+func TestBareRateLimit(t *testing.T) {
+	p, _, err := Parse("p.yaml", []byte("interfaces:\n  - name: eth0\n    ingress:\n      rate: 800kbit\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := p.Interfaces[0].Ingress
+	if len(tr.Classes) != 1 || tr.Default != "default" || tr.Classes[0].RateBps != 100000 {
+		t.Fatalf("implicit class: %+v default %q", tr.Classes, tr.Default)
+	}
+	if IfbName(p.Interfaces[0]) != "ifb-eth0" {
+		t.Errorf("ifb name %q", IfbName(p.Interfaces[0]))
+	}
+	long := &Interface{Name: "enp0s31f6abcdef", Ingress: tr}
+	if n := IfbName(long); len(n) > 15 || !strings.HasPrefix(n, "ifb-enp0s31") {
+		t.Errorf("long ifb name %q", n)
+	}
+}
+
+func TestHosts(t *testing.T) {
+	for _, tc := range []struct {
+		cidr        string
+		prefix      int
+		n           int
+		first, last string
+	}{
+		{"192.168.1.0/24", 32, 254, "192.168.1.1/32", "192.168.1.254/32"},
+		{"10.0.0.0/30", 32, 2, "10.0.0.1/32", "10.0.0.2/32"},
+		{"10.0.0.0/31", 32, 2, "10.0.0.0/32", "10.0.0.1/32"},
+		{"10.0.0.0/22", 32, 1022, "10.0.0.1/32", "10.0.3.254/32"},
+		{"2001:db8::/120", 128, 256, "2001:db8::/128", "2001:db8::ff/128"},
+		{"2001:db8::/56", 64, 256, "2001:db8::/64", "2001:db8:0:ff::/64"},
+	} {
+		ph := &PerHost{CIDR: netip.MustParsePrefix(tc.cidr), Prefix: tc.prefix}
+		hs := ph.Hosts()
+		if len(hs) != tc.n || ph.HostCount() != tc.n || hs[0].String() != tc.first || hs[len(hs)-1].String() != tc.last {
+			t.Errorf("%s/%d: %d hosts (count %d) %v..%v", tc.cidr, tc.prefix, len(hs), ph.HostCount(), hs[0], hs[len(hs)-1])
+		}
+	}
+}
+
+func TestExamplesAreValid(t *testing.T) {
+	files, _ := filepath.Glob("../examples/*.yaml")
+	if len(files) < 4 {
+		t.Fatalf("examples: %v", files)
+	}
+	for _, f := range files {
+		if _, warns, err := Load(f); err != nil || len(warns) > 0 {
+			t.Errorf("%s: %v %v", f, err, warns)
+		}
+	}
+}

@@ -380,6 +380,8 @@ func (c *Conn) FilterDel(f *Filter) error {
 	}
 	h := f.Handle
 	switch {
+	case f.IsTP():
+		h = 0 // handle 0 addresses the whole prio, not its root table
 	case f.Raw != 0:
 		h = f.Raw
 	case !f.IsTP() && U32HTID(h) == 0:
@@ -410,7 +412,10 @@ func (c *Conn) FilterDel(f *Filter) error {
 			req.AddData(nl.NewRtAttr(tcaKind, nl.ZeroTerminated(f.Kind)))
 		}
 		_, err := req.Execute(unix.NETLINK_ROUTE, 0)
-		if err == nil {
+		if err == nil || errors.Is(err, syscall.ENOENT) {
+			// Gone already: u32 removes a qdisc's last prio by itself
+			// once its last node or table goes, and a prio whose first
+			// element was never added does not exist.
 			return nil
 		}
 		if !errors.Is(err, syscall.EBUSY) || U32Node(h) != 0 || time.Now().After(deadline) {

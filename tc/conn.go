@@ -163,7 +163,14 @@ func (c *Conn) LinkAdd(l *Link) error {
 		return fmt.Errorf("link add %s: %w", l.Name, err)
 	}
 	if l.Up {
-		return c.LinkUp(l.Name)
+		// One operation for the caller: if the link cannot be set up,
+		// it must not stay behind.
+		if err := c.LinkUp(l.Name); err != nil {
+			if lk, e := c.links.LinkByName(l.Name); e == nil {
+				c.links.LinkDel(lk)
+			}
+			return err
+		}
 	}
 	return nil
 }

@@ -1,0 +1,505 @@
+package kernel_test
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"sluice/kernel"
+	"sluice/plan"
+	"sluice/policy"
+	"sluice/tc"
+	"sluice/testutil"
+)
+
+// bed is a namespace with veth pairs named like the policy's interfaces.
+type bed struct {
+	ns string
+	k  *kernel.Kernel
+}
+
+func newBed(t *testing.T, devs ...string) *bed {
+	t.Helper()
+	testutil.RequireRoot(t)
+	t.Setenv("SLUICE_STATE_DIR", t.TempDir())
+	ns := testutil.NewNetns(t, "k")
+	for _, d := range devs {
+		testutil.NS(t, ns, "ip", "link", "add", d, "type", "veth", "peer", "name", d+"p")
+		testutil.NS(t, ns, "ip", "link", "set", d, "up")
+		testutil.NS(t, ns, "ip", "link", "set", d+"p", "up")
+	}
+	k, err := kernel.Open(ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(k.Close)
+	return &bed{ns: ns, k: k}
+}
+
+func parse(t *testing.T, src string) *policy.Policy {
+	t.Helper()
+	p, _, err := policy.Parse("p.yaml", []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func features(t *testing.T) plan.Features {
+	t.Helper()
+	r, err := kernel.ProbeCached(kernel.StateDir(""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r.Features()
+}
+
+// apply runs the whole apply path and returns the number of writes.
+func (b *bed) apply(t *testing.T, pol *policy.Policy, force bool) (int, error) {
+	t.Helper()
+	p, err := b.k.Plan(pol, features(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	live, err := b.k.ReadLive(p, nil, force)
+	if err != nil {
+		return 0, err
+	}
+	d := kernel.Compute(live.Objects, p.Objects(), live.Opt)
+	if force {
+		for i := range d.Changes {
+			if q, ok := d.Changes[i].Obj.(*tc.Qdisc); ok && q.Parent == tc.HandleRoot {
+				d.Changes[i].Force = true
+			}
+		}
+	}
+	res, err := b.k.Apply(d)
+	if err != nil {
+		return 0, err
+	}
+	if err := b.k.Record(p, d, live, "p.yaml"); err != nil {
+		t.Fatal(err)
+	}
+	return res.Writes, nil
+}
+
+// snapshot lists everything tc shows on the namespace's devices (minus
+// counters and kernel-chosen u32 root table ids), for before/after
+// comparisons.
+func (b *bed) snapshot(t *testing.T) string {
+	t.Helper()
+	var out []string
+	links := testutil.NS(t, b.ns, "ip", "-o", "link", "show")
+	for _, l := range strings.Split(strings.TrimSpace(links), "\n") {
+		f := strings.Fields(l)
+		dev := strings.TrimSuffix(strings.Split(f[1], "@")[0], ":")
+		out = append(out, "link "+dev)
+		for _, what := range [][]string{{"qdisc", "show", "dev", dev}, {"class", "show", "dev", dev}, {"filter", "show", "dev", dev, "ingress"}} {
+			out = append(out, normalize(testutil.NS(t, b.ns, "tc", what...))...)
+		}
+		cls, err := b.k.Conn.Classes(dev, tc.MakeHandle(1, 0))
+		if err == nil {
+			for _, c := range cls {
+				fs, _ := b.k.Conn.Filters(dev, c.Handle)
+				for _, f := range fs {
+					out = append(out, f.Describe())
+				}
+			}
+		}
+		fs, _ := b.k.Conn.Filters(dev, tc.MakeHandle(1, 0))
+		for _, f := range fs {
+			out = append(out, f.Describe())
+		}
+	}
+	sort.Strings(out)
+	return strings.Join(out, "\n")
+}
+
+func normalize(s string) []string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		l = strings.TrimSpace(l)
+		if l == "" || strings.HasPrefix(l, "filter") && strings.Contains(l, "fh 8") {
+			continue // u32 root tables: ids chosen by the kernel
+		}
+		out = append(out, l)
+	}
+	return out
+}
+
+func TestApplyExamplesCarryThePlan(t *testing.T) {
+	for _, ex := range []struct {
+		file string
+		devs []string
+	}{
+		{"../examples/wondershaper.yaml", []string{"eth0"}},
+		{"../examples/per-user.yaml", []string{"lan0"}},
+		{"../examples/ipv6.yaml", []string{"eth0"}},
+		{"../examples/office.yaml", []string{"eth0", "eth1"}},
+	} {
+		t.Run(ex.file, func(t *testing.T) {
+			b := newBed(t, ex.devs...)
+			pol, _, err := policy.Load(ex.file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := b.apply(t, pol, false); err != nil {
+				t.Fatal(err)
+			}
+			// The kernel holds exactly the plan: a fresh diff is empty.
+			p, err := b.k.Plan(pol, features(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			live, err := b.k.ReadLive(p, nil, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d := kernel.Compute(live.Objects, p.Objects(), live.Opt); !d.Empty() {
+				t.Fatalf("after apply the kernel differs from the plan in %d ways, first: %s %s", len(d.Changes), d.Changes[0].Verb, d.Changes[0].Obj.Describe())
+			}
+			planned := 0
+			for _, o := range p.Objects() {
+				if f, ok := o.(*tc.Filter); !ok || !f.IsTP() {
+					planned++
+				}
+			}
+			got := 0
+			for _, o := range live.Objects {
+				if f, ok := o.(*tc.Filter); !ok || !f.IsTP() {
+					got++
+				}
+			}
+			if got != planned {
+				t.Errorf("kernel holds %d objects, plan has %d", got, planned)
+			}
+			// A second apply writes nothing.
+			before := b.k.Conn.Writes()
+			if n, err := b.apply(t, pol, false); err != nil || n != 0 || b.k.Conn.Writes() != before {
+				t.Fatalf("second apply: %d writes, %v", n, err)
+			}
+		})
+	}
+}
+
+const basePolicy = `interfaces:
+  - name: eth0
+    egress:
+      rate: 20mbit
+      default: bulk
+      classes:
+        - name: ssh
+          rate: 2mbit
+          prio: 0
+          match: [{dport: 22}, {proto: icmp}]
+        - name: web
+          rate: 8mbit
+          prio: 1
+          match: [{proto: tcp, dport: [80, 443]}]
+        - name: bulk
+          rate: 5mbit
+          prio: 2
+`
+
+func TestRateChangeIsOneWrite(t *testing.T) {
+	b := newBed(t, "eth0")
+	if _, err := b.apply(t, parse(t, basePolicy), false); err != nil {
+		t.Fatal(err)
+	}
+	n, err := b.apply(t, parse(t, strings.Replace(basePolicy, "rate: 8mbit", "rate: 9mbit", 1)), false)
+	if err != nil || n != 1 {
+		t.Fatalf("rate change: %d writes, %v", n, err)
+	}
+	out := testutil.NS(t, b.ns, "tc", "class", "show", "dev", "eth0", "classid", "1:11")
+	if !strings.Contains(out, "rate 9Mbit") {
+		t.Fatalf("kernel says: %s", out)
+	}
+}
+
+// rawHandles maps each filter node of a class (by its note) to the handle
+// the kernel gave it: unchanged handles prove a node was not re-created.
+func rawHandles(t *testing.T, b *bed) map[string]uint32 {
+	fs, err := b.k.Conn.Filters("eth0", tc.MakeHandle(1, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]uint32{}
+	for _, f := range fs {
+		if !f.IsTP() {
+			out[fmt.Sprintf("%d/%x", f.Prio, f.Handle)] = f.Raw
+		}
+	}
+	return out
+}
+
+func TestAddAndRemoveClassTouchOnlyIt(t *testing.T) {
+	b := newBed(t, "eth0")
+	if _, err := b.apply(t, parse(t, basePolicy), false); err != nil {
+		t.Fatal(err)
+	}
+	before := rawHandles(t, b)
+	classesBefore := testutil.NS(t, b.ns, "tc", "class", "show", "dev", "eth0")
+	withDNS := strings.Replace(basePolicy, "        - name: bulk", "        - name: dns\n          rate: 1mbit\n          match: [{proto: udp, dport: 53}]\n        - name: bulk", 1)
+	n, err := b.apply(t, parse(t, withDNS), false)
+	// class, leaf, table, its node, the IPv4 link node, the IPv6 node
+	if err != nil || n != 6 {
+		t.Fatalf("adding a class: %d writes, %v", n, err)
+	}
+	after := rawHandles(t, b)
+	for k, v := range before {
+		if after[k] != v {
+			t.Errorf("filter %s re-created (%x -> %x)", k, v, after[k])
+		}
+	}
+	for _, l := range strings.Split(strings.TrimSpace(classesBefore), "\n") {
+		if !strings.Contains(testutil.NS(t, b.ns, "tc", "class", "show", "dev", "eth0"), l) {
+			t.Errorf("class changed: %s", l)
+		}
+	}
+	// Remove it again: back to the first state, other filters untouched.
+	if _, err := b.apply(t, parse(t, basePolicy), false); err != nil {
+		t.Fatal(err)
+	}
+	final := rawHandles(t, b)
+	for k, v := range before {
+		if final[k] != v {
+			t.Errorf("filter %s re-created on removal (%x -> %x)", k, v, final[k])
+		}
+	}
+	if len(final) != len(before) {
+		t.Errorf("%d filter nodes, had %d", len(final), len(before))
+	}
+}
+
+// A failure at any step of a multi-step apply leaves the kernel exactly
+// as it was. The change from A to B deletes, changes, replaces and adds
+// objects on two trees and an ingress hook.
+func TestRollbackAtEveryStep(t *testing.T) {
+	polA := `interfaces:
+  - name: eth0
+    egress:
+      rate: 20mbit
+      default: bulk
+      classes:
+        - name: ssh
+          rate: 2mbit
+          match: [{dport: 22}]
+        - name: users
+          rate: 4mbit
+          per_host: {by: dst, cidr: 10.0.0.0/29}
+        - name: bulk
+          rate: 5mbit
+`
+	polB := `interfaces:
+  - name: eth0
+    egress:
+      rate: 20mbit
+      default: bulk
+      classes:
+        - name: web
+          rate: 3mbit
+          match: [{proto: tcp, dport: 80-90}]
+        - name: users
+          rate: 6mbit
+          per_host: {by: dst, cidr: 10.0.0.0/30}
+        - name: bulk
+          rate: 5mbit
+          leaf: pfifo
+    ingress:
+      rate: 30mbit
+`
+	for _, from := range []string{"", polA} {
+		name := "from-empty"
+		if from != "" {
+			name = "from-A"
+		}
+		t.Run(name, func(t *testing.T) {
+			b := newBed(t, "eth0")
+			if from != "" {
+				if _, err := b.apply(t, parse(t, from), false); err != nil {
+					t.Fatal(err)
+				}
+			}
+			start := b.snapshot(t)
+			startState, _ := os.ReadFile(kernel.StateDir(b.ns) + "/state.json")
+			// Count the steps of the full change first.
+			p, err := b.k.Plan(parse(t, polB), features(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			live, err := b.k.ReadLive(p, nil, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			d := kernel.Compute(live.Objects, p.Objects(), live.Opt)
+			writes := 0
+			for _, c := range d.Changes {
+				if f, ok := c.Obj.(*tc.Filter); ok && f.IsTP() && c.Verb == tc.Add {
+					continue
+				}
+				writes++
+				if l, ok := c.Obj.(*tc.Link); ok && c.Verb == tc.Add && l.Up {
+					writes++ // add, then up
+				}
+			}
+			if writes < 10 {
+				t.Fatalf("only %d writes: not a multi-step change", writes)
+			}
+			for fail := 1; fail <= writes; fail++ {
+				start0 := b.k.Conn.Writes()
+				b.k.Conn.BeforeWrite = func(n int, what string) error {
+					if n-start0 == fail {
+						return fmt.Errorf("%w at %s", tc.ErrInjected, what)
+					}
+					return nil
+				}
+				_, err := b.apply(t, parse(t, polB), false)
+				b.k.Conn.BeforeWrite = nil
+				var ae *kernel.ApplyError
+				if !errors.As(err, &ae) || !errors.Is(err, tc.ErrInjected) || !ae.RolledBack {
+					t.Fatalf("failure at write %d: %v", fail, err)
+				}
+				if now := b.snapshot(t); now != start {
+					t.Fatalf("failure at write %d (%s): the kernel was not restored:\n%s", fail, ae.Op, diffLines(start, now))
+				}
+				if st, _ := os.ReadFile(kernel.StateDir(b.ns) + "/state.json"); string(st) != string(startState) {
+					t.Fatalf("failure at write %d: records changed", fail)
+				}
+			}
+			// And without a fault it goes through.
+			if _, err := b.apply(t, parse(t, polB), false); err != nil {
+				t.Fatal(err)
+			}
+			if n, _ := b.apply(t, parse(t, polB), false); n != 0 {
+				t.Fatalf("apply after recovery not idempotent: %d writes", n)
+			}
+			t.Logf("%d steps, each injected and rolled back", writes)
+		})
+	}
+}
+
+func diffLines(a, b string) string {
+	as, bs := map[string]bool{}, map[string]bool{}
+	for _, l := range strings.Split(a, "\n") {
+		as[l] = true
+	}
+	for _, l := range strings.Split(b, "\n") {
+		bs[l] = true
+	}
+	var out []string
+	for l := range as {
+		if !bs[l] {
+			out = append(out, "- "+l)
+		}
+	}
+	for l := range bs {
+		if !as[l] {
+			out = append(out, "+ "+l)
+		}
+	}
+	sort.Strings(out)
+	return strings.Join(out, "\n")
+}
+
+func TestLockKeepsAppliesApart(t *testing.T) {
+	b := newBed(t, "eth0")
+	held, err := kernel.AcquireLock(b.k.StateDir, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	err = b.k.Lock(300 * time.Millisecond)
+	if !errors.Is(err, kernel.ErrLocked) || time.Since(start) < 300*time.Millisecond {
+		t.Fatalf("second lock: %v after %v", err, time.Since(start))
+	}
+	if !strings.Contains(err.Error(), fmt.Sprint(os.Getpid())) {
+		t.Errorf("error does not name the holder: %v", err)
+	}
+	held.Release()
+	if err := b.k.Lock(time.Second); err != nil {
+		t.Fatalf("after release: %v", err)
+	}
+}
+
+func TestForeignRootNeedsForce(t *testing.T) {
+	b := newBed(t, "eth0")
+	testutil.NS(t, b.ns, "tc", "qdisc", "add", "dev", "eth0", "root", "handle", "5:", "tbf", "rate", "1mbit", "burst", "10k", "latency", "50ms")
+	before := b.snapshot(t)
+	_, err := b.apply(t, parse(t, basePolicy), false)
+	var fe *kernel.ForeignRootError
+	if !errors.As(err, &fe) || fe.Kind != "tbf" {
+		t.Fatalf("apply over a foreign root: %v", err)
+	}
+	if b.snapshot(t) != before {
+		t.Fatal("refused apply changed the kernel")
+	}
+	if _, err := b.apply(t, parse(t, basePolicy), true); err != nil {
+		t.Fatalf("--force: %v", err)
+	}
+	if out := testutil.NS(t, b.ns, "tc", "qdisc", "show", "dev", "eth0"); !strings.Contains(out, "qdisc htb 1: root") || strings.Contains(out, "tbf") {
+		t.Fatalf("after --force: %s", out)
+	}
+}
+
+// Reset removes sluice's objects and nothing else: a clsact sluice
+// adopted keeps its other filters, a foreign device keeps its qdisc, an
+// ifb sluice created goes away.
+func TestResetTouchesNothingElse(t *testing.T) {
+	b := newBed(t, "eth0", "other")
+	testutil.NS(t, b.ns, "tc", "qdisc", "add", "dev", "other", "root", "handle", "7:", "htb", "default", "1")
+	testutil.NS(t, b.ns, "tc", "qdisc", "add", "dev", "eth0", "clsact")
+	testutil.NS(t, b.ns, "tc", "filter", "add", "dev", "eth0", "ingress", "prio", "10", "protocol", "ip", "u32", "match", "ip", "dst", "1.2.3.4/32", "flowid", "1:1")
+	foreign := b.snapshot(t)
+	pol := strings.Replace(basePolicy, "      rate: 20mbit\n", "      rate: 20mbit\n", 1) + "    ingress:\n      rate: 50mbit\n"
+	if _, err := b.apply(t, parse(t, pol), false); err != nil {
+		t.Fatal(err)
+	}
+	if !b.k.Conn.LinkExists("ifb-eth0") {
+		t.Fatal("no ifb")
+	}
+	d, names, err := b.k.ResetPlan([]string{"eth0"}, false)
+	if err != nil || len(names) != 2 {
+		t.Fatalf("reset plan: %v %v", names, err)
+	}
+	if _, err := b.k.Apply(d); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.k.Forget(names); err != nil {
+		t.Fatal(err)
+	}
+	if after := b.snapshot(t); after != foreign {
+		t.Fatalf("reset left the namespace different:\n%s", diffLines(foreign, after))
+	}
+	if len(b.k.State.Devices) != 0 {
+		t.Errorf("records left: %v", b.k.State.Names())
+	}
+}
+
+func TestAdoptedIfbSurvivesReset(t *testing.T) {
+	b := newBed(t, "eth0")
+	testutil.NS(t, b.ns, "ip", "link", "add", "ifb-eth0", "type", "ifb")
+	if _, err := b.apply(t, parse(t, "interfaces:\n  - name: eth0\n    ingress:\n      rate: 10mbit\n"), false); err != nil {
+		t.Fatal(err)
+	}
+	if up := testutil.NS(t, b.ns, "ip", "link", "show", "ifb-eth0"); !strings.Contains(up, ",UP") {
+		t.Errorf("adopted ifb not set up: %s", up)
+	}
+	d, names, err := b.k.ResetPlan([]string{"eth0"}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.k.Apply(d); err != nil {
+		t.Fatal(err)
+	}
+	b.k.Forget(names)
+	if !b.k.Conn.LinkExists("ifb-eth0") {
+		t.Fatal("reset deleted an ifb sluice did not create")
+	}
+	if out := testutil.NS(t, b.ns, "tc", "qdisc", "show", "dev", "eth0"); strings.Contains(out, "clsact") {
+		t.Errorf("clsact sluice created is still there: %s", out)
+	}
+}

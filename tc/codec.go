@@ -310,7 +310,8 @@ func (c *Conn) u32Options(f *Filter) (*nl.RtAttr, error) {
 		return nil, fmt.Errorf("u32 node %s has no selector", U32Handle(f.Handle))
 	}
 	sel := *u.Sel
-	if u.ClassID != 0 {
+	// u32 runs a node's classid and actions only when it is terminal.
+	if u.ClassID != 0 || u.RedirectDev != "" {
 		sel.Flags |= SelTerminal
 	}
 	o.AddRtAttr(nl.TCA_U32_SEL, EncodeSel(&sel))

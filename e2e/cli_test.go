@@ -1,0 +1,147 @@
+package e2e
+
+import (
+	"encoding/json"
+	"os/exec"
+	"regexp"
+	"strings"
+	"testing"
+
+	"sluice/testutil"
+)
+
+func TestValidateExitCodes(t *testing.T) {
+	good := must(t, "validate", "../examples/office.yaml")
+	if !strings.Contains(good, "valid") {
+		t.Errorf("validate says %q", good)
+	}
+	bad := writePolicy(t, "bad.yaml", "interfaces:\n  - name: eth0\n    egress:\n      rate: 20mbits\n      default: x\n")
+	r := sluice(t, "validate", bad)
+	if r.code != 2 || !regexp.MustCompile(`bad.yaml:4:13: egress rate: bad rate "20mbits".*did you mean 20mbit\?`).MatchString(r.stderr) {
+		t.Fatalf("exit %d, stderr:\n%s", r.code, r.stderr)
+	}
+	if r := sluice(t, "validate", "/nonexistent.yaml"); r.code != 2 {
+		t.Errorf("missing file: exit %d", r.code)
+	}
+	if r := sluice(t, "validate"); r.code != 2 {
+		t.Errorf("missing argument: exit %d", r.code)
+	}
+	if r := sluice(t, "show", "--interval", "soon"); r.code != 2 || !strings.Contains(r.stderr, "invalid argument") {
+		t.Errorf("bad flag: exit %d %s", r.code, r.stderr)
+	}
+}
+
+// Bad input never touches the kernel: a policy naming a missing
+// interface is refused with its position, and nothing changes.
+func TestMissingInterfaceChangesNothing(t *testing.T) {
+	ns := devNS(t, "eth0")
+	before := tcShow(t, ns, "qdisc", "show")
+	pol := writePolicy(t, "p.yaml", "interfaces:\n  - name: eth0\n    egress: {rate: 10mbit}\n  - name: eth9\n    egress: {rate: 10mbit}\n")
+	for _, cmd := range []string{"plan", "apply"} {
+		r := sluice(t, "--netns", ns, cmd, pol)
+		if r.code != 2 || !strings.Contains(r.stderr, "p.yaml:4:11: interface eth9 does not exist") {
+			t.Fatalf("%s: exit %d\n%s", cmd, r.code, r.stderr)
+		}
+	}
+	if after := tcShow(t, ns, "qdisc", "show"); after != before {
+		t.Fatalf("kernel changed:\n%s\n%s", before, after)
+	}
+	if r := sluice(t, "--netns", "sltest-no-such-ns", "show"); r.code != 2 {
+		t.Errorf("missing namespace: exit %d", r.code)
+	}
+}
+
+func TestPlanApplyShowReset(t *testing.T) {
+	ns := devNS(t, "eth0", "eth1")
+	pol := "../examples/office.yaml"
+	plan := must(t, "--netns", ns, "plan", pol)
+	if !strings.Contains(plan, "+ class eth0 parent 1:1 classid 1:10 htb rate 2mbit ceil 19mbit") || !strings.Contains(plan, "+ link ifb-eth0 type ifb") {
+		t.Fatalf("plan:\n%.2000s", plan)
+	}
+	out := must(t, "--netns", ns, "apply", "-q", pol)
+	if !regexp.MustCompile(`applied: \d+ change\(s\), \d+ netlink write\(s\)`).MatchString(out) {
+		t.Errorf("apply says %q", out)
+	}
+	if out := must(t, "--netns", ns, "plan", pol); strings.TrimSpace(out) != "no changes" {
+		t.Fatalf("plan after apply: %.1000s", out)
+	}
+	if out := must(t, "--netns", ns, "apply", pol); strings.TrimSpace(out) != "no changes" {
+		t.Fatalf("second apply: %.1000s", out)
+	}
+	text := must(t, "--netns", ns, "show", "--interval", "0", "eth0")
+	for _, want := range []string{"eth0 egress", "interactive", "1:10", "ifb-eth0 ingress of eth0", "BORROWED"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("show lacks %q:\n%s", want, text)
+		}
+	}
+	var sample struct {
+		Trees []struct {
+			Device  string `json:"device"`
+			Classes []struct {
+				Name string `json:"name"`
+				ID   string `json:"id"`
+				Rate uint64 `json:"rate_bps"`
+				Ceil uint64 `json:"ceil_bps"`
+			} `json:"classes"`
+		} `json:"trees"`
+	}
+	if err := json.Unmarshal([]byte(must(t, "--netns", ns, "show", "--json", "--interval", "100ms")), &sample); err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, tr := range sample.Trees {
+		for _, c := range tr.Classes {
+			if tr.Device == "eth0" && c.Name == "web" && c.ID == "1:11" && c.Rate == 8000000 && c.Ceil == 19000000 {
+				found = true
+			}
+		}
+	}
+	if len(sample.Trees) != 3 || !found {
+		t.Errorf("show --json: %+v", sample)
+	}
+	must(t, "--netns", ns, "reset", "--all")
+	for _, dev := range []string{"eth0", "eth1"} {
+		if q := tcShow(t, ns, "qdisc", "show", "dev", dev); strings.Contains(q, "htb") || strings.Contains(q, "clsact") {
+			t.Errorf("%s after reset: %s", dev, q)
+		}
+	}
+	if err := exec.Command("ip", "-n", ns, "link", "show", "ifb-eth0").Run(); err == nil {
+		t.Error("ifb-eth0 still exists after reset")
+	}
+	if out := must(t, "--netns", ns, "show"); !strings.Contains(out, "shapes nothing") {
+		t.Errorf("show after reset: %s", out)
+	}
+}
+
+// doctor's findings agree with what tc(8) itself can create.
+func TestDoctorAgreesWithTC(t *testing.T) {
+	ns := devNS(t, "eth0")
+	var rep struct {
+		Qdiscs      map[string]bool `json:"qdiscs"`
+		Classifiers map[string]bool `json:"classifiers"`
+		Plan        []string        `json:"plan"`
+		BPF         struct {
+			SchedCLS bool `json:"sched_cls"`
+		} `json:"bpf"`
+		CC []string `json:"congestion_controls"`
+	}
+	if err := json.Unmarshal([]byte(must(t, "doctor", "--json")), &rep); err != nil {
+		t.Fatal(err)
+	}
+	for _, kind := range []string{"htb", "fq_codel", "sfq", "fq", "cake", "netem", "prio", "pfifo", "bfifo", "hfsc"} {
+		out, _ := exec.Command("ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", "eth0", "root", "handle", "9:", kind).CombinedOutput()
+		exec.Command("ip", "netns", "exec", ns, "tc", "qdisc", "del", "dev", "eth0", "root").Run()
+		unknown := strings.Contains(string(out), "unknown")
+		if rep.Qdiscs[kind] == unknown {
+			t.Errorf("doctor says %s=%v, tc says %q", kind, rep.Qdiscs[kind], out)
+		}
+	}
+	if !rep.Classifiers["u32"] || len(rep.CC) == 0 || len(rep.Plan) == 0 {
+		t.Errorf("doctor: %+v", rep)
+	}
+	text := must(t, "doctor")
+	if !strings.Contains(text, "sluice will:") || !strings.Contains(text, "qdiscs") {
+		t.Errorf("doctor text:\n%s", text)
+	}
+	_ = testutil.Prefix
+}

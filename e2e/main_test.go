@@ -1,0 +1,110 @@
+// Package e2e tests the sluice binary as users run it: in network
+// namespaces, on the real kernel, with real traffic.
+package e2e
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"sluice/testutil"
+)
+
+var bin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "sluice-e2e")
+	if err != nil {
+		panic(err)
+	}
+	bin = filepath.Join(dir, "sluice")
+	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/sluice").CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "building sluice: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// result of one sluice run.
+type result struct {
+	code           int
+	stdout, stderr string
+}
+
+// sluice runs the binary with a private state directory.
+func sluice(t *testing.T, args ...string) result {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
+	var o, e bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &o, &e
+	cmd.Env = append(os.Environ(), "SLUICE_STATE_DIR="+stateDir(t))
+	err := cmd.Run()
+	r := result{stdout: o.String(), stderr: e.String()}
+	if ee, ok := err.(*exec.ExitError); ok {
+		r.code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+var stateDirs = map[string]string{}
+
+func stateDir(t *testing.T) string {
+	name := strings.Split(t.Name(), "/")[0]
+	if d, ok := stateDirs[name]; ok {
+		return d
+	}
+	d, err := os.MkdirTemp("", "sluice-state")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stateDirs[name] = d
+	t.Cleanup(func() { os.RemoveAll(d) })
+	return d
+}
+
+// must runs sluice and fails the test unless it exits 0.
+func must(t *testing.T, args ...string) string {
+	t.Helper()
+	r := sluice(t, args...)
+	if r.code != 0 {
+		t.Fatalf("sluice %s: exit %d\n%s%s", strings.Join(args, " "), r.code, r.stdout, r.stderr)
+	}
+	return r.stdout
+}
+
+// writePolicy writes a policy into the test's temp dir.
+func writePolicy(t *testing.T, name, src string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(p, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// devNS creates a namespace holding veth pairs named devs (peers named
+// dev+"p", in the same namespace).
+func devNS(t *testing.T, devs ...string) string {
+	t.Helper()
+	testutil.RequireRoot(t)
+	ns := testutil.NewNetns(t, "e")
+	for _, d := range devs {
+		testutil.NS(t, ns, "ip", "link", "add", d, "type", "veth", "peer", "name", d+"p")
+		testutil.NS(t, ns, "ip", "link", "set", d, "up")
+		testutil.NS(t, ns, "ip", "link", "set", d+"p", "up")
+	}
+	return ns
+}
+
+func tcShow(t *testing.T, ns string, args ...string) string {
+	t.Helper()
+	return testutil.NS(t, ns, "tc", args...)
+}

@@ -5,7 +5,6 @@ import (
 	"math/rand"
 	"net"
 	"net/netip"
-	"os/exec"
 	"strings"
 	"syscall"
 	"testing"
@@ -372,5 +371,4 @@ func TestCraftedPacketsLandInTheirClass(t *testing.T) {
 		}
 	}
 	t.Logf("%d packets, per class %v", n, seen)
-	_ = exec.Command
 }

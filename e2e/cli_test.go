@@ -2,12 +2,12 @@ package e2e
 
 import (
 	"encoding/json"
+	"os"
 	"os/exec"
 	"regexp"
 	"strings"
 	"testing"
-
-	"sluice/testutil"
+	"time"
 )
 
 func TestValidateExitCodes(t *testing.T) {
@@ -99,6 +99,29 @@ func TestPlanApplyShowReset(t *testing.T) {
 	if len(sample.Trees) != 3 || !found {
 		t.Errorf("show --json: %+v", sample)
 	}
+	// --watch refreshes until interrupted: one JSON object per interval.
+	cmd := exec.Command(bin, "--netns", ns, "show", "--watch", "--json", "--interval", "200ms")
+	cmd.Env = append(cmd.Environ(), "SLUICE_STATE_DIR="+stateDir(t))
+	var watched strings.Builder // read while it runs: a line is ~80 KB here
+	cmd.Stdout = &watched
+	cmd.Start()
+	time.Sleep(1300 * time.Millisecond)
+	cmd.Process.Signal(os.Interrupt)
+	cmd.Wait()
+	lines := strings.Split(strings.TrimSpace(watched.String()), "\n")
+	var prev time.Time
+	for _, l := range lines {
+		var s struct {
+			At time.Time `json:"at"`
+		}
+		if err := json.Unmarshal([]byte(l), &s); err != nil || !s.At.After(prev) {
+			t.Fatalf("watch line %q: %v", l, err)
+		}
+		prev = s.At
+	}
+	if len(lines) < 4 || len(lines) > 7 {
+		t.Errorf("--watch for 1.3 s at 200 ms printed %d lines", len(lines))
+	}
 	must(t, "--netns", ns, "reset", "--all")
 	for _, dev := range []string{"eth0", "eth1"} {
 		if q := tcShow(t, ns, "qdisc", "show", "dev", dev); strings.Contains(q, "htb") || strings.Contains(q, "clsact") {
@@ -143,5 +166,4 @@ func TestDoctorAgreesWithTC(t *testing.T) {
 	if !strings.Contains(text, "sluice will:") || !strings.Contains(text, "qdiscs") {
 		t.Errorf("doctor text:\n%s", text)
 	}
-	_ = testutil.Prefix
 }

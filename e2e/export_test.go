@@ -7,8 +7,6 @@ import (
 	"regexp"
 	"strings"
 	"testing"
-
-	"sluice/testutil"
 )
 
 var statCounters = regexp.MustCompile(`direct_packets_stat \d+`)
@@ -76,7 +74,6 @@ func TestExportReproducesApply(t *testing.T) {
 			if !strings.Contains(a, "class htb") || !strings.Contains(a, "filter") {
 				t.Fatalf("empty dump:\n%s", a)
 			}
-			_ = testutil.Prefix
 		})
 	}
 }

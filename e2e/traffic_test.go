@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"encoding/json"
 	"fmt"
 	"sync"
 	"testing"
@@ -40,11 +41,36 @@ func TestEgressLimit20mbit(t *testing.T) {
 	p := testutil.NewPair(t)
 	must(t, "--netns", p.A, "apply", "-q", writePolicy(t, "p.yaml", policyFor(p.DevA, "    egress:\n      rate: 20mbit\n")))
 	testutil.IperfServer(t, p.B, testutil.AddrB, 5201)
-	r, err := testutil.Iperf(p.A, testutil.AddrB, 5201, 4, 6)
+	var r *testutil.IperfResult
+	var err error
+	done := make(chan struct{})
+	go func() { r, err = testutil.Iperf(p.A, testutil.AddrB, 5201, 4, 6); close(done) }()
+	// Meanwhile, show measures the class at the rate it was given.
+	time.Sleep(2 * time.Second)
+	var sample struct {
+		Trees []struct {
+			Classes []struct {
+				Name     string  `json:"name"`
+				Measured float64 `json:"measured_bps"`
+				Backlog  uint32  `json:"backlog_bytes"`
+				Over     uint32  `json:"overlimits"`
+			} `json:"classes"`
+		} `json:"trees"`
+	}
+	if jerr := json.Unmarshal([]byte(must(t, "--netns", p.A, "show", "--json", "--interval", "2s")), &sample); jerr != nil {
+		t.Fatal(jerr)
+	}
+	<-done
 	if err != nil {
 		t.Fatal(err)
 	}
 	checkGoodput(t, "egress 20mbit", r, link20)
+	for _, c := range sample.Trees[0].Classes {
+		t.Logf("show: %s measured %.2f Mbit/s, overlimits %d", c.Name, c.Measured/1e6, c.Over)
+		if c.Measured < 0.95*link20 || c.Measured > 1.03*link20 || c.Over == 0 {
+			t.Errorf("show: class %s measured %.2f Mbit/s, overlimits %d, while saturated at 20mbit", c.Name, c.Measured/1e6, c.Over)
+		}
+	}
 }
 
 func TestIngressLimit20mbit(t *testing.T) {

@@ -21,6 +21,9 @@ const Prefix = "sltest"
 // CI (CI=true), where a skip would hide a failure and fails instead.
 func RequireRoot(t testing.TB) {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("needs root and a real kernel: skipped with -short")
+	}
 	if os.Geteuid() == 0 {
 		return
 	}
@@ -28,14 +31,6 @@ func RequireRoot(t testing.TB) {
 		t.Fatal("this test needs root (CI=true forbids skipping)")
 	}
 	t.Skip("needs root: creates network namespaces")
-}
-
-// Skipf skips with a reason, except under CI=true where the caller must
-// decide; use it only for kernel features that may legitimately be
-// missing (the reason must name the feature).
-func Skipf(t testing.TB, format string, args ...any) {
-	t.Helper()
-	t.Skipf(format, args...)
 }
 
 // Unique returns a short random name with the test prefix.
@@ -65,6 +60,7 @@ func NS(t testing.TB, ns string, name string, args ...string) string {
 // removes it when the test ends.
 func NewNetns(t testing.TB, tag string) string {
 	t.Helper()
+	RequireRoot(t)
 	name := Unique(tag)
 	Run(t, "ip", "netns", "add", name)
 	t.Cleanup(func() { exec.Command("ip", "netns", "del", name).Run() })

@@ -1,0 +1,33 @@
+# sluice: see README.md. Targets that touch the kernel need root.
+GO  ?= go
+BIN := bin/sluice
+
+.PHONY: build deps test unit lint bench bench-utilization clean
+
+build:
+	$(GO) build -o $(BIN) ./cmd/sluice
+
+deps:
+	./scripts/install-deps.sh
+
+# Everything: unit tests, then the kernel and end-to-end tests (root,
+# network namespaces, real traffic). Packages run one at a time so that
+# traffic measurements do not compete for the CPUs.
+test: deps lint
+	$(GO) test -count=1 -p 1 ./...
+
+# Unit tests only (no root needed).
+unit:
+	$(GO) test -count=1 -short ./...
+
+lint:
+	$(GO) vet ./...
+	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+
+bench: bench-utilization
+
+bench-utilization:
+	$(GO) run ./bench/utilization
+
+clean:
+	rm -rf bin

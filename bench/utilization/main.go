@@ -1,0 +1,224 @@
+// Command utilization measures how much of a configured HTB rate TCP
+// traffic actually gets, with sluice's burst/cburst/quantum defaults and
+// with tc's, side by side in one run, from 1mbit to 5gbit.
+//
+// Each point: two network namespaces joined by a veth pair; one class at
+// the rate on the sender's egress, the same bfifo leaf for both
+// configurations; 4 iperf3 TCP flows. Reported: iperf3's goodput
+// (receiver side), the wire rate the kernel's class counters saw over
+// the same window, retransmits. Run as root: `make bench`.
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"sluice/plan"
+	"sluice/tc"
+)
+
+type point struct {
+	RateMbit    float64 `json:"rate_mbit"`
+	Config      string  `json:"config"` // "sluice" or "tc-default"
+	Burst       uint32  `json:"burst_bytes"`
+	Quantum     uint32  `json:"quantum_bytes"`
+	GoodputMbit float64 `json:"goodput_mbit"`
+	Goodput     float64 `json:"goodput_ratio"` // goodput / rate
+	Wire        float64 `json:"wire_ratio"`    // class bytes on the wire / rate
+	Retransmits int     `json:"retransmits"`
+	Warning     string  `json:"kernel_warning,omitempty"`
+}
+
+func run(args ...string) (string, error) {
+	out, err := exec.Command(args[0], args[1:]...).CombinedOutput()
+	return string(out), err
+}
+
+func must(args ...string) string {
+	out, err := run(args...)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "%s: %v\n%s", strings.Join(args, " "), err, out)
+		os.Exit(1)
+	}
+	return out
+}
+
+func main() {
+	rates := flag.String("rates", "1,5,20,100,1000,2500,5000", "rates to measure, in mbit")
+	secs := flag.Int("seconds", 6, "seconds per measurement (the first is not counted)")
+	out := flag.String("out", "bench/results/utilization.json", "machine-readable results")
+	md := flag.String("md", "docs/benchmarks.md", "markdown page whose utilization table is rewritten")
+	flag.Parse()
+
+	a, b := fmt.Sprintf("slbench-a%d", os.Getpid()), fmt.Sprintf("slbench-b%d", os.Getpid())
+	must("ip", "netns", "add", a)
+	defer run("ip", "netns", "del", a)
+	must("ip", "netns", "add", b)
+	defer run("ip", "netns", "del", b)
+	must("ip", "link", "add", "veth0", "netns", a, "type", "veth", "peer", "name", "veth1", "netns", b)
+	must("ip", "-n", a, "addr", "add", "10.7.0.1/24", "dev", "veth0")
+	must("ip", "-n", b, "addr", "add", "10.7.0.2/24", "dev", "veth1")
+	for _, s := range [][2]string{{a, "veth0"}, {b, "veth1"}, {a, "lo"}, {b, "lo"}} {
+		must("ip", "-n", s[0], "link", "set", s[1], "up")
+	}
+	srv := exec.Command("ip", "netns", "exec", b, "iperf3", "-s", "-p", "5299")
+	srv.Start()
+	defer srv.Process.Kill()
+	time.Sleep(300 * time.Millisecond)
+
+	conn, err := tc.Open(a)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	defer conn.Close()
+
+	var points []point
+	for _, rs := range strings.Split(*rates, ",") {
+		mbit, err := strconv.ParseFloat(rs, 64)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bad rate", rs)
+			os.Exit(2)
+		}
+		for _, cfg := range []string{"tc-default", "sluice"} {
+			p := measure(conn, a, mbit, cfg, *secs)
+			points = append(points, p)
+			fmt.Printf("%7.0fmbit %-10s burst %7d quantum %6d  goodput %8.2f Mbit/s = %.4f  wire %.4f  retrans %d %s\n",
+				mbit, cfg, p.Burst, p.Quantum, p.GoodputMbit, p.Goodput, p.Wire, p.Retransmits, p.Warning)
+		}
+	}
+	os.MkdirAll(filepath.Dir(*out), 0o755)
+	js, _ := json.MarshalIndent(map[string]any{
+		"benchmark": "utilization", "taken": time.Now().UTC().Format(time.RFC3339),
+		"kernel": strings.TrimSpace(must("uname", "-r")), "cpus": strings.TrimSpace(must("nproc")),
+		"flows": 4, "seconds": *secs, "points": points,
+	}, "", "  ")
+	os.WriteFile(*out, append(js, '\n'), 0o644)
+	if *md != "" {
+		if err := rewriteTable(*md, points, *secs); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+		}
+	}
+}
+
+func measure(conn *tc.Conn, ns string, mbit float64, cfg string, secs int) point {
+	rate := uint64(mbit * 1e6 / 8)
+	p := point{RateMbit: mbit, Config: cfg}
+	run("tc", "-n", ns, "qdisc", "del", "dev", "veth0", "root")
+	must("tc", "-n", ns, "qdisc", "add", "dev", "veth0", "root", "handle", "1:", "htb", "default", "10")
+	args := []string{"tc", "-n", ns, "class", "add", "dev", "veth0", "parent", "1:", "classid", "1:10", "htb",
+		"rate", tc.FormatRate(rate), "ceil", tc.FormatRate(rate)}
+	if cfg == "sluice" {
+		p.Burst, p.Quantum = plan.BurstFor(rate), plan.QuantumFor(rate)
+		args = append(args, "burst", fmt.Sprintf("%db", p.Burst), "cburst", fmt.Sprintf("%db", p.Burst), "quantum", fmt.Sprint(p.Quantum))
+	}
+	if out, err := run(args...); err != nil {
+		fmt.Fprintf(os.Stderr, "%v: %s", err, out)
+		os.Exit(1)
+	} else if strings.Contains(out, "Warning") {
+		p.Warning = strings.TrimSpace(out)
+	}
+	// The same leaf for both: what sluice's auto picks on a kernel
+	// without an AQM.
+	must("tc", "-n", ns, "qdisc", "add", "dev", "veth0", "parent", "1:10", "handle", "10:", "bfifo", "limit", fmt.Sprint(plan.BfifoLimit(rate)))
+	if cfg == "tc-default" {
+		cls, _ := conn.Classes("veth0", tc.MakeHandle(1, 0))
+		for _, c := range cls {
+			p.Burst, p.Quantum = c.Burst, c.Quantum
+		}
+	}
+	// The server stays busy until the previous run's connections are
+	// gone: wait for them, so that no run is refused.
+	for try := 0; try < 100; try++ {
+		if o, _ := run("ip", "netns", "exec", ns, "ss", "-Htn", "state", "connected", "( dport = :5299 )"); strings.TrimSpace(o) == "" {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	ip := exec.Command("ip", "netns", "exec", ns, "iperf3", "-c", "10.7.0.2", "-p", "5299", "-P", "4", "-t", fmt.Sprint(secs), "-O", "1", "-J")
+	var outBuf strings.Builder
+	ip.Stdout = &outBuf
+	ip.Start()
+	// Count wire bytes over the same window iperf3 counts.
+	time.Sleep(time.Second + 100*time.Millisecond)
+	b0, t0 := classBytes(conn), time.Now()
+	time.Sleep(time.Duration(secs-1)*time.Second - 300*time.Millisecond)
+	b1, t1 := classBytes(conn), time.Now()
+	ip.Wait()
+	p.Wire = float64(b1-b0) / t1.Sub(t0).Seconds() / float64(rate)
+	var r struct {
+		End struct {
+			SumReceived struct {
+				BPS float64 `json:"bits_per_second"`
+			} `json:"sum_received"`
+			SumSent struct {
+				Retransmits int `json:"retransmits"`
+			} `json:"sum_sent"`
+		} `json:"end"`
+	}
+	json.Unmarshal([]byte(outBuf.String()), &r)
+	p.GoodputMbit = r.End.SumReceived.BPS / 1e6
+	p.Goodput = r.End.SumReceived.BPS / (mbit * 1e6)
+	p.Retransmits = r.End.SumSent.Retransmits
+	return p
+}
+
+func classBytes(conn *tc.Conn) uint64 {
+	cls, err := conn.Classes("veth0", tc.MakeHandle(1, 0))
+	if err != nil {
+		return 0
+	}
+	for _, c := range cls {
+		if c.Handle == tc.MakeHandle(1, 0x10) && c.Stats != nil {
+			return c.Stats.Bytes
+		}
+	}
+	return 0
+}
+
+// headerCeiling is TCP payload per Ethernet frame with timestamps:
+// 1448 of 1514 bytes. Goodput divided by it is the class's utilization.
+const headerCeiling = 1448.0 / 1514.0
+
+const (
+	beginMark = "<!-- utilization:begin -->"
+	endMark   = "<!-- utilization:end -->"
+)
+
+// rewriteTable replaces the table between the markers in the page.
+func rewriteTable(path string, points []point, secs int) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	s := string(b)
+	i, j := strings.Index(s, beginMark), strings.Index(s, endMark)
+	if i < 0 || j < i {
+		return fmt.Errorf("%s: no %s ... %s markers", path, beginMark, endMark)
+	}
+	var t strings.Builder
+	fmt.Fprintf(&t, "%s\nMeasured %s on %s, %s CPUs, 4 TCP flows, %d s each (first second not counted).\n\n",
+		beginMark, time.Now().UTC().Format("2006-01-02"), strings.TrimSpace(must("uname", "-r")), strings.TrimSpace(must("nproc")), secs)
+	t.WriteString("| rate | tc defaults: burst, quantum | goodput/rate | utilization | wire/rate | sluice: burst, quantum | goodput/rate | utilization | wire/rate |\n")
+	t.WriteString("|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	for k := 0; k+1 < len(points); k += 2 {
+		d, s := points[k], points[k+1]
+		warn := ""
+		if d.Warning != "" {
+			warn = " (kernel warns)"
+		}
+		fmt.Fprintf(&t, "| %s | %d B, %d B%s | %.4f | %.3f | %.3f | %d B, %d B | %.4f | **%.3f** | %.3f |\n",
+			tc.FormatRate(uint64(d.RateMbit*1e6/8)), d.Burst, d.Quantum, warn, d.Goodput, d.Goodput/headerCeiling, d.Wire,
+			s.Burst, s.Quantum, s.Goodput, s.Goodput/headerCeiling, s.Wire)
+	}
+	t.WriteString(endMark)
+	s = s[:i] + t.String() + s[j+len(endMark):]
+	return os.WriteFile(path, []byte(s), 0o644)
+}

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Installs what sluice's build, tests, lab and benchmarks need on a fresh
+# Debian or Ubuntu machine: iproute2 (tc, ip), iperf3, ping, ss. Go must
+# already be installed (https://go.dev/doc/install); modules come from
+# the Go module proxy. Idempotent: does nothing when all is present.
+set -euo pipefail
+
+need=()
+command -v tc >/dev/null 2>&1 || need+=(iproute2)
+command -v iperf3 >/dev/null 2>&1 || need+=(iperf3)
+command -v ping >/dev/null 2>&1 || need+=(iputils-ping)
+command -v sysctl >/dev/null 2>&1 || need+=(procps)
+
+if ((${#need[@]})); then
+  if [[ $(id -u) -ne 0 ]]; then
+    echo "install-deps: need root to install ${need[*]}" >&2
+    exit 1
+  fi
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+
+if ! command -v go >/dev/null 2>&1; then
+  echo "install-deps: Go is required (https://go.dev/doc/install)" >&2
+  exit 1
+fi
+go mod download

@@ -19,10 +19,15 @@ const (
 	minBurst = 2 * frameBytes
 
 	// quantumTime sizes the DRR quantum (bytes a class sends per round
-	// when borrowing) to about 1 ms of its rate, within HTB's usual
-	// bounds; explicit quanta never trigger the kernel's r2q warnings.
+	// when borrowing) to about 1 ms of its rate, but never below one
+	// 64 KB GSO packet: HTB lets a class send a packet whenever its turn
+	// comes, even with a negative deficit, so with packets larger than
+	// the quantum its "DRR" becomes packet round-robin and classes whose
+	// TCP sends bigger GSO packets get more bytes (measured: 8 hosts,
+	// Jain 0.92 with a 1514-byte quantum, 1.00 with 64 KB). Explicit
+	// quanta never trigger the kernel's r2q warnings.
 	quantumTime = 0.001
-	minQuantum  = frameBytes
+	minQuantum  = 65536 + frameBytes
 	maxQuantum  = 200000
 
 	// bfifoTime is the queue a bfifo leaf holds, at the class's ceil,

@@ -1,0 +1,228 @@
+package lab
+
+import (
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Expectation is one line of a scenario's expect section:
+//
+//	[VARIANT[/PHASE]:] SUBJECT METRIC OP VALUE
+//
+// SUBJECT is `probe NAME`, `class NAME`, `flow NAME`, `hosts`, `flows` or
+// `link`. METRIC is a latency statistic (p50 p90 p95 p99 avg max, for
+// probes and classes; "latency" may follow it), loss, goodput,
+// retransmits, drops or fairness (Jain's index). VALUE is a duration
+// (5ms), a rate (18mbit), a ratio or percentage (0.98, 1%), or a share of
+// the class's configured rate (0.93 rate, 93% of rate).
+type Expectation struct {
+	Text    string
+	Variant string
+	Phase   string
+	Subject string // probe class flow hosts flows link
+	Name    string
+	Metric  string
+	Op      string
+	Value   float64 // ms, bits/s, or a ratio
+	OfRate  bool    // Value is a share of the class's rate
+}
+
+var latencyMetrics = map[string]float64{"p50": 50, "p90": 90, "p95": 95, "p99": 99, "avg": -1, "max": 100}
+
+func parseExpectation(s string) (*Expectation, error) {
+	e := &Expectation{Text: s}
+	rest := s
+	if i := strings.Index(s, ":"); i >= 0 {
+		scope := strings.TrimSpace(s[:i])
+		rest = s[i+1:]
+		e.Variant, e.Phase, _ = strings.Cut(scope, "/")
+	}
+	f := strings.Fields(rest)
+	if len(f) < 4 {
+		return nil, fmt.Errorf("want [VARIANT[/PHASE]:] SUBJECT METRIC OP VALUE")
+	}
+	e.Subject = f[0]
+	f = f[1:]
+	switch e.Subject {
+	case "probe", "class", "flow":
+		e.Name, f = f[0], f[1:]
+	case "hosts", "flows", "link":
+	default:
+		return nil, fmt.Errorf("subject %q: want probe NAME, class NAME, flow NAME, hosts, flows or link", e.Subject)
+	}
+	if len(f) < 3 {
+		return nil, fmt.Errorf("want METRIC OP VALUE after %s", e.Subject)
+	}
+	e.Metric, f = f[0], f[1:]
+	if f[0] == "latency" {
+		f = f[1:]
+	}
+	e.Op = f[0]
+	switch e.Op {
+	case "<", "<=", ">", ">=":
+	default:
+		return nil, fmt.Errorf("operator %q: want < <= > >=", e.Op)
+	}
+	val := strings.Join(f[1:], " ")
+	_, isLatency := latencyMetrics[e.Metric]
+	switch {
+	case isLatency:
+		if e.Subject != "probe" && e.Subject != "class" {
+			return nil, fmt.Errorf("%s has no latency; probes and classes do", e.Subject)
+		}
+		d, err := time.ParseDuration(val)
+		if err != nil {
+			return nil, fmt.Errorf("latency %q: want a duration like 5ms", val)
+		}
+		e.Value = float64(d) / 1e6
+	case e.Metric == "loss" || e.Metric == "retransmits" || e.Metric == "fairness":
+		v, err := ratio(val)
+		if err != nil {
+			return nil, err
+		}
+		e.Value = v
+	case e.Metric == "goodput":
+		for _, suffix := range []string{" of its rate", " of rate", " rate"} {
+			if strings.HasSuffix(val, suffix) {
+				v, err := ratio(strings.TrimSuffix(val, suffix))
+				if err != nil {
+					return nil, err
+				}
+				if e.Subject != "class" {
+					return nil, fmt.Errorf("only a class has a rate to compare with")
+				}
+				e.Value, e.OfRate = v, true
+				return e, nil
+			}
+		}
+		bps, err := parseRate(val)
+		if err != nil {
+			return nil, fmt.Errorf("goodput %q: %v", val, err)
+		}
+		e.Value = float64(bps * 8)
+	case e.Metric == "drops":
+		v, err := strconv.ParseFloat(val, 64)
+		if err != nil {
+			return nil, fmt.Errorf("drops %q: want a number", val)
+		}
+		e.Value = v
+	default:
+		return nil, fmt.Errorf("metric %q: want p50 p90 p95 p99 avg max loss goodput retransmits drops fairness", e.Metric)
+	}
+	return e, nil
+}
+
+func ratio(s string) (float64, error) {
+	s = strings.TrimSpace(s)
+	if strings.HasSuffix(s, "%") {
+		v, err := strconv.ParseFloat(strings.TrimSuffix(s, "%"), 64)
+		return v / 100, err
+	}
+	v, err := strconv.ParseFloat(s, 64)
+	if err != nil {
+		return 0, fmt.Errorf("%q: want a ratio (0.98) or a percentage (98%%)", s)
+	}
+	return v, nil
+}
+
+// Verdict is an expectation checked against one variant's result.
+type Verdict struct {
+	Expect  string  `json:"expect"`
+	Variant string  `json:"variant"`
+	Actual  float64 `json:"actual"`
+	Want    string  `json:"want"`
+	Pass    bool    `json:"pass"`
+	Note    string  `json:"note,omitempty"`
+}
+
+// Check evaluates e on r.
+func (e *Expectation) Check(r *Result) Verdict {
+	v := Verdict{Expect: e.Text, Variant: r.Variant}
+	ph := r.phase(e.Phase)
+	if ph == nil {
+		v.Note = fmt.Sprintf("no phase %q", e.Phase)
+		return v
+	}
+	want := e.Value
+	unit := ""
+	switch e.Subject {
+	case "probe", "class":
+		if _, lat := latencyMetrics[e.Metric]; lat || e.Metric == "loss" {
+			st, ok := r.latency(ph, e.Subject, e.Name)
+			if !ok {
+				v.Note = "no probe samples for " + e.Subject + " " + e.Name
+				return v
+			}
+			if e.Metric == "loss" {
+				v.Actual = st.Loss
+			} else {
+				v.Actual, unit = st.pick(e.Metric), "ms"
+			}
+			break
+		}
+		if e.Metric == "drops" {
+			v.Actual = float64(ph.ClassDrops(e.Name))
+			break
+		}
+		v.Actual = ph.classGoodput(e.Name)
+		unit = "bit/s"
+		if e.OfRate {
+			rate := r.classRate(e.Name)
+			if rate == 0 {
+				v.Note = "class " + e.Name + " has no configured rate in this variant"
+				return v
+			}
+			v.Actual /= rate
+			unit = "of its rate"
+		}
+	case "flow":
+		fs, ok := ph.Flows[e.Name]
+		if !ok {
+			v.Note = "no flow " + e.Name
+			return v
+		}
+		switch e.Metric {
+		case "goodput":
+			v.Actual, unit = fs.Goodput, "bit/s"
+		case "retransmits":
+			v.Actual = fs.RetransRatio
+		}
+	case "hosts":
+		v.Actual = ph.HostsFairness
+		if e.Metric == "goodput" {
+			v.Actual, unit = ph.Total, "bit/s"
+		}
+	case "flows":
+		v.Actual = ph.FlowsFairness
+	case "link":
+		v.Actual, unit = ph.Total, "bit/s"
+	}
+	switch e.Op {
+	case "<":
+		v.Pass = v.Actual < want
+	case "<=":
+		v.Pass = v.Actual <= want
+	case ">":
+		v.Pass = v.Actual > want
+	case ">=":
+		v.Pass = v.Actual >= want
+	}
+	if math.IsNaN(v.Actual) {
+		v.Pass = false
+	}
+	v.Want = fmt.Sprintf("%s %s", e.Op, formatValue(want, unit))
+	return v
+}
+
+func formatValue(v float64, unit string) string {
+	switch unit {
+	case "ms":
+		return fmt.Sprintf("%.2fms", v)
+	case "bit/s":
+		return fmt.Sprintf("%.2fMbit/s", v/1e6)
+	}
+	return fmt.Sprintf("%.4f", v)
+}

@@ -1,0 +1,99 @@
+package lab
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"sort"
+	"strings"
+
+	"github.com/vishvananda/netns"
+)
+
+// InNetns runs f on an OS thread inside the named network namespace.
+// Sockets opened by f stay in that namespace for their whole life, so a
+// single process can be client, router and server at once.
+func InNetns(ns string, f func() error) error {
+	target, err := netns.GetFromName(ns)
+	if err != nil {
+		return fmt.Errorf("network namespace %s: %w", ns, err)
+	}
+	defer target.Close()
+	return inNS(target, f)
+}
+
+func inNS(target netns.NsHandle, f func() error) error {
+	errc := make(chan error, 1)
+	go func() {
+		// The thread is locked and, if it cannot be moved back, never
+		// unlocked: the runtime then discards it with the goroutine.
+		runtime.LockOSThread()
+		orig, err := netns.Get()
+		if err != nil {
+			errc <- err
+			return
+		}
+		defer orig.Close()
+		if err := netns.Set(target); err != nil {
+			errc <- err
+			return
+		}
+		err = f()
+		if netns.Set(orig) == nil {
+			runtime.UnlockOSThread()
+		}
+		errc <- err
+	}()
+	return <-errc
+}
+
+// createNS creates a named network namespace (as `ip netns add`).
+func createNS(name string) error {
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		orig, err := netns.Get()
+		if err != nil {
+			errc <- err
+			return
+		}
+		defer orig.Close()
+		h, err := netns.NewNamed(name) // moves this thread into it
+		if err != nil {
+			errc <- fmt.Errorf("creating network namespace %s: %w", name, err)
+			if netns.Set(orig) == nil {
+				runtime.UnlockOSThread()
+			}
+			return
+		}
+		h.Close()
+		if netns.Set(orig) == nil {
+			runtime.UnlockOSThread()
+		}
+		errc <- nil
+	}()
+	return <-errc
+}
+
+// deleteNS removes a named network namespace; its devices go with it.
+func deleteNS(name string) error {
+	err := netns.DeleteNamed(name)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	return err
+}
+
+// listNS lists the named network namespaces starting with prefix.
+func listNS(prefix string) []string {
+	ents, _ := os.ReadDir("/var/run/netns")
+	var out []string
+	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), prefix) {
+			out = append(out, e.Name())
+		}
+	}
+	sort.Strings(out)
+	return out
+}

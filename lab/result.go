@@ -1,0 +1,346 @@
+package lab
+
+import (
+	"math"
+	"sort"
+	"strings"
+)
+
+// Result is one variant of a scenario, run: every series sampled every
+// Bucket seconds, and per-phase summaries.
+type Result struct {
+	Scenario string         `json:"scenario"`
+	Variant  string         `json:"variant"`
+	Note     string         `json:"note,omitempty"`
+	Skipped  string         `json:"skipped,omitempty"`
+	Policy   string         `json:"policy,omitempty"`
+	Bucket   float64        `json:"bucket_s"`
+	Duration float64        `json:"duration_s"`
+	Phases   []*PhaseResult `json:"phases"`
+	Flows    []*FlowSeries  `json:"flows"`
+	Classes  []*ClassSeries `json:"classes"`
+	Probes   []*ProbeSeries `json:"probes"`
+	Verdicts []Verdict      `json:"verdicts,omitempty"`
+}
+
+// FlowSeries is one TCP connection or UDP stream.
+type FlowSeries struct {
+	Name    string    `json:"name"`
+	Item    string    `json:"item"`
+	Type    string    `json:"type"`
+	From    string    `json:"from"`
+	To      string    `json:"to"`
+	Host    string    `json:"host"` // its client end, for per-host results
+	Class   string    `json:"class,omitempty"`
+	CC      string    `json:"cc,omitempty"`
+	Goodput []float64 `json:"goodput_bps"`
+	RTT     []float64 `json:"rtt_ms,omitempty"`
+	Retrans []uint64  `json:"retransmits,omitempty"` // cumulative
+	Segs    []uint64  `json:"segments,omitempty"`    // cumulative
+	Sent    uint64    `json:"sent_bytes"`
+}
+
+// ClassSeries is one policy class on the router, from its counters.
+type ClassSeries struct {
+	Device string    `json:"device"`
+	Name   string    `json:"name"`
+	ID     string    `json:"id"`
+	Depth  int       `json:"depth"`
+	Leaf   bool      `json:"leaf"`
+	Rate   float64   `json:"rate_bps"`
+	Ceil   float64   `json:"ceil_bps"`
+	Bps    []float64 `json:"bps"`
+	Drops  []uint64  `json:"drops"` // cumulative
+}
+
+// Key names a class across the router's devices.
+func (c *ClassSeries) Key() string { return c.Device + "/" + c.Name }
+
+// ProbeSeries is one latency probe's samples.
+type ProbeSeries struct {
+	Name    string   `json:"name"`
+	Type    string   `json:"type"`
+	From    string   `json:"from"`
+	To      string   `json:"to"`
+	Class   string   `json:"class,omitempty"`
+	Samples []Sample `json:"samples"`
+}
+
+// PhaseResult summarises one phase (its first Settle seconds left out).
+type PhaseResult struct {
+	Name          string                `json:"name"`
+	Start         float64               `json:"start_s"`
+	End           float64               `json:"end_s"`
+	Probes        map[string]*Latency   `json:"probes"`
+	Flows         map[string]*FlowStat  `json:"flows"`
+	Classes       map[string]*ClassStat `json:"classes"`
+	Hosts         map[string]float64    `json:"hosts_bps"`
+	HostsFairness float64               `json:"hosts_fairness"`
+	FlowsFairness float64               `json:"flows_fairness"`
+	Total         float64               `json:"goodput_bps"`
+
+	byClass map[string][]*FlowStat
+}
+
+// Latency summarises probe samples (milliseconds).
+type Latency struct {
+	N    int     `json:"n"`
+	Lost int     `json:"lost"`
+	Loss float64 `json:"loss"`
+	P50  float64 `json:"p50_ms"`
+	P90  float64 `json:"p90_ms"`
+	P95  float64 `json:"p95_ms"`
+	P99  float64 `json:"p99_ms"`
+	Avg  float64 `json:"avg_ms"`
+	Max  float64 `json:"max_ms"`
+}
+
+func (l *Latency) pick(metric string) float64 {
+	switch metric {
+	case "p50":
+		return l.P50
+	case "p90":
+		return l.P90
+	case "p95":
+		return l.P95
+	case "p99":
+		return l.P99
+	case "avg":
+		return l.Avg
+	}
+	return l.Max
+}
+
+// FlowStat is a traffic item's goodput in a phase (all its flows).
+type FlowStat struct {
+	Goodput      float64 `json:"goodput_bps"`
+	RetransRatio float64 `json:"retransmit_ratio"`
+	RTT          float64 `json:"rtt_ms,omitempty"`
+	Class        string  `json:"class,omitempty"`
+	Flows        int     `json:"flows"`
+}
+
+// ClassStat is a class's counters over a phase.
+type ClassStat struct {
+	Bps   float64 `json:"bps"`
+	Drops uint64  `json:"drops"`
+	Rate  float64 `json:"rate_bps"`
+}
+
+// Summarize computes latency statistics of samples.
+func Summarize(samples []Sample) *Latency {
+	l := &Latency{}
+	var rtts []float64
+	for _, s := range samples {
+		if s.Lost {
+			l.Lost++
+			continue
+		}
+		rtts = append(rtts, s.RTT)
+	}
+	l.N = len(rtts)
+	if total := l.N + l.Lost; total > 0 {
+		l.Loss = float64(l.Lost) / float64(total)
+	}
+	if l.N == 0 {
+		return l
+	}
+	sort.Float64s(rtts)
+	pct := func(p float64) float64 {
+		i := int(math.Ceil(p/100*float64(len(rtts)))) - 1
+		return rtts[max(0, min(i, len(rtts)-1))]
+	}
+	l.P50, l.P90, l.P95, l.P99, l.Max = pct(50), pct(90), pct(95), pct(99), rtts[len(rtts)-1]
+	var s float64
+	for _, r := range rtts {
+		s += r
+	}
+	l.Avg = s / float64(len(rtts))
+	return l
+}
+
+// Jain is Jain's fairness index of xs: 1 when all are equal, 1/n when one
+// takes everything.
+func Jain(xs []float64) float64 {
+	var s, s2 float64
+	for _, x := range xs {
+		s += x
+		s2 += x * x
+	}
+	if s2 == 0 || len(xs) == 0 {
+		return math.NaN()
+	}
+	return s * s / (float64(len(xs)) * s2)
+}
+
+func (r *Result) phase(name string) *PhaseResult {
+	if name == "" {
+		return r.whole()
+	}
+	for _, p := range r.Phases {
+		if p.Name == name {
+			return p
+		}
+	}
+	return nil
+}
+
+// whole summarises the entire run as one phase.
+func (r *Result) whole() *PhaseResult {
+	if len(r.Phases) == 1 {
+		return r.Phases[0]
+	}
+	return r.summarize("whole run", 0, r.Duration, 0)
+}
+
+func (r *Result) latency(p *PhaseResult, subject, name string) (*Latency, bool) {
+	if subject == "probe" {
+		l, ok := p.Probes[name]
+		return l, ok && l.N+l.Lost > 0
+	}
+	var samples []Sample
+	for _, pr := range r.Probes {
+		if classMatches(pr.Class, name) {
+			samples = append(samples, window(pr.Samples, p.Start, p.End)...)
+		}
+	}
+	l := Summarize(samples)
+	return l, l.N+l.Lost > 0
+}
+
+// classMatches compares a traffic item's class tag with a name given as
+// "interactive" or "wan/interactive".
+func classMatches(tag, name string) bool {
+	if tag == name {
+		return true
+	}
+	_, short, ok := strings.Cut(tag, "/")
+	_, short2, ok2 := strings.Cut(name, "/")
+	return ok && short == name || ok2 && tag == short2
+}
+
+func window(s []Sample, from, to float64) []Sample {
+	var out []Sample
+	for _, x := range s {
+		if x.T >= from && x.T < to {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+func (p *PhaseResult) classGoodput(name string) float64 {
+	var s float64
+	for tag, fs := range p.byClass {
+		if classMatches(tag, name) {
+			for _, f := range fs {
+				s += f.Goodput
+			}
+		}
+	}
+	return s
+}
+
+// ClassDrops is the drops of the class called name in the phase.
+func (p *PhaseResult) ClassDrops(name string) uint64 {
+	var d uint64
+	for k, c := range p.Classes {
+		if classMatches(k, name) {
+			d += c.Drops
+		}
+	}
+	return d
+}
+
+func (r *Result) classRate(name string) float64 {
+	for _, c := range r.Classes {
+		if classMatches(c.Key(), name) || c.Name == name {
+			return c.Rate
+		}
+	}
+	return 0
+}
+
+// summarize computes a phase's statistics over [from+settle, to).
+func (r *Result) summarize(name string, from, to, settle float64) *PhaseResult {
+	p := &PhaseResult{Name: name, Start: from, End: to, Probes: map[string]*Latency{}, Flows: map[string]*FlowStat{},
+		Classes: map[string]*ClassStat{}, Hosts: map[string]float64{}, byClass: map[string][]*FlowStat{}}
+	lo, hi := int((from+settle)/r.Bucket+0.5), int(to/r.Bucket+0.5)
+	if lo >= hi {
+		lo = int(from/r.Bucket + 0.5)
+	}
+	mean := func(xs []float64) float64 {
+		var s float64
+		n := 0
+		for i := lo; i < hi && i < len(xs); i++ {
+			s += xs[i]
+			n++
+		}
+		if n == 0 {
+			return 0
+		}
+		return s / float64(hi-lo)
+	}
+	delta := func(xs []uint64) uint64 {
+		if len(xs) == 0 {
+			return 0
+		}
+		a, b := min(lo, len(xs)-1), min(hi-1, len(xs)-1)
+		if lo > 0 {
+			a = min(lo-1, len(xs)-1)
+		}
+		return xs[b] - xs[a]
+	}
+	var perFlow []float64
+	for _, f := range r.Flows {
+		g := mean(f.Goodput)
+		fs := p.Flows[f.Item]
+		if fs == nil {
+			fs = &FlowStat{Class: f.Class}
+			p.Flows[f.Item] = fs
+			p.byClass[f.Class] = append(p.byClass[f.Class], fs)
+		}
+		fs.Goodput += g
+		fs.Flows++
+		if re, sg := delta(f.Retrans), delta(f.Segs); sg > 0 {
+			fs.RetransRatio = (fs.RetransRatio*float64(fs.Flows-1) + float64(re)/float64(sg)) / float64(fs.Flows)
+		}
+		if len(f.RTT) > 0 {
+			fs.RTT = (fs.RTT*float64(fs.Flows-1) + mean(f.RTT)) / float64(fs.Flows)
+		}
+		if g > 0 || active(f.Goodput, lo, hi) {
+			perFlow = append(perFlow, g)
+			p.Hosts[f.Host] += g
+		}
+		p.Total += g
+	}
+	for _, c := range r.Classes {
+		p.Classes[c.Key()] = &ClassStat{Bps: mean(c.Bps), Drops: delta(c.Drops), Rate: c.Rate}
+	}
+	for _, pr := range r.Probes {
+		p.Probes[pr.Name] = Summarize(window(pr.Samples, from+min(settle, (to-from)/2), to))
+	}
+	var hosts []float64
+	for _, h := range p.Hosts {
+		hosts = append(hosts, h)
+	}
+	p.HostsFairness, p.FlowsFairness = zeroNaN(Jain(hosts)), zeroNaN(Jain(perFlow))
+	return p
+}
+
+// zeroNaN keeps JSON encodable: no flows, no fairness (0).
+func zeroNaN(x float64) float64 {
+	if math.IsNaN(x) {
+		return 0
+	}
+	return x
+}
+
+func active(xs []float64, lo, hi int) bool {
+	for i := lo; i < hi && i < len(xs); i++ {
+		if xs[i] > 0 {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,483 @@
+package lab
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"strings"
+	"sync"
+	"time"
+
+	"sluice/kernel"
+	"sluice/plan"
+	"sluice/policy"
+	"sluice/stats"
+)
+
+// Options tune a run.
+type Options struct {
+	// Scale multiplies every duration of the timeline (0.5 halves it).
+	Scale float64
+	// Log receives progress lines (nil: none).
+	Log io.Writer
+}
+
+const bucket = 100 * time.Millisecond
+
+// Apply makes the router carry policy (empty: nothing) through sluice's
+// kernel layer, exactly as `sluice apply` does. It returns the planned
+// classes per device.
+func Apply(b *Bed, name, text string) (map[string][]plan.ClassInfo, error) {
+	k, err := kernel.Open(b.Router)
+	if err != nil {
+		return nil, err
+	}
+	defer k.Close()
+	if err := k.Lock(30 * time.Second); err != nil {
+		return nil, err
+	}
+	if strings.TrimSpace(text) == "" {
+		d, names, err := k.ResetPlan(nil, true)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := k.Apply(d); err != nil {
+			return nil, err
+		}
+		return nil, k.Forget(names)
+	}
+	pol, _, err := policy.Parse(name, []byte(text))
+	if err != nil {
+		return nil, err
+	}
+	if err := k.CheckInterfaces(pol); err != nil {
+		return nil, err
+	}
+	rep, err := kernel.ProbeCached(kernel.StateDir(""))
+	if err != nil {
+		return nil, err
+	}
+	p, err := k.Plan(pol, rep.Features())
+	if err != nil {
+		return nil, err
+	}
+	live, err := k.ReadLive(p, nil, false)
+	if err != nil {
+		return nil, err
+	}
+	d := kernel.Compute(live.Objects, p.Objects(), live.Opt)
+	if _, err := k.Apply(d); err != nil {
+		return nil, err
+	}
+	if err := k.Record(p, d, live, name); err != nil {
+		return nil, err
+	}
+	out := map[string][]plan.ClassInfo{}
+	for _, dev := range p.Devices {
+		out[dev.Name] = dev.Classes
+	}
+	return out, nil
+}
+
+// ErrMissingFeature marks a variant the kernel cannot run.
+var ErrMissingFeature = errors.New("the kernel lacks a feature this variant needs")
+
+// endpoint is one end of a flow.
+type endpoint struct {
+	host string
+	ns   string
+	addr netip.Addr
+}
+
+func (b *Bed) endpoints(names []string, family int) ([]endpoint, error) {
+	var out []endpoint
+	for _, n := range names {
+		if n == "clients" {
+			for i := range b.Clients {
+				ep, err := b.endpoints([]string{fmt.Sprintf("client%d", i+1)}, family)
+				if err != nil {
+					return nil, err
+				}
+				out = append(out, ep...)
+			}
+			continue
+		}
+		ns, a4, a6, err := b.Host(n)
+		if err != nil {
+			return nil, err
+		}
+		a := a4
+		if family == 6 {
+			a = a6
+		}
+		out = append(out, endpoint{host: n, ns: ns, addr: a})
+	}
+	return out, nil
+}
+
+// windows returns when an item runs, relative to the start.
+func (t *Traffic) windows(s *Scenario, phases []Phase, ds []time.Duration, total time.Duration, scale float64) ([][2]time.Duration, error) {
+	if len(t.Phases) > 0 {
+		var out [][2]time.Duration
+		var at time.Duration
+		for i, p := range phases {
+			for _, want := range t.Phases {
+				if want == p.Name {
+					out = append(out, [2]time.Duration{at, at + ds[i]})
+				}
+			}
+			at += ds[i]
+		}
+		return out, nil
+	}
+	start, dur := time.Duration(0), total
+	var err error
+	if t.Start != "" {
+		if start, err = time.ParseDuration(t.Start); err != nil {
+			return nil, fmt.Errorf("traffic %s: start %q: %v", t.Name, t.Start, err)
+		}
+		start = time.Duration(float64(start) * scale)
+		dur = total - start
+	}
+	if t.Duration != "" {
+		if dur, err = time.ParseDuration(t.Duration); err != nil {
+			return nil, fmt.Errorf("traffic %s: duration %q: %v", t.Name, t.Duration, err)
+		}
+		dur = time.Duration(float64(dur) * scale)
+	}
+	return [][2]time.Duration{{start, min(start+dur, total)}}, nil
+}
+
+// Run runs one variant of s on b.
+func Run(ctx context.Context, b *Bed, s *Scenario, v Variant, opt Options) (*Result, error) {
+	if opt.Scale <= 0 {
+		opt.Scale = 1
+	}
+	logf := func(format string, args ...any) {
+		if opt.Log != nil {
+			fmt.Fprintf(opt.Log, format+"\n", args...)
+		}
+	}
+	r := &Result{Scenario: s.Name, Variant: v.Name, Note: v.Note, Bucket: bucket.Seconds()}
+	text, err := s.policyText(v)
+	if err != nil {
+		return nil, err
+	}
+	r.Policy = text
+	classes, err := Apply(b, fmt.Sprintf("%s/%s", s.Name, v.Name), text)
+	if err != nil {
+		if strings.Contains(err.Error(), "this kernel has no") {
+			r.Skipped = err.Error()
+			logf("%s: skipped: %v", v.Name, err)
+			return r, nil
+		}
+		return nil, fmt.Errorf("variant %s: applying its policy: %w", v.Name, err)
+	}
+	phases, ds, total, err := s.phaseTimes(opt.Scale)
+	if err != nil {
+		return nil, err
+	}
+	settle := time.Second
+	if s.Settle != "" {
+		settle, _ = time.ParseDuration(s.Settle)
+	}
+	r.Duration = total.Seconds()
+	nb := int(total/bucket) + 1
+
+	// Servers, flows and probes.
+	var closers []io.Closer
+	defer func() {
+		for _, c := range closers {
+			c.Close()
+		}
+	}()
+	type job struct {
+		win [][2]time.Duration
+		run func(ctx context.Context) error
+	}
+	var jobs []job
+	var flows []*FlowSeries
+	var counters []*flowCounters
+	var probes []*probeLog
+	t0 := time.Now() // replaced just before the start
+	t0p := &t0
+	for i, t := range s.TrafficFor(v) {
+		t := t
+		fam := t.Family
+		if fam == 0 {
+			fam = 4
+		}
+		from, err := b.endpoints(t.From, fam)
+		if err != nil {
+			return nil, fmt.Errorf("traffic %s: %w", t.Name, err)
+		}
+		to, err := b.endpoints(t.To, fam)
+		if err != nil {
+			return nil, fmt.Errorf("traffic %s: %w", t.Name, err)
+		}
+		win, err := t.windows(s, phases, ds, total, opt.Scale)
+		if err != nil {
+			return nil, err
+		}
+		port := t.Port
+		if port == 0 {
+			port = 20000 + 20*i
+		}
+		dscp := 0
+		if t.DSCP != "" {
+			dscp, _ = parseDSCP(t.DSCP)
+		}
+		interval := 100 * time.Millisecond
+		if t.Interval != "" {
+			interval, _ = time.ParseDuration(t.Interval)
+		}
+		for _, f := range from {
+			for _, d := range to {
+				host := f.host
+				if host == "server" {
+					host = d.host
+				}
+				at := netip.AddrPortFrom(d.addr, uint16(port))
+				switch t.Type {
+				case "tcp", "udp":
+					n := max(t.Flows, 1)
+					if t.Type == "udp" {
+						n = 1
+					}
+					var fcs []*flowCounters
+					for k := 0; k < n; k++ {
+						fc := &flowCounters{}
+						fcs = append(fcs, fc)
+						counters = append(counters, fc)
+						name := t.Name
+						if n > 1 || len(from)*len(to) > 1 {
+							name = fmt.Sprintf("%s#%s-%s-%d", t.Name, f.host, d.host, k+1)
+						}
+						flows = append(flows, &FlowSeries{Name: name, Item: t.Name, Type: t.Type, From: f.host, To: d.host,
+							Host: host, Class: t.Class, CC: t.CC, Goodput: make([]float64, nb)})
+					}
+					if t.Type == "tcp" {
+						c, err := tcpSink(d.ns, at, fcs)
+						if err != nil {
+							return nil, fmt.Errorf("traffic %s: %w", t.Name, err)
+						}
+						closers = append(closers, c)
+						for k, fc := range fcs {
+							k, fc, f := k, fc, f
+							jobs = append(jobs, job{win, func(ctx context.Context) error {
+								return tcpSend(ctx, f.ns, at, k, t.CC, dscp, fc)
+							}})
+						}
+					} else {
+						c, err := udpSink(d.ns, at, fcs[0])
+						if err != nil {
+							return nil, fmt.Errorf("traffic %s: %w", t.Name, err)
+						}
+						closers = append(closers, c)
+						rate, _ := parseRate(t.Rate)
+						size := t.Size
+						if size == 0 {
+							size = 1200
+						}
+						f, fc := f, fcs[0]
+						jobs = append(jobs, job{win, func(ctx context.Context) error {
+							return udpSend(ctx, f.ns, at, rate, size, dscp, fc)
+						}})
+					}
+				case "rr", "udp-echo", "ping":
+					log := &probeLog{}
+					probes = append(probes, log)
+					r.Probes = append(r.Probes, &ProbeSeries{Name: t.Name, Type: t.Type, From: f.host, To: d.host, Class: t.Class})
+					size := t.Size
+					if size == 0 {
+						size = 64
+					}
+					f := f
+					switch t.Type {
+					case "rr":
+						c, err := tcpEchoServer(d.ns, at)
+						if err != nil {
+							return nil, fmt.Errorf("traffic %s: %w", t.Name, err)
+						}
+						closers = append(closers, c)
+						jobs = append(jobs, job{win, func(ctx context.Context) error {
+							return rrProbe(ctx, f.ns, at, size, interval, dscp, *t0p, log)
+						}})
+					case "udp-echo":
+						c, err := udpEchoServer(d.ns, at)
+						if err != nil {
+							return nil, fmt.Errorf("traffic %s: %w", t.Name, err)
+						}
+						closers = append(closers, c)
+						jobs = append(jobs, job{win, func(ctx context.Context) error {
+							return udpProbe(ctx, f.ns, at, size, interval, dscp, *t0p, log)
+						}})
+					case "ping":
+						jobs = append(jobs, job{win, func(ctx context.Context) error {
+							return icmpProbe(ctx, f.ns, d.addr, size, interval, *t0p, log)
+						}})
+					}
+				}
+			}
+		}
+	}
+	r.Flows = flows
+
+	// Class series from the router's counters, configured rates from the plan.
+	k, err := kernel.Open(b.Router)
+	if err != nil {
+		return nil, err
+	}
+	defer k.Close()
+	classIdx := map[string]*ClassSeries{}
+	for dev, cis := range classes {
+		depth := map[string]int{}
+		for _, ci := range cis {
+			d := depth[ci.Parent.String()] + 1
+			depth[ci.Handle.String()] = d
+			cs := &ClassSeries{Device: dev, Name: ci.Name, ID: ci.Handle.String(), Depth: d, Leaf: ci.Leaf != "",
+				Rate: float64(ci.Rate * 8), Ceil: float64(ci.Ceil * 8), Bps: make([]float64, nb), Drops: make([]uint64, nb)}
+			r.Classes = append(r.Classes, cs)
+			classIdx[dev+"/"+cs.ID] = cs
+		}
+	}
+
+	logf("%s: running %s (%.0f s)", s.Name, v.Name, total.Seconds())
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	*t0p = time.Now()
+	var wg sync.WaitGroup
+	var errMu sync.Mutex
+	var firstErr error
+	for _, j := range jobs {
+		for _, w := range j.win {
+			wg.Add(1)
+			go func(w [2]time.Duration, run func(context.Context) error) {
+				defer wg.Done()
+				select {
+				case <-time.After(time.Until(t0p.Add(w[0]))):
+				case <-ctx.Done():
+					return
+				}
+				wctx, wcancel := context.WithDeadline(ctx, t0p.Add(w[1]))
+				defer wcancel()
+				if err := run(wctx); err != nil && ctx.Err() == nil {
+					errMu.Lock()
+					if firstErr == nil {
+						firstErr = err
+					}
+					errMu.Unlock()
+				}
+			}(w, j.run)
+		}
+	}
+	// Sample every bucket until the end.
+	prevRx := make([]uint64, len(counters))
+	prevBytes := map[string]uint64{}
+	tick := time.NewTicker(bucket)
+	for i := 0; i < nb; i++ {
+		select {
+		case <-ctx.Done():
+			i = nb
+			continue
+		case <-tick.C:
+		}
+		for fi, fc := range counters {
+			rx := fc.rx.Load()
+			flows[fi].Goodput[i] = float64(rx-prevRx[fi]) * 8 / bucket.Seconds()
+			prevRx[fi] = rx
+			if re, sg, rtt, ok := fc.tcpInfo(); ok {
+				for len(flows[fi].RTT) < i {
+					flows[fi].RTT = append(flows[fi].RTT, 0)
+				}
+				flows[fi].RTT = append(flows[fi].RTT, float64(rtt)/1e6)
+				flows[fi].Retrans = grow(flows[fi].Retrans, i, re)
+				flows[fi].Segs = grow(flows[fi].Segs, i, sg)
+			}
+		}
+		if smp, err := stats.Collect(k, nil); err == nil {
+			for _, t := range smp.Trees {
+				for _, c := range t.Classes {
+					cs := classIdx[t.Device+"/"+c.ID]
+					if cs == nil {
+						continue
+					}
+					key := t.Device + "/" + c.ID
+					if old, ok := prevBytes[key]; ok && c.Bytes >= old {
+						cs.Bps[i] = float64(c.Bytes-old) * 8 / bucket.Seconds()
+					}
+					prevBytes[key] = c.Bytes
+					cs.Drops[i] = uint64(c.Drops)
+				}
+			}
+		}
+	}
+	tick.Stop()
+	cancel()
+	wg.Wait()
+	for fi, fc := range counters {
+		flows[fi].Sent = fc.tx.Load()
+	}
+	for pi, log := range probes {
+		r.Probes[pi].Samples = log.all()
+	}
+	if firstErr != nil {
+		return nil, fmt.Errorf("variant %s: %w", v.Name, firstErr)
+	}
+	// Cumulative drops start from the first reading.
+	for _, cs := range r.Classes {
+		base := cs.Drops[0]
+		for i := range cs.Drops {
+			if cs.Drops[i] >= base {
+				cs.Drops[i] -= base
+			}
+		}
+	}
+	var at time.Duration
+	for i, p := range phases {
+		r.Phases = append(r.Phases, r.summarize(p.Name, at.Seconds(), (at+ds[i]).Seconds(), settle.Seconds()))
+		at += ds[i]
+	}
+	return r, nil
+}
+
+// grow appends v at index i of a cumulative series, filling gaps with
+// the last value.
+func grow(xs []uint64, i int, v uint64) []uint64 {
+	for len(xs) < i {
+		last := uint64(0)
+		if len(xs) > 0 {
+			last = xs[len(xs)-1]
+		}
+		xs = append(xs, last)
+	}
+	return append(xs, v)
+}
+
+// Check evaluates the scenario's expectations on the results.
+func Check(s *Scenario, results []*Result) []Verdict {
+	var out []Verdict
+	for _, text := range s.Expect {
+		e, err := parseExpectation(text)
+		if err != nil {
+			out = append(out, Verdict{Expect: text, Note: err.Error()})
+			continue
+		}
+		matched := false
+		for _, r := range results {
+			if r.Skipped != "" || e.Variant != "" && e.Variant != r.Variant {
+				continue
+			}
+			matched = true
+			vd := e.Check(r)
+			r.Verdicts = append(r.Verdicts, vd)
+			out = append(out, vd)
+		}
+		if !matched {
+			out = append(out, Verdict{Expect: text, Variant: e.Variant, Note: "no such variant ran"})
+		}
+	}
+	return out
+}

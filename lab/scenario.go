@@ -1,0 +1,341 @@
+package lab
+
+import (
+	"bytes"
+	"embed"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
+
+//go:embed scenarios/*.yaml
+var builtin embed.FS
+
+// Scenario is an experiment: a topology, the variants to compare (each a
+// policy, or none), a timeline of phases, the traffic, and expectations.
+type Scenario struct {
+	Name        string    `yaml:"name"`
+	Description string    `yaml:"description"`
+	Article     string    `yaml:"article"` // the figures this reproduces, for reports
+	Topology    Topology  `yaml:"topology"`
+	Variants    []Variant `yaml:"variants"`
+	// Matrix expands the scenario once per combination of its values:
+	// every {{key}} in the file is replaced (cc-matrix uses it).
+	Matrix  map[string][]string `yaml:"matrix"`
+	Phases  []Phase             `yaml:"phases"`
+	Traffic []Traffic           `yaml:"traffic"`
+	Expect  []string            `yaml:"expect"`
+	// Settle is left out at the start of each phase, while queues fill
+	// (default 1s).
+	Settle string `yaml:"settle"`
+
+	File string `yaml:"-"`
+}
+
+// Variant is one way to run the scenario.
+type Variant struct {
+	Name string `yaml:"name"`
+	// Policy is a sluice policy (YAML) for the router's devices lan, wan;
+	// empty means unshaped.
+	Policy string `yaml:"policy"`
+	// Note says what the variant shows, for reports.
+	Note string `yaml:"note"`
+
+	// traffic overrides the scenario's for matrix expansions, whose
+	// substitutions differ per variant.
+	traffic []Traffic
+}
+
+// Phase is a named stretch of the timeline.
+type Phase struct {
+	Name     string `yaml:"name"`
+	Duration string `yaml:"duration"`
+}
+
+// Traffic is a generator or a probe.
+type Traffic struct {
+	Name string `yaml:"name"`
+	// Type: tcp (bulk, as fast as TCP goes), udp (constant bit rate),
+	// rr (request/response over TCP), udp-echo and ping (latency probes).
+	Type string    `yaml:"type"`
+	From Endpoints `yaml:"from"`
+	To   Endpoints `yaml:"to"`
+	// Family: 4 (default) or 6.
+	Family int `yaml:"family"`
+	// Flows: parallel TCP connections per endpoint pair (default 1).
+	Flows    int      `yaml:"flows"`
+	CC       string   `yaml:"cc"`       // tcp: congestion control (reno, cubic, bbr)
+	DSCP     string   `yaml:"dscp"`     // name or number
+	Rate     string   `yaml:"rate"`     // udp
+	Size     int      `yaml:"size"`     // udp and probe payload bytes
+	Interval string   `yaml:"interval"` // probes (default 100ms)
+	Port     int      `yaml:"port"`     // default: chosen per item
+	Phases   []string `yaml:"phases"`   // active in these phases (default all)
+	Start    string   `yaml:"start"`    // or: from this time ...
+	Duration string   `yaml:"duration"` // ... for this long
+	// Class is the policy class its packets fall into, for per-class
+	// results and expectations ("interactive" or "wan/interactive").
+	Class string `yaml:"class"`
+}
+
+// Endpoints is one host name or a list; "clients" means every client.
+type Endpoints []string
+
+func (e *Endpoints) UnmarshalYAML(n *yaml.Node) error {
+	switch n.Kind {
+	case yaml.ScalarNode:
+		*e = Endpoints{n.Value}
+		return nil
+	case yaml.SequenceNode:
+		var s []string
+		if err := n.Decode(&s); err != nil {
+			return err
+		}
+		*e = s
+		return nil
+	}
+	return fmt.Errorf("line %d: expected a host name or a list of them", n.Line)
+}
+
+// Builtin lists the scenarios shipped with sluice.
+func Builtin() []string {
+	ents, _ := builtin.ReadDir("scenarios")
+	var out []string
+	for _, e := range ents {
+		out = append(out, strings.TrimSuffix(e.Name(), ".yaml"))
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Load reads a scenario by built-in name or file path and expands its
+// matrix. Every expansion shares the topology, phases and expectations.
+func Load(nameOrPath string) (*Scenario, error) {
+	var src []byte
+	var err error
+	file := nameOrPath
+	if !strings.ContainsAny(nameOrPath, "/.") {
+		src, err = builtin.ReadFile("scenarios/" + nameOrPath + ".yaml")
+		if err != nil {
+			return nil, fmt.Errorf("no scenario %q; built in: %s", nameOrPath, strings.Join(Builtin(), ", "))
+		}
+		file = "scenario " + nameOrPath
+	} else if src, err = os.ReadFile(nameOrPath); err != nil {
+		return nil, err
+	}
+	return Parse(file, src)
+}
+
+// Parse reads a scenario from src.
+func Parse(file string, src []byte) (*Scenario, error) {
+	s, err := decode(file, src)
+	if err != nil {
+		return nil, err
+	}
+	if len(s.Matrix) > 0 {
+		keys := make([]string, 0, len(s.Matrix))
+		for k := range s.Matrix {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		combos := []map[string]string{{}}
+		for _, k := range keys {
+			var next []map[string]string
+			for _, c := range combos {
+				for _, v := range s.Matrix[k] {
+					m := map[string]string{k: v}
+					for a, b := range c {
+						m[a] = b
+					}
+					next = append(next, m)
+				}
+			}
+			combos = next
+		}
+		var variants []Variant
+		for _, c := range combos {
+			text := string(src)
+			for k, v := range c {
+				text = strings.ReplaceAll(text, "{{"+k+"}}", v)
+			}
+			x, err := decode(file, []byte(text))
+			if err != nil {
+				return nil, err
+			}
+			for _, v := range x.Variants {
+				v.traffic = x.Traffic
+				variants = append(variants, v)
+			}
+		}
+		s.Variants = variants
+	}
+	s.File = file
+	return s, s.validate()
+}
+
+// TrafficFor returns the traffic a variant runs.
+func (s *Scenario) TrafficFor(v Variant) []Traffic {
+	if v.traffic != nil {
+		return v.traffic
+	}
+	return s.Traffic
+}
+
+func decode(file string, src []byte) (*Scenario, error) {
+	var s Scenario
+	dec := yaml.NewDecoder(bytes.NewReader(src))
+	dec.KnownFields(true)
+	if err := dec.Decode(&s); err != nil {
+		return nil, fmt.Errorf("%s: %s", file, strings.TrimPrefix(err.Error(), "yaml: "))
+	}
+	return &s, nil
+}
+
+// Durations of the timeline.
+func (s *Scenario) phaseTimes(scale float64) ([]Phase, []time.Duration, time.Duration, error) {
+	var ds []time.Duration
+	var total time.Duration
+	for _, p := range s.Phases {
+		d, err := time.ParseDuration(p.Duration)
+		if err != nil || d <= 0 {
+			return nil, nil, 0, fmt.Errorf("%s: phase %s: duration %q: want a duration like 5s", s.File, p.Name, p.Duration)
+		}
+		d = time.Duration(float64(d) * scale)
+		ds = append(ds, d)
+		total += d
+	}
+	return s.Phases, ds, total, nil
+}
+
+func (s *Scenario) validate() error {
+	var errs []string
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Sprintf("%s: "+format, append([]any{s.File}, args...)...)) }
+	if s.Name == "" {
+		bad("name is required")
+	}
+	if len(s.Phases) == 0 {
+		bad("phases: at least one phase is required")
+	}
+	if _, _, _, err := s.phaseTimes(1); err != nil {
+		errs = append(errs, err.Error())
+	}
+	phases := map[string]bool{}
+	for _, p := range s.Phases {
+		if phases[p.Name] {
+			bad("phase %q appears twice", p.Name)
+		}
+		phases[p.Name] = true
+	}
+	if len(s.Variants) == 0 {
+		s.Variants = []Variant{{Name: "unshaped"}}
+	}
+	seen := map[string]bool{}
+	for _, v := range s.Variants {
+		if v.Name == "" || seen[v.Name] {
+			bad("variant names must be given and unique (%q)", v.Name)
+		}
+		seen[v.Name] = true
+	}
+	if s.Settle != "" {
+		if _, err := time.ParseDuration(s.Settle); err != nil {
+			bad("settle %q: want a duration", s.Settle)
+		}
+	}
+	names := map[string]bool{}
+	for i, t := range s.Traffic {
+		where := fmt.Sprintf("traffic %d (%s)", i+1, t.Name)
+		if t.Name == "" {
+			bad("traffic %d: name is required", i+1)
+		} else if names[t.Name] {
+			bad("%s: name used twice", where)
+		}
+		names[t.Name] = true
+		switch t.Type {
+		case "tcp", "udp", "rr", "udp-echo", "ping":
+		default:
+			bad("%s: type %q: want tcp, udp, rr, udp-echo or ping", where, t.Type)
+		}
+		if len(t.From) == 0 || len(t.To) == 0 {
+			bad("%s: from and to are required", where)
+		}
+		for _, e := range append(append([]string{}, t.From...), t.To...) {
+			if e != "server" && e != "clients" && !validClient(e, s.Topology.Clients) {
+				bad("%s: host %q: want server, clients or client1..client%d", where, e, max(s.Topology.Clients, 1))
+			}
+		}
+		if t.Family != 0 && t.Family != 4 && t.Family != 6 {
+			bad("%s: family %d: want 4 or 6", where, t.Family)
+		}
+		if t.Type == "udp" {
+			if _, err := parseRate(t.Rate); err != nil {
+				bad("%s: rate %q: %v", where, t.Rate, err)
+			}
+		}
+		if t.Interval != "" {
+			if d, err := time.ParseDuration(t.Interval); err != nil || d <= 0 {
+				bad("%s: interval %q: want a duration like 100ms", where, t.Interval)
+			}
+		}
+		if t.DSCP != "" {
+			if _, err := parseDSCP(t.DSCP); err != nil {
+				bad("%s: %v", where, err)
+			}
+		}
+		for _, p := range t.Phases {
+			if !phases[p] {
+				bad("%s: phase %q is not in phases", where, p)
+			}
+		}
+		if len(t.Phases) > 0 && (t.Start != "" || t.Duration != "") {
+			bad("%s: give phases or start/duration, not both", where)
+		}
+	}
+	for _, e := range s.Expect {
+		if _, err := parseExpectation(e); err != nil {
+			bad("expect %q: %v", e, err)
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("%s", strings.Join(errs, "\n"))
+	}
+	return nil
+}
+
+func validClient(e string, n int) bool {
+	var i int
+	if _, err := fmt.Sscanf(e, "client%d", &i); err != nil || fmt.Sprintf("client%d", i) != e {
+		return false
+	}
+	return i >= 1 && i <= max(n, 1)
+}
+
+var dscpByName = map[string]int{"cs0": 0, "cs1": 8, "cs2": 16, "cs3": 24, "cs4": 32, "cs5": 40, "cs6": 48, "cs7": 56,
+	"af11": 10, "af12": 12, "af13": 14, "af21": 18, "af22": 20, "af23": 22, "af31": 26, "af32": 28, "af33": 30,
+	"af41": 34, "af42": 36, "af43": 38, "ef": 46, "le": 1}
+
+func parseDSCP(s string) (int, error) {
+	if v, ok := dscpByName[strings.ToLower(s)]; ok {
+		return v, nil
+	}
+	v, err := strconv.Atoi(s)
+	if err != nil || v < 0 || v > 63 {
+		return 0, fmt.Errorf("dscp %q: want a name (EF, AF41, CS1...) or 0-63", s)
+	}
+	return v, nil
+}
+
+// ReadPolicyFile lets a variant's policy come from a file next to the
+// scenario ("@file.yaml").
+func (s *Scenario) policyText(v Variant) (string, error) {
+	if !strings.HasPrefix(v.Policy, "@") {
+		return v.Policy, nil
+	}
+	b, err := os.ReadFile(filepath.Join(filepath.Dir(s.File), strings.TrimPrefix(v.Policy, "@")))
+	return string(b), err
+}

@@ -1,0 +1,416 @@
+// Package lab is sluice's test bed: network namespaces wired like a home
+// or office (clients behind a router, a server as "the internet", a modem
+// link in between), built-in traffic generators and probes, measurements
+// of what a policy does to them, and reports. It is also the demo and
+// the benchmark harness.
+package lab
+
+import (
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+
+	"sluice/kernel"
+	"sluice/tc"
+)
+
+// Prefix starts the names of every namespace the lab creates, so that
+// `sluice lab down --all` finds what a crashed run left behind.
+const Prefix = "sllab-"
+
+// Topology describes the test bed.
+type Topology struct {
+	// Clients is the number of client hosts on the LAN (default 1).
+	Clients int `yaml:"clients"`
+	// Modem limits the link between the router and the server, like a DSL
+	// or cable modem whose own buffer fills when nobody shapes in front
+	// of it. Empty rates leave the link unlimited.
+	Modem Modem `yaml:"modem"`
+}
+
+// Modem is the bottleneck behind the router.
+type Modem struct {
+	Up     string `yaml:"up"`     // rate toward the server, tc units
+	Down   string `yaml:"down"`   // rate toward the router
+	Buffer string `yaml:"buffer"` // its queue, as time at its rate (default 200ms)
+}
+
+// Addresses of the test bed.
+var (
+	LANPrefix4 = netip.MustParsePrefix("10.77.0.0/24")
+	LANPrefix6 = netip.MustParsePrefix("fd77::/64")
+	RouterLAN4 = netip.MustParseAddr("10.77.0.1")
+	RouterLAN6 = netip.MustParseAddr("fd77::1")
+	RouterWAN4 = netip.MustParseAddr("10.78.0.1")
+	RouterWAN6 = netip.MustParseAddr("fd78::1")
+	Server4    = netip.MustParseAddr("10.78.0.2")
+	Server6    = netip.MustParseAddr("fd78::2")
+)
+
+// ClientAddr returns client i's addresses (i from 1).
+func ClientAddr(i int) (netip.Addr, netip.Addr) {
+	a4 := LANPrefix4.Addr().As4()
+	a4[3] = byte(10 + i)
+	a6 := LANPrefix6.Addr().As16()
+	a6[15] = byte(10 + i)
+	return netip.AddrFrom4(a4), netip.AddrFrom16(a6)
+}
+
+// Bed is a test bed that is up.
+type Bed struct {
+	Name    string
+	Router  string // namespace with devices lan and wan
+	Switch  string // namespace with the LAN bridge
+	Server  string // namespace with device isp
+	Clients []string
+	Topo    Topology
+}
+
+// Names of a bed's namespaces.
+func bedNames(name string, clients int) *Bed {
+	b := &Bed{Name: name, Router: Prefix + name + "-router", Switch: Prefix + name + "-switch", Server: Prefix + name + "-server"}
+	for i := 1; i <= clients; i++ {
+		b.Clients = append(b.Clients, fmt.Sprintf("%s%s-c%d", Prefix, name, i))
+	}
+	return b
+}
+
+// Host returns the namespace and addresses of an endpoint name:
+// "server" or "client1".."clientN".
+func (b *Bed) Host(name string) (ns string, a4, a6 netip.Addr, err error) {
+	if name == "server" {
+		return b.Server, Server4, Server6, nil
+	}
+	var i int
+	if _, err := fmt.Sscanf(name, "client%d", &i); err != nil || i < 1 || i > len(b.Clients) || fmt.Sprintf("client%d", i) != name {
+		return "", netip.Addr{}, netip.Addr{}, fmt.Errorf("unknown host %q: want server or client1..client%d", name, len(b.Clients))
+	}
+	a4, a6 = ClientAddr(i)
+	return b.Clients[i-1], a4, a6, nil
+}
+
+// Up builds a test bed. On failure it removes what it created.
+func Up(name string, topo Topology) (b *Bed, err error) {
+	if topo.Clients == 0 {
+		topo.Clients = 1
+	}
+	if topo.Clients > 200 {
+		return nil, fmt.Errorf("%d clients: the lab's LAN holds at most 200", topo.Clients)
+	}
+	if strings.ContainsAny(name, "/ ") || name == "" {
+		return nil, fmt.Errorf("lab name %q: use letters, digits and dashes", name)
+	}
+	b = bedNames(name, topo.Clients)
+	b.Topo = topo
+	if len(listNS(Prefix+name+"-")) > 0 {
+		return nil, fmt.Errorf("a lab named %q is already up (sluice lab down %s)", name, name)
+	}
+	defer func() {
+		if err != nil {
+			b.Down()
+			b = nil
+		}
+	}()
+	for _, ns := range b.all() {
+		if err := createNS(ns); err != nil {
+			return nil, err
+		}
+	}
+	h := map[string]*netlink.Handle{}
+	for _, ns := range b.all() {
+		nh, err := netns.GetFromName(ns)
+		if err != nil {
+			return nil, err
+		}
+		hd, err := netlink.NewHandleAt(nh)
+		nh.Close()
+		if err != nil {
+			return nil, err
+		}
+		defer hd.Close()
+		h[ns] = hd
+		if err := up(hd, "lo"); err != nil {
+			return nil, err
+		}
+	}
+	// The LAN: a bridge in the switch namespace, one port per client and
+	// one for the router.
+	br := &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: "br0"}}
+	if err := h[b.Switch].LinkAdd(br); err != nil {
+		return nil, fmt.Errorf("bridge: %w", err)
+	}
+	wire := func(ns1, dev1, ns2, dev2 string) error {
+		n1, err := netns.GetFromName(ns1)
+		if err != nil {
+			return err
+		}
+		defer n1.Close()
+		n2, err := netns.GetFromName(ns2)
+		if err != nil {
+			return err
+		}
+		defer n2.Close()
+		root, err := netlink.NewHandle()
+		if err != nil {
+			return err
+		}
+		defer root.Close()
+		tmp := fmt.Sprintf("slv%d", time.Now().UnixNano()%1000000)
+		v := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: tmp, Namespace: netlink.NsFd(n1)}, PeerName: tmp + "p", PeerNamespace: netlink.NsFd(n2)}
+		if err := root.LinkAdd(v); err != nil {
+			return fmt.Errorf("veth %s/%s - %s/%s: %w", ns1, dev1, ns2, dev2, err)
+		}
+		for _, e := range []struct{ ns, from, to string }{{ns1, tmp, dev1}, {ns2, tmp + "p", dev2}} {
+			l, err := h[e.ns].LinkByName(e.from)
+			if err != nil {
+				return err
+			}
+			if err := h[e.ns].LinkSetName(l, e.to); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	for i, c := range b.Clients {
+		port := fmt.Sprintf("c%d", i+1)
+		if err := wire(c, "eth0", b.Switch, port); err != nil {
+			return nil, err
+		}
+		if err := enslave(h[b.Switch], port, "br0"); err != nil {
+			return nil, err
+		}
+		a4, a6 := ClientAddr(i + 1)
+		if err := addrUp(h[c], "eth0", netip.PrefixFrom(a4, 24), netip.PrefixFrom(a6, 64)); err != nil {
+			return nil, err
+		}
+		if err := defaultRoutes(h[c], "eth0", RouterLAN4, RouterLAN6); err != nil {
+			return nil, err
+		}
+	}
+	if err := wire(b.Router, "lan", b.Switch, "router"); err != nil {
+		return nil, err
+	}
+	if err := enslave(h[b.Switch], "router", "br0"); err != nil {
+		return nil, err
+	}
+	if err := up(h[b.Switch], "br0"); err != nil {
+		return nil, err
+	}
+	if err := wire(b.Router, "wan", b.Server, "isp"); err != nil {
+		return nil, err
+	}
+	if err := addrUp(h[b.Router], "lan", netip.PrefixFrom(RouterLAN4, 24), netip.PrefixFrom(RouterLAN6, 64)); err != nil {
+		return nil, err
+	}
+	if err := addrUp(h[b.Router], "wan", netip.PrefixFrom(RouterWAN4, 24), netip.PrefixFrom(RouterWAN6, 64)); err != nil {
+		return nil, err
+	}
+	if err := addrUp(h[b.Server], "isp", netip.PrefixFrom(Server4, 24), netip.PrefixFrom(Server6, 64)); err != nil {
+		return nil, err
+	}
+	if err := defaultRoutes(h[b.Server], "isp", RouterWAN4, RouterWAN6); err != nil {
+		return nil, err
+	}
+	if err := InNetns(b.Router, func() error {
+		for _, p := range []string{"/proc/sys/net/ipv4/ip_forward", "/proc/sys/net/ipv6/conf/all/forwarding"} {
+			if err := os.WriteFile(p, []byte("1"), 0o644); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	if err := b.modem(topo.Modem); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+func (b *Bed) all() []string {
+	return append([]string{b.Router, b.Switch, b.Server}, b.Clients...)
+}
+
+func up(h *netlink.Handle, dev string) error {
+	l, err := h.LinkByName(dev)
+	if err != nil {
+		return err
+	}
+	return h.LinkSetUp(l)
+}
+
+func enslave(h *netlink.Handle, dev, master string) error {
+	l, err := h.LinkByName(dev)
+	if err != nil {
+		return err
+	}
+	m, err := h.LinkByName(master)
+	if err != nil {
+		return err
+	}
+	if err := h.LinkSetMaster(l, m); err != nil {
+		return err
+	}
+	return h.LinkSetUp(l)
+}
+
+func addrUp(h *netlink.Handle, dev string, ps ...netip.Prefix) error {
+	l, err := h.LinkByName(dev)
+	if err != nil {
+		return err
+	}
+	for _, p := range ps {
+		a := &netlink.Addr{IPNet: &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}}
+		if p.Addr().Is6() {
+			a.Flags = unix.IFA_F_NODAD
+		}
+		if err := h.AddrAdd(l, a); err != nil {
+			return fmt.Errorf("address %s on %s: %w", p, dev, err)
+		}
+	}
+	return h.LinkSetUp(l)
+}
+
+func defaultRoutes(h *netlink.Handle, dev string, gws ...netip.Addr) error {
+	l, err := h.LinkByName(dev)
+	if err != nil {
+		return err
+	}
+	for _, gw := range gws {
+		r := &netlink.Route{LinkIndex: l.Attrs().Index, Gw: gw.AsSlice()}
+		if gw.Is6() {
+			r.Family = unix.AF_INET6
+		}
+		if err := h.RouteAdd(r); err != nil {
+			return fmt.Errorf("default route via %s: %w", gw, err)
+		}
+	}
+	return nil
+}
+
+// modem limits the router-server link on the server side: a tbf on the
+// server's egress (downlink) and, through an ifb, on its ingress
+// (uplink), each with a queue of Buffer at its rate, as a modem has.
+func (b *Bed) modem(m Modem) error {
+	if m.Up == "" && m.Down == "" {
+		return nil
+	}
+	buf := 200 * time.Millisecond
+	if m.Buffer != "" {
+		d, err := time.ParseDuration(m.Buffer)
+		if err != nil || d <= 0 {
+			return fmt.Errorf("modem buffer %q: want a duration like 200ms", m.Buffer)
+		}
+		buf = d
+	}
+	c, err := tc.Open(b.Server)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	tbf := func(dev, rate string) error {
+		if rate == "" {
+			return nil
+		}
+		bps, err := parseRate(rate)
+		if err != nil {
+			return fmt.Errorf("modem rate %q: %w", rate, err)
+		}
+		l, err := c.Links().LinkByName(dev)
+		if err != nil {
+			return err
+		}
+		burst := uint32(max(bps/1000, 3028)) // about 1 ms: a modem sends at line rate
+		q := &netlink.Tbf{
+			QdiscAttrs: netlink.QdiscAttrs{LinkIndex: l.Attrs().Index, Parent: netlink.HANDLE_ROOT, Handle: netlink.MakeHandle(1, 0)},
+			Rate:       bps, Limit: uint32(max(float64(bps)*buf.Seconds(), 3*1514)), Buffer: tc.XmitTicks(bps, burst),
+		}
+		if err := c.Links().QdiscAdd(q); err != nil {
+			return fmt.Errorf("modem tbf on %s: %w", dev, err)
+		}
+		return nil
+	}
+	if err := tbf("isp", m.Down); err != nil {
+		return err
+	}
+	if m.Up == "" {
+		return nil
+	}
+	// Uplink: redirect the server's ingress to an ifb and limit that.
+	if err := c.LinkAdd(&tc.Link{Name: "ifb-isp", Kind: "ifb", Up: true}); err != nil {
+		return err
+	}
+	if err := c.QdiscAdd(&tc.Qdisc{Dev: "isp", Parent: tc.HandleIngress, Handle: tc.MakeHandle(0xFFFF, 0), Kind: "clsact"}, false); err != nil {
+		return err
+	}
+	if err := c.FilterAdd(&tc.Filter{Dev: "isp", Parent: tc.HandleIngressHook, Prio: 1, Proto: tc.ProtoAll, Kind: "u32", Handle: 1,
+		U32: &tc.U32{Sel: &tc.Sel{Keys: []tc.Key{{}}}, RedirectDev: "ifb-isp"}}); err != nil {
+		return err
+	}
+	return tbf("ifb-isp", m.Up)
+}
+
+// Down removes the bed's namespaces and sluice's records for its router.
+func (b *Bed) Down() error {
+	var errs []string
+	for _, ns := range b.all() {
+		if err := deleteNS(ns); err != nil {
+			errs = append(errs, err.Error())
+		}
+	}
+	os.RemoveAll(kernel.StateDir(b.Router))
+	if len(errs) > 0 {
+		return fmt.Errorf("lab down: %s", strings.Join(errs, "; "))
+	}
+	return nil
+}
+
+// Down removes the lab named name; DownAll every lab namespace (also
+// those a crashed run left).
+func Down(name string) ([]string, error) {
+	return downPrefix(Prefix + name + "-")
+}
+
+// DownAll removes every namespace with the lab prefix.
+func DownAll() ([]string, error) { return downPrefix(Prefix) }
+
+func downPrefix(p string) ([]string, error) {
+	var removed, errs []string
+	for _, ns := range listNS(p) {
+		if err := deleteNS(ns); err != nil {
+			errs = append(errs, err.Error())
+			continue
+		}
+		removed = append(removed, ns)
+		os.RemoveAll(kernel.StateDir(ns))
+	}
+	if len(errs) > 0 {
+		return removed, fmt.Errorf("%s", strings.Join(errs, "; "))
+	}
+	return removed, nil
+}
+
+// Attach returns a Bed for namespaces that are already up.
+func Attach(name string) (*Bed, error) {
+	nss := listNS(Prefix + name + "-")
+	if len(nss) == 0 {
+		return nil, fmt.Errorf("no lab named %q is up (sluice lab up SCENARIO)", name)
+	}
+	n := 0
+	for _, ns := range nss {
+		var i int
+		if _, err := fmt.Sscanf(strings.TrimPrefix(ns, Prefix+name+"-"), "c%d", &i); err == nil && i > n {
+			n = i
+		}
+	}
+	b := bedNames(name, n)
+	b.Topo.Clients = n
+	return b, nil
+}

@@ -1,0 +1,479 @@
+package lab
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand"
+	"net"
+	"net/netip"
+	"os"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"golang.org/x/net/icmp"
+	"golang.org/x/net/ipv4"
+	"golang.org/x/net/ipv6"
+	"golang.org/x/sys/unix"
+)
+
+// A flow's counters, read by the sampler every bucket.
+type flowCounters struct {
+	rx, tx atomic.Uint64
+	mu     sync.Mutex
+	conns  []syscall.RawConn // sender sockets, for TCP_INFO
+}
+
+func (f *flowCounters) addConn(c syscall.RawConn) {
+	f.mu.Lock()
+	f.conns = append(f.conns, c)
+	f.mu.Unlock()
+}
+
+// tcpInfo sums retransmits and segments and averages the smoothed RTT of
+// the flow's open sender sockets.
+func (f *flowCounters) tcpInfo() (retrans, segs uint64, rtt time.Duration, ok bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var rttSum time.Duration
+	n := 0
+	for _, c := range f.conns {
+		c.Control(func(fd uintptr) {
+			info, err := unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO)
+			if err != nil {
+				return
+			}
+			retrans += uint64(info.Total_retrans)
+			segs += uint64(info.Segs_out)
+			rttSum += time.Duration(info.Rtt) * time.Microsecond
+			n++
+		})
+	}
+	if n == 0 {
+		return 0, 0, 0, false
+	}
+	return retrans, segs, rttSum / time.Duration(n), true
+}
+
+// setTOS marks a socket's packets with DSCP dscp (both families).
+func setTOS(fd uintptr, v6 bool, dscp int) error {
+	if dscp <= 0 {
+		return nil
+	}
+	if v6 {
+		return unix.SetsockoptInt(int(fd), unix.IPPROTO_IPV6, unix.IPV6_TCLASS, dscp<<2)
+	}
+	return unix.SetsockoptInt(int(fd), unix.IPPROTO_IP, unix.IP_TOS, dscp<<2)
+}
+
+// tcpSink accepts connections on addr:port in ns; each starts with the
+// 4-byte index of its flow, then carries data counted as received.
+func tcpSink(ns string, at netip.AddrPort, flows []*flowCounters) (io.Closer, error) {
+	var l net.Listener
+	if err := InNetns(ns, func() (err error) {
+		l, err = net.Listen("tcp", at.String())
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				var idx [4]byte
+				if _, err := io.ReadFull(c, idx[:]); err != nil {
+					return
+				}
+				i := int(binary.BigEndian.Uint32(idx[:]))
+				if i >= len(flows) {
+					return
+				}
+				buf := make([]byte, 256<<10)
+				for {
+					n, err := c.Read(buf)
+					flows[i].rx.Add(uint64(n))
+					if err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	return l, nil
+}
+
+// tcpSend connects from ns to dst and sends as fast as TCP allows until
+// ctx ends, with congestion control cc and DSCP dscp.
+func tcpSend(ctx context.Context, ns string, dst netip.AddrPort, idx int, cc string, dscp int, f *flowCounters) error {
+	d := net.Dialer{Timeout: 5 * time.Second, Control: func(_, _ string, c syscall.RawConn) error {
+		var serr error
+		err := c.Control(func(fd uintptr) {
+			if cc != "" {
+				if serr = unix.SetsockoptString(int(fd), unix.IPPROTO_TCP, unix.TCP_CONGESTION, cc); serr != nil {
+					serr = fmt.Errorf("congestion control %q: %w", cc, serr)
+					return
+				}
+			}
+			serr = setTOS(fd, dst.Addr().Is6(), dscp)
+		})
+		if err != nil {
+			return err
+		}
+		return serr
+	}}
+	var conn net.Conn
+	if err := InNetns(ns, func() (err error) {
+		conn, err = d.DialContext(ctx, "tcp", dst.String())
+		return err
+	}); err != nil {
+		return err
+	}
+	defer conn.Close()
+	rc, err := conn.(*net.TCPConn).SyscallConn()
+	if err != nil {
+		return err
+	}
+	var hdr [4]byte
+	binary.BigEndian.PutUint32(hdr[:], uint32(idx))
+	if _, err := conn.Write(hdr[:]); err != nil {
+		return err
+	}
+	f.addConn(rc)
+	// When the window ends the flow stops at once, as a killed transfer
+	// does: linger 0 resets the connection and discards what is still in
+	// the send buffer (megabytes with autotuning), which would otherwise
+	// drain into the next phase.
+	tcp := conn.(*net.TCPConn)
+	go func() { <-ctx.Done(); tcp.SetLinger(0); conn.SetWriteDeadline(time.Now()) }()
+	buf := make([]byte, 128<<10)
+	for ctx.Err() == nil {
+		n, err := conn.Write(buf)
+		f.tx.Add(uint64(n))
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+	}
+	return nil
+}
+
+// udpSink counts datagrams arriving on addr:port in ns.
+func udpSink(ns string, at netip.AddrPort, f *flowCounters) (io.Closer, error) {
+	var c net.PacketConn
+	if err := InNetns(ns, func() (err error) {
+		c, err = net.ListenPacket("udp", at.String())
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	go func() {
+		buf := make([]byte, 65536)
+		for {
+			n, _, err := c.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			f.rx.Add(uint64(n))
+		}
+	}()
+	return c, nil
+}
+
+// udpSend sends size-byte datagrams at rate bytes/s until ctx ends.
+func udpSend(ctx context.Context, ns string, dst netip.AddrPort, rate uint64, size, dscp int, f *flowCounters) error {
+	var conn net.Conn
+	if err := InNetns(ns, func() (err error) {
+		d := net.Dialer{Control: func(_, _ string, c syscall.RawConn) error {
+			var serr error
+			c.Control(func(fd uintptr) { serr = setTOS(fd, dst.Addr().Is6(), dscp) })
+			return serr
+		}}
+		conn, err = d.Dial("udp", dst.String())
+		return err
+	}); err != nil {
+		return err
+	}
+	defer conn.Close()
+	buf := make([]byte, size)
+	start := time.Now()
+	var sent uint64
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case now := <-tick.C:
+			due := uint64(now.Sub(start).Seconds() * float64(rate))
+			for sent+uint64(size) <= due {
+				if _, err := conn.Write(buf); err != nil && !errors.Is(err, syscall.ECONNREFUSED) && !errors.Is(err, syscall.ENOBUFS) {
+					return err
+				}
+				sent += uint64(size)
+				f.tx.Add(uint64(size))
+			}
+		}
+	}
+}
+
+// Sample is one probe: when it was sent (seconds since the run began)
+// and its round trip, or Lost.
+type Sample struct {
+	T    float64 `json:"t"`
+	RTT  float64 `json:"rtt_ms"`
+	Lost bool    `json:"lost,omitempty"`
+}
+
+// probeLog collects a probe's samples.
+type probeLog struct {
+	mu      sync.Mutex
+	samples []Sample
+}
+
+func (p *probeLog) add(s Sample) {
+	p.mu.Lock()
+	p.samples = append(p.samples, s)
+	p.mu.Unlock()
+}
+
+func (p *probeLog) all() []Sample {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]Sample(nil), p.samples...)
+}
+
+// tcpEchoServer echoes every byte on addr:port in ns.
+func tcpEchoServer(ns string, at netip.AddrPort) (io.Closer, error) {
+	var l net.Listener
+	if err := InNetns(ns, func() (err error) {
+		l, err = net.Listen("tcp", at.String())
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			c.(*net.TCPConn).SetNoDelay(true)
+			go func() { io.Copy(c, c); c.Close() }()
+		}
+	}()
+	return l, nil
+}
+
+// rrProbe measures request/response round trips over one TCP connection,
+// a request every interval (or as soon as the previous answer arrives).
+func rrProbe(ctx context.Context, ns string, dst netip.AddrPort, size int, interval time.Duration, dscp int, t0 time.Time, log *probeLog) error {
+	var conn net.Conn
+	if err := InNetns(ns, func() (err error) {
+		d := net.Dialer{Timeout: 5 * time.Second, Control: func(_, _ string, c syscall.RawConn) error {
+			var serr error
+			c.Control(func(fd uintptr) { serr = setTOS(fd, dst.Addr().Is6(), dscp) })
+			return serr
+		}}
+		conn, err = d.DialContext(ctx, "tcp", dst.String())
+		return err
+	}); err != nil {
+		return err
+	}
+	defer conn.Close()
+	conn.(*net.TCPConn).SetNoDelay(true)
+	go func() { <-ctx.Done(); conn.SetDeadline(time.Now()) }()
+	buf := make([]byte, max(size, 8))
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	for ctx.Err() == nil {
+		sent := time.Now()
+		if _, err := conn.Write(buf); err != nil {
+			return nil
+		}
+		if _, err := io.ReadFull(conn, buf); err != nil {
+			if ctx.Err() == nil {
+				log.add(Sample{T: sent.Sub(t0).Seconds(), Lost: true})
+			}
+			return nil
+		}
+		log.add(Sample{T: sent.Sub(t0).Seconds(), RTT: float64(time.Since(sent)) / 1e6})
+		select {
+		case <-ctx.Done():
+		case <-tick.C:
+		}
+	}
+	return nil
+}
+
+// udpEchoServer echoes datagrams on addr:port in ns.
+func udpEchoServer(ns string, at netip.AddrPort) (io.Closer, error) {
+	var c net.PacketConn
+	if err := InNetns(ns, func() (err error) {
+		c, err = net.ListenPacket("udp", at.String())
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	go func() {
+		buf := make([]byte, 65536)
+		for {
+			n, from, err := c.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			c.WriteTo(buf[:n], from)
+		}
+	}()
+	return c, nil
+}
+
+// pinger sends timestamped echo requests (UDP to an echo server, or
+// ICMP) every interval and matches the replies by sequence number.
+type pinger struct {
+	conn  net.PacketConn
+	dst   net.Addr
+	icmp  bool
+	v6    bool
+	id    int
+	mu    sync.Mutex
+	sent  map[int]time.Time
+	t0    time.Time
+	log   *probeLog
+	size  int
+	timer time.Duration
+}
+
+func udpProbe(ctx context.Context, ns string, dst netip.AddrPort, size int, interval time.Duration, dscp int, t0 time.Time, log *probeLog) error {
+	var c net.PacketConn
+	if err := InNetns(ns, func() (err error) {
+		lc := net.ListenConfig{Control: func(_, _ string, rc syscall.RawConn) error {
+			var serr error
+			rc.Control(func(fd uintptr) { serr = setTOS(fd, dst.Addr().Is6(), dscp) })
+			return serr
+		}}
+		network := "udp4"
+		if dst.Addr().Is6() {
+			network = "udp6"
+		}
+		c, err = lc.ListenPacket(ctx, network, ":0")
+		return err
+	}); err != nil {
+		return err
+	}
+	p := &pinger{conn: c, dst: net.UDPAddrFromAddrPort(dst), t0: t0, log: log, size: max(size, 16), sent: map[int]time.Time{}}
+	return p.run(ctx, interval)
+}
+
+func icmpProbe(ctx context.Context, ns string, dst netip.Addr, size int, interval time.Duration, t0 time.Time, log *probeLog) error {
+	var c *icmp.PacketConn
+	if err := InNetns(ns, func() (err error) {
+		if dst.Is6() {
+			c, err = icmp.ListenPacket("ip6:ipv6-icmp", "::")
+		} else {
+			c, err = icmp.ListenPacket("ip4:icmp", "0.0.0.0")
+		}
+		return err
+	}); err != nil {
+		return fmt.Errorf("icmp socket (needs root): %w", err)
+	}
+	p := &pinger{conn: c, dst: &net.IPAddr{IP: dst.AsSlice()}, icmp: true, v6: dst.Is6(), id: os.Getpid()&0x7fff ^ rand.Intn(0x7fff),
+		t0: t0, log: log, size: max(size, 16), sent: map[int]time.Time{}}
+	return p.run(ctx, interval)
+}
+
+func (p *pinger) run(ctx context.Context, interval time.Duration) error {
+	defer p.conn.Close()
+	done := make(chan struct{})
+	go p.receive(done)
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	for seq := 0; ; seq++ {
+		p.mu.Lock()
+		p.sent[seq&0xffff] = time.Now()
+		p.mu.Unlock()
+		if err := p.send(seq); err != nil && ctx.Err() == nil {
+			p.log.add(Sample{T: time.Since(p.t0).Seconds(), Lost: true})
+		}
+		select {
+		case <-ctx.Done():
+			// Replies still on their way count; then the rest are lost.
+			time.Sleep(min(2*time.Second, 20*interval))
+			p.conn.Close()
+			<-done
+			p.mu.Lock()
+			for _, t := range p.sent {
+				p.log.add(Sample{T: t.Sub(p.t0).Seconds(), Lost: true})
+			}
+			p.mu.Unlock()
+			return nil
+		case <-tick.C:
+		}
+	}
+}
+
+func (p *pinger) send(seq int) error {
+	payload := make([]byte, p.size)
+	binary.BigEndian.PutUint32(payload, uint32(seq))
+	if !p.icmp {
+		_, err := p.conn.WriteTo(payload, p.dst)
+		return err
+	}
+	var typ icmp.Type = ipv4.ICMPTypeEcho
+	if p.v6 {
+		typ = ipv6.ICMPTypeEchoRequest
+	}
+	m := icmp.Message{Type: typ, Body: &icmp.Echo{ID: p.id, Seq: seq & 0xffff, Data: payload}}
+	b, err := m.Marshal(nil)
+	if err != nil {
+		return err
+	}
+	_, err = p.conn.WriteTo(b, p.dst)
+	return err
+}
+
+func (p *pinger) receive(done chan struct{}) {
+	defer close(done)
+	buf := make([]byte, 65536)
+	for {
+		n, _, err := p.conn.ReadFrom(buf)
+		if err != nil {
+			return
+		}
+		now := time.Now()
+		seq := -1
+		if p.icmp {
+			proto := 1
+			if p.v6 {
+				proto = 58
+			}
+			m, err := icmp.ParseMessage(proto, buf[:n])
+			if err != nil {
+				continue
+			}
+			e, ok := m.Body.(*icmp.Echo)
+			if !ok || e.ID != p.id || (m.Type != ipv4.ICMPTypeEchoReply && m.Type != ipv6.ICMPTypeEchoReply) {
+				continue
+			}
+			seq = e.Seq
+		} else if n >= 4 {
+			seq = int(binary.BigEndian.Uint32(buf) & 0xffff)
+		}
+		p.mu.Lock()
+		sent, ok := p.sent[seq]
+		delete(p.sent, seq)
+		p.mu.Unlock()
+		if ok {
+			p.log.add(Sample{T: sent.Sub(p.t0).Seconds(), RTT: float64(now.Sub(sent)) / 1e6})
+		}
+	}
+}

@@ -2,10 +2,14 @@
 GO  ?= go
 BIN := bin/sluice
 
-.PHONY: build deps test unit lint bench bench-utilization clean
+.PHONY: build deps demo test unit lint bench bench-utilization clean
 
 build:
 	$(GO) build -o $(BIN) ./cmd/sluice
+
+# The main job: a lab demo in network namespaces (about 30 seconds).
+demo: deps build
+	$(BIN) demo
 
 deps:
 	./scripts/install-deps.sh

@@ -64,6 +64,7 @@ every class is doing.`,
 	})
 	root.AddCommand(
 		validateCmd(g), planCmd(g), applyCmd(g), showCmd(g), resetCmd(g), exportCmd(g), doctorCmd(g),
+		labCmd(g), demoCmd(g),
 	)
 	return root
 }

@@ -9,18 +9,19 @@ import (
 // Result is one variant of a scenario, run: every series sampled every
 // Bucket seconds, and per-phase summaries.
 type Result struct {
-	Scenario string         `json:"scenario"`
-	Variant  string         `json:"variant"`
-	Note     string         `json:"note,omitempty"`
-	Skipped  string         `json:"skipped,omitempty"`
-	Policy   string         `json:"policy,omitempty"`
-	Bucket   float64        `json:"bucket_s"`
-	Duration float64        `json:"duration_s"`
-	Phases   []*PhaseResult `json:"phases"`
-	Flows    []*FlowSeries  `json:"flows"`
-	Classes  []*ClassSeries `json:"classes"`
-	Probes   []*ProbeSeries `json:"probes"`
-	Verdicts []Verdict      `json:"verdicts,omitempty"`
+	Scenario string            `json:"scenario"`
+	Variant  string            `json:"variant"`
+	Note     string            `json:"note,omitempty"`
+	Skipped  string            `json:"skipped,omitempty"`
+	Matrix   map[string]string `json:"matrix,omitempty"`
+	Policy   string            `json:"policy,omitempty"`
+	Bucket   float64           `json:"bucket_s"`
+	Duration float64           `json:"duration_s"`
+	Phases   []*PhaseResult    `json:"phases"`
+	Flows    []*FlowSeries     `json:"flows"`
+	Classes  []*ClassSeries    `json:"classes"`
+	Probes   []*ProbeSeries    `json:"probes"`
+	Verdicts []Verdict         `json:"verdicts,omitempty"`
 }
 
 // FlowSeries is one TCP connection or UDP stream.

@@ -2,10 +2,10 @@ package lab
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net/netip"
+	"regexp"
 	"strings"
 	"sync"
 	"time"
@@ -81,8 +81,8 @@ func Apply(b *Bed, name, text string) (map[string][]plan.ClassInfo, error) {
 	return out, nil
 }
 
-// ErrMissingFeature marks a variant the kernel cannot run.
-var ErrMissingFeature = errors.New("the kernel lacks a feature this variant needs")
+// missingQdisc finds the planner's refusal of a leaf the kernel lacks.
+var missingQdisc = regexp.MustCompile(`this kernel has no (\S+) qdisc`)
 
 // endpoint is one end of a flow.
 type endpoint struct {
@@ -124,7 +124,14 @@ func (t *Traffic) windows(s *Scenario, phases []Phase, ds []time.Duration, total
 		var at time.Duration
 		for i, p := range phases {
 			for _, want := range t.Phases {
-				if want == p.Name {
+				if want != p.Name {
+					continue
+				}
+				// Consecutive phases make one continuous transfer, not a
+				// new one (in slow start) at each boundary.
+				if n := len(out); n > 0 && out[n-1][1] == at {
+					out[n-1][1] = at + ds[i]
+				} else {
 					out = append(out, [2]time.Duration{at, at + ds[i]})
 				}
 			}
@@ -160,7 +167,7 @@ func Run(ctx context.Context, b *Bed, s *Scenario, v Variant, opt Options) (*Res
 			fmt.Fprintf(opt.Log, format+"\n", args...)
 		}
 	}
-	r := &Result{Scenario: s.Name, Variant: v.Name, Note: v.Note, Bucket: bucket.Seconds()}
+	r := &Result{Scenario: s.Name, Variant: v.Name, Note: v.Note, Bucket: bucket.Seconds(), Matrix: v.Matrix}
 	text, err := s.policyText(v)
 	if err != nil {
 		return nil, err
@@ -168,8 +175,8 @@ func Run(ctx context.Context, b *Bed, s *Scenario, v Variant, opt Options) (*Res
 	r.Policy = text
 	classes, err := Apply(b, fmt.Sprintf("%s/%s", s.Name, v.Name), text)
 	if err != nil {
-		if strings.Contains(err.Error(), "this kernel has no") {
-			r.Skipped = err.Error()
+		if m := missingQdisc.FindStringSubmatch(err.Error()); m != nil {
+			r.Skipped = "the kernel has no " + m[1] + " qdisc"
 			logf("%s: skipped: %v", v.Name, err)
 			return r, nil
 		}

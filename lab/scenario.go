@@ -47,6 +47,9 @@ type Variant struct {
 	// Note says what the variant shows, for reports.
 	Note string `yaml:"note"`
 
+	// Matrix holds a matrix expansion's values (nil otherwise).
+	Matrix map[string]string `yaml:"-"`
+
 	// traffic overrides the scenario's for matrix expansions, whose
 	// substitutions differ per variant.
 	traffic []Traffic
@@ -170,6 +173,7 @@ func Parse(file string, src []byte) (*Scenario, error) {
 			}
 			for _, v := range x.Variants {
 				v.traffic = x.Traffic
+				v.Matrix = c
 				variants = append(variants, v)
 			}
 		}
@@ -215,7 +219,9 @@ func (s *Scenario) phaseTimes(scale float64) ([]Phase, []time.Duration, time.Dur
 
 func (s *Scenario) validate() error {
 	var errs []string
-	bad := func(format string, args ...any) { errs = append(errs, fmt.Sprintf("%s: "+format, append([]any{s.File}, args...)...)) }
+	bad := func(format string, args ...any) {
+		errs = append(errs, fmt.Sprintf("%s: "+format, append([]any{s.File}, args...)...))
+	}
 	if s.Name == "" {
 		bad("name is required")
 	}

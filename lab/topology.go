@@ -40,6 +40,9 @@ type Modem struct {
 	Up     string `yaml:"up"`     // rate toward the server, tc units
 	Down   string `yaml:"down"`   // rate toward the router
 	Buffer string `yaml:"buffer"` // its queue, as time at its rate (default 200ms)
+	// Delay adds a propagation delay each way on the server side (netem;
+	// refused, naming the missing qdisc, on kernels without it).
+	Delay string `yaml:"delay"`
 }
 
 // Addresses of the test bed.
@@ -295,11 +298,12 @@ func defaultRoutes(h *netlink.Handle, dev string, gws ...netip.Addr) error {
 	return nil
 }
 
-// modem limits the router-server link on the server side: a tbf on the
-// server's egress (downlink) and, through an ifb, on its ingress
-// (uplink), each with a queue of Buffer at its rate, as a modem has.
+// modem emulates the link between the router and the server on the
+// server side: a tbf on the server's egress (downlink) and, through an
+// ifb, on its ingress (uplink), each with a queue of Buffer at its rate,
+// as a modem has; with Delay, a netem under each tbf (or alone).
 func (b *Bed) modem(m Modem) error {
-	if m.Up == "" && m.Down == "" {
+	if m.Up == "" && m.Down == "" && m.Delay == "" {
 		return nil
 	}
 	buf := 200 * time.Millisecond
@@ -310,40 +314,65 @@ func (b *Bed) modem(m Modem) error {
 		}
 		buf = d
 	}
+	var delay time.Duration
+	if m.Delay != "" {
+		d, err := time.ParseDuration(m.Delay)
+		if err != nil || d <= 0 {
+			return fmt.Errorf("modem delay %q: want a duration like 20ms", m.Delay)
+		}
+		rep, err := kernel.ProbeCached(kernel.StateDir(""))
+		if err != nil {
+			return err
+		}
+		if !rep.Qdiscs["netem"] {
+			return fmt.Errorf("modem delay %s needs the netem qdisc (sch_netem), which this kernel lacks", m.Delay)
+		}
+		delay = d
+	}
 	c, err := tc.Open(b.Server)
 	if err != nil {
 		return err
 	}
 	defer c.Close()
-	tbf := func(dev, rate string) error {
-		if rate == "" {
-			return nil
-		}
-		bps, err := parseRate(rate)
-		if err != nil {
-			return fmt.Errorf("modem rate %q: %w", rate, err)
-		}
+	shape := func(dev, rate string) error {
 		l, err := c.Links().LinkByName(dev)
 		if err != nil {
 			return err
 		}
-		burst := uint32(max(bps/1000, 3028)) // about 1 ms: a modem sends at line rate
-		q := &netlink.Tbf{
-			QdiscAttrs: netlink.QdiscAttrs{LinkIndex: l.Attrs().Index, Parent: netlink.HANDLE_ROOT, Handle: netlink.MakeHandle(1, 0)},
-			Rate:       bps, Limit: uint32(max(float64(bps)*buf.Seconds(), 3*1514)), Buffer: tc.XmitTicks(bps, burst),
+		parent := uint32(netlink.HANDLE_ROOT)
+		if rate != "" {
+			bps, err := parseRate(rate)
+			if err != nil {
+				return fmt.Errorf("modem rate %q: %w", rate, err)
+			}
+			burst := uint32(max(bps/1000, 3028)) // about 1 ms: a modem sends at line rate
+			q := &netlink.Tbf{
+				QdiscAttrs: netlink.QdiscAttrs{LinkIndex: l.Attrs().Index, Parent: netlink.HANDLE_ROOT, Handle: netlink.MakeHandle(1, 0)},
+				Rate:       bps, Limit: uint32(max(float64(bps)*buf.Seconds(), 3*1514)), Buffer: tc.XmitTicks(bps, burst),
+			}
+			if err := c.Links().QdiscAdd(q); err != nil {
+				return fmt.Errorf("modem tbf on %s: %w", dev, err)
+			}
+			parent = netlink.MakeHandle(1, 1)
 		}
-		if err := c.Links().QdiscAdd(q); err != nil {
-			return fmt.Errorf("modem tbf on %s: %w", dev, err)
+		if delay > 0 {
+			ne := netlink.NewNetem(netlink.QdiscAttrs{LinkIndex: l.Attrs().Index, Parent: parent, Handle: netlink.MakeHandle(10, 0)},
+				netlink.NetemQdiscAttrs{Latency: uint32(delay.Microseconds()), Limit: 100000})
+			if err := c.Links().QdiscAdd(ne); err != nil {
+				return fmt.Errorf("modem delay on %s: %w", dev, err)
+			}
 		}
 		return nil
 	}
-	if err := tbf("isp", m.Down); err != nil {
-		return err
+	if m.Down != "" || delay > 0 {
+		if err := shape("isp", m.Down); err != nil {
+			return err
+		}
 	}
-	if m.Up == "" {
+	if m.Up == "" && delay == 0 {
 		return nil
 	}
-	// Uplink: redirect the server's ingress to an ifb and limit that.
+	// Uplink: redirect the server's ingress to an ifb and shape that.
 	if err := c.LinkAdd(&tc.Link{Name: "ifb-isp", Kind: "ifb", Up: true}); err != nil {
 		return err
 	}
@@ -354,7 +383,7 @@ func (b *Bed) modem(m Modem) error {
 		U32: &tc.U32{Sel: &tc.Sel{Keys: []tc.Key{{}}}, RedirectDev: "ifb-isp"}}); err != nil {
 		return err
 	}
-	return tbf("ifb-isp", m.Up)
+	return shape("ifb-isp", m.Up)
 }
 
 // Down removes the bed's namespaces and sluice's records for its router.

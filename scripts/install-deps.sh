@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what sluice's build, tests, lab and benchmarks need on a fresh
-# Debian or Ubuntu machine: iproute2 (tc, ip), iperf3, ping, ss. Go must
+# Debian or Ubuntu machine: iproute2 (tc, ip, ss), iperf3, ping, and
+# Chromium (the lab report's rendering test). Go must
 # already be installed (https://go.dev/doc/install); modules come from
 # the Go module proxy. Idempotent: does nothing when all is present.
 set -euo pipefail
@@ -10,6 +11,9 @@ command -v tc >/dev/null 2>&1 || need+=(iproute2)
 command -v iperf3 >/dev/null 2>&1 || need+=(iperf3)
 command -v ping >/dev/null 2>&1 || need+=(iputils-ping)
 command -v sysctl >/dev/null 2>&1 || need+=(procps)
+command -v ss >/dev/null 2>&1 || need+=(iproute2)
+# The lab's report test opens the HTML report in headless Chromium.
+command -v chromium >/dev/null 2>&1 || need+=(chromium)
 
 if ((${#need[@]})); then
   if [[ $(id -u) -ne 0 ]]; then

@@ -1,0 +1,273 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"sluice/kernel"
+	"sluice/lab"
+)
+
+func labCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "lab",
+		Short: "A test bed in network namespaces: traffic, measurements and reports that show what a policy does",
+		Long: `The lab builds a home or office in network namespaces (client hosts on a
+LAN, a router with devices lan and wan, a server as "the internet", a modem
+link in between), runs built-in traffic and latency probes through it
+without and with policies, and reports rates, fairness and latency.
+
+Scenarios are YAML files (docs/lab.md); built-in ones: ` + strings.Join(lab.Builtin(), ", ") + `.`,
+	}
+	cmd.AddCommand(labListCmd(g), labUpCmd(g), labDownCmd(g), labRunCmd(g))
+	return cmd
+}
+
+func labListCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "list",
+		Short: "List the built-in scenarios",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			for _, n := range lab.Builtin() {
+				s, err := lab.Load(n)
+				if err != nil {
+					return failure(err)
+				}
+				fmt.Fprintf(g.stdout, "%-12s %s\n", n, firstSentence(s.Description))
+			}
+			return nil
+		},
+	}
+}
+
+func firstSentence(s string) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if i := strings.Index(s, ". "); i > 0 {
+		return s[:i+1]
+	}
+	return s
+}
+
+func labUpCmd(g *globals) *cobra.Command {
+	var name string
+	cmd := &cobra.Command{
+		Use:   "up SCENARIO",
+		Short: "Build the scenario's test bed and leave it up",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			s, err := lab.Load(args[0])
+			if err != nil {
+				return badInput(err)
+			}
+			b, err := lab.Up(name, s.Topology)
+			if err != nil {
+				return failure(err)
+			}
+			fmt.Fprintf(g.stdout, "lab %s is up: router %s (devices lan, wan), server %s, %d client(s) %s\n",
+				b.Name, b.Router, b.Server, len(b.Clients), strings.Join(b.Clients, " "))
+			fmt.Fprintf(g.stdout, "try: sluice --netns %s apply POLICY   (interfaces lan and wan)\n", b.Router)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&name, "name", "lab", "name of the test bed")
+	return cmd
+}
+
+func labDownCmd(g *globals) *cobra.Command {
+	var all bool
+	cmd := &cobra.Command{
+		Use:   "down [NAME] | --all",
+		Short: "Remove a test bed (--all: every lab namespace, also leftovers of a crashed run)",
+		Args:  cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var removed []string
+			var err error
+			switch {
+			case all && len(args) > 0:
+				return badInput(errors.New("lab down: give a name or --all, not both"))
+			case all:
+				removed, err = lab.DownAll()
+			default:
+				name := "lab"
+				if len(args) == 1 {
+					name = args[0]
+				}
+				removed, err = lab.Down(name)
+			}
+			for _, ns := range removed {
+				fmt.Fprintln(g.stdout, "removed", ns)
+			}
+			if len(removed) == 0 && err == nil {
+				fmt.Fprintln(g.stdout, "nothing to remove")
+			}
+			if err != nil {
+				return failure(err)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&all, "all", false, "remove every namespace whose name starts with "+lab.Prefix)
+	return cmd
+}
+
+type runFlags struct {
+	name     string
+	variants []string
+	scale    float64
+	out      string
+	keep     bool
+	quiet    bool
+}
+
+func labRunCmd(g *globals) *cobra.Command {
+	f := &runFlags{}
+	cmd := &cobra.Command{
+		Use:   "run SCENARIO",
+		Short: "Run a scenario: every variant, then a summary, report.json and report.html",
+		Long: `Run builds the scenario's test bed (or uses the one named --name if it is
+up), runs each variant in turn, prints the results side by side, writes
+report.json (every series) and report.html (charts) to --out, checks the
+scenario's expectations (exit status 1 if one fails) and removes the test
+bed unless --keep.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return g.runScenario(args[0], f)
+		},
+	}
+	cmd.Flags().StringVar(&f.name, "name", "", "test bed name (default: the scenario's)")
+	cmd.Flags().StringSliceVar(&f.variants, "variant", nil, "run only these variants")
+	cmd.Flags().Float64Var(&f.scale, "scale", 1, "multiply every phase's duration (0.5: twice as fast)")
+	cmd.Flags().StringVar(&f.out, "out", "", "directory for report.json and report.html (default sluice-lab-SCENARIO)")
+	cmd.Flags().BoolVar(&f.keep, "keep", false, "leave the test bed up")
+	cmd.Flags().BoolVarP(&f.quiet, "quiet", "q", false, "print only the summary")
+	return cmd
+}
+
+func (g *globals) runScenario(nameOrPath string, f *runFlags) error {
+	s, err := lab.Load(nameOrPath)
+	if err != nil {
+		return badInput(err)
+	}
+	if f.scale <= 0 {
+		return badInput(fmt.Errorf("--scale must be positive"))
+	}
+	var variants []lab.Variant
+	for _, v := range s.Variants {
+		if len(f.variants) == 0 || contains(f.variants, v.Name) {
+			variants = append(variants, v)
+		}
+	}
+	if len(variants) == 0 {
+		return badInput(fmt.Errorf("no variant named %s in %s", strings.Join(f.variants, ", "), s.Name))
+	}
+	if f.name == "" {
+		f.name = s.Name
+	}
+	if f.out == "" {
+		f.out = "sluice-lab-" + s.Name
+	}
+	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer cancel()
+	bed, err := lab.Attach(f.name)
+	created := false
+	if err != nil {
+		if bed, err = lab.Up(f.name, s.Topology); err != nil {
+			return failure(err)
+		}
+		created = true
+	}
+	if created && !f.keep {
+		defer bed.Down()
+	}
+	log := g.stdout
+	if f.quiet {
+		log = nil
+	}
+	var results []*lab.Result
+	for _, v := range variants {
+		r, err := lab.Run(ctx, bed, s, v, lab.Options{Scale: f.scale, Log: log})
+		if err != nil {
+			return failure(err)
+		}
+		results = append(results, r)
+		if ctx.Err() != nil {
+			return failure(errors.New("interrupted"))
+		}
+	}
+	rep, _ := kernel.ProbeCached(kernel.StateDir(""))
+	kv := ""
+	if rep != nil {
+		kv = rep.Kernel
+	}
+	report := lab.NewReport(s, results, kv)
+	fmt.Fprintln(g.stdout)
+	report.WriteText(g.stdout)
+	if err := os.MkdirAll(f.out, 0o755); err != nil {
+		return failure(err)
+	}
+	for name, write := range map[string]func(*os.File) error{
+		"report.json": func(w *os.File) error { return report.WriteJSON(w) },
+		"report.html": func(w *os.File) error { return report.WriteHTML(w) },
+	} {
+		w, err := os.Create(filepath.Join(f.out, name))
+		if err != nil {
+			return failure(err)
+		}
+		err = write(w)
+		w.Close()
+		if err != nil {
+			return failure(err)
+		}
+	}
+	abs, _ := filepath.Abs(filepath.Join(f.out, "report.html"))
+	fmt.Fprintf(g.stdout, "\nreport: %s (and report.json beside it)\n", abs)
+	if f.keep {
+		fmt.Fprintf(g.stdout, "test bed %s left up: sluice lab down %s\n", bed.Name, bed.Name)
+	}
+	if !report.Passed {
+		return failure(errors.New("some expectations failed"))
+	}
+	return nil
+}
+
+func contains(xs []string, s string) bool {
+	for _, x := range xs {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+func demoCmd(g *globals) *cobra.Command {
+	var out string
+	cmd := &cobra.Command{
+		Use:   "demo",
+		Short: "Show sluice at work in about 20 seconds: a home link, without and with a policy",
+		Long: `Demo builds a small home network in network namespaces (a client, a
+router, a 20/100 Mbit/s modem with a deep buffer, a server), measures ping
+and an ssh-like request/response while the link is idle, while uploading,
+downloading and both, first without shaping and then with the wondershaper
+policy, prints the results side by side, writes an HTML report, and removes
+everything it built. Needs root; no real network is touched.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			start := time.Now()
+			err := g.runScenario("home", &runFlags{name: "demo", scale: 0.5, out: out, quiet: true})
+			fmt.Fprintf(g.stdout, "demo took %.0f s\n", time.Since(start).Seconds())
+			return err
+		},
+	}
+	cmd.Flags().StringVar(&out, "out", "sluice-demo", "directory for the report")
+	return cmd
+}

@@ -1,0 +1,302 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"sluice/kernel"
+	"sluice/lab"
+	"sluice/testutil"
+)
+
+func labNamespaces(t *testing.T, prefix string) []string {
+	t.Helper()
+	out, _ := exec.Command("ip", "netns", "list").Output()
+	var ns []string
+	for _, l := range strings.Split(string(out), "\n") {
+		f := strings.Fields(l)
+		if len(f) > 0 && strings.HasPrefix(f[0], prefix) {
+			ns = append(ns, f[0])
+		}
+	}
+	return ns
+}
+
+// renders opens a report in headless Chromium and returns how many
+// charts it has and how many laid out with a visible size and drawn
+// paths (the page's own script counts them after load).
+func renders(t *testing.T, html string) (charts, rendered int) {
+	t.Helper()
+	if _, err := exec.LookPath("chromium"); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("chromium is not installed (scripts/install-deps.sh installs it)")
+		}
+		t.Skip("needs chromium (Debian package chromium) to render the report")
+	}
+	abs, _ := filepath.Abs(html)
+	out, err := exec.Command("chromium", "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+		"--disable-background-networking", "--disable-component-update", "--disable-sync",
+		"--user-data-dir="+t.TempDir(), "--virtual-time-budget=5000", "--dump-dom", "file://"+abs).Output()
+	if err != nil {
+		t.Fatalf("chromium: %v", err)
+	}
+	m := regexp.MustCompile(`<body data-charts="(\d+)" data-rendered="(\d+)"`).FindStringSubmatch(string(out))
+	if m == nil {
+		t.Fatalf("the report's script did not run; body: %.300s", string(out))
+	}
+	charts, _ = strconv.Atoi(m[1])
+	rendered, _ = strconv.Atoi(m[2])
+	return charts, rendered
+}
+
+// The README's main job: a demo that needs no real network, prints the
+// before/after table, writes a report whose charts render, and leaves no
+// namespace behind.
+func TestDemo(t *testing.T) {
+	testutil.RequireRoot(t)
+	out := t.TempDir()
+	start := time.Now()
+	r := sluice(t, "demo", "--out", out)
+	if r.code != 0 {
+		t.Fatalf("demo: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
+	took := time.Since(start)
+	for _, want := range []string{"UNSHAPED", "SHAPED", "ping p50 / p95", "up goodput", "down goodput", "PASS", "report: "} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("demo output lacks %q:\n%s", want, r.stdout)
+		}
+	}
+	if left := labNamespaces(t, lab.Prefix+"demo-"); len(left) > 0 {
+		t.Errorf("demo left namespaces behind: %v", left)
+	}
+	if took > 45*time.Second {
+		t.Errorf("demo took %v", took)
+	}
+	charts, ok := renders(t, filepath.Join(out, "report.html"))
+	if charts < 4 || ok != charts {
+		t.Errorf("report: %d charts, %d rendered", charts, ok)
+	}
+	if _, err := os.Stat(filepath.Join(out, "report.json")); err != nil {
+		t.Error(err)
+	}
+	t.Logf("demo took %v:\n%s", took.Round(time.Second), r.stdout)
+}
+
+func TestLabUpDownAll(t *testing.T) {
+	testutil.RequireRoot(t)
+	name := strings.TrimPrefix(testutil.Unique("up"), testutil.Prefix)
+	t.Cleanup(func() { lab.Down(name) })
+	must(t, "lab", "up", "fair-share", "--name", name)
+	got := labNamespaces(t, lab.Prefix+name+"-")
+	if len(got) != 11 { // router, switch, server, 8 clients
+		t.Fatalf("lab up made %v", got)
+	}
+	// Traffic crosses the bed: a client reaches the server through the router.
+	testutil.NS(t, lab.Prefix+name+"-c3", "ping", "-c", "1", "-W", "2", lab.Server4.String())
+	// As if the run had crashed: down --all finds the leftovers by prefix.
+	out := must(t, "lab", "down", "--all")
+	if strings.Count(out, "removed") < 11 {
+		t.Errorf("down --all: %s", out)
+	}
+	if left := labNamespaces(t, lab.Prefix); len(left) > 0 {
+		t.Errorf("left: %v", left)
+	}
+}
+
+const tinyScenario = `name: tiny
+topology: {clients: 1}
+variants:
+  - name: shaped
+    policy: |
+      interfaces:
+        - name: wan
+          egress: {rate: 10mbit}
+phases:
+  - {name: run, duration: 2s}
+traffic:
+  - {name: bulk, type: tcp, from: client1, to: server}
+  - {name: ping, type: ping, from: client1, to: server, interval: 50ms}
+expect:
+  - "shaped: link goodput >= 9mbit"
+  - "shaped: probe ping p50 < 0.000001ms"
+`
+
+func TestLabRunExpectationsAndExitCodes(t *testing.T) {
+	testutil.RequireRoot(t)
+	dir := t.TempDir()
+	file := filepath.Join(dir, "tiny.yaml")
+	os.WriteFile(file, []byte(tinyScenario), 0o644)
+	r := sluice(t, "lab", "run", file, "--out", dir, "--name", strings.TrimPrefix(testutil.Unique("x"), testutil.Prefix))
+	if r.code != 1 || !strings.Contains(r.stdout, "PASS  shaped: link goodput >= 9mbit") || !strings.Contains(r.stdout, "FAIL  shaped: probe ping p50") {
+		t.Fatalf("exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "report.html")); err != nil {
+		t.Error("no report after a failed expectation")
+	}
+	os.WriteFile(file, []byte("name: broken\nphases: []\n"), 0o644)
+	if r := sluice(t, "lab", "run", file); r.code != 2 || !strings.Contains(r.stderr, "at least one phase") {
+		t.Errorf("bad scenario: exit %d %s", r.code, r.stderr)
+	}
+	if r := sluice(t, "lab", "run", "no-such-scenario"); r.code != 2 || !strings.Contains(r.stderr, "built in: cc-matrix, fair-share, home") {
+		t.Errorf("unknown scenario: exit %d %s", r.code, r.stderr)
+	}
+}
+
+// Matrix variants needing a qdisc the kernel lacks are reported skipped,
+// with the qdisc named; the others run.
+func TestMatrixSkipsMissingLeaves(t *testing.T) {
+	testutil.RequireRoot(t)
+	rep, err := kernel.ProbeCached(kernel.StateDir(""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := `name: m
+topology: {clients: 1}
+matrix: {leaf: [fq, pfifo]}
+variants:
+  - name: "{{leaf}}"
+    policy: |
+      interfaces:
+        - name: wan
+          egress: {rate: 10mbit, leaf: {{leaf}}}
+phases: [{name: run, duration: 2s}]
+traffic: [{name: bulk, type: tcp, from: client1, to: server, cc: cubic}]
+`
+	dir := t.TempDir()
+	file := filepath.Join(dir, "m.yaml")
+	os.WriteFile(file, []byte(src), 0o644)
+	r := sluice(t, "lab", "run", file, "--out", dir, "--name", strings.TrimPrefix(testutil.Unique("m"), testutil.Prefix))
+	if r.code != 0 {
+		t.Fatalf("exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	skipped := regexp.MustCompile(`(?m)^fq\s+skipped: the kernel has no fq qdisc`).MatchString(r.stdout)
+	if skipped == rep.Qdiscs["fq"] {
+		t.Errorf("fq present %v, output:\n%s", rep.Qdiscs["fq"], r.stdout)
+	}
+	if !regexp.MustCompile(`(?m)^pfifo\s+9\.\d+ Mbit/s`).MatchString(r.stdout) {
+		t.Errorf("pfifo variant did not run at the rate:\n%s", r.stdout)
+	}
+}
+
+// runTiny runs a one-variant scenario on a fresh bed, calling during()
+// once the run has started.
+func runTiny(t *testing.T, src string, during func(b *lab.Bed)) *lab.Result {
+	t.Helper()
+	testutil.RequireRoot(t)
+	t.Setenv("SLUICE_STATE_DIR", t.TempDir())
+	s, err := lab.Parse("test", []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := strings.TrimPrefix(testutil.Unique("t"), testutil.Prefix)
+	b, err := lab.Up(name, s.Topology)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Down() })
+	var res *lab.Result
+	var rerr error
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); res, rerr = lab.Run(context.Background(), b, s, s.Variants[0], lab.Options{}) }()
+	if during != nil {
+		during(b)
+	}
+	wg.Wait()
+	if rerr != nil {
+		t.Fatal(rerr)
+	}
+	return res
+}
+
+// Trust in the instrument: the built-in generator measures the same
+// goodput as iperf3 on the same shaped link.
+func TestGeneratorAgreesWithIperf3(t *testing.T) {
+	src := `name: gen
+topology: {clients: 1}
+variants:
+  - name: shaped
+    policy: |
+      interfaces:
+        - name: wan
+          egress: {rate: 20mbit}
+phases: [{name: run, duration: 6s}]
+traffic: [{name: bulk, type: tcp, from: client1, to: server, flows: 4, cc: cubic}]
+`
+	var iperf *testutil.IperfResult
+	var ierr error
+	res := runTiny(t, src, func(b *lab.Bed) {
+		// After the generator's run, on the same bed and policy.
+		time.Sleep(7 * time.Second)
+		testutil.IperfServer(t, b.Server, lab.Server4.String(), 5201)
+		iperf, ierr = testutil.Iperf(b.Clients[0], lab.Server4.String(), 5201, 4, 6, "-C", "cubic")
+	})
+	if ierr != nil {
+		t.Fatal(ierr)
+	}
+	gen := res.Phases[0].Total
+	diff := math.Abs(gen/iperf.Goodput - 1)
+	t.Logf("goodput at 20mbit: built-in generator %.3f Mbit/s, iperf3 %.3f Mbit/s (%.2f%% apart)", gen/1e6, iperf.Goodput/1e6, 100*diff)
+	if diff > 0.03 {
+		t.Errorf("generator and iperf3 differ by %.1f%%", 100*diff)
+	}
+}
+
+// The ICMP probe agrees with ping(8) measuring the same loaded queue.
+func TestProbeAgreesWithPing(t *testing.T) {
+	src := `name: probe
+topology: {clients: 1}
+variants:
+  - name: shaped
+    policy: |
+      interfaces:
+        - name: wan
+          egress: {rate: 10mbit}
+phases: [{name: run, duration: 9s}]
+traffic:
+  - {name: bulk, type: tcp, from: client1, to: server, flows: 4, cc: cubic}
+  - {name: probe, type: ping, from: client1, to: server, interval: 50ms}
+`
+	var pings []float64
+	res := runTiny(t, src, func(b *lab.Bed) {
+		time.Sleep(3 * time.Second)
+		out, err := exec.Command("ip", "netns", "exec", b.Clients[0], "ping", "-n", "-c", "80", "-i", "0.05", lab.Server4.String()).Output()
+		if err != nil {
+			t.Error(err)
+		}
+		for _, m := range regexp.MustCompile(`time=([\d.]+) ms`).FindAllStringSubmatch(string(out), -1) {
+			v, _ := strconv.ParseFloat(m[1], 64)
+			pings = append(pings, v)
+		}
+	})
+	var probe []float64
+	for _, s := range res.Probes[0].Samples {
+		if !s.Lost && s.T >= 3 && s.T < 7 {
+			probe = append(probe, s.RTT)
+		}
+	}
+	if len(pings) < 50 || len(probe) < 50 {
+		t.Fatalf("%d pings, %d probes", len(pings), len(probe))
+	}
+	med := func(xs []float64) float64 { sort.Float64s(xs); return xs[len(xs)/2] }
+	a, b := med(probe), med(pings)
+	t.Logf("median RTT through a loaded 10mbit queue: built-in probe %.2f ms, ping %.2f ms", a, b)
+	if b < 5 {
+		t.Fatalf("the queue was not loaded (ping %.2f ms)", b)
+	}
+	if math.Abs(a-b) > math.Max(3, 0.15*b) {
+		t.Errorf("probe median %.2f ms, ping median %.2f ms", a, b)
+	}
+	_ = fmt.Sprint
+}

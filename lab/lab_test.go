@@ -1,0 +1,140 @@
+package lab
+
+import (
+	"math"
+	"strings"
+	"testing"
+)
+
+func TestBuiltinScenariosParse(t *testing.T) {
+	names := Builtin()
+	if len(names) < 3 {
+		t.Fatalf("built-in scenarios: %v", names)
+	}
+	for _, n := range names {
+		s, err := Load(n)
+		if err != nil {
+			t.Errorf("%s: %v", n, err)
+			continue
+		}
+		for _, v := range s.Variants {
+			if strings.Contains(v.Name, "{{") || strings.Contains(v.Policy, "{{") {
+				t.Errorf("%s: variant %q not expanded", n, v.Name)
+			}
+		}
+	}
+}
+
+func TestMatrixExpansion(t *testing.T) {
+	s, err := Load("cc-matrix")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(s.Variants) != 18 {
+		t.Fatalf("%d variants, want 6 leaves x 3 ccs", len(s.Variants))
+	}
+	for _, v := range s.Variants {
+		leaf, cc, _ := strings.Cut(v.Name, "-")
+		if leaf == "fq" && strings.HasPrefix(cc, "codel") {
+			leaf, cc = "fq_codel", strings.TrimPrefix(cc, "codel-")
+		}
+		if !strings.Contains(v.Policy, "leaf: "+leaf) {
+			t.Errorf("variant %s: policy %q", v.Name, v.Policy)
+		}
+		tr := s.TrafficFor(v)
+		if len(tr) != 1 || tr[0].CC != cc {
+			t.Errorf("variant %s: traffic %+v", v.Name, tr)
+		}
+	}
+}
+
+func TestScenarioErrors(t *testing.T) {
+	for _, tc := range []struct{ src, want string }{
+		{"name: x\nphases: [{name: a, duration: 1s}]\ntraffic: [{name: f, type: tcpp, from: client1, to: server}]\n", `type "tcpp"`},
+		{"name: x\nphases: [{name: a, duration: 1s}]\ntraffic: [{name: f, type: tcp, from: client9, to: server}]\n", `host "client9"`},
+		{"name: x\nphases: [{name: a, duration: soon}]\n", `duration "soon"`},
+		{"name: x\nphases: [{name: a, duration: 1s}]\ntraffic: [{name: f, type: tcp, from: client1, to: server, phases: [b]}]\n", `phase "b" is not in phases`},
+		{"name: x\nphases: [{name: a, duration: 1s}]\nexpect: [\"hosts fairness >= lots\"]\n", `want a ratio`},
+		{"name: x\nphases: [{name: a, duration: 1s}]\ncolour: red\n", `field colour not found`},
+		{"name: x\nphases: [{name: a, duration: 1s}]\ntraffic: [{name: f, type: udp, from: client1, to: server, rate: 5mbits}]\n", `did you mean 5mbit`},
+	} {
+		if _, err := Parse("s.yaml", []byte(tc.src)); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: error %v, want %q", tc.src, err, tc.want)
+		}
+	}
+}
+
+func TestSummarize(t *testing.T) {
+	var s []Sample
+	for i := 1; i <= 100; i++ {
+		s = append(s, Sample{RTT: float64(i)})
+	}
+	s = append(s, Sample{Lost: true})
+	l := Summarize(s)
+	if l.N != 100 || l.Lost != 1 || l.P50 != 50 || l.P99 != 99 || l.Max != 100 || math.Abs(l.Avg-50.5) > 1e-9 || math.Abs(l.Loss-1.0/101) > 1e-9 {
+		t.Fatalf("%+v", l)
+	}
+	if j := Jain([]float64{1, 1, 1, 1}); j != 1 {
+		t.Errorf("equal shares: %v", j)
+	}
+	if j := Jain([]float64{1, 0, 0, 0}); j != 0.25 {
+		t.Errorf("one takes all: %v", j)
+	}
+}
+
+// A synthetic result: one phase, a probe in class interactive, two hosts.
+func synthetic() *Result {
+	r := &Result{Variant: "shaped", Bucket: 0.1, Duration: 2}
+	r.Flows = []*FlowSeries{
+		{Item: "web", Host: "client1", Class: "wan/web", Goodput: fill(20, 9e6)},
+		{Item: "bulk", Host: "client2", Class: "bulk", Goodput: fill(20, 10e6)},
+	}
+	r.Classes = []*ClassSeries{{Device: "wan", Name: "web", Rate: 10e6, Bps: fill(20, 9.5e6), Drops: make([]uint64, 20)}}
+	var s []Sample
+	for i := 0; i < 20; i++ {
+		s = append(s, Sample{T: float64(i) / 10, RTT: 1 + float64(i)/10})
+	}
+	r.Probes = []*ProbeSeries{{Name: "ping", Class: "interactive", Samples: s}}
+	r.Phases = []*PhaseResult{r.summarize("all", 0, 2, 0)}
+	return r
+}
+
+func fill(n int, v float64) []float64 {
+	out := make([]float64, n)
+	for i := range out {
+		out[i] = v
+	}
+	return out
+}
+
+func TestExpectations(t *testing.T) {
+	r := synthetic()
+	for _, tc := range []struct {
+		text string
+		pass bool
+	}{
+		{"probe ping p50 < 2ms", true},
+		{"probe ping p99 < 2ms", false},
+		{"shaped/all: class interactive p99 latency < 3ms", true},
+		{"class web goodput >= 0.9 rate", true},
+		{"class web goodput >= 0.93 of its rate", false},
+		{"class wan/web goodput >= 8mbit", true},
+		{"hosts fairness >= 0.99", true},
+		{"hosts fairness >= 0.999", false},
+		{"link goodput >= 19mbit", true},
+		{"flow bulk goodput > 10mbit", false},
+	} {
+		e, err := parseExpectation(tc.text)
+		if err != nil {
+			t.Fatalf("%q: %v", tc.text, err)
+		}
+		if v := e.Check(r); v.Pass != tc.pass {
+			t.Errorf("%q: pass %v (actual %v, want %s, %s)", tc.text, v.Pass, v.Actual, v.Want, v.Note)
+		}
+	}
+	for _, bad := range []string{"hosts p99 < 5ms", "probe ping p99 ~ 5ms", "flows goodput >= 0.9 rate", "nothing"} {
+		if _, err := parseExpectation(bad); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+}

@@ -24,10 +24,20 @@ func InNetns(ns string, f func() error) error {
 }
 
 func inNS(target netns.NsHandle, f func() error) error {
+	return onThread(func() error {
+		if err := netns.Set(target); err != nil {
+			return err
+		}
+		return f()
+	})
+}
+
+// onThread runs f on a locked OS thread and moves the thread back to its
+// namespace afterwards. If it cannot, the thread is never unlocked and
+// the runtime discards it with the goroutine.
+func onThread(f func() error) error {
 	errc := make(chan error, 1)
 	go func() {
-		// The thread is locked and, if it cannot be moved back, never
-		// unlocked: the runtime then discards it with the goroutine.
 		runtime.LockOSThread()
 		orig, err := netns.Get()
 		if err != nil {
@@ -35,10 +45,6 @@ func inNS(target netns.NsHandle, f func() error) error {
 			return
 		}
 		defer orig.Close()
-		if err := netns.Set(target); err != nil {
-			errc <- err
-			return
-		}
 		err = f()
 		if netns.Set(orig) == nil {
 			runtime.UnlockOSThread()
@@ -50,30 +56,13 @@ func inNS(target netns.NsHandle, f func() error) error {
 
 // createNS creates a named network namespace (as `ip netns add`).
 func createNS(name string) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		orig, err := netns.Get()
-		if err != nil {
-			errc <- err
-			return
-		}
-		defer orig.Close()
+	return onThread(func() error {
 		h, err := netns.NewNamed(name) // moves this thread into it
 		if err != nil {
-			errc <- fmt.Errorf("creating network namespace %s: %w", name, err)
-			if netns.Set(orig) == nil {
-				runtime.UnlockOSThread()
-			}
-			return
+			return fmt.Errorf("creating network namespace %s: %w", name, err)
 		}
-		h.Close()
-		if netns.Set(orig) == nil {
-			runtime.UnlockOSThread()
-		}
-		errc <- nil
-	}()
-	return <-errc
+		return h.Close()
+	})
 }
 
 // deleteNS removes a named network namespace; its devices go with it.

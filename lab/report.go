@@ -348,11 +348,7 @@ func classChart(r *Result) (chart, bool) {
 	p.Y.Label.Text = "Mbit/s"
 	p.Legend.Top = true
 	for i, c := range show {
-		pts := make(plotter.XYs, len(c.Bps))
-		for j, v := range c.Bps {
-			pts[j].X, pts[j].Y = float64(j)*r.Bucket, v/1e6
-		}
-		l, err := plotter.NewLine(pts)
+		l, err := plotter.NewLine(mbitSeries(c.Bps, r.Bucket))
 		if err != nil {
 			continue
 		}
@@ -368,6 +364,15 @@ func classChart(r *Result) (chart, bool) {
 	phaseLines(p, r)
 	s, err := svg(p, 8, 3.6)
 	return chart{Title: "Rates per class", SVG: s}, err == nil
+}
+
+// mbitSeries turns a series of bits/s per bucket into chart points.
+func mbitSeries(xs []float64, bucket float64) plotter.XYs {
+	pts := make(plotter.XYs, len(xs))
+	for j, v := range xs {
+		pts[j].X, pts[j].Y = float64(j)*bucket, v/1e6
+	}
+	return pts
 }
 
 // phaseLines marks phase boundaries.
@@ -510,11 +515,7 @@ func flowChart(r *Result) (chart, bool) {
 	p.Y.Label.Text = "Mbit/s"
 	p.Legend.Top = true
 	for i, it := range order {
-		pts := make(plotter.XYs, len(items[it]))
-		for j, v := range items[it] {
-			pts[j].X, pts[j].Y = float64(j)*r.Bucket, v/1e6
-		}
-		l, err := plotter.NewLine(pts)
+		l, err := plotter.NewLine(mbitSeries(items[it], r.Bucket))
 		if err != nil {
 			continue
 		}

@@ -70,49 +70,30 @@ func setTOS(fd uintptr, v6 bool, dscp int) error {
 	return unix.SetsockoptInt(int(fd), unix.IPPROTO_IP, unix.IP_TOS, dscp<<2)
 }
 
-// tcpSink accepts connections on addr:port in ns; each starts with the
-// 4-byte index of its flow, then carries data counted as received.
-func tcpSink(ns string, at netip.AddrPort, flows []*flowCounters) (io.Closer, error) {
+// listen opens a listening TCP socket or a UDP socket at addr:port in ns.
+func listen(ns, network string, at netip.AddrPort) (io.Closer, net.Listener, net.PacketConn, error) {
 	var l net.Listener
-	if err := InNetns(ns, func() (err error) {
-		l, err = net.Listen("tcp", at.String())
-		return err
-	}); err != nil {
-		return nil, err
-	}
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				var idx [4]byte
-				if _, err := io.ReadFull(c, idx[:]); err != nil {
-					return
-				}
-				i := int(binary.BigEndian.Uint32(idx[:]))
-				if i >= len(flows) {
-					return
-				}
-				buf := make([]byte, 256<<10)
-				for {
-					n, err := c.Read(buf)
-					flows[i].rx.Add(uint64(n))
-					if err != nil {
-						return
-					}
-				}
-			}()
+	var pc net.PacketConn
+	err := InNetns(ns, func() (err error) {
+		if network == "tcp" {
+			l, err = net.Listen("tcp", at.String())
+		} else {
+			pc, err = net.ListenPacket("udp", at.String())
 		}
-	}()
-	return l, nil
+		return err
+	})
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if l != nil {
+		return l, l, nil, nil
+	}
+	return pc, nil, pc, nil
 }
 
-// tcpSend connects from ns to dst and sends as fast as TCP allows until
-// ctx ends, with congestion control cc and DSCP dscp.
-func tcpSend(ctx context.Context, ns string, dst netip.AddrPort, idx int, cc string, dscp int, f *flowCounters) error {
+// dial connects from ns to dst with DSCP dscp and, for TCP, congestion
+// control cc set before the first packet leaves.
+func dial(ctx context.Context, ns, network string, dst netip.AddrPort, cc string, dscp int) (net.Conn, error) {
 	d := net.Dialer{Timeout: 5 * time.Second, Control: func(_, _ string, c syscall.RawConn) error {
 		var serr error
 		err := c.Control(func(fd uintptr) {
@@ -130,10 +111,60 @@ func tcpSend(ctx context.Context, ns string, dst netip.AddrPort, idx int, cc str
 		return serr
 	}}
 	var conn net.Conn
-	if err := InNetns(ns, func() (err error) {
-		conn, err = d.DialContext(ctx, "tcp", dst.String())
+	err := InNetns(ns, func() (err error) {
+		conn, err = d.DialContext(ctx, network, dst.String())
 		return err
-	}); err != nil {
+	})
+	return conn, err
+}
+
+// serveTCP accepts connections and hands each to handle.
+func serveTCP(l net.Listener, handle func(net.Conn)) {
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go handle(c)
+		}
+	}()
+}
+
+// tcpSink accepts connections on addr:port in ns; each starts with the
+// 4-byte index of its flow, then carries data counted as received.
+func tcpSink(ns string, at netip.AddrPort, flows []*flowCounters) (io.Closer, error) {
+	c, l, _, err := listen(ns, "tcp", at)
+	if err != nil {
+		return nil, err
+	}
+	serveTCP(l, func(c net.Conn) {
+		defer c.Close()
+		var idx [4]byte
+		if _, err := io.ReadFull(c, idx[:]); err != nil {
+			return
+		}
+		i := int(binary.BigEndian.Uint32(idx[:]))
+		if i >= len(flows) {
+			return
+		}
+		buf := make([]byte, 256<<10)
+		for {
+			n, err := c.Read(buf)
+			flows[i].rx.Add(uint64(n))
+			if err != nil {
+				return
+			}
+		}
+	})
+	return c, nil
+}
+
+// tcpSend connects from ns to dst and sends as fast as TCP allows until
+// ctx ends, with congestion control cc and DSCP dscp.
+func tcpSend(ctx context.Context, ns string, dst netip.AddrPort, idx int, cc string, dscp int, f *flowCounters) error {
+	conn, err := dial(ctx, ns, "tcp", dst, cc, dscp)
+	if err != nil {
 		return err
 	}
 	defer conn.Close()
@@ -169,17 +200,14 @@ func tcpSend(ctx context.Context, ns string, dst netip.AddrPort, idx int, cc str
 
 // udpSink counts datagrams arriving on addr:port in ns.
 func udpSink(ns string, at netip.AddrPort, f *flowCounters) (io.Closer, error) {
-	var c net.PacketConn
-	if err := InNetns(ns, func() (err error) {
-		c, err = net.ListenPacket("udp", at.String())
-		return err
-	}); err != nil {
+	c, _, pc, err := listen(ns, "udp", at)
+	if err != nil {
 		return nil, err
 	}
 	go func() {
 		buf := make([]byte, 65536)
 		for {
-			n, _, err := c.ReadFrom(buf)
+			n, _, err := pc.ReadFrom(buf)
 			if err != nil {
 				return
 			}
@@ -191,16 +219,8 @@ func udpSink(ns string, at netip.AddrPort, f *flowCounters) (io.Closer, error) {
 
 // udpSend sends size-byte datagrams at rate bytes/s until ctx ends.
 func udpSend(ctx context.Context, ns string, dst netip.AddrPort, rate uint64, size, dscp int, f *flowCounters) error {
-	var conn net.Conn
-	if err := InNetns(ns, func() (err error) {
-		d := net.Dialer{Control: func(_, _ string, c syscall.RawConn) error {
-			var serr error
-			c.Control(func(fd uintptr) { serr = setTOS(fd, dst.Addr().Is6(), dscp) })
-			return serr
-		}}
-		conn, err = d.Dial("udp", dst.String())
-		return err
-	}); err != nil {
+	conn, err := dial(ctx, ns, "udp", dst, "", dscp)
+	if err != nil {
 		return err
 	}
 	defer conn.Close()
@@ -254,39 +274,23 @@ func (p *probeLog) all() []Sample {
 
 // tcpEchoServer echoes every byte on addr:port in ns.
 func tcpEchoServer(ns string, at netip.AddrPort) (io.Closer, error) {
-	var l net.Listener
-	if err := InNetns(ns, func() (err error) {
-		l, err = net.Listen("tcp", at.String())
-		return err
-	}); err != nil {
+	c, l, _, err := listen(ns, "tcp", at)
+	if err != nil {
 		return nil, err
 	}
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			c.(*net.TCPConn).SetNoDelay(true)
-			go func() { io.Copy(c, c); c.Close() }()
-		}
-	}()
-	return l, nil
+	serveTCP(l, func(c net.Conn) {
+		c.(*net.TCPConn).SetNoDelay(true)
+		io.Copy(c, c)
+		c.Close()
+	})
+	return c, nil
 }
 
 // rrProbe measures request/response round trips over one TCP connection,
 // a request every interval (or as soon as the previous answer arrives).
 func rrProbe(ctx context.Context, ns string, dst netip.AddrPort, size int, interval time.Duration, dscp int, t0 time.Time, log *probeLog) error {
-	var conn net.Conn
-	if err := InNetns(ns, func() (err error) {
-		d := net.Dialer{Timeout: 5 * time.Second, Control: func(_, _ string, c syscall.RawConn) error {
-			var serr error
-			c.Control(func(fd uintptr) { serr = setTOS(fd, dst.Addr().Is6(), dscp) })
-			return serr
-		}}
-		conn, err = d.DialContext(ctx, "tcp", dst.String())
-		return err
-	}); err != nil {
+	conn, err := dial(ctx, ns, "tcp", dst, "", dscp)
+	if err != nil {
 		return err
 	}
 	defer conn.Close()
@@ -317,21 +321,18 @@ func rrProbe(ctx context.Context, ns string, dst netip.AddrPort, size int, inter
 
 // udpEchoServer echoes datagrams on addr:port in ns.
 func udpEchoServer(ns string, at netip.AddrPort) (io.Closer, error) {
-	var c net.PacketConn
-	if err := InNetns(ns, func() (err error) {
-		c, err = net.ListenPacket("udp", at.String())
-		return err
-	}); err != nil {
+	c, _, pc, err := listen(ns, "udp", at)
+	if err != nil {
 		return nil, err
 	}
 	go func() {
 		buf := make([]byte, 65536)
 		for {
-			n, from, err := c.ReadFrom(buf)
+			n, from, err := pc.ReadFrom(buf)
 			if err != nil {
 				return
 			}
-			c.WriteTo(buf[:n], from)
+			pc.WriteTo(buf[:n], from)
 		}
 	}()
 	return c, nil

@@ -4,43 +4,15 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"runtime"
 	"sort"
 	"time"
 
-	"github.com/vishvananda/netns"
+	"sluice/lab"
 )
 
-// InNetns runs f on a thread inside network namespace ns. Sockets f
-// opens belong to ns for their whole life, whichever goroutine uses them.
-func InNetns(ns string, f func() error) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread() // the thread is discarded, never reused
-		orig, err := netns.Get()
-		if err != nil {
-			errc <- err
-			return
-		}
-		target, err := netns.GetFromName(ns)
-		if err != nil {
-			errc <- err
-			return
-		}
-		defer target.Close()
-		if err := netns.Set(target); err != nil {
-			errc <- err
-			return
-		}
-		err = f()
-		if e := netns.Set(orig); e == nil {
-			runtime.UnlockOSThread()
-		}
-		orig.Close()
-		errc <- err
-	}()
-	return <-errc
-}
+// InNetns runs f on a thread inside network namespace ns (see
+// lab.InNetns).
+func InNetns(ns string, f func() error) error { return lab.InNetns(ns, f) }
 
 // TCPEchoServer listens on addr:port in ns and echoes whatever it reads.
 func TCPEchoServer(ns, addr string, port int) (io.Closer, error) {

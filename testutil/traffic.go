@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"sluice/lab"
 )
 
 // IperfServer starts `iperf3 -s` bound to addr:port inside ns and stops
@@ -94,17 +96,7 @@ func Iperf(ns, addr string, port, flows, secs int, extra ...string) (*IperfResul
 }
 
 // Jain is Jain's fairness index of xs: 1 is perfectly fair.
-func Jain(xs []float64) float64 {
-	var s, s2 float64
-	for _, x := range xs {
-		s += x
-		s2 += x * x
-	}
-	if s2 == 0 {
-		return 0
-	}
-	return s * s / (float64(len(xs)) * s2)
-}
+func Jain(xs []float64) float64 { return lab.Jain(xs) }
 
 // Ping runs count pings from ns to addr every interval and returns the
 // average RTT.

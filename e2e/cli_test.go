@@ -167,3 +167,51 @@ func TestDoctorAgreesWithTC(t *testing.T) {
 		t.Errorf("doctor text:\n%s", text)
 	}
 }
+
+// Leaf qdiscs and u32 mark matching end to end, where the kernel has
+// them; where it does not, the test says which feature is missing (the
+// planner's refusal is tested in plan/plan_test.go).
+func TestFeaturesTheKernelMayLack(t *testing.T) {
+	rep := doctorJSON(t)
+	for _, leaf := range []string{"fq_codel", "sfq", "fq", "cake", "pfifo", "bfifo"} {
+		t.Run("leaf "+leaf, func(t *testing.T) {
+			if !rep.Qdiscs[leaf] {
+				t.Skipf("kernel lacks the %s qdisc (sch_%s)", leaf, leaf)
+			}
+			ns := devNS(t, "eth0")
+			pol := writePolicy(t, "p.yaml", "interfaces:\n  - name: eth0\n    egress:\n      rate: 10mbit\n      leaf: "+leaf+"\n")
+			must(t, "--netns", ns, "apply", "-q", pol)
+			if q := tcShow(t, ns, "qdisc", "show", "dev", "eth0"); !strings.Contains(q, "qdisc "+leaf+" 10: parent 1:10") {
+				t.Fatalf("no %s leaf: %s", leaf, q)
+			}
+			if out := must(t, "--netns", ns, "plan", pol); strings.TrimSpace(out) != "no changes" {
+				t.Fatalf("%s leaf not idempotent: %s", leaf, out)
+			}
+		})
+	}
+	t.Run("u32 mark", func(t *testing.T) {
+		if !rep.U32Mark {
+			t.Skip("kernel lacks u32 mark matching (CONFIG_CLS_U32_MARK)")
+		}
+		ns := devNS(t, "eth0")
+		pol := writePolicy(t, "p.yaml", "interfaces:\n  - name: eth0\n    egress:\n      rate: 10mbit\n      default: b\n      classes:\n        - name: a\n          rate: 1mbit\n          match: [{mark: 0x10/0xff}]\n        - name: b\n          rate: 1mbit\n")
+		must(t, "--netns", ns, "apply", "-q", pol)
+		if f := tcShow(t, ns, "filter", "show", "dev", "eth0"); !strings.Contains(f, "mark 0x10 0xff") {
+			t.Fatalf("no mark match: %s", f)
+		}
+	})
+}
+
+type doctorReport struct {
+	Qdiscs  map[string]bool `json:"qdiscs"`
+	U32Mark bool            `json:"u32_mark"`
+}
+
+func doctorJSON(t *testing.T) *doctorReport {
+	t.Helper()
+	var rep doctorReport
+	if err := json.Unmarshal([]byte(must(t, "doctor", "--json")), &rep); err != nil {
+		t.Fatal(err)
+	}
+	return &rep
+}

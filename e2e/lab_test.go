@@ -300,3 +300,59 @@ traffic:
 	}
 	_ = fmt.Sprint
 }
+
+// Every traffic type, both families, DSCP marking and start/duration
+// windows, checked against the router's class counters: the udp flow
+// marked EF lands in the class matching EF, at the rate it was sent.
+func TestLabTrafficTypes(t *testing.T) {
+	src := `name: types
+topology: {clients: 2}
+variants:
+  - name: shaped
+    policy: |
+      interfaces:
+        - name: wan
+          egress:
+            rate: 50mbit
+            default: rest
+            classes:
+              - name: voice
+                rate: 10mbit
+                match: [{dscp: EF}]
+              - name: rest
+                rate: 40mbit
+phases: [{name: run, duration: 5s}]
+settle: 500ms
+traffic:
+  - {name: cbr, type: udp, from: client1, to: server, rate: 4mbit, size: 1000, dscp: EF, class: voice}
+  - {name: late, type: tcp, from: client2, to: server, family: 6, start: 2s, duration: 2s}
+  - {name: echo, type: udp-echo, from: client2, to: server, interval: 20ms, family: 6}
+  - {name: ping6, type: ping, from: client1, to: server, interval: 50ms, family: 6}
+  - {name: rr, type: rr, from: client1, to: server, interval: 50ms, dscp: EF}
+`
+	res := runTiny(t, src, nil)
+	ph := res.Phases[0]
+	if g := ph.Flows["cbr"].Goodput; g < 3.8e6 || g > 4.2e6 {
+		t.Errorf("udp at 4mbit: goodput %.2f Mbit/s", g/1e6)
+	}
+	voice := ph.Classes["wan/voice"]
+	if voice == nil || voice.Bps < 3.8e6 || voice.Bps > 4.6e6 {
+		t.Errorf("class voice (EF) carried %+v, want the 4mbit EF flow", voice)
+	}
+	// late runs from 2s to 4s only.
+	var late *lab.FlowSeries
+	for _, f := range res.Flows {
+		if f.Item == "late" {
+			late = f
+		}
+	}
+	if late == nil || late.Goodput[10] != 0 || late.Goodput[30] == 0 || late.Goodput[45] != 0 {
+		t.Errorf("late flow outside its window: %v", late)
+	}
+	for _, p := range []string{"echo", "ping6", "rr"} {
+		l := ph.Probes[p]
+		if l == nil || l.N < 20 || l.Loss > 0.05 {
+			t.Errorf("probe %s: %+v", p, l)
+		}
+	}
+}

@@ -252,3 +252,32 @@ func TestMarkNeedsU32Mark(t *testing.T) {
 		t.Errorf("%d marked nodes, want one (a mark-only rule matches any packet)", marked)
 	}
 }
+
+// IPv6 prefixes become one key per 32-bit word they cover, at offsets 8
+// (source) and 24 (destination); ports sit at 40 without a next-header
+// link (IPv6 has no options to skip).
+func TestIPv6Keys(t *testing.T) {
+	m := &policy.Match{Dst: []netip.Prefix{netip.MustParsePrefix("2001:db8:100::/48")}, Proto: []uint8{17},
+		Dport: []policy.PortRange{{Lo: 5060, Hi: 5061}}, Fields: map[string]policy.Pos{"dst": {}, "proto": {}, "dport": {}}}
+	nodes := compileMatch(m)
+	if len(nodes) != 1 || nodes[0].table != nil {
+		t.Fatalf("nodes %+v", nodes)
+	}
+	want := []tc.Key{
+		{Off: 0, Mask: 0xf0000000, Val: 0x60000000},
+		{Off: 4, Mask: 0x0000ff00, Val: 0x00001100},
+		{Off: 24, Mask: 0xffffffff, Val: 0x20010db8},
+		{Off: 28, Mask: 0xffff0000, Val: 0x01000000},
+		{Off: 40, Mask: 0x0000fffe, Val: 5060},
+	}
+	if fmt.Sprint(nodes[0].keys) != fmt.Sprint(want) {
+		t.Fatalf("keys\n got %v\nwant %v", nodes[0].keys, want)
+	}
+	// The IPv4 counterpart links to a next-header table for the ports.
+	m4 := &policy.Match{Dst: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}, Proto: []uint8{17},
+		Dport: []policy.PortRange{{Lo: 5060, Hi: 5061}}, Fields: m.Fields}
+	n4 := compileMatch(m4)
+	if len(n4) != 1 || len(n4[0].table) != 1 || !n4[0].table[0][0].NextHdr {
+		t.Fatalf("ipv4 nodes %+v", n4)
+	}
+}

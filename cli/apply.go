@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"sluice/bpf"
 	"sluice/kernel"
 	"sluice/plan"
 	"sluice/policy"
@@ -283,6 +284,10 @@ func changeNote(c kernel.Change) string {
 		}
 	case *tc.Link:
 		return "  (set up)"
+	case *bpf.Hook:
+		if d := n.Content.Delta(c.Old.(*bpf.Hook).Content); d != "" {
+			return "  (maps: " + d + ")"
+		}
 	}
 	return ""
 }

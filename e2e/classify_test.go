@@ -272,6 +272,12 @@ func describePacket(p *testutil.Packet) string {
 // kernel of the u32 offsets (IPv4 options, fragments, IPv6 extension
 // headers), ranges, negations and hash tables.
 func TestCraftedPacketsLandInTheirClass(t *testing.T) {
+	for _, c := range []string{"u32", "bpf"} {
+		t.Run(c, func(t *testing.T) { craftedPackets(t, c) })
+	}
+}
+
+func craftedPackets(t *testing.T, classifier string) {
 	testutil.RequireRoot(t)
 	a, b := testutil.NewNetns(t, "a"), testutil.NewNetns(t, "b")
 	tmp := testutil.Unique("v")
@@ -282,7 +288,7 @@ func TestCraftedPacketsLandInTheirClass(t *testing.T) {
 		testutil.NS(t, s[0], "sysctl", "-qw", "net.ipv6.conf."+s[1]+".disable_ipv6=1")
 		testutil.NS(t, s[0], "ip", "link", "set", s[1], "up")
 	}
-	polFile := writePolicy(t, "every.yaml", everyRule)
+	polFile := writePolicy(t, "every.yaml", strings.Replace(everyRule, "egress:\n", "egress:\n      classifier: "+classifier+"\n", 1))
 	must(t, "--netns", a, "apply", "-q", polFile)
 	pol, _, err := policy.Load(polFile)
 	if err != nil {

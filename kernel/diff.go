@@ -10,6 +10,7 @@ import (
 	"reflect"
 	"sort"
 
+	"sluice/bpf"
 	"sluice/tc"
 )
 
@@ -148,6 +149,12 @@ func (g *graph) rank(o tc.Object) []int {
 		return []int{3, dev, int(x.Parent)}
 	case *tc.Class:
 		return []int{2, dev, g.depth[x.Key()], int(x.Handle)}
+	case *bpf.Hook:
+		parent := tc.HandleEgressHook
+		if x.Ingress {
+			parent = tc.HandleIngressHook
+		}
+		return []int{6, dev, int(parent), int(x.Prio)}
 	case *tc.Filter:
 		layer := 4
 		if x.Parent == tc.HandleIngressHook || x.Parent == tc.HandleEgressHook {
@@ -191,6 +198,8 @@ func containers(o tc.Object, g *graph) []string {
 		return []string{classKey(x.Dev, x.Parent), qdiscKey(x.Dev, tc.HandleRoot)}
 	case *tc.Class:
 		return []string{qdiscKey(x.Dev, tc.HandleRoot)}
+	case *bpf.Hook:
+		return []string{qdiscKey(x.Dev, tc.HandleIngress)}
 	case *tc.Filter:
 		if x.Parent == tc.HandleIngressHook || x.Parent == tc.HandleEgressHook {
 			return []string{qdiscKey(x.Dev, tc.HandleIngress)}
@@ -407,6 +416,12 @@ func compare(live, want tc.Object, D *graph) (equal, changeable bool, why string
 			eq = eq && l.Prio == w.Prio && l.Quantum == w.Quantum
 		}
 		return eq, true, ""
+	case *bpf.Hook:
+		l := live.(*bpf.Hook)
+		if why := l.Replaceable(w); why != "" {
+			return false, false, why
+		}
+		return l.Content.Equal(w.Content), true, ""
 	case *tc.Filter:
 		l := live.(*tc.Filter)
 		if l.Kind != w.Kind || l.Proto != w.Proto {

@@ -3,8 +3,10 @@ package kernel
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
+	"sluice/bpf"
 	"sluice/plan"
 	"sluice/policy"
 	"sluice/tc"
@@ -72,6 +74,8 @@ func (e *ForeignRootError) Error() string {
 type treeRef struct {
 	dev, iface string
 	ifb        bool
+	police     bool // a policer without a tree, on iface's hook in dir
+	dir        string
 	planned    bool
 	rec        *DevState
 }
@@ -81,8 +85,9 @@ func (k *Kernel) refs(p *plan.Plan, only map[string]bool) []treeRef {
 	seen := map[string]bool{}
 	if p != nil {
 		for _, d := range p.Devices {
-			seen[d.Name] = true
-			out = append(out, treeRef{dev: d.Name, iface: d.Interface, ifb: d.Ifb, planned: true, rec: k.State.Devices[d.Name]})
+			seen[d.Record()] = true
+			out = append(out, treeRef{dev: d.Name, iface: d.Interface, ifb: d.Ifb, police: d.PoliceOnly, dir: d.Dir,
+				planned: true, rec: k.State.Devices[d.Record()]})
 		}
 	}
 	for _, name := range k.State.Names() {
@@ -90,7 +95,11 @@ func (k *Kernel) refs(p *plan.Plan, only map[string]bool) []treeRef {
 			continue
 		}
 		r := k.State.Devices[name]
-		out = append(out, treeRef{dev: name, iface: r.Interface, ifb: r.IsIfb(), rec: r})
+		dev := name
+		if r.PoliceOnly {
+			dev = r.Interface
+		}
+		out = append(out, treeRef{dev: dev, iface: r.Interface, ifb: r.IsIfb(), police: r.PoliceOnly, dir: r.Dir, rec: r})
 	}
 	return out
 }
@@ -112,7 +121,16 @@ func (k *Kernel) ReadLive(p *plan.Plan, only map[string]bool, force bool) (*Live
 	l := &Live{Opt: Options{Replace: map[string]bool{}, Shared: map[string]bool{}},
 		Adopted: map[string]bool{}, HookShared: map[string]bool{}}
 	for _, r := range k.refs(p, only) {
+		if r.police {
+			if err := k.readBPF(l, r.dev, r.dir == policy.Ingress, r.rec); err != nil {
+				return nil, err
+			}
+			continue
+		}
 		if err := k.readTree(l, r, force); err != nil {
+			return nil, err
+		}
+		if err := k.readBPF(l, r.dev, false, r.rec); err != nil {
 			return nil, err
 		}
 		if r.ifb {
@@ -234,6 +252,72 @@ func (k *Kernel) readHook(l *Live, r treeRef) error {
 	return nil
 }
 
+// readBPF reads sluice's classifier on a hook of dev (and the clsact
+// qdisc carrying it, shared unless the record says sluice created it).
+func (k *Kernel) readBPF(l *Live, dev string, ingress bool, rec *DevState) error {
+	if !k.Conn.LinkExists(dev) {
+		return nil
+	}
+	qs, err := k.Conn.Qdiscs(dev)
+	if err != nil {
+		return err
+	}
+	var hook *tc.Qdisc
+	for _, q := range qs {
+		if q.Parent == tc.HandleIngress && q.Kind == "clsact" {
+			hook = q
+		}
+	}
+	if hook == nil {
+		return nil
+	}
+	parent := tc.HandleEgressHook
+	if ingress {
+		parent = tc.HandleIngressHook
+	}
+	fs, err := k.Conn.Filters(dev, parent)
+	if err != nil {
+		return err
+	}
+	var found *tc.Filter
+	for _, f := range fs {
+		if f.Prio == plan.HookPrio && f.Kind == "bpf" && f.BPF != nil && bpf.IsOurs(f.BPF.Name) {
+			found = f
+		}
+	}
+	if found == nil && (rec == nil || !rec.ClsactCreated) {
+		return nil // nothing of ours on this hook
+	}
+	l.Objects = append(l.Objects, hook)
+	if rec == nil || !rec.ClsactCreated {
+		l.Opt.Shared[hook.Key()] = true
+	}
+	if found == nil {
+		return nil
+	}
+	h, err := readHookProgram(dev, ingress, found)
+	if err != nil {
+		return err
+	}
+	l.Objects = append(l.Objects, h)
+	return nil
+}
+
+func readHookProgram(dev string, ingress bool, f *tc.Filter) (*bpf.Hook, error) {
+	h := &bpf.Hook{Dev: dev, Ingress: ingress, Prio: f.Prio, ProgID: f.BPF.ID,
+		Version: strings.TrimPrefix(f.BPF.Name, bpf.NamePrefix)}
+	prog, err := bpf.Open(f.BPF.ID)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", dev, err)
+	}
+	defer prog.Close()
+	h.Capacity = prog.CounterCap
+	if h.Content, err = prog.Read(); err != nil {
+		return nil, fmt.Errorf("%s: %w", dev, err)
+	}
+	return h, nil
+}
+
 // Result reports what an apply did.
 type Result struct {
 	Changes int
@@ -295,6 +379,16 @@ func (k *Kernel) rollback(undo [][]tc.Op) error {
 
 // exec performs one change and returns the operations that undo it.
 func (k *Kernel) exec(c Change) ([]tc.Op, error) {
+	if h, ok := c.Obj.(*bpf.Hook); ok && c.Verb == tc.Change {
+		// Write only what differs; undo writes the old content back.
+		old := c.Old.(*bpf.Hook)
+		if err := k.syncHook(h, old.Content); err != nil {
+			return nil, err
+		}
+		back := *old
+		back.Content, back.Base = old.Content, h.Content
+		return []tc.Op{{Verb: tc.Change, Obj: &back}}, nil
+	}
 	if err := k.do(c.Op); err != nil {
 		return nil, err
 	}
@@ -348,8 +442,65 @@ func (k *Kernel) do(op tc.Op) error {
 			return c.FilterAdd(o)
 		}
 		return c.FilterDel(o)
+	case *bpf.Hook:
+		switch op.Verb {
+		case tc.Add:
+			return k.attachHook(o)
+		case tc.Change:
+			return k.syncHook(o, o.Base)
+		}
+		return c.FilterDel(hookFilter(o))
 	}
 	return fmt.Errorf("cannot %s %s", op.Verb, op.Obj.Describe())
+}
+
+func hookFilter(h *bpf.Hook) *tc.Filter {
+	parent := tc.HandleEgressHook
+	if h.Ingress {
+		parent = tc.HandleIngressHook
+	}
+	return &tc.Filter{Dev: h.Dev, Parent: parent, Prio: h.Prio, Proto: tc.ProtoAll, Kind: "bpf"}
+}
+
+// attachHook loads the classifier, fills its maps, and only then
+// attaches it, so that no packet sees it half-filled.
+func (k *Kernel) attachHook(h *bpf.Hook) error {
+	if err := k.Conn.CountWrite("load bpf classifier for " + h.Dev); err != nil {
+		return err
+	}
+	prog, err := bpf.Load(h.Content)
+	if err != nil {
+		return fmt.Errorf("%s: %w", h.Dev, err)
+	}
+	defer prog.Close() // the filter keeps its own reference
+	f := hookFilter(h)
+	f.Handle = 1
+	f.BPF = &tc.BPF{FD: prog.FD(), Name: bpf.FilterName(), DA: true}
+	return k.Conn.FilterAdd(f)
+}
+
+// syncHook makes the live classifier on h's hook hold h.Content, writing
+// only what differs from base (nil: everything).
+func (k *Kernel) syncHook(h *bpf.Hook, base *bpf.Content) error {
+	if err := k.Conn.CountWrite("update bpf classifier maps on " + h.Dev); err != nil {
+		return err
+	}
+	f := hookFilter(h)
+	fs, err := k.Conn.Filters(f.Dev, f.Parent)
+	if err != nil {
+		return err
+	}
+	for _, g := range fs {
+		if g.Prio == h.Prio && g.BPF != nil && bpf.IsOurs(g.BPF.Name) {
+			prog, err := bpf.Open(g.BPF.ID)
+			if err != nil {
+				return err
+			}
+			defer prog.Close()
+			return prog.Write(h.Content, base)
+		}
+	}
+	return fmt.Errorf("%s: sluice's bpf classifier is not attached on the %s hook", h.Dev, h.Direction())
 }
 
 // CheckInterfaces reports every policy interface missing from the
@@ -375,6 +526,12 @@ func (k *Kernel) Plan(pol *policy.Policy, feats plan.Features) (*plan.Plan, erro
 	for name, d := range k.State.Devices {
 		prev[name] = d.Alloc
 	}
+	feats.RawIP = map[string]bool{}
+	for _, in := range pol.Interfaces {
+		if l := k.Conn.GetLink(in.Name); l != nil && l.RawIP {
+			feats.RawIP[in.Name] = true
+		}
+	}
 	return plan.Build(pol, feats, prev)
 }
 
@@ -389,15 +546,24 @@ func (k *Kernel) Record(p *plan.Plan, d *Diff, l *Live, policyFile string) error
 	now := time.Now().UTC()
 	keep := map[string]bool{}
 	for _, dev := range p.Devices {
-		keep[dev.Name] = true
-		old := k.State.Devices[dev.Name]
+		keep[dev.Record()] = true
+		old := k.State.Devices[dev.Record()]
 		rec := &DevState{Interface: dev.Interface, Dir: dev.Dir, Root: plan.RootHandle.String(),
-			Policy: policyFile, AppliedAt: now, Alloc: dev.Alloc, Classes: dev.Classes}
+			Policy: policyFile, AppliedAt: now, Alloc: dev.Alloc, Classes: dev.Classes, PoliceOnly: dev.PoliceOnly}
+		if dev.PoliceOnly {
+			rec.Root = ""
+		}
+		for _, o := range dev.Objects {
+			if h, ok := o.(*bpf.Hook); ok {
+				ck := qdiscKey(h.Dev, tc.HandleIngress)
+				rec.ClsactCreated = added[ck] || old != nil && old.ClsactCreated && !l.Opt.Shared[ck]
+			}
+		}
 		if dev.Ifb {
 			rec.IfbCreated = added[(&tc.Link{Name: dev.Name}).Key()] || old != nil && old.IfbCreated && !l.Adopted[dev.Name]
 			rec.HookCreated = added[qdiscKey(dev.Interface, tc.HandleIngress)] || old != nil && old.HookCreated && !l.HookShared[dev.Interface]
 		}
-		k.State.Devices[dev.Name] = rec
+		k.State.Devices[dev.Record()] = rec
 	}
 	for name := range k.State.Devices {
 		if !keep[name] {
@@ -440,4 +606,20 @@ func (k *Kernel) Forget(names []string) error {
 		delete(k.State.Devices, n)
 	}
 	return k.State.Save(k.StateDir)
+}
+
+// OpenHook opens sluice's classifier on dev's hook, or returns nil if
+// there is none.
+func (k *Kernel) OpenHook(dev string, ingress bool) (*bpf.Program, error) {
+	f := hookFilter(&bpf.Hook{Dev: dev, Ingress: ingress, Prio: plan.HookPrio})
+	fs, err := k.Conn.Filters(f.Dev, f.Parent)
+	if err != nil {
+		return nil, err
+	}
+	for _, g := range fs {
+		if g.Prio == f.Prio && g.BPF != nil && bpf.IsOurs(g.BPF.Name) {
+			return bpf.Open(g.BPF.ID)
+		}
+	}
+	return nil, nil
 }

@@ -62,7 +62,8 @@ type BPFReport struct {
 
 // Features extracts what the planner needs.
 func (r *Report) Features() plan.Features {
-	f := plan.Features{Qdiscs: map[string]bool{}, U32Mark: r.U32Mark}
+	f := plan.Features{Qdiscs: map[string]bool{}, U32Mark: r.U32Mark,
+		BPF: r.BPF.SchedCLS && r.Classifiers["bpf"] && r.Qdiscs["clsact"]}
 	for k, v := range r.Qdiscs {
 		f.Qdiscs[k] = v
 	}

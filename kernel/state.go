@@ -47,15 +47,20 @@ type DevState struct {
 	// IfbCreated: the ifb device itself is sluice's (else it was adopted).
 	IfbCreated bool `json:"ifb_created,omitempty"`
 	// HookCreated: sluice created the interface's clsact qdisc.
-	HookCreated bool             `json:"hook_created,omitempty"`
-	Policy      string           `json:"policy,omitempty"`
-	AppliedAt   time.Time        `json:"applied_at"`
-	Alloc       *plan.Alloc      `json:"alloc"`
-	Classes     []plan.ClassInfo `json:"classes"`
+	HookCreated bool `json:"hook_created,omitempty"`
+	// ClsactCreated: sluice created the clsact qdisc on the tree device
+	// (for its BPF classifier) or, for a policer, on the interface.
+	ClsactCreated bool `json:"clsact_created,omitempty"`
+	// PoliceOnly: a BPF policer on the interface's hook, no tree.
+	PoliceOnly bool             `json:"police_only,omitempty"`
+	Policy     string           `json:"policy,omitempty"`
+	AppliedAt  time.Time        `json:"applied_at"`
+	Alloc      *plan.Alloc      `json:"alloc"`
+	Classes    []plan.ClassInfo `json:"classes"`
 }
 
 // IsIfb reports whether the tree sits on an ifb for an interface's ingress.
-func (d *DevState) IsIfb() bool { return d.Dir == "ingress" }
+func (d *DevState) IsIfb() bool { return d.Dir == "ingress" && !d.PoliceOnly }
 
 func statePath(dir string) string { return filepath.Join(dir, "state.json") }
 

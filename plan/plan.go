@@ -35,11 +35,15 @@ const catchAllPrio uint16 = 0xFFFF
 type Features struct {
 	Qdiscs  map[string]bool
 	U32Mark bool
+	// BPF: the kernel loads sched_cls programs and has cls_bpf and clsact.
+	BPF bool
+	// RawIP names devices without a link-layer header (tun, wireguard).
+	RawIP map[string]bool
 }
 
 // Everything is a kernel with every qdisc and u32 mark support (used for
 // export to another host and for planning without a kernel).
-var Everything = Features{U32Mark: true, Qdiscs: map[string]bool{
+var Everything = Features{U32Mark: true, BPF: true, Qdiscs: map[string]bool{
 	"fq_codel": true, "sfq": true, "fq": true, "cake": true, "pfifo": true, "bfifo": true, "htb": true, "clsact": true, "ingress": true,
 }}
 
@@ -54,11 +58,23 @@ type Device struct {
 	Interface string // the policy interface
 	Dir       string // policy.Egress or policy.Ingress
 	Ifb       bool
-	Classes   []ClassInfo
-	Alloc     *Alloc
+	// PoliceOnly: a BPF policer on the interface's hook, without a tree.
+	PoliceOnly bool
+	Classes    []ClassInfo
+	Alloc      *Alloc
 	// Objects, in creation order: for ingress the ifb link first, then
 	// the tree, then the interface's ingress hook and redirect filter.
 	Objects []tc.Object
+}
+
+// Record is the name of the device's ownership record: the device for a
+// tree, the interface and direction for a policer without a tree (an
+// interface may have both).
+func (d *Device) Record() string {
+	if d.PoliceOnly {
+		return d.Interface + "@" + d.Dir
+	}
+	return d.Name
 }
 
 // ClassInfo describes one planned class, for show and for humans.
@@ -99,10 +115,18 @@ func Build(pol *policy.Policy, feats Features, prev map[string]*Alloc) (*Plan, e
 	d := &policy.Diag{File: pol.File}
 	p := &Plan{}
 	for _, in := range pol.Interfaces {
-		if in.Egress != nil {
+		for _, t := range []*policy.Tree{in.Egress, in.Ingress} {
+			if t != nil && t.BPF && !feats.BPF {
+				d.Errorf(t.Pos, "%s %s: needs the BPF classifier, but this kernel cannot run it (sched_cls programs, cls_bpf or clsact missing; see sluice doctor)", in.Name, t.Dir)
+			}
+			if t != nil && t.Police != nil {
+				p.Devices = append(p.Devices, policeOnly(feats, in, t))
+			}
+		}
+		if in.Egress != nil && in.Egress.Police == nil {
 			p.Devices = append(p.Devices, buildTree(d, feats, in, in.Egress, in.Name, prev[in.Name]))
 		}
-		if in.Ingress != nil {
+		if in.Ingress != nil && in.Ingress.Police == nil {
 			ifb := policy.IfbName(in)
 			p.Devices = append(p.Devices, buildTree(d, feats, in, in.Ingress, ifb, prev[ifb]))
 		}
@@ -143,6 +167,9 @@ func buildTree(d *policy.Diag, feats Features, in *policy.Interface, t *policy.T
 				for _, h := range c.PerHost.Hosts() {
 					names = append(names, hostName(c, h))
 				}
+				for _, e := range c.PerHost.Entries {
+					names = append(names, entryName(c, e))
+				}
 			}
 			collect(c.Classes)
 		}
@@ -166,12 +193,16 @@ func buildTree(d *policy.Diag, feats Features, in *policy.Interface, t *policy.T
 	var leaves []tc.Object
 	b.classTree(t.Classes, RootClassID, &leaves)
 	b.objs = append(b.objs, leaves...)
-	b.block(RootHandle, t.Classes, "", nil)
-	b.objs = append(b.objs, b.filters...)
+	if t.BPF {
+		b.objs = append(b.objs, clsact(devName), b.bpfHook())
+	} else {
+		b.block(RootHandle, t.Classes, "", nil)
+		b.objs = append(b.objs, b.filters...)
+	}
 
 	if dev.Ifb {
 		b.objs = append(b.objs,
-			&tc.Qdisc{Dev: in.Name, Parent: tc.HandleIngress, Handle: tc.MakeHandle(0xFFFF, 0), Kind: "clsact"},
+			clsact(in.Name),
 			&tc.Filter{Dev: in.Name, Parent: tc.HandleIngressHook, Prio: HookPrio, Proto: tc.ProtoAll, Kind: "u32"},
 			&tc.Filter{Dev: in.Name, Parent: tc.HandleIngressHook, Prio: HookPrio, Proto: tc.ProtoAll, Kind: "u32",
 				Handle: 1, U32: &tc.U32{Sel: &tc.Sel{Keys: []tc.Key{{}}}, RedirectDev: devName},
@@ -244,6 +275,17 @@ func (b *builder) classTree(cs []*policy.Class, parent tc.Handle, leaves *[]tc.O
 				}
 				b.dev.Classes = append(b.dev.Classes, hi)
 			}
+		}
+		var entries []*policy.HostEntry
+		if ph := c.PerHost; ph != nil {
+			for _, e := range ph.Entries {
+				if e.ParentCls == c {
+					entries = append(entries, e)
+				}
+			}
+		}
+		for _, e := range append(entries, c.Hosts...) {
+			b.hostEntry(e, id, leaves)
 		}
 		b.classTree(c.Classes, id, leaves)
 	}
@@ -605,4 +647,24 @@ func bitsAt(a netip.Addr, end, n int) uint32 {
 		v = v<<1 | uint32(bit)
 	}
 	return v
+}
+
+// hostEntry emits the class of one hosts_file entry below parent.
+func (b *builder) hostEntry(e *policy.HostEntry, parent tc.Handle, leaves *[]tc.Object) {
+	ph := e.Owner.PerHost
+	prio := uint32(e.Owner.Prio)
+	if ph.Prio != nil {
+		prio = uint32(*ph.Prio)
+	}
+	name := entryName(e.Owner, e)
+	id := b.classID(name)
+	hc := &tc.Class{Dev: b.dev.Name, Parent: parent, Handle: id, Kind: "htb", Rate: e.RateBps, Ceil: e.CeilBps, Prio: prio, Name: name}
+	setBursts(hc, nil, nil, nil)
+	b.objs = append(b.objs, hc)
+	hi := ClassInfo{Name: name, Handle: id, Parent: parent, Rate: hc.Rate, Ceil: hc.Ceil, Prio: prio}
+	if leaf := b.leaf(name, id, ph.Leaf, ph.LeafPos, ph.Limit, e.CeilBps, true); leaf != nil {
+		hi.Leaf = leaf.Kind
+		*leaves = append(*leaves, leaf)
+	}
+	b.dev.Classes = append(b.dev.Classes, hi)
 }

@@ -85,8 +85,8 @@ func compileMatch(m *policy.Match) []rootNode {
 		return []rootNode{{keys: []tc.Key{{}}, mark: mark, note: "mark"}}
 	}
 	var out []rootNode
-	for _, v4 := range []bool{true, false} {
-		out = append(out, compileFamily(m, v4, mark)...)
+	for _, a := range alternatives(m) {
+		out = append(out, a.u32Nodes(mark)...)
 	}
 	return out
 }
@@ -120,7 +120,33 @@ func familyPrefixes(list, holes []netip.Prefix, v4 bool) ([]netip.Prefix, bool) 
 	return out, len(out) > 0
 }
 
-func compileFamily(m *policy.Match, v4 bool, mark *tc.Mark) []rootNode {
+// alt is one alternative of a match entry: a single address family and
+// at most one prefix per direction and one protocol. Lists of DSCPs and
+// of port ranges stay lists: u32 expands them further, BPF does not.
+type alt struct {
+	v4       bool
+	src, dst netip.Prefix // zero: any
+	proto    int          // -1: any
+	dscps    []int        // empty: any
+	tos      *policy.Masked8
+	sports   []policy.PortRange // empty: any
+	dports   []policy.PortRange
+	tcpAck   bool
+	needL4   bool
+}
+
+// alternatives expands an entry into alternatives whose union is exactly
+// the entry: lists, both families, negated prefixes as their complement,
+// protocol defaults (ports alone mean tcp and udp).
+func alternatives(m *policy.Match) []alt {
+	var out []alt
+	for _, v4 := range []bool{true, false} {
+		out = append(out, familyAlts(m, v4)...)
+	}
+	return out
+}
+
+func familyAlts(m *policy.Match, v4 bool) []alt {
 	srcs, ok1 := familyPrefixes(m.Src, m.NotSrc, v4)
 	dsts, ok2 := familyPrefixes(m.Dst, m.NotDst, v4)
 	if !ok1 || !ok2 {
@@ -144,108 +170,114 @@ func compileFamily(m *policy.Match, v4 bool, mark *tc.Mark) []rootNode {
 	case len(protos) == 0:
 		protos = []int{-1}
 	}
-	dscps := []int{-1}
-	if len(m.DSCP) > 0 {
-		dscps = dscps[:0]
-		for _, d := range m.DSCP {
-			dscps = append(dscps, int(d))
+	var dscps []int
+	for _, d := range m.DSCP {
+		dscps = append(dscps, int(d))
+	}
+	var out []alt
+	for _, s := range srcs {
+		for _, d := range dsts {
+			for _, pr := range protos {
+				out = append(out, alt{v4: v4, src: s, dst: d, proto: pr, dscps: dscps, tos: m.TOS,
+					sports: m.Sport, dports: m.Dport, tcpAck: m.TCPAck, needL4: hasPorts || m.TCPAck})
+			}
 		}
 	}
+	return out
+}
 
-	// Transport alternatives (ports and flags), shared by every L3 one.
+// u32Nodes renders an alternative as u32 root nodes (one per DSCP).
+func (a alt) u32Nodes(mark *tc.Mark) []rootNode {
+	v4 := a.v4
 	l4 := []keyset{{}}
 	l4off, nh := int32(0), v4
 	if !v4 {
 		l4off = v6L4
 	}
-	if len(m.Sport) > 0 {
-		l4 = crossPorts(l4, m.Sport, l4off, nh, true)
+	if len(a.sports) > 0 {
+		l4 = crossPorts(l4, a.sports, l4off, nh, true)
 	}
-	if len(m.Dport) > 0 {
-		l4 = crossPorts(l4, m.Dport, l4off, nh, false)
+	if len(a.dports) > 0 {
+		l4 = crossPorts(l4, a.dports, l4off, nh, false)
 	}
-	if m.TCPAck {
+	if a.tcpAck {
 		for i := range l4 {
 			// Only ACK among URG ACK PSH RST SYN FIN (CWR/ECE may be set).
 			l4[i].add(l4off+12, 0x003f0000, 0x00100000, nh)
 		}
 	}
-	needL4 := hasPorts || m.TCPAck
-
+	dscps := a.dscps
+	if len(dscps) == 0 {
+		dscps = []int{-1}
+	}
 	var out []rootNode
-	for _, s := range srcs {
-		for _, d := range dsts {
-			for _, pr := range protos {
-				for _, ds := range dscps {
-					var k keyset
-					if v4 {
-						k.add(0, 0xf0000000, 0x40000000, false)
-					} else {
-						k.add(0, 0xf0000000, 0x60000000, false)
-					}
-					if ds >= 0 {
-						if v4 {
-							k.add(0, 0x00fc0000, uint32(ds)<<18, false)
-						} else {
-							k.add(0, 0x0fc00000, uint32(ds)<<22, false)
-						}
-					}
-					if t := m.TOS; t != nil {
-						if v4 {
-							k.add(0, uint32(t.Mask)<<16, uint32(t.Val)<<16, false)
-						} else {
-							k.add(0, uint32(t.Mask)<<20, uint32(t.Val)<<20, false)
-						}
-					}
-					if m.TCPAck { // small: total (v4) or payload (v6) length below 128
-						if v4 {
-							k.add(0, 0x0000ff80, 0, false)
-						} else {
-							k.add(4, 0xff800000, 0, false)
-						}
-					}
-					if v4 && needL4 {
-						k.add(4, 0x00001fff, 0, false) // first fragment: has the ports
-					}
-					if pr >= 0 {
-						if v4 {
-							k.add(8, 0x00ff0000, uint32(pr)<<16, false)
-						} else {
-							k.add(4, 0x0000ff00, uint32(pr)<<8, false)
-						}
-					}
-					if s.IsValid() {
-						k.prefix(pick(v4, v4Src, v6Src), s)
-					}
-					if d.IsValid() {
-						k.prefix(pick(v4, v4Dst, v6Dst), d)
-					}
-					if k.bad {
-						continue
-					}
-					note := describeAlt(v4, s, d, pr, ds)
-					switch {
-					case !needL4:
-						out = append(out, rootNode{keys: k.keys, mark: mark, note: note})
-					case v4:
-						n := rootNode{keys: k.keys, mark: mark, note: note}
-						for _, t := range l4 {
-							if !t.bad {
-								n.table = append(n.table, t.keys)
-							}
-						}
-						out = append(out, n)
-					default:
-						for _, t := range l4 {
-							kk := k.clone()
-							for _, key := range t.keys {
-								kk.add(key.Off, key.Mask, key.Val, false)
-							}
-							if !kk.bad {
-								out = append(out, rootNode{keys: kk.keys, mark: mark, note: note})
-							}
-						}
-					}
+	for _, ds := range dscps {
+		var k keyset
+		if v4 {
+			k.add(0, 0xf0000000, 0x40000000, false)
+		} else {
+			k.add(0, 0xf0000000, 0x60000000, false)
+		}
+		if ds >= 0 {
+			if v4 {
+				k.add(0, 0x00fc0000, uint32(ds)<<18, false)
+			} else {
+				k.add(0, 0x0fc00000, uint32(ds)<<22, false)
+			}
+		}
+		if t := a.tos; t != nil {
+			if v4 {
+				k.add(0, uint32(t.Mask)<<16, uint32(t.Val)<<16, false)
+			} else {
+				k.add(0, uint32(t.Mask)<<20, uint32(t.Val)<<20, false)
+			}
+		}
+		if a.tcpAck { // small: total (v4) or payload (v6) length below 128
+			if v4 {
+				k.add(0, 0x0000ff80, 0, false)
+			} else {
+				k.add(4, 0xff800000, 0, false)
+			}
+		}
+		if v4 && a.needL4 {
+			k.add(4, 0x00001fff, 0, false) // first fragment: has the ports
+		}
+		if a.proto >= 0 {
+			if v4 {
+				k.add(8, 0x00ff0000, uint32(a.proto)<<16, false)
+			} else {
+				k.add(4, 0x0000ff00, uint32(a.proto)<<8, false)
+			}
+		}
+		if a.src.IsValid() {
+			k.prefix(pick(v4, v4Src, v6Src), a.src)
+		}
+		if a.dst.IsValid() {
+			k.prefix(pick(v4, v4Dst, v6Dst), a.dst)
+		}
+		if k.bad {
+			continue
+		}
+		note := describeAlt(v4, a.src, a.dst, a.proto, ds)
+		switch {
+		case !a.needL4:
+			out = append(out, rootNode{keys: k.keys, mark: mark, note: note})
+		case v4:
+			n := rootNode{keys: k.keys, mark: mark, note: note}
+			for _, t := range l4 {
+				if !t.bad {
+					n.table = append(n.table, t.keys)
+				}
+			}
+			out = append(out, n)
+		default:
+			for _, t := range l4 {
+				kk := k.clone()
+				for _, key := range t.keys {
+					kk.add(key.Off, key.Mask, key.Val, false)
+				}
+				if !kk.bad {
+					out = append(out, rootNode{keys: kk.keys, mark: mark, note: note})
 				}
 			}
 		}

@@ -71,3 +71,9 @@ func (d *Diag) Err() error {
 	d.Errs.sort()
 	return d.Errs
 }
+
+// ErrorIn records an error located in another file than the policy (a
+// hosts_file).
+func (d *Diag) ErrorIn(file string, pos Pos, format string, args ...any) {
+	d.Errs = append(d.Errs, &Error{File: file, Pos: pos, Msg: fmt.Sprintf(format, args...)})
+}

@@ -6,6 +6,7 @@ import (
 	"math"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -27,7 +28,7 @@ func Load(file string) (*Policy, Errors, error) {
 // listing every problem found, each as FILE:LINE:COL: message.
 func Parse(file string, src []byte) (*Policy, Errors, error) {
 	d := &Diag{File: file}
-	p := &parser{d: d}
+	p := &parser{d: d, dir: filepath.Dir(file)}
 	var doc yaml.Node
 	dec := yaml.NewDecoder(bytes.NewReader(src))
 	if err := dec.Decode(&doc); err != nil {
@@ -50,7 +51,10 @@ func Parse(file string, src []byte) (*Policy, Errors, error) {
 	return pol, d.Warnings, nil
 }
 
-type parser struct{ d *Diag }
+type parser struct {
+	d   *Diag
+	dir string // the policy file's directory, for hosts_file
+}
 
 func pos(n *yaml.Node) Pos { return Pos{n.Line, n.Column} }
 
@@ -242,7 +246,7 @@ func (p *parser) iface(n *yaml.Node) *Interface {
 }
 
 func (p *parser) tree(n *yaml.Node, dir string) *Tree {
-	t := &Tree{Pos: pos(n), Dir: dir, Classifier: "u32"}
+	t := &Tree{Pos: pos(n), Dir: dir, Classifier: "auto"}
 	h := map[string]func(*yaml.Node){
 		"rate": func(v *yaml.Node) { t.Rate = p.rate(v, dir+" rate") },
 		"default": func(v *yaml.Node) {
@@ -255,11 +259,13 @@ func (p *parser) tree(n *yaml.Node, dir string) *Tree {
 		},
 		"classes": func(v *yaml.Node) { t.Classes = p.classes(v, dir+" classes") },
 		"classifier": func(v *yaml.Node) {
-			s, _ := p.str(v, "classifier")
-			if s != "u32" {
-				p.d.Errorf(pos(v), "classifier: %q is not available; this version of sluice classifies with u32", s)
+			s, _ := p.str(v, dir+" classifier")
+			if s != "u32" && s != "bpf" && s != "auto" {
+				p.d.Errorf(pos(v), "%s classifier: expected u32, bpf or auto, found %q", dir, s)
 			}
+			t.Classifier, t.ClassifierPos = s, pos(v)
 		},
+		"police": func(v *yaml.Node) { t.Police = p.police(v, dir) },
 	}
 	if dir == Ingress {
 		h["ifb"] = func(v *yaml.Node) {
@@ -320,6 +326,7 @@ func (p *parser) class(n *yaml.Node) *Class {
 		"classes":  func(v *yaml.Node) { c.Classes = p.classes(v, label()+": classes") },
 		"per_host": func(v *yaml.Node) { c.PerHost = p.perHost(v, label()) },
 		"default":  func(v *yaml.Node) { c.Default, _ = p.str(v, label()+": default"); c.DefaultPos = pos(v) },
+		"police":   func(v *yaml.Node) { c.Police = p.police(v, label()) },
 	})
 	return c
 }
@@ -360,10 +367,17 @@ func (p *parser) perHost(n *yaml.Node, label string) *PerHost {
 		},
 		"leaf":  func(v *yaml.Node) { ph.Leaf, _ = p.str(v, what+".leaf"); ph.LeafPos = pos(v) },
 		"limit": func(v *yaml.Node) { ph.Limit = p.limit(v, what+".limit") },
+		"hosts_file": func(v *yaml.Node) {
+			ph.HostsFile, _ = p.str(v, what+".hosts_file")
+			ph.HostsFilePos = pos(v)
+		},
 	})
-	if !ph.CIDR.IsValid() {
+	if ph.HostsFile != "" {
+		ph.Entries = p.hostsFile(ph, what)
+	}
+	if !ph.CIDR.IsValid() && ph.HostsFile == "" {
 		if len(p.d.Errs) == 0 {
-			p.d.Errorf(ph.Pos, "%s: cidr is required", what)
+			p.d.Errorf(ph.Pos, "%s: cidr or hosts_file is required", what)
 		}
 		return nil
 	}
@@ -521,16 +535,10 @@ func (p *parser) match(n *yaml.Node, label string) *Match {
 				if !ok {
 					continue
 				}
-				if x, ok := dscpNames[strings.ToLower(s)]; ok {
+				if x, err := parseDSCP(s); err == nil {
 					m.DSCP = append(m.DSCP, x)
-				} else if x, err := strconv.ParseUint(s, 0, 8); err == nil && x < 64 {
-					m.DSCP = append(m.DSCP, uint8(x))
 				} else {
-					hint := ""
-					if sg := suggest(strings.ToLower(s), keys(dscpNames)); sg != "" {
-						hint = fmt.Sprintf(" (did you mean %s?)", strings.ToUpper(sg))
-					}
-					p.d.Errorf(pos(e), "%s.dscp: unknown DSCP %q%s; use a name (EF, AF41, CS1, ...) or a number 0-63", what, s, hint)
+					p.d.Errorf(pos(e), "%s.dscp: %v", what, err)
 				}
 			}
 		},
@@ -590,3 +598,18 @@ func (p *parser) match(n *yaml.Node, label string) *Match {
 }
 
 var _ = math.MaxInt
+
+// parseDSCP reads a DSCP name (EF, AF41, CS1, ...) or number (0-63).
+func parseDSCP(s string) (uint8, error) {
+	if x, ok := dscpNames[strings.ToLower(s)]; ok {
+		return x, nil
+	}
+	if x, err := strconv.ParseUint(s, 0, 8); err == nil && x < 64 {
+		return uint8(x), nil
+	}
+	hint := ""
+	if sg := suggest(strings.ToLower(s), keys(dscpNames)); sg != "" {
+		hint = fmt.Sprintf(" (did you mean %s?)", strings.ToUpper(sg))
+	}
+	return 0, fmt.Errorf("unknown DSCP %q%s; use a name (EF, AF41, CS1, ...) or a number 0-63", s, hint)
+}

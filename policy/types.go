@@ -47,8 +47,17 @@ type Tree struct {
 	// interface name).
 	Ifb    string
 	IfbPos Pos
-	// Classifier is "u32" (the only one so far).
-	Classifier string
+	// Classifier is "u32", "bpf" or "auto" (the default); validation
+	// resolves it into BPF.
+	Classifier    string
+	ClassifierPos Pos
+	// Police, directly under a direction, polices all its traffic in
+	// BPF on the interface itself: no rate, no classes, no ifb.
+	Police *Police
+
+	// BPF says the tree classifies with sluice's BPF program (resolved
+	// from Classifier).
+	BPF bool
 
 	// RateBps is Rate resolved.
 	RateBps uint64
@@ -77,14 +86,19 @@ type Class struct {
 	// that takes the class's traffic no child rule matches.
 	Default    string
 	DefaultPos Pos
+	// Police meters the class's traffic (leaf classes; BPF classifier).
+	Police *Police
 
 	// Resolved by validation.
-	Parent           *Class
+	Parent *Class
+	// Hosts are the hosts_file entries whose parent column names this
+	// class: their classes hang below it.
+	Hosts            []*HostEntry
 	RateBps, CeilBps uint64
 }
 
 // IsLeaf reports whether the class holds packets itself.
-func (c *Class) IsLeaf() bool { return len(c.Classes) == 0 && c.PerHost == nil }
+func (c *Class) IsLeaf() bool { return len(c.Classes) == 0 && c.PerHost == nil && len(c.Hosts) == 0 }
 
 // Size is a byte count with its position.
 type Size struct {
@@ -102,9 +116,14 @@ type Limit struct {
 // PerHost gives every address (or prefix) of CIDR its own child class.
 type PerHost struct {
 	Pos     Pos
-	By      string // "src" or "dst"
-	CIDR    netip.Prefix
+	By      string       // "src" or "dst"
+	CIDR    netip.Prefix // invalid when the hosts come from HostsFile only
 	CIDRPos Pos
+	// HostsFile names a CSV of hosts (name,addresses,rate,ceil[,parent]),
+	// relative to the policy file; Entries holds what it lists.
+	HostsFile    string
+	HostsFilePos Pos
+	Entries      []*HostEntry
 	// Prefix is the length that names one host: 32 (IPv4) or 128 (IPv6)
 	// by default; 64 gives one class per IPv6 /64.
 	Prefix    int
@@ -120,10 +139,29 @@ type PerHost struct {
 	RateBps, CeilBps uint64
 }
 
+// HostEntry is one line of a hosts_file: a named host, its addresses,
+// and its class's rate and ceil.
+type HostEntry struct {
+	Name      string
+	Addrs     []netip.Prefix
+	Rate      *Rate
+	Ceil      *Rate
+	Parent    string // a class of the tree to hang the host's class below
+	File      string
+	Line      int
+	RateBps   uint64
+	CeilBps   uint64
+	ParentCls *Class // resolved: the per_host class or the parent column's
+	Owner     *Class // the per_host class whose hosts_file lists it
+}
+
 // Hosts lists the host prefixes PerHost covers, in address order. For
 // IPv4 hosts (/32) in a prefix of /30 or shorter the network and
 // broadcast addresses are left out.
 func (ph *PerHost) Hosts() []netip.Prefix {
+	if !ph.CIDR.IsValid() {
+		return nil
+	}
 	n := ph.HostCount()
 	out := make([]netip.Prefix, 0, n)
 	a := ph.CIDR.Masked().Addr()
@@ -141,6 +179,9 @@ func (ph *PerHost) Hosts() []netip.Prefix {
 
 // HostCount is len(Hosts()).
 func (ph *PerHost) HostCount() int {
+	if !ph.CIDR.IsValid() {
+		return 0
+	}
 	bits := ph.Prefix - ph.CIDR.Bits()
 	if bits > 20 {
 		return 1 << 20 // larger than anything allowed; avoids overflow

@@ -101,8 +101,96 @@ func checkLeaf(d *Diag, kind string, at Pos, what string) {
 	}
 }
 
+// AutoBPFHosts is the number of host classes above which classifier
+// auto picks BPF: beyond it a u32 tree costs more to build and change
+// than a map update (docs/benchmarks.md).
+const AutoBPFHosts = 1024
+
+// scan walks a tree before validation: what it needs from the classifier
+// and every class by name.
+func scan(cs []*Class, byName map[string]*Class) (hosts int, police, hostsFile bool) {
+	for _, c := range cs {
+		if c.Name != "" && byName[c.Name] == nil {
+			byName[c.Name] = c
+		}
+		if c.Police != nil {
+			police = true
+		}
+		if ph := c.PerHost; ph != nil {
+			if ph.CIDR.IsValid() {
+				bits := ph.Prefix
+				if bits == 0 {
+					bits = ph.CIDR.Addr().BitLen()
+				}
+				hosts += 1 << min(bits-ph.CIDR.Bits(), 24)
+			}
+			hosts += len(ph.Entries)
+			hostsFile = hostsFile || ph.HostsFile != ""
+		}
+		h, p, f := scan(c.Classes, byName)
+		hosts, police, hostsFile = hosts+h, police || p, hostsFile || f
+	}
+	return
+}
+
+// resolveClassifier decides between u32 and BPF.
+func resolveClassifier(where string, t *Tree, hosts int, police, hostsFile bool, d *Diag) {
+	switch t.Classifier {
+	case "bpf":
+		t.BPF = true
+	case "u32":
+		if police {
+			d.Errorf(t.ClassifierPos, "%s: police needs classifier bpf (this classifier: u32); sluice polices in BPF", where)
+		}
+		if hostsFile {
+			d.Errorf(t.ClassifierPos, "%s: per_host hosts_file needs classifier bpf (this classifier: u32)", where)
+		}
+	default:
+		t.BPF = police || hostsFile || hosts > AutoBPFHosts
+	}
+}
+
+// resolveParents hangs hosts_file entries below the class their parent
+// column names.
+func resolveParents(where string, cs []*Class, byName map[string]*Class, d *Diag) {
+	for _, c := range cs {
+		if ph := c.PerHost; ph != nil {
+			for _, e := range ph.Entries {
+				e.ParentCls, e.Owner = c, c
+				if e.Parent == "" || e.Parent == c.Name {
+					continue
+				}
+				pc := byName[e.Parent]
+				switch {
+				case pc == nil:
+					d.ErrorIn(e.File, Pos{e.Line, 1}, "hosts file: host %s: parent class %q does not exist in %s%s", e.Name, e.Parent, where, suggestClass(e.Parent, byName))
+					continue
+				case len(pc.Match) > 0 || pc.PerHost != nil || len(pc.Classes) > 0:
+					d.ErrorIn(e.File, Pos{e.Line, 1}, "hosts file: host %s: parent class %q must be a plain class (no match, per_host or classes): it becomes the hosts' parent", e.Name, e.Parent)
+					continue
+				}
+				e.ParentCls = pc
+				pc.Hosts = append(pc.Hosts, e)
+			}
+		}
+		resolveParents(where, c.Classes, byName, d)
+	}
+}
+
 func validateTree(in *Interface, t *Tree, d *Diag) {
 	where := in.Name + " " + t.Dir
+	if t.Police != nil {
+		if t.Rate != nil || len(t.Classes) > 0 || t.Default != "" {
+			d.Errorf(t.Police.Pos, "%s: police directly under %s polices without a tree; for policing inside a tree put police on a class", where, t.Dir)
+			return
+		}
+		if t.Classifier == "u32" {
+			d.Errorf(t.ClassifierPos, "%s: police needs classifier bpf", where)
+		}
+		t.BPF = true
+		validatePolice(where, t.Police, 0, d)
+		return
+	}
 	if t.Rate == nil {
 		d.Errorf(t.Pos, "%s: rate is required (the whole link, like 19mbit)", where)
 		return
@@ -120,6 +208,10 @@ func validateTree(in *Interface, t *Tree, d *Diag) {
 			t.Default = "default"
 		}
 	}
+	pre := map[string]*Class{}
+	hosts, police, hostsFile := scan(t.Classes, pre)
+	resolveClassifier(where, t, hosts, police, hostsFile, d)
+	resolveParents(where, t.Classes, pre, d)
 	byName := map[string]*Class{}
 	count := 0
 	var walk func(cs []*Class, parent *Class, parentRate, parentCeil uint64, depth int)
@@ -128,7 +220,7 @@ func validateTree(in *Interface, t *Tree, d *Diag) {
 		for _, c := range cs {
 			c.Parent = parent
 			count++
-			if !validateClass(where, c, parentRate, parentCeil, byName, d) {
+			if !validateClass(where, t, c, parentRate, parentCeil, byName, d) {
 				continue
 			}
 			sum += c.RateBps
@@ -140,7 +232,7 @@ func validateTree(in *Interface, t *Tree, d *Diag) {
 				d.Errorf(c.Pos, "%s: class %s is nested too deep; HTB allows %d levels including the root", where, c.Name, MaxDepth)
 			}
 			if c.PerHost != nil {
-				count += c.PerHost.HostCount()
+				count += c.PerHost.HostCount() + len(c.PerHost.Entries)
 			}
 			walk(c.Classes, c, c.RateBps, c.CeilBps, depth+1)
 		}
@@ -182,7 +274,7 @@ func suggestClass(name string, byName map[string]*Class) string {
 	return ""
 }
 
-func validateClass(where string, c *Class, parentRate, parentCeil uint64, byName map[string]*Class, d *Diag) bool {
+func validateClass(where string, t *Tree, c *Class, parentRate, parentCeil uint64, byName map[string]*Class, d *Diag) bool {
 	switch {
 	case c.Name == "":
 		d.Errorf(c.Pos, "%s: class without a name", where)
@@ -255,7 +347,13 @@ func validateClass(where string, c *Class, parentRate, parentCeil uint64, byName
 		validateMatch(what, m, d)
 	}
 	if ph := c.PerHost; ph != nil {
-		validatePerHost(what, c, ph, d)
+		validatePerHost(what, t, c, ph, d)
+	}
+	if c.Police != nil {
+		if !c.IsLeaf() {
+			d.Errorf(c.Police.Pos, "%s: police is for leaf classes (this class has children)", what)
+		}
+		validatePolice(what, c.Police, c.CeilBps, d)
 	}
 	return true
 }
@@ -274,8 +372,12 @@ func checkLimit(d *Diag, leaf string, l *Limit, what string) {
 	}
 }
 
-func validatePerHost(what string, c *Class, ph *PerHost, d *Diag) {
+func validatePerHost(what string, t *Tree, c *Class, ph *PerHost, d *Diag) {
 	what += ": per_host"
+	if !ph.CIDR.IsValid() {
+		hostRates(what, c, ph, uint64(len(ph.Entries)), d)
+		return
+	}
 	bits := ph.CIDR.Addr().BitLen()
 	if ph.Prefix == 0 {
 		ph.Prefix = bits
@@ -292,7 +394,7 @@ func validatePerHost(what string, c *Class, ph *PerHost, d *Diag) {
 	}
 	// u32 hashes at most 8 bits per table and reads 32-bit words: each
 	// 8-bit group of host bits must sit inside one word.
-	for hi := ph.Prefix; hi > ph.CIDR.Bits(); hi -= 8 {
+	for hi := ph.Prefix; hi > ph.CIDR.Bits() && !t.BPF; hi -= 8 {
 		lo := max(hi-8, ph.CIDR.Bits())
 		if lo/32 != (hi-1)/32 {
 			d.Errorf(ph.PrefixPos, "%s: host bits %d-%d cross a 32-bit boundary, which u32 cannot hash; choose a prefix so that each 8 bits stay within one word", what, lo, hi)
@@ -304,6 +406,12 @@ func validatePerHost(what string, c *Class, ph *PerHost, d *Diag) {
 		d.Errorf(ph.CIDRPos, "%s: %s holds no hosts", what, ph.CIDR)
 		return
 	}
+	hostRates(what, c, ph, n+uint64(len(ph.Entries)), d)
+}
+
+// hostRates resolves the per-host rate and ceil, and each hosts_file
+// entry's own.
+func hostRates(what string, c *Class, ph *PerHost, n uint64, d *Diag) {
 	ph.RateBps = c.RateBps / n
 	if ph.Rate != nil {
 		ph.RateBps = ph.Rate.Resolve(c.RateBps)
@@ -320,6 +428,21 @@ func validatePerHost(what string, c *Class, ph *PerHost, d *Diag) {
 	}
 	checkLeaf(d, ph.Leaf, ph.LeafPos, what)
 	checkLimit(d, ph.Leaf, ph.Limit, what)
+	for _, e := range ph.Entries {
+		e.RateBps, e.CeilBps = ph.RateBps, ph.CeilBps
+		if e.Rate != nil {
+			e.RateBps = e.Rate.Resolve(c.RateBps)
+		}
+		if e.Ceil != nil {
+			e.CeilBps = e.Ceil.Resolve(c.CeilBps)
+		}
+		if e.RateBps == 0 {
+			e.RateBps = 1
+		}
+		if e.CeilBps < e.RateBps {
+			d.ErrorIn(e.File, Pos{e.Line, 1}, "hosts file: host %s: ceil %s is below rate %s", e.Name, FormatBits(e.CeilBps), FormatBits(e.RateBps))
+		}
+	}
 }
 
 func families(ps []netip.Prefix) (v4, v6 bool) {

@@ -28,6 +28,11 @@ type Tree struct {
 	Interface string   `json:"interface"`
 	Direction string   `json:"direction"`
 	Classes   []*Class `json:"classes"`
+	// Classifier is "bpf" when sluice's BPF program classifies (and
+	// polices), else "u32".
+	Classifier string `json:"classifier"`
+	// Policers lists the BPF policers with their per-colour counters.
+	Policers []*Policer `json:"policers,omitempty"`
 	// Missing is set when the records name a tree the kernel no longer has.
 	Missing bool `json:"missing,omitempty"`
 }
@@ -54,6 +59,78 @@ type Class struct {
 	Lent       uint32  `json:"lent"`
 	Tokens     int32   `json:"tokens"`
 	Ctokens    int32   `json:"ctokens"`
+	// Classified counts what the BPF classifier sent to this class
+	// (before any policer), when it classifies.
+	Classified *Count `json:"classified,omitempty"`
+}
+
+// Count is a packet and byte counter.
+type Count struct {
+	Packets uint64 `json:"packets"`
+	Bytes   uint64 `json:"bytes"`
+}
+
+// Policer is one BPF policer's verdicts by colour.
+type Policer struct {
+	Class  string `json:"class"`
+	Green  Count  `json:"green"`
+	Yellow Count  `json:"yellow"`
+	Red    Count  `json:"red"`
+}
+
+// readBPF adds the classifier's per-class counters and the policers'
+// colours to t.
+func readBPF(k *kernel.Kernel, t *Tree, dev string, ingress bool, rec *kernel.DevState) error {
+	prog, err := k.OpenHook(dev, ingress)
+	if err != nil || prog == nil {
+		return err
+	}
+	defer prog.Close()
+	t.Classifier = "bpf"
+	names := map[uint32]string{}
+	var idx []uint32
+	for _, ci := range rec.Classes {
+		m := uint32(ci.Handle.Minor())
+		if rec.PoliceOnly {
+			m = 1
+		}
+		names[m] = ci.Name
+		idx = append(idx, m)
+	}
+	counts, err := prog.Counts(idx)
+	if err != nil {
+		return err
+	}
+	for _, c := range t.Classes {
+		h, err := tc.ParseHandle(c.ID)
+		if err != nil {
+			continue
+		}
+		if n, ok := counts[uint32(h.Minor())]; ok {
+			c.Classified = &Count{Packets: n.Packets, Bytes: n.Bytes}
+		}
+	}
+	targets, npol, err := prog.Targets()
+	if err != nil {
+		return err
+	}
+	polClass := map[uint16]string{}
+	for _, tg := range targets {
+		if tg.Policer != 0 {
+			polClass[tg.Policer] = names[tg.Counter]
+		}
+	}
+	for n := uint32(1); n <= npol; n++ {
+		col, err := prog.Colours(n)
+		if err != nil {
+			return err
+		}
+		t.Policers = append(t.Policers, &Policer{Class: polClass[uint16(n)],
+			Green:  Count{col[0].Packets, col[0].Bytes},
+			Yellow: Count{col[1].Packets, col[1].Bytes},
+			Red:    Count{col[2].Packets, col[2].Bytes}})
+	}
+	return nil
 }
 
 // Collect reads the trees recorded for the namespace, all or those on
@@ -65,8 +142,20 @@ func Collect(k *kernel.Kernel, devs []string) (*Sample, error) {
 		if len(devs) > 0 && !contains(devs, name) && !contains(devs, rec.Interface) {
 			continue
 		}
-		t := &Tree{Device: name, Interface: rec.Interface, Direction: rec.Dir}
+		t := &Tree{Device: name, Interface: rec.Interface, Direction: rec.Dir, Classifier: "u32"}
 		s.Trees = append(s.Trees, t)
+		if rec.PoliceOnly {
+			t.Device = rec.Interface
+			if !k.Conn.LinkExists(rec.Interface) {
+				t.Missing = true
+				continue
+			}
+			if err := readBPF(k, t, rec.Interface, rec.Dir == "ingress", rec); err != nil {
+				return nil, err
+			}
+			t.Missing = t.Classifier != "bpf"
+			continue
+		}
 		root, err := tc.ParseHandle(rec.Root)
 		if err != nil || !k.Conn.LinkExists(name) {
 			t.Missing = true
@@ -126,6 +215,9 @@ func Collect(k *kernel.Kernel, devs []string) (*Sample, error) {
 				out.Leaf = ""
 			}
 			t.Classes = append(t.Classes, out)
+		}
+		if err := readBPF(k, t, name, false, rec); err != nil {
+			return nil, err
 		}
 	}
 	return s, nil
@@ -188,6 +280,18 @@ func (s *Sample) WriteText(w io.Writer) {
 		fmt.Fprintln(w, title)
 		if t.Missing {
 			fmt.Fprintln(w, "  (missing: the kernel no longer has this tree; run apply or reset)")
+			continue
+		}
+		if len(t.Policers) > 0 {
+			pw := tabwriter.NewWriter(w, 2, 4, 2, ' ', tabwriter.AlignRight)
+			fmt.Fprintln(pw, "POLICER\tGREEN\t\tYELLOW\t\tRED\t\t")
+			for _, p := range t.Policers {
+				fmt.Fprintf(pw, "%s\t%d\t%s\t%d\t%s\t%d\t%s\t\n", p.Class, p.Green.Packets, bytesHuman(p.Green.Bytes),
+					p.Yellow.Packets, bytesHuman(p.Yellow.Bytes), p.Red.Packets, bytesHuman(p.Red.Bytes))
+			}
+			pw.Flush()
+		}
+		if len(t.Classes) == 0 {
 			continue
 		}
 		tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', tabwriter.AlignRight)

@@ -355,8 +355,22 @@ func (c *Conn) FilterAdd(f *Filter) error {
 	if err != nil {
 		return err
 	}
+	if f.Kind == "bpf" && f.BPF != nil {
+		// cls_bpf, direct action: the program's verdict is the action.
+		req := c.request(unix.RTM_NEWTFILTER, unix.NLM_F_CREATE|unix.NLM_F_EXCL|unix.NLM_F_ACK)
+		req.AddData(tcmsg(idx, f.Handle, uint32(f.Parent), filterInfo(f.Prio, f.Proto)))
+		req.AddData(nl.NewRtAttr(tcaKind, nl.ZeroTerminated(f.Kind)))
+		opts := nl.NewRtAttr(tcaOptions, nil)
+		opts.AddRtAttr(nl.TCA_BPF_FD, nl.Uint32Attr(uint32(f.BPF.FD)))
+		opts.AddRtAttr(nl.TCA_BPF_NAME, nl.ZeroTerminated(f.BPF.Name))
+		if f.BPF.DA {
+			opts.AddRtAttr(nl.TCA_BPF_FLAGS, nl.Uint32Attr(nl.TCA_BPF_FLAG_ACT_DIRECT))
+		}
+		req.AddData(opts)
+		return c.write(req, fmt.Sprintf("filter add %s %s prio %d bpf %s", f.Dev, f.Parent, f.Prio, f.BPF.Name))
+	}
 	if f.Kind != "u32" || f.U32 == nil {
-		return fmt.Errorf("filter kind %q: sluice only creates u32 filters here", f.Kind)
+		return fmt.Errorf("filter kind %q: sluice only creates u32 and bpf filters", f.Kind)
 	}
 	req := c.request(unix.RTM_NEWTFILTER, unix.NLM_F_CREATE|unix.NLM_F_EXCL|unix.NLM_F_ACK)
 	req.AddData(tcmsg(idx, f.Handle, uint32(f.Parent), filterInfo(f.Prio, f.Proto)))
@@ -630,9 +644,23 @@ func (c *Conn) Filters(dev string, parent Handle) ([]*Filter, error) {
 			Dev: dev, Parent: parent, Prio: uint16(tm.Info >> 16), Proto: proto>>8 | proto<<8,
 			Kind: cstring(a[tcaKind]), Raw: tm.Handle, Handle: tm.Handle,
 		}
-		if f.Kind == "u32" {
+		switch f.Kind {
+		case "u32":
 			if err := c.decodeU32(f, a[tcaOptions]); err != nil {
 				return nil, err
+			}
+		case "bpf":
+			if tm.Handle == 0 {
+				f.Handle = 0 // the prio itself
+				break
+			}
+			o := parseAttrs(a[tcaOptions])
+			f.BPF = &BPF{Name: cstring(o[nl.TCA_BPF_NAME])}
+			if b := o[nl.TCA_BPF_ID]; len(b) >= 4 {
+				f.BPF.ID = native.Uint32(b)
+			}
+			if b := o[nl.TCA_BPF_FLAGS]; len(b) >= 4 {
+				f.BPF.DA = native.Uint32(b)&nl.TCA_BPF_FLAG_ACT_DIRECT != 0
 			}
 		}
 		out = append(out, f)

@@ -143,7 +143,8 @@ func (c *Conn) GetLink(name string) *Link {
 		return nil
 	}
 	a := l.Attrs()
-	return &Link{Name: a.Name, Kind: l.Type(), MTU: a.MTU, Up: a.Flags&unix.IFF_UP != 0, Index: a.Index}
+	return &Link{Name: a.Name, Kind: l.Type(), MTU: a.MTU, Up: a.Flags&unix.IFF_UP != 0, Index: a.Index,
+		RawIP: a.EncapType != "" && a.EncapType != "ether" && a.EncapType != "loopback"}
 }
 
 // LinkAdd creates a link (an ifb) and sets it up.
@@ -204,3 +205,7 @@ func (c *Conn) LinkDel(name string) error {
 	}
 	return nil
 }
+
+// CountWrite counts a change made outside netlink (a BPF map update) as
+// a write, so that fault injection (BeforeWrite) reaches it too.
+func (c *Conn) CountWrite(what string) error { return c.countWrite(what) }

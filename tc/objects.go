@@ -43,6 +43,9 @@ type Link struct {
 	Up   bool
 	// Index is filled in on readback.
 	Index int
+	// RawIP: the device carries bare IP packets, no link-layer header
+	// (readback only; tun, wireguard).
+	RawIP bool
 }
 
 func (l *Link) Key() string      { return "link/" + l.Name }
@@ -210,11 +213,20 @@ type Filter struct {
 	Kind   string
 	Handle uint32
 	U32    *U32
+	BPF    *BPF
 
 	// Raw is the handle the kernel reported (only on readback).
 	Raw uint32
 	// Note says what the filter is for (plan output, export comments).
 	Note string
+}
+
+// BPF is a cls_bpf filter in direct-action mode: the program decides.
+type BPF struct {
+	FD   int    // the program to attach (on create)
+	ID   uint32 // the attached program (on readback)
+	Name string // what tc shows; sluice puts its program version here
+	DA   bool   // direct action
 }
 
 // ProtoAll is ETH_P_ALL.

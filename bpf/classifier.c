@@ -1,0 +1,423 @@
+//go:build ignore
+
+// SPDX-License-Identifier: GPL-2.0
+// sluice's classifier and policers, run by cls_bpf (direct action) on a
+// device's clsact hook.
+//
+// A packet's class comes from an ordered list of rules with the same
+// first-match meaning as sluice's u32 filters (rules.h), and from LPM
+// tries of hosts for per-host classes. The class id goes to HTB through
+// skb->priority (HTB classifies a packet directly when its priority
+// names a leaf class); a host may also pin its transmit queue
+// (queue_mapping), for trees sharded over mq. Per-class counters are
+// per-CPU. A class may have a policer: RFC 2697 srTCM or RFC 2698 trTCM,
+// tokens refilled from the elapsed time at each packet, under a spin
+// lock (one rate shared by every CPU: per-CPU buckets would multiply it).
+#include <linux/bpf.h>
+#include <linux/pkt_cls.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+
+#include "sluice.h"
+
+char __license[] SEC("license") = "GPL";
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct config);
+} settings SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, MAX_RULES);
+	__type(key, __u32);
+	__type(value, struct rule);
+} rules SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, MAX_BLOCKS);
+	__type(key, __u32);
+	__type(value, struct block);
+} blocks SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, MAX_TARGETS);
+	__type(key, __u32);
+	__type(value, struct target);
+} targets SEC(".maps");
+
+// Hosts: (table, address prefix) -> target. Sized at load time.
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(max_entries, 1024);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct lpm_key);
+	__type(value, struct target);
+} hosts SEC(".maps");
+
+// Packets and bytes per target (class), per CPU. Sized at load time.
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1024);
+	__type(key, __u32);
+	__type(value, struct counter);
+} counters SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, MAX_POLICERS);
+	__type(key, __u32);
+	__type(value, struct policer);
+} policers SEC(".maps");
+
+// Packets and bytes per policer and colour (index policer*3 + colour).
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, MAX_POLICERS * 3);
+	__type(key, __u32);
+	__type(value, struct counter);
+} colours SEC(".maps");
+
+// What the parser found.
+struct pkt {
+	__u32 src[4], dst[4]; // network order
+	__u32 l3off;
+	__u32 iplen; // IPv4 total length, IPv6 payload length
+	__u32 mark;
+	__u16 sport, dport; // host order
+	__u8 family;        // 4, 6, or 0: not IP (or not parsable)
+	__u8 proto;
+	__u8 tos; // IPv4 TOS or IPv6 traffic class
+	__u8 tcpflags;
+	__u8 l4;    // the transport ports are visible
+	__u8 flags; // the TCP flags are visible
+};
+
+#define ETH_P_IP_ 0x0800
+#define ETH_P_IPV6_ 0x86DD
+#define IPPROTO_TCP_ 6
+
+// parse reads the headers the rules look at. It reads the packet the way
+// sluice's u32 filters do: transport fields sit after the IPv4 header
+// (options included) on first fragments only, and right after the fixed
+// IPv6 header (extension headers are not followed: the protocol is the
+// first next-header value). Anything it cannot read leaves family 0, and
+// such a packet goes to the default class.
+static __always_inline void parse(struct __sk_buff *skb, const struct config *cfg, struct pkt *p)
+{
+	__u32 off = 0;
+	__u16 proto = skb->protocol; // network order
+	if (cfg->l2len == 14) {
+		off = 14;
+		if (bpf_skb_load_bytes(skb, 12, &proto, 2) < 0)
+			return;
+		// Up to two in-band VLAN tags (offloaded tags are not in the data).
+#pragma unroll
+		for (int i = 0; i < 2; i++) {
+			if (proto != bpf_htons(0x8100) && proto != bpf_htons(0x88a8))
+				break;
+			off += 4;
+			if (bpf_skb_load_bytes(skb, off - 2, &proto, 2) < 0)
+				return;
+		}
+	}
+	p->l3off = off;
+	if (proto == bpf_htons(ETH_P_IP_)) {
+		__u8 h[20];
+		if (bpf_skb_load_bytes(skb, off, h, 20) < 0)
+			return;
+		if ((h[0] >> 4) != 4 || (h[0] & 0xf) < 5)
+			return;
+		p->tos = h[1];
+		p->iplen = ((__u32)h[2] << 8) | h[3];
+		p->proto = h[9];
+		__builtin_memcpy(&p->src[0], &h[12], 4);
+		__builtin_memcpy(&p->dst[0], &h[16], 4);
+		p->family = 4;
+		if (((((__u16)h[6] << 8) | h[7]) & 0x1fff) != 0)
+			return; // a later fragment: no transport header
+		off += (h[0] & 0xf) * 4;
+	} else if (proto == bpf_htons(ETH_P_IPV6_)) {
+		__u8 h[40];
+		if (bpf_skb_load_bytes(skb, off, h, 40) < 0)
+			return;
+		if ((h[0] >> 4) != 6)
+			return;
+		p->tos = ((h[0] & 0xf) << 4) | (h[1] >> 4);
+		p->iplen = ((__u32)h[4] << 8) | h[5];
+		p->proto = h[6];
+		__builtin_memcpy(p->src, &h[8], 16);
+		__builtin_memcpy(p->dst, &h[24], 16);
+		p->family = 6;
+		off += 40;
+	} else {
+		return;
+	}
+	__u8 l4[4];
+	if (bpf_skb_load_bytes(skb, off, l4, 4) < 0)
+		return;
+	p->sport = ((__u16)l4[0] << 8) | l4[1];
+	p->dport = ((__u16)l4[2] << 8) | l4[3];
+	p->l4 = 1;
+	if (bpf_skb_load_bytes(skb, off + 13, &p->tcpflags, 1) == 0)
+		p->flags = 1;
+}
+
+static __always_inline int prefix_match(const __u32 *addr, const __u32 *want, const __u32 *mask, __u8 family)
+{
+	if ((addr[0] & mask[0]) != want[0])
+		return 0;
+	if (family == 6 && ((addr[1] & mask[1]) != want[1] || (addr[2] & mask[2]) != want[2] ||
+			    (addr[3] & mask[3]) != want[3]))
+		return 0;
+	return 1;
+}
+
+static __always_inline int rule_match(const struct rule *r, const struct pkt *p)
+{
+	if ((r->flags & F_MARK) && (p->mark & r->mark_mask) != r->mark_val)
+		return 0;
+	if (!r->family)
+		return 1; // mark only: any packet, IP or not
+	if (r->family != p->family)
+		return 0;
+	if ((r->flags & F_SRC) && !prefix_match(p->src, r->src, r->src_mask, p->family))
+		return 0;
+	if ((r->flags & F_DST) && !prefix_match(p->dst, r->dst, r->dst_mask, p->family))
+		return 0;
+	if ((r->flags & F_PROTO) && p->proto != r->proto)
+		return 0;
+	if (r->dscp_set && !(r->dscp_set & (1ULL << (p->tos >> 2))))
+		return 0;
+	if ((r->flags & F_TOS) && (p->tos & r->tos_mask) != r->tos_val)
+		return 0;
+	if (r->flags & F_L4) {
+		if (!p->l4 || p->sport < r->sport_lo || p->sport > r->sport_hi || p->dport < r->dport_lo ||
+		    p->dport > r->dport_hi)
+			return 0;
+	}
+	// A small pure ACK: ACK alone among URG ACK PSH RST SYN FIN, and an
+	// IP length (IPv6: payload length) under 128.
+	if ((r->flags & F_TCP_ACK) && (!p->flags || (p->tcpflags & 0x3f) != 0x10 || p->iplen >= 128))
+		return 0;
+	return 1;
+}
+
+struct scan {
+	const struct pkt *p;
+	__u32 first; // index of the first rule to test
+	__u32 hit;   // index of the matching rule + 1; 0: none
+};
+
+static long scan_rule(__u32 i, void *data)
+{
+	struct scan *s = data;
+	__u32 idx = s->first + i;
+	struct rule *r = bpf_map_lookup_elem(&rules, &idx);
+	if (!r)
+		return 1;
+	if (rule_match(r, s->p)) {
+		s->hit = idx + 1;
+		return 1;
+	}
+	return 0;
+}
+
+// classify returns the target a packet belongs to, or NULL for the
+// tree's default class. Blocks mirror the u32 filter lists sluice would
+// attach to the HTB root and to each gating class; block 0 is the root.
+static __always_inline struct target *classify(const struct pkt *p)
+{
+	__u32 b = 0, from = 0;
+	for (int step = 0; step < MAX_STEPS; step++) {
+		struct block *blk = bpf_map_lookup_elem(&blocks, &b);
+		if (!blk)
+			return 0;
+		struct scan s = { .p = p, .first = blk->first + from };
+		if (from < blk->count)
+			bpf_loop(blk->count - from, scan_rule, &s, 0);
+		if (!s.hit) {
+			if (!blk->has_fallback)
+				return 0;
+			__u32 t = blk->fallback;
+			return bpf_map_lookup_elem(&targets, &t);
+		}
+		__u32 ri = s.hit - 1;
+		struct rule *r = bpf_map_lookup_elem(&rules, &ri);
+		if (!r)
+			return 0;
+		__u32 t = r->target;
+		if (r->kind == K_CLASS)
+			return bpf_map_lookup_elem(&targets, &t);
+		if (r->kind == K_GATE) {
+			b = t;
+			from = 0;
+			continue;
+		}
+		// K_HOSTS: the host's own class, by longest prefix.
+		struct lpm_key k = { .table = t * 2 + (p->family == 6) };
+		k.prefixlen = 32 + (p->family == 6 ? 128 : 32);
+		__builtin_memcpy(k.addr, (r->aux & H_BY_SRC) ? p->src : p->dst, 16);
+		struct target *h = bpf_map_lookup_elem(&hosts, &k);
+		if (h)
+			return h;
+		if (!(r->aux & H_FALLTHROUGH))
+			return 0;
+		from = ri - blk->first + 1;
+	}
+	return 0;
+}
+
+// meter colours a packet of len bytes with an RFC 2697 srTCM or RFC 2698
+// trTCM. Tokens are refilled from the time elapsed since the last packet.
+// Every CPU meters against the same buckets under the policer's spin
+// lock: per-CPU buckets would let each CPU pass the whole rate.
+static __always_inline __u32 meter(struct policer *pl, __u64 now, __u32 len, __u32 pre)
+{
+	__u64 cost = (__u64)len * NS;
+	__u32 c;
+	bpf_spin_lock(&pl->lock);
+	__u64 dt = now > pl->last ? now - pl->last : 0;
+	if (now > pl->last)
+		pl->last = now;
+	__u64 cmax = pl->cbs * NS, emax = pl->ebs * NS;
+	__u64 roomc = cmax > pl->tc ? cmax - pl->tc : 0;
+	__u64 roome = emax > pl->te ? emax - pl->te : 0;
+	if (pl->mode == MODE_SRTCM) {
+		// Tokens go to C at CIR; once C is full, to E.
+		__u64 room = roomc + roome;
+		__u64 add = pl->cir && dt <= room / pl->cir ? dt * pl->cir : room;
+		if (!pl->cir)
+			add = 0;
+		if (add <= roomc) {
+			pl->tc += add;
+		} else {
+			pl->tc = cmax;
+			pl->te += add - roomc;
+		}
+		if (pre == GREEN && pl->tc >= cost) {
+			pl->tc -= cost;
+			c = GREEN;
+		} else if (pre != RED && pl->te >= cost) {
+			pl->te -= cost;
+			c = YELLOW;
+		} else {
+			c = RED;
+		}
+	} else {
+		// trTCM: C fills at CIR, P (kept in te) at PIR.
+		__u64 addc = pl->cir && dt <= roomc / pl->cir ? dt * pl->cir : roomc;
+		__u64 addp = pl->pir && dt <= roome / pl->pir ? dt * pl->pir : roome;
+		if (!pl->cir)
+			addc = 0;
+		if (!pl->pir)
+			addp = 0;
+		pl->tc += addc;
+		pl->te += addp;
+		if (pre == RED || pl->te < cost) {
+			c = RED;
+		} else if (pre == YELLOW || pl->tc < cost) {
+			pl->te -= cost;
+			c = YELLOW;
+		} else {
+			pl->te -= cost;
+			pl->tc -= cost;
+			c = GREEN;
+		}
+	}
+	bpf_spin_unlock(&pl->lock);
+	return c;
+}
+
+// pre_colour reads a colour-aware policer's input colour from the DSCP
+// (RFC 2597 drop precedence): AFx2 is yellow, AFx3 red, the rest green.
+static __always_inline __u32 pre_colour(const struct pkt *p)
+{
+	__u8 d = p->tos >> 2, cls = d >> 3, drop = d & 7;
+	if (p->family == 0 || cls < 1 || cls > 4)
+		return GREEN;
+	if (drop == 4)
+		return YELLOW;
+	if (drop == 6)
+		return RED;
+	return GREEN;
+}
+
+// remark rewrites the DSCP, keeping the ECN bits, and fixes the IPv4
+// header checksum (IPv6 has none).
+static __always_inline void remark(struct __sk_buff *skb, const struct pkt *p, __u8 dscp)
+{
+	__u8 b[2];
+	if (p->family == 0 || bpf_skb_load_bytes(skb, p->l3off, b, 2) < 0)
+		return;
+	if (p->family == 4) {
+		__u16 oldw = ((__u16)b[0] << 8) | b[1];
+		b[1] = (dscp << 2) | (b[1] & 3);
+		__u16 neww = ((__u16)b[0] << 8) | b[1];
+		bpf_l3_csum_replace(skb, p->l3off + 10, bpf_htons(oldw), bpf_htons(neww), 2);
+		bpf_skb_store_bytes(skb, p->l3off + 1, &b[1], 1, 0);
+	} else {
+		__u8 tc = (dscp << 2) | (p->tos & 3);
+		b[0] = (b[0] & 0xf0) | (tc >> 4);
+		b[1] = (b[1] & 0x0f) | (tc << 4);
+		bpf_skb_store_bytes(skb, p->l3off, b, 2, 0);
+	}
+}
+
+static __always_inline void count(void *map, __u32 idx, __u32 len)
+{
+	struct counter *c = bpf_map_lookup_elem(map, &idx);
+	if (c) {
+		c->packets++;
+		c->bytes += len;
+	}
+}
+
+SEC("tc")
+int sluice_classify(struct __sk_buff *skb)
+{
+	__u32 zero = 0;
+	struct config *cfg = bpf_map_lookup_elem(&settings, &zero);
+	if (!cfg)
+		return TC_ACT_OK;
+	struct pkt p = { .mark = skb->mark };
+	parse(skb, cfg, &p);
+	struct target *t = p.family || skb->mark ? classify(&p) : 0;
+	if (!t) {
+		__u32 d = cfg->default_target;
+		t = bpf_map_lookup_elem(&targets, &d);
+		if (!t)
+			return TC_ACT_OK;
+	}
+	__u32 len = skb->wire_len ? skb->wire_len : skb->len;
+	if (cfg->flags & CFG_SET_PRIORITY)
+		skb->priority = t->classid;
+	skb->tc_classid = t->classid;
+	// A recorded queue (tx queue + 1) that the stack's skb_tx_hash keeps
+	// when it picks the transmit queue after this hook.
+	if (t->queue)
+		skb->queue_mapping = t->queue;
+	count(&counters, t->counter, len);
+	__u32 pol = t->policer;
+	if (!pol)
+		return TC_ACT_OK;
+	struct policer *pl = bpf_map_lookup_elem(&policers, &pol);
+	if (!pl)
+		return TC_ACT_OK;
+	__u32 pre = pl->aware ? pre_colour(&p) : GREEN;
+	__u64 now = cfg->flags & CFG_TEST_CLOCK ? skb->tstamp : bpf_ktime_get_ns();
+	__u32 c = meter(pl, now, len, pre);
+	count(&colours, pol * 3 + c, len);
+	if (c > RED)
+		return TC_ACT_OK;
+	__u8 act = pl->act[c];
+	if (act == ACT_DROP)
+		return TC_ACT_SHOT;
+	if (act == ACT_REMARK)
+		remark(skb, &p, pl->dscp[c]);
+	return TC_ACT_OK;
+}

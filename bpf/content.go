@@ -1,0 +1,332 @@
+package bpf
+
+import (
+	"fmt"
+	"net/netip"
+	"sort"
+	"strings"
+)
+
+// Limits of the fixed-size maps (sluice.h).
+const (
+	MaxRules    = 4096
+	MaxBlocks   = 256
+	MaxTargets  = 65536
+	MaxPolicers = 1024
+	MaxHosts    = 1 << 20
+	// MaxSteps bounds the blocks one packet walks through (gating
+	// classes nested, plus host tables an address falls through).
+	MaxSteps = 16
+)
+
+// Flags and kinds of a Rule (sluice.h).
+const (
+	RuleSrc    = 1
+	RuleDst    = 2
+	RuleProto  = 4
+	RuleL4     = 8
+	RuleTCPAck = 16
+	RuleMark   = 32
+	RuleTOS    = 64
+
+	KindClass = 0
+	KindGate  = 1
+	KindHosts = 2
+
+	HostsBySrc       = 1
+	HostsFallThrough = 2
+
+	cfgSetPriority = 1
+	cfgTestClock   = 2
+)
+
+// Colours and policer actions.
+const (
+	Green  = 0
+	Yellow = 1
+	Red    = 2
+
+	ActPass   = 0
+	ActDrop   = 1
+	ActRemark = 2
+
+	SrTCM = 0 // RFC 2697
+	TrTCM = 1 // RFC 2698
+)
+
+// Aliases for the types bpf2go generated from sluice.h.
+type (
+	Rule    = ClassifierRule
+	Block   = ClassifierBlock
+	Target  = ClassifierTarget
+	HostKey = ClassifierLpmKey
+	Counter = ClassifierCounter
+)
+
+// Policer is one meter's configuration: RFC 2697 srTCM (CIR, CBS, EBS)
+// or RFC 2698 trTCM (CIR, CBS, PIR, PBS in EBS). Rates are bytes per
+// second, bursts bytes.
+type Policer struct {
+	Mode  uint8
+	Aware bool     // colour-aware: the pre-colour comes from the DSCP
+	Act   [3]uint8 // ActPass, ActDrop or ActRemark per colour
+	DSCP  [3]uint8 // the new DSCP of ActRemark, per colour
+	CIR   uint64
+	PIR   uint64
+	CBS   uint64
+	EBS   uint64 // EBS (srTCM) or PBS (trTCM)
+}
+
+// Content is everything the classifier's maps hold on one hook: the rule
+// blocks that mirror sluice's u32 filter lists, the class targets, the
+// host tables and the policers. It is what plan computes and what the
+// kernel layer reads back and syncs.
+type Content struct {
+	// L2Len is the link-layer header length in front of IP: 14 for
+	// Ethernet-like devices, 0 for raw IP devices.
+	L2Len uint32
+	// SetPriority hands the class to HTB in skb->priority (an HTB tree
+	// sits on the device); off for policing without a tree.
+	SetPriority bool
+	// TestClock makes policers read the time from skb->tstamp (tests).
+	TestClock bool
+	Default   uint32 // index in Targets of the tree's default class
+	Rules     []Rule
+	Blocks    []Block
+	Targets   []Target
+	Hosts     map[HostKey]Target
+	Policers  []Policer // Policers[i] is policer number i+1
+	// Names maps a counter index to its class name (not in the kernel;
+	// show reads it from sluice's state).
+	Names map[uint32]string
+}
+
+// HostKeyOf is the LPM key of prefix p in host table t.
+func HostKeyOf(t uint32, p netip.Prefix) HostKey {
+	k := HostKey{Prefixlen: 32 + uint32(p.Bits()), Table: t * 2}
+	if p.Addr().Is6() {
+		k.Table++
+	}
+	b := p.Masked().Addr().AsSlice()
+	for i := 0; i < len(b)/4; i++ {
+		k.Addr[i] = ne32(b[4*i:])
+	}
+	return k
+}
+
+// Prefix turns a host key back into its table and prefix.
+func (k HostKey) Prefix() (uint32, netip.Prefix) {
+	var b [16]byte
+	for i := 0; i < 4; i++ {
+		putNe32(b[4*i:], k.Addr[i])
+	}
+	bits := int(k.Prefixlen) - 32
+	if k.Table%2 == 0 {
+		return k.Table / 2, netip.PrefixFrom(netip.AddrFrom4([4]byte(b[:4])), bits)
+	}
+	return k.Table / 2, netip.PrefixFrom(netip.AddrFrom16(b), bits)
+}
+
+// ne32 reads 4 bytes in network order as the uint32 the program loads
+// from packet memory on a little-endian machine.
+func ne32(b []byte) uint32 {
+	return uint32(b[0]) | uint32(b[1])<<8 | uint32(b[2])<<16 | uint32(b[3])<<24
+}
+
+func putNe32(b []byte, v uint32) {
+	b[0], b[1], b[2], b[3] = byte(v), byte(v>>8), byte(v>>16), byte(v>>24)
+}
+
+// SetPrefix stores prefix p as a rule's src (dst false) or dst match.
+func (r *Rule) SetPrefix(dst bool, p netip.Prefix) {
+	b := p.Masked().Addr().AsSlice()
+	var addr, mask [4]uint32
+	m := make([]byte, 16)
+	for i := 0; i < p.Bits(); i++ {
+		m[i/8] |= 0x80 >> (i % 8)
+	}
+	for i := 0; i < len(b)/4; i++ {
+		addr[i], mask[i] = ne32(b[4*i:]), ne32(m[4*i:])
+	}
+	if dst {
+		r.Dst, r.DstMask = addr, mask
+		r.Flags |= RuleDst
+	} else {
+		r.Src, r.SrcMask = addr, mask
+		r.Flags |= RuleSrc
+	}
+}
+
+// Validate checks that c fits the maps and that every index points at
+// something, so that a bad content fails before it reaches the kernel.
+func (c *Content) Validate() error {
+	switch {
+	case len(c.Rules) > MaxRules:
+		return fmt.Errorf("bpf classifier: %d rules, at most %d fit", len(c.Rules), MaxRules)
+	case len(c.Blocks) == 0 || len(c.Blocks) > MaxBlocks:
+		return fmt.Errorf("bpf classifier: %d rule blocks, between 1 and %d fit", len(c.Blocks), MaxBlocks)
+	case len(c.Targets) == 0 || len(c.Targets) > MaxTargets:
+		return fmt.Errorf("bpf classifier: %d class targets, between 1 and %d fit", len(c.Targets), MaxTargets)
+	case len(c.Policers) > MaxPolicers-1:
+		return fmt.Errorf("bpf classifier: %d policers, at most %d fit", len(c.Policers), MaxPolicers-1)
+	case len(c.Hosts) > MaxHosts:
+		return fmt.Errorf("bpf classifier: %d hosts, at most %d fit", len(c.Hosts), MaxHosts)
+	case int(c.Default) >= len(c.Targets):
+		return fmt.Errorf("bpf classifier: default target %d out of range", c.Default)
+	}
+	checkTarget := func(t Target, what string) error {
+		if int(t.Policer) > len(c.Policers) {
+			return fmt.Errorf("bpf classifier: %s names policer %d of %d", what, t.Policer, len(c.Policers))
+		}
+		return nil
+	}
+	for i, t := range c.Targets {
+		if err := checkTarget(t, fmt.Sprintf("target %d", i)); err != nil {
+			return err
+		}
+	}
+	for k, t := range c.Hosts {
+		if err := checkTarget(t, fmt.Sprintf("host %v", k)); err != nil {
+			return err
+		}
+	}
+	for i, b := range c.Blocks {
+		if int(b.First)+int(b.Count) > len(c.Rules) || b.HasFallback != 0 && int(b.Fallback) >= len(c.Targets) {
+			return fmt.Errorf("bpf classifier: block %d out of range", i)
+		}
+	}
+	for i, r := range c.Rules {
+		switch r.Kind {
+		case KindClass:
+			if int(r.Target) >= len(c.Targets) {
+				return fmt.Errorf("bpf classifier: rule %d names target %d of %d", i, r.Target, len(c.Targets))
+			}
+		case KindGate:
+			if r.Target == 0 || int(r.Target) >= len(c.Blocks) {
+				return fmt.Errorf("bpf classifier: rule %d names block %d of %d", i, r.Target, len(c.Blocks))
+			}
+		}
+	}
+	return nil
+}
+
+// Counters is the capacity of the per-class counter map a program for c
+// needs: room for the highest counter index, with headroom so that new
+// classes rarely need a new program.
+func (c *Content) Counters() uint32 {
+	hi := c.maxCounter()
+	n := uint32(1024)
+	for n < 2*(hi+1) && n < 1<<24 {
+		n *= 2
+	}
+	return n
+}
+
+func (c *Content) maxCounter() uint32 {
+	hi := uint32(0)
+	for _, t := range c.Targets {
+		hi = max(hi, t.Counter)
+	}
+	for _, t := range c.Hosts {
+		hi = max(hi, t.Counter)
+	}
+	return hi
+}
+
+// Equal reports whether a and b put the same bytes in the maps.
+func (c *Content) Equal(o *Content) bool {
+	return c.L2Len == o.L2Len && c.SetPriority == o.SetPriority && c.TestClock == o.TestClock &&
+		c.Default == o.Default && eqSlice(c.Rules, o.Rules) && eqSlice(c.Blocks, o.Blocks) &&
+		eqSlice(c.Targets, o.Targets) && eqSlice(c.Policers, o.Policers) && eqHosts(c.Hosts, o.Hosts)
+}
+
+func eqSlice[T comparable](a, b []T) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func eqHosts(a, b map[HostKey]Target) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if w, ok := b[k]; !ok || w != v {
+			return false
+		}
+	}
+	return true
+}
+
+// Delta summarises how c differs from old, for plans: "hosts +2 -1 ~3,
+// rules, policers".
+func (c *Content) Delta(old *Content) string {
+	var parts []string
+	var add, del, chg int
+	for k, v := range c.Hosts {
+		if w, ok := old.Hosts[k]; !ok {
+			add++
+		} else if w != v {
+			chg++
+		}
+	}
+	for k := range old.Hosts {
+		if _, ok := c.Hosts[k]; !ok {
+			del++
+		}
+	}
+	if add+del+chg > 0 {
+		parts = append(parts, fmt.Sprintf("hosts +%d -%d ~%d", add, del, chg))
+	}
+	if !eqSlice(c.Rules, old.Rules) || !eqSlice(c.Blocks, old.Blocks) {
+		parts = append(parts, fmt.Sprintf("rules %d -> %d", len(old.Rules), len(c.Rules)))
+	}
+	if !eqSlice(c.Targets, old.Targets) || c.Default != old.Default {
+		parts = append(parts, "class targets")
+	}
+	if !eqSlice(c.Policers, old.Policers) {
+		parts = append(parts, "policers")
+	}
+	if c.L2Len != old.L2Len || c.SetPriority != old.SetPriority || c.TestClock != old.TestClock {
+		parts = append(parts, "settings")
+	}
+	return strings.Join(parts, ", ")
+}
+
+// Summary is a one-line description of c.
+func (c *Content) Summary() string {
+	s := fmt.Sprintf("%d rules in %d blocks, %d classes, %d hosts", len(c.Rules), len(c.Blocks), len(c.Targets), len(c.Hosts))
+	if len(c.Policers) > 0 {
+		s += fmt.Sprintf(", %d policers", len(c.Policers))
+	}
+	return s
+}
+
+// SortedHosts lists c's host keys in a stable order.
+func (c *Content) SortedHosts() []HostKey {
+	keys := make([]HostKey, 0, len(c.Hosts))
+	for k := range c.Hosts {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		a, b := keys[i], keys[j]
+		if a.Table != b.Table {
+			return a.Table < b.Table
+		}
+		if a.Addr != b.Addr {
+			for w := 0; w < 4; w++ {
+				if a.Addr[w] != b.Addr[w] {
+					return a.Addr[w] < b.Addr[w]
+				}
+			}
+		}
+		return a.Prefixlen < b.Prefixlen
+	})
+	return keys
+}

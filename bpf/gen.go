@@ -1,0 +1,6 @@
+// Package bpf holds sluice's eBPF programs (C, compiled ahead of time with
+// clang through bpf2go; the objects are committed so that `go build`
+// needs no clang) and the Go types and loaders that go with them.
+package bpf
+
+//go:generate sh -c "go run github.com/cilium/ebpf/cmd/bpf2go -target bpfel -cflags \"-O2 -mcpu=v3 -Wall -Werror -I/usr/include/$(gcc -print-multiarch)\" -type config -type rule -type block -type target -type lpm_key -type counter -type policer Classifier classifier.c"

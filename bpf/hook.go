@@ -1,0 +1,53 @@
+package bpf
+
+import "fmt"
+
+// Hook is the classifier on one clsact hook of a device, as one object
+// of a plan: the program and everything in its maps. It satisfies the
+// kernel layer's object interface (Key, Device, Describe) so that it is
+// diffed, applied and rolled back with the tc objects around it.
+type Hook struct {
+	Dev     string
+	Ingress bool // the ingress hook (policing without a tree); else egress
+	Prio    uint16
+	Content *Content
+	// Base, on a change, is what the maps hold now (only the difference
+	// is written).
+	Base *Content
+	// Set on readback.
+	Version  string // the version in the filter's name
+	ProgID   uint32
+	Capacity uint32 // the size of the live counter map
+	// Note says what the hook is for (plans).
+	Note string
+}
+
+// Direction is "ingress" or "egress".
+func (h *Hook) Direction() string {
+	if h.Ingress {
+		return "ingress"
+	}
+	return "egress"
+}
+
+func (h *Hook) Key() string    { return "bpf/" + h.Dev + "/" + h.Direction() }
+func (h *Hook) Device() string { return h.Dev }
+func (h *Hook) Describe() string {
+	s := fmt.Sprintf("bpf classifier %s %s prio %d: %s", h.Dev, h.Direction(), h.Prio, h.Content.Summary())
+	if h.Note != "" {
+		s += "  # " + h.Note
+	}
+	return s
+}
+
+// Replaceable says why a live hook cannot take want's content in place
+// (another program version, or maps too small), or "" if it can.
+func (h *Hook) Replaceable(want *Hook) string {
+	switch {
+	case h.Version != Version:
+		return fmt.Sprintf("program version %s becomes %s", h.Version, Version)
+	case h.Capacity <= want.Content.maxCounter():
+		return fmt.Sprintf("the counter map (%d entries) is too small", h.Capacity)
+	}
+	return ""
+}

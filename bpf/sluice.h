@@ -1,0 +1,110 @@
+// SPDX-License-Identifier: GPL-2.0
+// Data shared between sluice's BPF program and its Go side: bpf2go
+// generates a Go type for every struct here, and sluice writes them into
+// the maps. Keep field order and padding explicit: both sides read the
+// same bytes.
+#pragma once
+
+#define MAX_RULES 4096
+#define MAX_BLOCKS 256
+#define MAX_TARGETS 65536
+#define MAX_POLICERS 1024
+#define MAX_STEPS 16 // blocks entered plus host-table misses that fall through
+#define NS 1000000000ULL
+
+// config.flags
+#define CFG_SET_PRIORITY 1 // hand the class to HTB in skb->priority (clsact hook)
+#define CFG_TEST_CLOCK 2   // policers take the time from skb->tstamp (tests only)
+
+// rule.flags
+#define F_SRC 1
+#define F_DST 2
+#define F_PROTO 4
+#define F_L4 8       // ports must be visible and in range
+#define F_TCP_ACK 16 // a small pure ACK
+#define F_MARK 32
+#define F_TOS 64
+
+// rule.kind
+#define K_CLASS 0 // target: index in targets
+#define K_GATE 1  // target: a block holding the gating class's child rules
+#define K_HOSTS 2 // target: a host table (see rule.aux)
+
+// rule.aux for K_HOSTS
+#define H_BY_SRC 1      // the source address names the host (else the destination)
+#define H_FALLTHROUGH 2 // an unknown address goes on to the next rule (else the default)
+
+
+// Colours, actions, meters.
+#define GREEN 0
+#define YELLOW 1
+#define RED 2
+#define ACT_PASS 0
+#define ACT_DROP 1
+#define ACT_REMARK 2
+#define MODE_SRTCM 0
+#define MODE_TRTCM 1
+
+struct config {
+	__u32 l2len;          // link-layer header bytes before IP: 14 (Ethernet) or 0
+	__u32 flags;          // CFG_*
+	__u32 default_target; // index in targets for unmatched and non-IP packets
+	__u32 shards;         // transmit queues the tree is sharded over (0: none)
+	__u32 nrules, nblocks, ntargets, npolicers; // entries in use (for readers)
+};
+
+struct rule {
+	__u32 src[4], src_mask[4]; // network order, already masked
+	__u32 dst[4], dst_mask[4];
+	__u64 dscp_set; // bit d set: DSCP d matches; 0: any DSCP
+	__u32 mark_val, mark_mask;
+	__u16 sport_lo, sport_hi, dport_lo, dport_hi;
+	__u8 family; // 4 or 6; 0 matches every packet (mark-only rules)
+	__u8 proto;
+	__u8 tos_val, tos_mask;
+	__u8 flags; // F_*
+	__u8 kind;  // K_*
+	__u16 aux;  // H_* for K_HOSTS
+	__u32 target;
+	__u32 pad;
+};
+
+struct block {
+	__u32 first;    // index of its first rule
+	__u32 count;    // number of rules
+	__u32 fallback; // target when no rule matches (a gating class's default child)
+	__u32 has_fallback;
+};
+
+struct target {
+	__u32 classid; // HTB class (major:minor)
+	__u32 counter; // index in counters
+	__u16 queue;   // 0 leaves the transmit queue alone; q+1 picks queue q
+	__u16 policer; // index in policers; 0: none
+};
+
+struct lpm_key {
+	__u32 prefixlen; // 32 (the table) + the address prefix length
+	__u32 table;     // host table * 2, + 1 for IPv6
+	__u32 addr[4];   // network order; IPv4 in addr[0]
+};
+
+struct counter {
+	__u64 packets;
+	__u64 bytes;
+};
+
+// A policer: RFC 2697 srTCM (cbs, ebs) or RFC 2698 trTCM (cbs, pbs in
+// ebs). Token counts are bytes scaled by 1e9 so that refilling, elapsed
+// ns times bytes per second, is exact integer arithmetic.
+struct policer {
+	struct bpf_spin_lock lock;
+	__u8 mode, aware; // MODE_*; aware: pre-colour from DSCP
+	__u8 act[3];      // ACT_* per colour
+	__u8 dscp[3];     // DSCP for ACT_REMARK per colour
+	__u8 pad[4];
+	__u64 cir, pir;   // bytes per second
+	__u64 cbs, ebs;   // bytes (trTCM: ebs holds PBS)
+	__u64 tc, te;     // tokens (trTCM: te holds the P bucket)
+	__u64 last;       // ns of the last refill
+};

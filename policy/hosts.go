@@ -1,0 +1,133 @@
+package policy
+
+import (
+	"encoding/csv"
+	"errors"
+	"io"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// hostsFile reads a per_host hosts_file: a CSV whose header is
+// name,addresses,rate,ceil with an optional parent column. Addresses are
+// separated by spaces: IPv4 and IPv6 addresses and CIDRs. Problems are
+// reported at the CSV's own line and column.
+func (p *parser) hostsFile(ph *PerHost, what string) []*HostEntry {
+	file := ph.HostsFile
+	if !filepath.IsAbs(file) {
+		file = filepath.Join(p.dir, file)
+	}
+	f, err := os.Open(file)
+	if err != nil {
+		p.d.Errorf(ph.HostsFilePos, "%s.hosts_file: %v", what, err)
+		return nil
+	}
+	defer f.Close()
+	r := csv.NewReader(f)
+	r.FieldsPerRecord = -1
+	r.TrimLeadingSpace = true
+	r.Comment = '#'
+	errAt := func(line, col int, format string, args ...any) {
+		p.d.ErrorIn(file, Pos{line, col}, format, args...)
+	}
+	header, err := r.Read()
+	if err != nil {
+		errAt(1, 1, "hosts file: %v; expected the header name,addresses,rate,ceil[,parent]", csvErr(err))
+		return nil
+	}
+	want := []string{"name", "addresses", "rate", "ceil"}
+	if len(header) < 4 || len(header) > 5 || (len(header) == 5 && strings.TrimSpace(header[4]) != "parent") {
+		errAt(1, 1, "hosts file: header %q: expected name,addresses,rate,ceil and optionally parent", strings.Join(header, ","))
+		return nil
+	}
+	for i, h := range want {
+		if strings.TrimSpace(header[i]) != h {
+			errAt(1, 1, "hosts file: column %d of the header is %q, expected %q (header: name,addresses,rate,ceil[,parent])", i+1, header[i], h)
+			return nil
+		}
+	}
+	var out []*HostEntry
+	names := map[string]int{}
+	addrs := map[netip.Prefix]int{}
+	for {
+		rec, err := r.Read()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		line, _ := r.FieldPos(0)
+		if err != nil {
+			errAt(line, 1, "hosts file: %v", csvErr(err))
+			return out
+		}
+		col := func(i int) int { _, c := r.FieldPos(i); return c }
+		if len(rec) != len(header) {
+			errAt(line, 1, "hosts file: %d fields, the header has %d", len(rec), len(header))
+			continue
+		}
+		e := &HostEntry{Name: strings.TrimSpace(rec[0]), File: file, Line: line}
+		switch {
+		case e.Name == "":
+			errAt(line, col(0), "hosts file: a host needs a name")
+			continue
+		case !classNameRE.MatchString(e.Name):
+			errAt(line, col(0), "hosts file: host name %q: use letters, digits, '_', '.', '-' (up to 64)", e.Name)
+			continue
+		}
+		if prev, dup := names[e.Name]; dup {
+			errAt(line, col(0), "hosts file: host %q appears twice (first on line %d)", e.Name, prev)
+			continue
+		}
+		names[e.Name] = line
+		for _, a := range strings.Fields(rec[1]) {
+			pf, err := parsePrefix(a)
+			if err != nil {
+				errAt(line, col(1), "hosts file: host %s: %v", e.Name, err)
+				continue
+			}
+			if prev, dup := addrs[pf]; dup {
+				errAt(line, col(1), "hosts file: host %s: %s is already listed on line %d", e.Name, pf, prev)
+				continue
+			}
+			addrs[pf] = line
+			e.Addrs = append(e.Addrs, pf)
+		}
+		if len(e.Addrs) == 0 {
+			errAt(line, col(1), "hosts file: host %s has no addresses", e.Name)
+			continue
+		}
+		if s := strings.TrimSpace(rec[2]); s != "" {
+			rt, _, err := ParseRate(s)
+			if err != nil {
+				errAt(line, col(2), "hosts file: host %s: rate: %v", e.Name, err)
+				continue
+			}
+			e.Rate = &rt
+		}
+		if s := strings.TrimSpace(rec[3]); s != "" {
+			rt, _, err := ParseRate(s)
+			if err != nil {
+				errAt(line, col(3), "hosts file: host %s: ceil: %v", e.Name, err)
+				continue
+			}
+			e.Ceil = &rt
+		}
+		if len(rec) == 5 {
+			e.Parent = strings.TrimSpace(rec[4])
+		}
+		out = append(out, e)
+	}
+	if len(out) == 0 && len(p.d.Errs) == 0 {
+		errAt(1, 1, "hosts file: lists no hosts")
+	}
+	return out
+}
+
+func csvErr(err error) error {
+	var pe *csv.ParseError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
+}

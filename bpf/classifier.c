@@ -132,6 +132,9 @@ static __always_inline void parse(struct __sk_buff *skb, const struct config *cf
 			return;
 		if ((h[0] >> 4) != 4 || (h[0] & 0xf) < 5)
 			return;
+		__u32 ihl = (h[0] & 0xf) * 4;
+		if (skb->len < off + ihl)
+			return; // options cut off: malformed
 		p->tos = h[1];
 		p->iplen = ((__u32)h[2] << 8) | h[3];
 		p->proto = h[9];
@@ -140,7 +143,7 @@ static __always_inline void parse(struct __sk_buff *skb, const struct config *cf
 		p->family = 4;
 		if (((((__u16)h[6] << 8) | h[7]) & 0x1fff) != 0)
 			return; // a later fragment: no transport header
-		off += (h[0] & 0xf) * 4;
+		off += ihl;
 	} else if (proto == bpf_htons(ETH_P_IPV6_)) {
 		__u8 h[40];
 		if (bpf_skb_load_bytes(skb, off, h, 40) < 0)
@@ -157,14 +160,23 @@ static __always_inline void parse(struct __sk_buff *skb, const struct config *cf
 	} else {
 		return;
 	}
+	// A transport header that should be there but is cut short makes the
+	// packet malformed (default class): later rules must not match a
+	// packet whose ports or flags the earlier ones could not read.
 	__u8 l4[4];
-	if (bpf_skb_load_bytes(skb, off, l4, 4) < 0)
+	int need = p->proto == IPPROTO_TCP_ || p->proto == 17 || p->proto == 33 || p->proto == 132 || p->proto == 136;
+	if (bpf_skb_load_bytes(skb, off, l4, 4) < 0) {
+		if (need)
+			p->family = 0;
 		return;
+	}
 	p->sport = ((__u16)l4[0] << 8) | l4[1];
 	p->dport = ((__u16)l4[2] << 8) | l4[3];
 	p->l4 = 1;
 	if (bpf_skb_load_bytes(skb, off + 13, &p->tcpflags, 1) == 0)
 		p->flags = 1;
+	else if (p->proto == IPPROTO_TCP_)
+		p->family = 0;
 }
 
 static __always_inline int prefix_match(const __u32 *addr, const __u32 *want, const __u32 *mask, __u8 family)
@@ -276,15 +288,22 @@ static __always_inline struct target *classify(const struct pkt *p)
 // trTCM. Tokens are refilled from the time elapsed since the last packet.
 // Every CPU meters against the same buckets under the policer's spin
 // lock: per-CPU buckets would let each CPU pass the whole rate.
-static __always_inline __u32 meter(struct policer *pl, __u64 now, __u32 len, __u32 pre)
+//
+// A GSO or GRO packet (seg < len) is a train of seg-sized packets that
+// can only pass or fall whole: it takes the colour its first segment
+// would get and is charged in full, so a bucket may go into debt, paid
+// back before the next packet conforms. Long-run rates hold and a burst
+// smaller than a super-packet does not starve TCP. With seg == len this
+// is exactly the RFC meter.
+static __always_inline __u32 meter(struct policer *pl, __u64 now, __u32 len, __u32 seg, __u32 pre)
 {
-	__u64 cost = (__u64)len * NS;
+	__s64 cost = (__s64)len * NS, need = (__s64)seg * NS;
 	__u32 c;
 	bpf_spin_lock(&pl->lock);
 	__u64 dt = now > pl->last ? now - pl->last : 0;
 	if (now > pl->last)
 		pl->last = now;
-	__u64 cmax = pl->cbs * NS, emax = pl->ebs * NS;
+	__s64 cmax = pl->cbs * NS, emax = pl->ebs * NS;
 	__u64 roomc = cmax > pl->tc ? cmax - pl->tc : 0;
 	__u64 roome = emax > pl->te ? emax - pl->te : 0;
 	if (pl->mode == MODE_SRTCM) {
@@ -299,10 +318,10 @@ static __always_inline __u32 meter(struct policer *pl, __u64 now, __u32 len, __u
 			pl->tc = cmax;
 			pl->te += add - roomc;
 		}
-		if (pre == GREEN && pl->tc >= cost) {
+		if (pre == GREEN && pl->tc >= need) {
 			pl->tc -= cost;
 			c = GREEN;
-		} else if (pre != RED && pl->te >= cost) {
+		} else if (pre != RED && pl->te >= need) {
 			pl->te -= cost;
 			c = YELLOW;
 		} else {
@@ -318,9 +337,9 @@ static __always_inline __u32 meter(struct policer *pl, __u64 now, __u32 len, __u
 			addp = 0;
 		pl->tc += addc;
 		pl->te += addp;
-		if (pre == RED || pl->te < cost) {
+		if (pre == RED || pl->te < need) {
 			c = RED;
-		} else if (pre == YELLOW || pl->tc < cost) {
+		} else if (pre == YELLOW || pl->tc < need) {
 			pl->te -= cost;
 			c = YELLOW;
 		} else {
@@ -410,7 +429,10 @@ int sluice_classify(struct __sk_buff *skb)
 		return TC_ACT_OK;
 	__u32 pre = pl->aware ? pre_colour(&p) : GREEN;
 	__u64 now = cfg->flags & CFG_TEST_CLOCK ? skb->tstamp : bpf_ktime_get_ns();
-	__u32 c = meter(pl, now, len, pre);
+	__u32 segs = skb->gso_segs, seg = len;
+	if (segs > 1)
+		seg = len / segs;
+	__u32 c = meter(pl, now, len, seg, pre);
 	count(&colours, pol * 3 + c, len);
 	if (c > RED)
 		return TC_ACT_OK;

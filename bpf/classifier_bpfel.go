@@ -61,8 +61,8 @@ type ClassifierPolicer struct {
 	Pir   uint64
 	Cbs   uint64
 	Ebs   uint64
-	Tc    uint64
-	Te    uint64
+	Tc    int64
+	Te    int64
 	Last  uint64
 }
 

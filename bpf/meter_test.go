@@ -204,3 +204,37 @@ func TestMeterReference(t *testing.T) {
 		}
 	}
 }
+
+// A GSO packet bigger than the committed burst still conforms when its
+// first segment does, and is charged in full: the next packet finds the
+// bucket in debt.
+func TestMeterGSOPacketsGoIntoDebt(t *testing.T) {
+	testutil.RequireRoot(t)
+	prog, err := bpf.Load(policerContent(bpf.Policer{Mode: bpf.SrTCM, CIR: 1_000_000, CBS: 3000}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer prog.Close()
+	f := testFrame(1500, 0, false)
+	steps := []struct {
+		now        uint64
+		wire, segs uint32
+		want       uint32
+	}{
+		{1e9, 64000, 44, bpf.VerdictOK},        // first segment fits 3000: green, bucket at -61000
+		{1e9 + 1, 0, 0, bpf.VerdictShot},       // in debt: red
+		{1e9 + 60e6, 0, 0, bpf.VerdictShot},    // 60 ms at 1 MB/s pays back 60000: still short
+		{1e9 + 64e6, 0, 0, bpf.VerdictOK},      // 64 ms: 3000 again
+		{1e9 + 64e6, 64000, 44, bpf.VerdictOK}, // 1500 left covers a 1454-byte segment
+		{1e9 + 64e6, 0, 0, bpf.VerdictShot},
+	}
+	for i, s := range steps {
+		res, err := prog.Run(bpf.Packet{Frame: f, Time: s.now, WireLen: s.wire, GSOSegs: s.segs})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Verdict != s.want {
+			t.Fatalf("step %d: verdict %d, want %d", i, res.Verdict, s.want)
+		}
+	}
+}

@@ -205,7 +205,7 @@ func (pl Policer) initial() ClassifierPolicer {
 		aware = 1
 	}
 	return ClassifierPolicer{Mode: pl.Mode, Aware: aware, Act: pl.Act, Dscp: pl.DSCP,
-		Cir: pl.CIR, Pir: pl.PIR, Cbs: pl.CBS, Ebs: pl.EBS, Tc: pl.CBS * 1e9, Te: pl.EBS * 1e9}
+		Cir: pl.CIR, Pir: pl.PIR, Cbs: pl.CBS, Ebs: pl.EBS, Tc: int64(pl.CBS) * 1e9, Te: int64(pl.EBS) * 1e9}
 }
 
 // writeArray writes the entries of want that differ from have.

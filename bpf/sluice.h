@@ -105,6 +105,6 @@ struct policer {
 	__u8 pad[4];
 	__u64 cir, pir;   // bytes per second
 	__u64 cbs, ebs;   // bytes (trTCM: ebs holds PBS)
-	__u64 tc, te;     // tokens (trTCM: te holds the P bucket)
+	__s64 tc, te;     // tokens (trTCM: te holds the P bucket); below zero: a GSO packet's debt
 	__u64 last;       // ns of the last refill
 };

@@ -44,6 +44,10 @@ type Packet struct {
 	Frame []byte
 	Mark  uint32
 	Time  uint64
+	// WireLen and GSOSegs make the frame stand for a GSO packet of
+	// WireLen bytes in GSOSegs segments (0: a plain packet).
+	WireLen uint32
+	GSOSegs uint32
 }
 
 // Result is what the program did to a packet.
@@ -55,7 +59,7 @@ type Result struct {
 
 // Run runs the classifier once on pkt through BPF_PROG_TEST_RUN.
 func (p *Program) Run(pkt Packet) (Result, error) {
-	in := skbContext{Mark: pkt.Mark, Tstamp: pkt.Time}
+	in := skbContext{Mark: pkt.Mark, Tstamp: pkt.Time, WireLen: pkt.WireLen, GSOSegs: pkt.GSOSegs}
 	var out skbContext
 	data := make([]byte, len(pkt.Frame)+64)
 	opts := &ebpf.RunOptions{Data: pkt.Frame, DataOut: data, Context: in, ContextOut: &out}

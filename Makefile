@@ -2,7 +2,7 @@
 GO  ?= go
 BIN := bin/sluice
 
-.PHONY: build deps demo test unit lint bench bench-utilization clean
+.PHONY: build deps demo test unit lint bpf bpf-check bench bench-utilization bench-classify clean
 
 build:
 	$(GO) build -o $(BIN) ./cmd/sluice
@@ -28,10 +28,21 @@ lint:
 	$(GO) vet ./...
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
-bench: bench-utilization
+# Rebuild the BPF objects (needs clang, llvm, libbpf-dev).
+bpf:
+	$(GO) generate ./bpf
+
+# Fail if the committed BPF objects are not what the C sources give.
+bpf-check: bpf
+	@git diff --exit-code --stat -- bpf/ || { echo "bpf/: committed objects are stale; run make bpf and commit"; exit 1; }
+
+bench: bench-utilization bench-classify
 
 bench-utilization:
 	$(GO) run ./bench/utilization
+
+bench-classify:
+	$(GO) run ./bench/classify
 
 clean:
 	rm -rf bin

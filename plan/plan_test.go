@@ -146,7 +146,7 @@ func load(t *testing.T, file string) *policy.Policy {
 // every qdisc and on one with only fifos (this machine's).
 func TestGoldenPlans(t *testing.T) {
 	files, _ := filepath.Glob("../examples/*.yaml")
-	fifoOnly := Features{Qdiscs: map[string]bool{"htb": true, "pfifo": true, "bfifo": true, "clsact": true}}
+	fifoOnly := Features{BPF: true, Qdiscs: map[string]bool{"htb": true, "pfifo": true, "bfifo": true, "clsact": true}}
 	for _, f := range files {
 		for _, k := range []struct {
 			name  string

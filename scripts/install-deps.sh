@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what sluice's build, tests, lab and benchmarks need on a fresh
-# Debian or Ubuntu machine: iproute2 (tc, ip, ss), iperf3, ping, and
-# Chromium (the lab report's rendering test). Go must
+# Debian or Ubuntu machine: iproute2 (tc, ip, ss), iperf3, ping, clang,
+# llvm and libbpf-dev (BPF objects), and Chromium (the lab report's
+# rendering test). Go must
 # already be installed (https://go.dev/doc/install); modules come from
 # the Go module proxy. Idempotent: does nothing when all is present.
 set -euo pipefail
@@ -12,6 +13,11 @@ command -v iperf3 >/dev/null 2>&1 || need+=(iperf3)
 command -v ping >/dev/null 2>&1 || need+=(iputils-ping)
 command -v sysctl >/dev/null 2>&1 || need+=(procps)
 command -v ss >/dev/null 2>&1 || need+=(iproute2)
+# BPF programs: clang and libbpf's headers rebuild them (CI checks that
+# the committed objects are current; `go build` itself needs neither).
+command -v clang >/dev/null 2>&1 || need+=(clang)
+command -v llvm-strip >/dev/null 2>&1 || need+=(llvm)
+[[ -f /usr/include/bpf/bpf_helpers.h ]] || need+=(libbpf-dev)
 # The lab's report test opens the HTML report in headless Chromium.
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
 

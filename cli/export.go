@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"sluice/bpf"
 	"sluice/kernel"
 	"sluice/plan"
 	"sluice/tc"
@@ -99,6 +100,12 @@ func renderExport(file, format string, p *plan.Plan, ops []tc.Op) string {
 	for _, op := range ops {
 		if _, isLink := op.Obj.(*tc.Link); isLink {
 			continue // created above (sh) or named in the header (tc)
+		}
+		if h, ok := op.Obj.(*bpf.Hook); ok {
+			// tc -batch cannot load sluice's program and fill its maps.
+			fmt.Fprintf(&b, "# not reproducible with tc: %s\n# (sluice apply loads bpf/classifier.c and attaches it: tc filter add dev %s %s prio %d bpf da ...)\n",
+				h.Describe(), h.Dev, map[bool]string{true: "ingress", false: "egress"}[h.Ingress], h.Prio)
+			continue
 		}
 		b.WriteString(tc.Batch([]tc.Op{op}))
 	}

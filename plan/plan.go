@@ -257,35 +257,17 @@ func (b *builder) classTree(cs []*policy.Class, parent tc.Handle, leaves *[]tc.O
 		}
 		b.dev.Classes = append(b.dev.Classes, info)
 		if ph := c.PerHost; ph != nil {
-			prio := uint32(c.Prio)
-			if ph.Prio != nil {
-				prio = uint32(*ph.Prio)
-			}
 			for _, h := range ph.Hosts() {
-				name := hostName(c, h)
-				hid := b.classID(name)
-				hc := &tc.Class{Dev: b.dev.Name, Parent: id, Handle: hid, Kind: "htb",
-					Rate: ph.RateBps, Ceil: ph.CeilBps, Prio: prio, Name: name}
-				setBursts(hc, nil, nil, nil)
-				b.objs = append(b.objs, hc)
-				hi := ClassInfo{Name: name, Handle: hid, Parent: id, Rate: hc.Rate, Ceil: hc.Ceil, Prio: prio}
-				if leaf := b.leaf(name, hid, ph.Leaf, ph.LeafPos, ph.Limit, ph.CeilBps, true); leaf != nil {
-					hi.Leaf = leaf.Kind
-					*leaves = append(*leaves, leaf)
-				}
-				b.dev.Classes = append(b.dev.Classes, hi)
+				b.hostClass(c, hostName(c, h), id, ph.RateBps, ph.CeilBps, leaves)
 			}
-		}
-		var entries []*policy.HostEntry
-		if ph := c.PerHost; ph != nil {
 			for _, e := range ph.Entries {
 				if e.ParentCls == c {
-					entries = append(entries, e)
+					b.hostClass(c, entryName(c, e), id, e.RateBps, e.CeilBps, leaves)
 				}
 			}
 		}
-		for _, e := range append(entries, c.Hosts...) {
-			b.hostEntry(e, id, leaves)
+		for _, e := range c.Hosts { // hosts_file entries whose parent column names c
+			b.hostClass(e.Owner, entryName(e.Owner, e), id, e.RateBps, e.CeilBps, leaves)
 		}
 		b.classTree(c.Classes, id, leaves)
 	}
@@ -649,20 +631,20 @@ func bitsAt(a netip.Addr, end, n int) uint32 {
 	return v
 }
 
-// hostEntry emits the class of one hosts_file entry below parent.
-func (b *builder) hostEntry(e *policy.HostEntry, parent tc.Handle, leaves *[]tc.Object) {
-	ph := e.Owner.PerHost
-	prio := uint32(e.Owner.Prio)
+// hostClass emits one host's class (of per_host class owner) below
+// parent, with its leaf.
+func (b *builder) hostClass(owner *policy.Class, name string, parent tc.Handle, rate, ceil uint64, leaves *[]tc.Object) {
+	ph := owner.PerHost
+	prio := uint32(owner.Prio)
 	if ph.Prio != nil {
 		prio = uint32(*ph.Prio)
 	}
-	name := entryName(e.Owner, e)
 	id := b.classID(name)
-	hc := &tc.Class{Dev: b.dev.Name, Parent: parent, Handle: id, Kind: "htb", Rate: e.RateBps, Ceil: e.CeilBps, Prio: prio, Name: name}
+	hc := &tc.Class{Dev: b.dev.Name, Parent: parent, Handle: id, Kind: "htb", Rate: rate, Ceil: ceil, Prio: prio, Name: name}
 	setBursts(hc, nil, nil, nil)
 	b.objs = append(b.objs, hc)
-	hi := ClassInfo{Name: name, Handle: id, Parent: parent, Rate: hc.Rate, Ceil: hc.Ceil, Prio: prio}
-	if leaf := b.leaf(name, id, ph.Leaf, ph.LeafPos, ph.Limit, e.CeilBps, true); leaf != nil {
+	hi := ClassInfo{Name: name, Handle: id, Parent: parent, Rate: rate, Ceil: ceil, Prio: prio}
+	if leaf := b.leaf(name, id, ph.Leaf, ph.LeafPos, ph.Limit, ceil, true); leaf != nil {
 		hi.Leaf = leaf.Kind
 		*leaves = append(*leaves, leaf)
 	}

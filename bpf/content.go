@@ -3,7 +3,6 @@ package bpf
 import (
 	"fmt"
 	"net/netip"
-	"sort"
 	"strings"
 )
 
@@ -96,9 +95,6 @@ type Content struct {
 	Targets   []Target
 	Hosts     map[HostKey]Target
 	Policers  []Policer // Policers[i] is policer number i+1
-	// Names maps a counter index to its class name (not in the kernel;
-	// show reads it from sluice's state).
-	Names map[uint32]string
 }
 
 // HostKeyOf is the LPM key of prefix p in host table t.
@@ -306,27 +302,4 @@ func (c *Content) Summary() string {
 		s += fmt.Sprintf(", %d policers", len(c.Policers))
 	}
 	return s
-}
-
-// SortedHosts lists c's host keys in a stable order.
-func (c *Content) SortedHosts() []HostKey {
-	keys := make([]HostKey, 0, len(c.Hosts))
-	for k := range c.Hosts {
-		keys = append(keys, k)
-	}
-	sort.Slice(keys, func(i, j int) bool {
-		a, b := keys[i], keys[j]
-		if a.Table != b.Table {
-			return a.Table < b.Table
-		}
-		if a.Addr != b.Addr {
-			for w := 0; w < 4; w++ {
-				if a.Addr[w] != b.Addr[w] {
-					return a.Addr[w] < b.Addr[w]
-				}
-			}
-		}
-		return a.Prefixlen < b.Prefixlen
-	})
-	return keys
 }

@@ -241,7 +241,7 @@ func updateMany[K comparable, V any](m *ebpf.Map, keys []K, vals []V, what strin
 	return nil
 }
 
-// Read returns what the maps hold (Names stays empty).
+// Read returns what the maps hold.
 func (p *Program) Read() (*Content, error) {
 	o := &p.objs
 	var cfg ClassifierConfig

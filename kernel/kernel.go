@@ -279,12 +279,7 @@ func (k *Kernel) readBPF(l *Live, dev string, ingress bool, rec *DevState) error
 	if err != nil {
 		return err
 	}
-	var found *tc.Filter
-	for _, f := range fs {
-		if f.Prio == plan.HookPrio && f.Kind == "bpf" && f.BPF != nil && bpf.IsOurs(f.BPF.Name) {
-			found = f
-		}
-	}
+	found := ourFilter(fs)
 	if found == nil && (rec == nil || !rec.ClsactCreated) {
 		return nil // nothing of ours on this hook
 	}
@@ -382,11 +377,11 @@ func (k *Kernel) exec(c Change) ([]tc.Op, error) {
 	if h, ok := c.Obj.(*bpf.Hook); ok && c.Verb == tc.Change {
 		// Write only what differs; undo writes the old content back.
 		old := c.Old.(*bpf.Hook)
-		if err := k.syncHook(h, old.Content); err != nil {
+		if err := k.syncHook(old.ProgID, h.Content, old.Content); err != nil {
 			return nil, err
 		}
 		back := *old
-		back.Content, back.Base = old.Content, h.Content
+		back.Base = h.Content
 		return []tc.Op{{Verb: tc.Change, Obj: &back}}, nil
 	}
 	if err := k.do(c.Op); err != nil {
@@ -447,7 +442,7 @@ func (k *Kernel) do(op tc.Op) error {
 		case tc.Add:
 			return k.attachHook(o)
 		case tc.Change:
-			return k.syncHook(o, o.Base)
+			return k.syncHook(o.ProgID, o.Content, o.Base)
 		}
 		return c.FilterDel(hookFilter(o))
 	}
@@ -479,28 +474,19 @@ func (k *Kernel) attachHook(h *bpf.Hook) error {
 	return k.Conn.FilterAdd(f)
 }
 
-// syncHook makes the live classifier on h's hook hold h.Content, writing
-// only what differs from base (nil: everything).
-func (k *Kernel) syncHook(h *bpf.Hook, base *bpf.Content) error {
-	if err := k.Conn.CountWrite("update bpf classifier maps on " + h.Dev); err != nil {
+// syncHook makes the live classifier with program id (from the
+// readback) hold want, writing only what differs from base (nil:
+// everything).
+func (k *Kernel) syncHook(id uint32, want, base *bpf.Content) error {
+	if err := k.Conn.CountWrite("update bpf classifier maps"); err != nil {
 		return err
 	}
-	f := hookFilter(h)
-	fs, err := k.Conn.Filters(f.Dev, f.Parent)
+	prog, err := bpf.Open(id)
 	if err != nil {
 		return err
 	}
-	for _, g := range fs {
-		if g.Prio == h.Prio && g.BPF != nil && bpf.IsOurs(g.BPF.Name) {
-			prog, err := bpf.Open(g.BPF.ID)
-			if err != nil {
-				return err
-			}
-			defer prog.Close()
-			return prog.Write(h.Content, base)
-		}
-	}
-	return fmt.Errorf("%s: sluice's bpf classifier is not attached on the %s hook", h.Dev, h.Direction())
+	defer prog.Close()
+	return prog.Write(want, base)
 }
 
 // CheckInterfaces reports every policy interface missing from the
@@ -616,10 +602,18 @@ func (k *Kernel) OpenHook(dev string, ingress bool) (*bpf.Program, error) {
 	if err != nil {
 		return nil, err
 	}
-	for _, g := range fs {
-		if g.Prio == f.Prio && g.BPF != nil && bpf.IsOurs(g.BPF.Name) {
-			return bpf.Open(g.BPF.ID)
-		}
+	if g := ourFilter(fs); g != nil {
+		return bpf.Open(g.BPF.ID)
 	}
 	return nil, nil
+}
+
+// ourFilter finds sluice's classifier among a hook's filters.
+func ourFilter(fs []*tc.Filter) *tc.Filter {
+	for _, f := range fs {
+		if f.Prio == plan.HookPrio && f.Kind == "bpf" && f.BPF != nil && bpf.IsOurs(f.BPF.Name) {
+			return f
+		}
+	}
+	return nil
 }

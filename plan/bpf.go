@@ -30,8 +30,7 @@ func (b *builder) l2len(dev string) uint32 {
 // skb->priority, so the HTB tree itself carries no filters.
 func (b *builder) bpfHook() *bpf.Hook {
 	t := b.tree
-	c := &bpf.Content{L2Len: b.l2len(b.dev.Name), SetPriority: true, Hosts: map[bpf.HostKey]bpf.Target{},
-		Names: map[uint32]string{}}
+	c := &bpf.Content{L2Len: b.l2len(b.dev.Name), SetPriority: true, Hosts: map[bpf.HostKey]bpf.Target{}}
 	targets := map[string]uint32{}
 	policers := map[*policy.Police]uint16{}
 	policer := func(cl *policy.Class) uint16 {
@@ -53,7 +52,6 @@ func (b *builder) bpfHook() *bpf.Hook {
 		id := b.classID(name)
 		i := uint32(len(c.Targets))
 		c.Targets = append(c.Targets, bpf.Target{Classid: uint32(id), Counter: uint32(id.Minor()), Policer: policer(b.byName[name])})
-		c.Names[uint32(id.Minor())] = name
 		targets[name] = i
 		return i
 	}
@@ -136,7 +134,6 @@ func (b *builder) hostTable(c *bpf.Content, cl *policy.Class, n uint32, policer 
 	add := func(name string, prefixes ...netip.Prefix) {
 		id := b.classID(name)
 		t := bpf.Target{Classid: uint32(id), Counter: uint32(id.Minor())}
-		c.Names[t.Counter] = name
 		for _, p := range prefixes {
 			c.Hosts[bpf.HostKeyOf(n, p)] = t
 		}
@@ -248,8 +245,7 @@ func policeOnly(feats Features, in *policy.Interface, t *policy.Tree) *Device {
 		l2 = 0
 	}
 	c := &bpf.Content{L2Len: l2, Blocks: []bpf.Block{{}}, Targets: []bpf.Target{{Counter: 1, Policer: 1}},
-		Policers: []bpf.Policer{policerOf(t.Police)}, Hosts: map[bpf.HostKey]bpf.Target{},
-		Names: map[uint32]string{1: "police"}}
+		Policers: []bpf.Policer{policerOf(t.Police)}, Hosts: map[bpf.HostKey]bpf.Target{}}
 	dev.Objects = []tc.Object{clsact(in.Name),
 		&bpf.Hook{Dev: in.Name, Ingress: t.Dir == policy.Ingress, Prio: HookPrio, Content: c,
 			Note: fmt.Sprintf("polices %s %s", in.Name, t.Dir)}}

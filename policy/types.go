@@ -179,8 +179,8 @@ func (ph *PerHost) Hosts() []netip.Prefix {
 
 // HostCount is len(Hosts()).
 func (ph *PerHost) HostCount() int {
-	if !ph.CIDR.IsValid() {
-		return 0
+	if !ph.CIDR.IsValid() || ph.Prefix < ph.CIDR.Bits() {
+		return 0 // an invalid prefix (reported by validation)
 	}
 	bits := ph.Prefix - ph.CIDR.Bits()
 	if bits > 20 {

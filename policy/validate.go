@@ -117,14 +117,10 @@ func scan(cs []*Class, byName map[string]*Class) (hosts int, police, hostsFile b
 			police = true
 		}
 		if ph := c.PerHost; ph != nil {
-			if ph.CIDR.IsValid() {
-				bits := ph.Prefix
-				if bits == 0 {
-					bits = ph.CIDR.Addr().BitLen()
-				}
-				hosts += 1 << min(bits-ph.CIDR.Bits(), 24)
+			if ph.Prefix == 0 && ph.CIDR.IsValid() {
+				ph.Prefix = ph.CIDR.Addr().BitLen() // validatePerHost's default
 			}
-			hosts += len(ph.Entries)
+			hosts += ph.HostCount() + len(ph.Entries)
 			hostsFile = hostsFile || ph.HostsFile != ""
 		}
 		h, p, f := scan(c.Classes, byName)

@@ -122,15 +122,23 @@ func (k *Kernel) ReadLive(p *plan.Plan, only map[string]bool, force bool) (*Live
 		Adopted: map[string]bool{}, HookShared: map[string]bool{}}
 	for _, r := range k.refs(p, only) {
 		if r.police {
-			if err := k.readBPF(l, r.dev, r.dir == policy.Ingress, r.rec); err != nil {
+			if !k.Conn.LinkExists(r.dev) {
+				continue
+			}
+			qs, err := k.Conn.Qdiscs(r.dev)
+			if err != nil {
+				return nil, err
+			}
+			if err := k.readBPF(l, r.dev, qs, r.dir == policy.Ingress, r.rec); err != nil {
 				return nil, err
 			}
 			continue
 		}
-		if err := k.readTree(l, r, force); err != nil {
+		qs, err := k.readTree(l, r, force)
+		if err != nil {
 			return nil, err
 		}
-		if err := k.readBPF(l, r.dev, false, r.rec); err != nil {
+		if err := k.readBPF(l, r.dev, qs, false, r.rec); err != nil {
 			return nil, err
 		}
 		if r.ifb {
@@ -142,14 +150,16 @@ func (k *Kernel) ReadLive(p *plan.Plan, only map[string]bool, force bool) (*Live
 	return l, nil
 }
 
-func (k *Kernel) readTree(l *Live, r treeRef, force bool) error {
+// readTree reads the tree on r's device and returns the device's qdiscs
+// (nil when the device is missing), which readBPF reads on.
+func (k *Kernel) readTree(l *Live, r treeRef, force bool) ([]*tc.Qdisc, error) {
 	if r.ifb {
 		link := k.Conn.GetLink(r.dev)
 		if link == nil {
-			return nil
+			return nil, nil
 		}
 		if link.Kind != "ifb" {
-			return fmt.Errorf("device %s exists and is a %s, not an ifb; set ingress.ifb to another name", r.dev, link.Kind)
+			return nil, fmt.Errorf("device %s exists and is a %s, not an ifb; set ingress.ifb to another name", r.dev, link.Kind)
 		}
 		link.Kind = "ifb"
 		l.Objects = append(l.Objects, link)
@@ -158,11 +168,11 @@ func (k *Kernel) readTree(l *Live, r treeRef, force bool) error {
 			l.Adopted[r.dev] = true
 		}
 	} else if !k.Conn.LinkExists(r.dev) {
-		return nil
+		return nil, nil
 	}
 	qs, err := k.Conn.Qdiscs(r.dev)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	var root *tc.Qdisc
 	for _, q := range qs {
@@ -171,24 +181,24 @@ func (k *Kernel) readTree(l *Live, r treeRef, force bool) error {
 		}
 	}
 	if root == nil {
-		return nil // the kernel's default qdisc: nothing of ours
+		return qs, nil // the kernel's default qdisc: nothing of ours
 	}
 	owned := r.rec != nil && r.rec.Root == root.Handle.String() && root.Kind == "htb"
 	if !owned {
 		switch {
 		case !r.planned:
-			return nil // a stale record: the tree is gone, someone else's now
+			return qs, nil // a stale record: the tree is gone, someone else's now
 		case !force:
-			return &ForeignRootError{Dev: r.dev, Kind: root.Kind, At: root.Handle}
+			return nil, &ForeignRootError{Dev: r.dev, Kind: root.Kind, At: root.Handle}
 		}
 		l.Objects = append(l.Objects, root)
 		l.Opt.Replace[root.Key()] = true
-		return nil
+		return qs, nil
 	}
 	l.Objects = append(l.Objects, root)
 	classes, err := k.Conn.Classes(r.dev, root.Handle)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	blocks := []tc.Handle{root.Handle}
 	isClass := map[tc.Handle]bool{}
@@ -209,13 +219,13 @@ func (k *Kernel) readTree(l *Live, r treeRef, force bool) error {
 	for _, b := range blocks {
 		fs, err := k.Conn.Filters(r.dev, b)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		for _, f := range fs {
 			l.Objects = append(l.Objects, f)
 		}
 	}
-	return nil
+	return qs, nil
 }
 
 func (k *Kernel) readHook(l *Live, r treeRef) error {
@@ -254,14 +264,7 @@ func (k *Kernel) readHook(l *Live, r treeRef) error {
 
 // readBPF reads sluice's classifier on a hook of dev (and the clsact
 // qdisc carrying it, shared unless the record says sluice created it).
-func (k *Kernel) readBPF(l *Live, dev string, ingress bool, rec *DevState) error {
-	if !k.Conn.LinkExists(dev) {
-		return nil
-	}
-	qs, err := k.Conn.Qdiscs(dev)
-	if err != nil {
-		return err
-	}
+func (k *Kernel) readBPF(l *Live, dev string, qs []*tc.Qdisc, ingress bool, rec *DevState) error {
 	var hook *tc.Qdisc
 	for _, q := range qs {
 		if q.Parent == tc.HandleIngress && q.Kind == "clsact" {

@@ -97,21 +97,25 @@ func (p *parser) hostsFile(ph *PerHost, what string) []*HostEntry {
 			errAt(line, col(1), "hosts file: host %s has no addresses", e.Name)
 			continue
 		}
-		if s := strings.TrimSpace(rec[2]); s != "" {
+		// An empty rate or ceil takes the per_host default.
+		rate := func(i int, what string) (*Rate, bool) {
+			s := strings.TrimSpace(rec[i])
+			if s == "" {
+				return nil, true
+			}
 			rt, _, err := ParseRate(s)
 			if err != nil {
-				errAt(line, col(2), "hosts file: host %s: rate: %v", e.Name, err)
-				continue
+				errAt(line, col(i), "hosts file: host %s: %s: %v", e.Name, what, err)
+				return nil, false
 			}
-			e.Rate = &rt
+			return &rt, true
 		}
-		if s := strings.TrimSpace(rec[3]); s != "" {
-			rt, _, err := ParseRate(s)
-			if err != nil {
-				errAt(line, col(3), "hosts file: host %s: ceil: %v", e.Name, err)
-				continue
-			}
-			e.Ceil = &rt
+		var ok1, ok2 bool
+		if e.Rate, ok1 = rate(2, "rate"); !ok1 {
+			continue
+		}
+		if e.Ceil, ok2 = rate(3, "ceil"); !ok2 {
+			continue
 		}
 		if len(rec) == 5 {
 			e.Parent = strings.TrimSpace(rec[4])

@@ -413,13 +413,23 @@ int sluice_classify(struct __sk_buff *skb)
 			return TC_ACT_OK;
 	}
 	__u32 len = skb->wire_len ? skb->wire_len : skb->len;
+	__u32 classid = t->classid, queue = t->queue;
+	// Sharded tree: a class without a queue of its own has a copy in
+	// every shard (HTB major 0x100 + shard); pick one by flow hash so
+	// that a flow stays in order on one queue.
+	__u32 shards = cfg->shards;
+	if (shards > 1 && !queue) {
+		__u32 s = bpf_get_hash_recalc(skb) % shards;
+		classid += s << 16;
+		queue = s + 1;
+	}
 	if (cfg->flags & CFG_SET_PRIORITY)
-		skb->priority = t->classid;
-	skb->tc_classid = t->classid;
+		skb->priority = classid;
+	skb->tc_classid = classid;
 	// A recorded queue (tx queue + 1) that the stack's skb_tx_hash keeps
 	// when it picks the transmit queue after this hook.
-	if (t->queue)
-		skb->queue_mapping = t->queue;
+	if (queue)
+		skb->queue_mapping = queue;
 	count(&counters, t->counter, len);
 	__u32 pol = t->policer;
 	if (!pol)

@@ -89,7 +89,11 @@ type Content struct {
 	SetPriority bool
 	// TestClock makes policers read the time from skb->tstamp (tests).
 	TestClock bool
-	Default   uint32 // index in Targets of the tree's default class
+	// Shards is the number of transmit queues the tree is sharded over
+	// (0: not sharded). A target without a queue of its own then goes to
+	// a shard by flow hash: queue_mapping and its class id's major follow.
+	Shards  uint32
+	Default uint32 // index in Targets of the tree's default class
 	Rules     []Rule
 	Blocks    []Block
 	Targets   []Target
@@ -231,7 +235,7 @@ func (c *Content) maxCounter() uint32 {
 
 // Equal reports whether a and b put the same bytes in the maps.
 func (c *Content) Equal(o *Content) bool {
-	return c.L2Len == o.L2Len && c.SetPriority == o.SetPriority && c.TestClock == o.TestClock &&
+	return c.L2Len == o.L2Len && c.SetPriority == o.SetPriority && c.TestClock == o.TestClock && c.Shards == o.Shards &&
 		c.Default == o.Default && eqSlice(c.Rules, o.Rules) && eqSlice(c.Blocks, o.Blocks) &&
 		eqSlice(c.Targets, o.Targets) && eqSlice(c.Policers, o.Policers) && eqHosts(c.Hosts, o.Hosts)
 }
@@ -289,7 +293,7 @@ func (c *Content) Delta(old *Content) string {
 	if !eqSlice(c.Policers, old.Policers) {
 		parts = append(parts, "policers")
 	}
-	if c.L2Len != old.L2Len || c.SetPriority != old.SetPriority || c.TestClock != old.TestClock {
+	if c.L2Len != old.L2Len || c.SetPriority != old.SetPriority || c.TestClock != old.TestClock || c.Shards != old.Shards {
 		parts = append(parts, "settings")
 	}
 	return strings.Join(parts, ", ")
@@ -300,6 +304,9 @@ func (c *Content) Summary() string {
 	s := fmt.Sprintf("%d rules in %d blocks, %d classes, %d hosts", len(c.Rules), len(c.Blocks), len(c.Targets), len(c.Hosts))
 	if len(c.Policers) > 0 {
 		s += fmt.Sprintf(", %d policers", len(c.Policers))
+	}
+	if c.Shards > 1 {
+		s += fmt.Sprintf(", %d shards", c.Shards)
 	}
 	return s
 }

@@ -127,7 +127,7 @@ func (p *Program) ID() uint32 {
 func (p *Program) Prog() *ebpf.Program { return p.objs.SluiceClassify }
 
 func (c *Content) config() ClassifierConfig {
-	cfg := ClassifierConfig{L2len: c.L2Len, DefaultTarget: c.Default,
+	cfg := ClassifierConfig{L2len: c.L2Len, DefaultTarget: c.Default, Shards: c.Shards,
 		Nrules: uint32(len(c.Rules)), Nblocks: uint32(len(c.Blocks)), Ntargets: uint32(len(c.Targets)),
 		Npolicers: uint32(len(c.Policers))}
 	if c.SetPriority {
@@ -249,7 +249,7 @@ func (p *Program) Read() (*Content, error) {
 		return nil, fmt.Errorf("bpf classifier: read settings: %w", err)
 	}
 	c := &Content{L2Len: cfg.L2len, SetPriority: cfg.Flags&cfgSetPriority != 0, TestClock: cfg.Flags&cfgTestClock != 0,
-		Default: cfg.DefaultTarget, Hosts: map[HostKey]Target{}}
+		Default: cfg.DefaultTarget, Shards: cfg.Shards, Hosts: map[HostKey]Target{}}
 	var err error
 	if c.Rules, err = readArray[Rule](o.Rules, cfg.Nrules); err != nil {
 		return nil, err

@@ -62,11 +62,18 @@ type graph struct {
 	devs   map[string]int // device -> order of first appearance
 	depth  map[string]int // class depth; table depth (1 = linked from a root-table node)
 	parent map[string]bool
+	qdiscs map[string]string // dev and handle -> key (keys go by parent)
 }
 
+func handleKey(dev string, h tc.Handle) string { return dev + "/" + h.String() }
+
 func newGraph(objs []tc.Object) *graph {
-	g := &graph{objs: map[string]tc.Object{}, depth: map[string]int{}, parent: map[string]bool{}, devs: map[string]int{}}
+	g := &graph{objs: map[string]tc.Object{}, depth: map[string]int{}, parent: map[string]bool{}, devs: map[string]int{},
+		qdiscs: map[string]string{}}
 	for _, o := range objs {
+		if q, ok := o.(*tc.Qdisc); ok {
+			g.qdiscs[handleKey(q.Dev, q.Handle)] = q.Key()
+		}
 		if _, ok := g.devs[o.Device()]; !ok {
 			g.devs[o.Device()] = len(g.devs)
 		}
@@ -146,6 +153,9 @@ func (g *graph) rank(o tc.Object) []int {
 		case tc.HandleIngress:
 			return []int{5, dev}
 		}
+		if x.Kind == "htb" { // a shard of a tree under mq
+			return []int{1, dev, 1, int(x.Parent)}
+		}
 		return []int{3, dev, int(x.Parent)}
 	case *tc.Class:
 		return []int{2, dev, g.depth[x.Key()], int(x.Handle)}
@@ -197,6 +207,9 @@ func containers(o tc.Object, g *graph) []string {
 		}
 		return []string{classKey(x.Dev, x.Parent), qdiscKey(x.Dev, tc.HandleRoot)}
 	case *tc.Class:
+		if q, ok := g.qdiscs[handleKey(x.Dev, tc.MakeHandle(x.Handle.Major(), 0))]; ok && q != qdiscKey(x.Dev, tc.HandleRoot) {
+			return []string{q, qdiscKey(x.Dev, tc.HandleRoot)} // a shard's class
+		}
 		return []string{qdiscKey(x.Dev, tc.HandleRoot)}
 	case *bpf.Hook:
 		return []string{qdiscKey(x.Dev, tc.HandleIngress)}

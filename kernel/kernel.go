@@ -3,6 +3,9 @@ package kernel
 import (
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
 	"strings"
 	"time"
 
@@ -183,7 +186,7 @@ func (k *Kernel) readTree(l *Live, r treeRef, force bool) ([]*tc.Qdisc, error) {
 	if root == nil {
 		return qs, nil // the kernel's default qdisc: nothing of ours
 	}
-	owned := r.rec != nil && r.rec.Root == root.Handle.String() && root.Kind == "htb"
+	owned := r.rec != nil && r.rec.Root == root.Handle.String() && (root.Kind == "htb" || root.Kind == "mq")
 	if !owned {
 		switch {
 		case !r.planned:
@@ -196,17 +199,23 @@ func (k *Kernel) readTree(l *Live, r treeRef, force bool) ([]*tc.Qdisc, error) {
 		return qs, nil
 	}
 	l.Objects = append(l.Objects, root)
-	classes, err := k.Conn.Classes(r.dev, root.Handle)
-	if err != nil {
-		return nil, err
-	}
-	blocks := []tc.Handle{root.Handle}
+	var blocks []tc.Handle
 	isClass := map[tc.Handle]bool{}
-	for _, c := range classes {
-		l.Objects = append(l.Objects, c)
-		isClass[c.Handle] = true
-		if c.Level > 0 {
-			blocks = append(blocks, c.Handle)
+	for _, h := range TreeQdiscs(qs) {
+		if h != root {
+			l.Objects = append(l.Objects, h) // a shard
+		}
+		classes, err := k.Conn.Classes(r.dev, h.Handle)
+		if err != nil {
+			return nil, err
+		}
+		blocks = append(blocks, h.Handle)
+		for _, c := range classes {
+			l.Objects = append(l.Objects, c)
+			isClass[c.Handle] = true
+			if c.Level > 0 {
+				blocks = append(blocks, c.Handle)
+			}
 		}
 	}
 	for _, q := range qs {
@@ -226,6 +235,32 @@ func (k *Kernel) readTree(l *Live, r treeRef, force bool) ([]*tc.Qdisc, error) {
 		}
 	}
 	return qs, nil
+}
+
+// TreeQdiscs returns the HTB qdiscs of the tree in a device's qdiscs
+// qs: the root, or, for a tree sharded under mq, the HTB on each of
+// mq's queues.
+func TreeQdiscs(qs []*tc.Qdisc) []*tc.Qdisc {
+	var root *tc.Qdisc
+	for _, q := range qs {
+		if q.Parent == tc.HandleRoot && q.Handle != 0 {
+			root = q
+		}
+	}
+	switch {
+	case root == nil:
+		return nil
+	case root.Kind != "mq":
+		return []*tc.Qdisc{root}
+	}
+	var out []*tc.Qdisc
+	for _, q := range qs {
+		if q.Kind == "htb" && q.Parent != tc.HandleRoot && q.Parent.Major() == root.Handle.Major() {
+			out = append(out, q)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Parent < out[j].Parent })
+	return out
 }
 
 func (k *Kernel) readHook(l *Live, r treeRef) error {
@@ -515,13 +550,38 @@ func (k *Kernel) Plan(pol *policy.Policy, feats plan.Features) (*plan.Plan, erro
 	for name, d := range k.State.Devices {
 		prev[name] = d.Alloc
 	}
-	feats.RawIP = map[string]bool{}
+	feats.RawIP, feats.TxQueues, feats.XPS = map[string]bool{}, map[string]int{}, map[string]bool{}
 	for _, in := range pol.Interfaces {
-		if l := k.Conn.GetLink(in.Name); l != nil && l.RawIP {
-			feats.RawIP[in.Name] = true
+		l := k.Conn.GetLink(in.Name)
+		if l == nil {
+			continue
+		}
+		feats.RawIP[in.Name] = l.RawIP
+		feats.TxQueues[in.Name] = l.TxQueues
+		if k.NS == "" { // sysfs shows this namespace's devices only
+			if n, xps, ok := sysQueues(in.Name); ok {
+				feats.TxQueues[in.Name], feats.XPS[in.Name] = n, xps
+			}
 		}
 	}
 	return plan.Build(pol, feats, prev)
+}
+
+// sysQueues reads from sysfs how many transmit queues dev really uses
+// (drivers may enable fewer than they allocate) and whether any of them
+// has XPS configured.
+func sysQueues(dev string) (n int, xps, ok bool) {
+	qs, err := filepath.Glob(filepath.Join("/sys/class/net", dev, "queues", "tx-*"))
+	if err != nil || len(qs) == 0 {
+		return 0, false, false
+	}
+	for _, q := range qs {
+		b, err := os.ReadFile(filepath.Join(q, "xps_cpus"))
+		if err == nil && strings.Trim(strings.TrimSpace(string(b)), "0,") != "" {
+			xps = true
+		}
+	}
+	return len(qs), xps, true
 }
 
 // Record updates the ownership records after p was applied with d.

@@ -10,6 +10,12 @@ type Alloc struct {
 	Classes map[string]uint16 `json:"classes"` // class name -> minor id
 	Prios   map[string]uint16 `json:"prios"`   // block/rule -> filter prio
 	Tables  map[string]uint16 `json:"tables"`  // u32 hash table key -> table id
+	// Sharded trees only: a host class's shard, a leaf qdisc's major
+	// (class minors repeat across shards, qdisc handles may not), and a
+	// class's BPF counter.
+	Shards   map[string]uint16 `json:"shards,omitempty"`
+	Leaves   map[string]uint16 `json:"leaves,omitempty"`
+	Counters map[string]uint32 `json:"counters,omitempty"`
 }
 
 func newAlloc() *Alloc {
@@ -19,40 +25,46 @@ func newAlloc() *Alloc {
 // idPool hands out ids in [lo, hi]: a key keeps its previous id; a new
 // key gets the lowest id no key had before (so that it cannot take an
 // id a later key still owns), or, when those run out, any free id.
-type idPool struct {
-	prev     map[string]uint16
-	next     map[string]uint16
-	used     map[uint16]bool
-	reserved map[uint16]bool
-	lo, hi   uint16
+// Ids are never given back during a build, so a cursor per pass keeps
+// handing out n ids linear in n.
+type idPool[T uint16 | uint32] struct {
+	prev     map[string]T
+	next     map[string]T
+	used     map[T]bool
+	reserved map[T]bool
+	lo, hi   T
+	cursor   [2]uint64
 }
 
-func newPool(prev map[string]uint16, lo, hi uint16) *idPool {
-	p := &idPool{prev: prev, next: map[string]uint16{}, used: map[uint16]bool{}, reserved: map[uint16]bool{}, lo: lo, hi: hi}
+func newPool[T uint16 | uint32](prev map[string]T, lo, hi T) *idPool[T] {
+	p := &idPool[T]{prev: prev, next: map[string]T{}, used: map[T]bool{}, reserved: map[T]bool{}, lo: lo, hi: hi,
+		cursor: [2]uint64{uint64(lo), uint64(lo)}}
 	for _, id := range prev {
 		p.reserved[id] = true
 	}
 	return p
 }
 
-func (p *idPool) get(key string) (uint16, bool) {
+func (p *idPool[T]) get(key string) (T, bool) {
 	if id, ok := p.next[key]; ok {
 		return id, true
 	}
 	if id, ok := p.prev[key]; ok && id >= p.lo && id <= p.hi && !p.used[id] {
 		return p.take(key, id), true
 	}
-	for _, avoidReserved := range []bool{true, false} {
-		for id := int(p.lo); id <= int(p.hi); id++ {
-			if !p.used[uint16(id)] && !(avoidReserved && p.reserved[uint16(id)]) {
-				return p.take(key, uint16(id)), true
+	for pass, avoidReserved := range []bool{true, false} {
+		for id := p.cursor[pass]; id <= uint64(p.hi); id++ {
+			p.cursor[pass] = id
+			if !p.used[T(id)] && !(avoidReserved && p.reserved[T(id)]) {
+				return p.take(key, T(id)), true
 			}
 		}
+		p.cursor[pass] = uint64(p.hi) + 1
 	}
 	return 0, false
 }
 
-func (p *idPool) take(key string, id uint16) uint16 {
+func (p *idPool[T]) take(key string, id T) T {
 	p.used[id] = true
 	p.next[key] = id
 	return id

@@ -51,7 +51,7 @@ func (b *builder) bpfHook() *bpf.Hook {
 		}
 		id := b.classID(name)
 		i := uint32(len(c.Targets))
-		c.Targets = append(c.Targets, bpf.Target{Classid: uint32(id), Counter: uint32(id.Minor()), Policer: policer(b.byName[name])})
+		c.Targets = append(c.Targets, bpf.Target{Classid: uint32(id), Counter: b.counterOf(name, id), Policer: policer(b.byName[name])})
 		targets[name] = i
 		return i
 	}
@@ -133,7 +133,10 @@ func (b *builder) hostTable(c *bpf.Content, cl *policy.Class, n uint32, policer 
 	ph := cl.PerHost
 	add := func(name string, prefixes ...netip.Prefix) {
 		id := b.classID(name)
-		t := bpf.Target{Classid: uint32(id), Counter: uint32(id.Minor())}
+		t := bpf.Target{Classid: uint32(id), Counter: b.counterOf(name, id)}
+		if s, ok := b.shardOf[name]; ok {
+			t.Queue = uint16(s + 1) // the host's shard
+		}
 		for _, p := range prefixes {
 			c.Hosts[bpf.HostKeyOf(n, p)] = t
 		}
@@ -144,6 +147,14 @@ func (b *builder) hostTable(c *bpf.Content, cl *policy.Class, n uint32, policer 
 	for _, e := range ph.Entries {
 		add(entryName(cl, e), e.Addrs...)
 	}
+}
+
+// counterOf is the BPF counter of class name with handle id.
+func (b *builder) counterOf(name string, id tc.Handle) uint32 {
+	if n := b.counter(name); n != 0 {
+		return n
+	}
+	return uint32(id.Minor())
 }
 
 // entryName is the class name of a hosts_file entry.

@@ -39,6 +39,11 @@ type Features struct {
 	BPF bool
 	// RawIP names devices without a link-layer header (tun, wireguard).
 	RawIP map[string]bool
+	// TxQueues is each device's number of transmit queues (missing: 1);
+	// XPS names devices whose transmit packet steering is configured
+	// (it would override the queue sluice's classifier picks).
+	TxQueues map[string]int
+	XPS      map[string]bool
 }
 
 // Everything is a kernel with every qdisc and u32 mark support (used for
@@ -87,6 +92,11 @@ type ClassInfo struct {
 	Prio    uint32    `json:"prio"`
 	Leaf    string    `json:"leaf,omitempty"`
 	Default bool      `json:"default,omitempty"`
+	// Counter is the class's BPF counter when it is not its minor (in
+	// sharded trees, where minors repeat across shards); Replica marks
+	// a non-host class's copy in shards other than the first.
+	Counter uint32 `json:"counter,omitempty"`
+	Replica bool   `json:"replica,omitempty"`
 }
 
 // Objects returns every object of the plan in creation order.
@@ -142,12 +152,20 @@ type builder struct {
 	feats   Features
 	dev     *Device
 	tree    *policy.Tree
-	classes *idPool
-	tables  *idPool
+	classes *idPool[uint16]
+	tables  *idPool[uint16]
 	prev    *Alloc
 	byName  map[string]*policy.Class
 	objs    []tc.Object
 	filters []tc.Object
+	// Sharded trees (see shard.go); major is the HTB being emitted.
+	major    uint16
+	div      uint64 // non-host classes' rates are divided among shards
+	shard    int
+	shardOf  map[string]int // host class -> shard
+	hostIDs  []*idPool[uint16]
+	leafIDs  *idPool[uint16]
+	counters *idPool[uint32]
 }
 
 func buildTree(d *policy.Diag, feats Features, in *policy.Interface, t *policy.Tree, devName string, prev *Alloc) *Device {
@@ -155,7 +173,11 @@ func buildTree(d *policy.Diag, feats Features, in *policy.Interface, t *policy.T
 		prev = newAlloc()
 	}
 	dev := &Device{Name: devName, Interface: in.Name, Dir: t.Dir, Ifb: t.Dir == policy.Ingress, Alloc: newAlloc()}
-	b := &builder{d: d, feats: feats, dev: dev, tree: t, prev: prev, byName: map[string]*policy.Class{}}
+	b := &builder{d: d, feats: feats, dev: dev, tree: t, prev: prev, byName: map[string]*policy.Class{}, major: 1, div: 1}
+	if n := shardsFor(d, feats, t, devName); n > 1 {
+		b.sharded(n)
+		return dev
+	}
 
 	var names []string
 	var collect func([]*policy.Class)
@@ -226,7 +248,11 @@ func hostName(c *policy.Class, h netip.Prefix) string {
 }
 
 func (b *builder) minor(name string) (uint16, bool) {
-	id, ok := b.classes.get(name)
+	pool := b.classes
+	if s, host := b.shardOf[name]; host {
+		pool = b.hostIDs[s]
+	}
+	id, ok := pool.get(name)
 	if !ok {
 		b.d.Errorf(b.tree.Pos, "%s %s: ran out of class ids", b.dev.Interface, b.tree.Dir)
 	}
@@ -235,7 +261,10 @@ func (b *builder) minor(name string) (uint16, bool) {
 
 func (b *builder) classID(name string) tc.Handle {
 	id, _ := b.minor(name)
-	return tc.MakeHandle(1, id)
+	if s, host := b.shardOf[name]; host {
+		return tc.MakeHandle(shardMajor(s), id)
+	}
+	return tc.MakeHandle(b.major, id)
 }
 
 // classTree emits classes top-down and collects leaf qdiscs.
@@ -243,11 +272,11 @@ func (b *builder) classTree(cs []*policy.Class, parent tc.Handle, leaves *[]tc.O
 	for _, c := range cs {
 		id := b.classID(c.Name)
 		cl := &tc.Class{Dev: b.dev.Name, Parent: parent, Handle: id, Kind: "htb",
-			Rate: c.RateBps, Ceil: c.CeilBps, Prio: uint32(c.Prio), Name: c.Name}
+			Rate: max(c.RateBps/b.div, 1), Ceil: c.CeilBps, Prio: uint32(c.Prio), Name: c.Name}
 		setBursts(cl, c.Burst, c.Cburst, c.Quantum)
 		b.objs = append(b.objs, cl)
 		info := ClassInfo{Name: c.Name, Handle: id, Parent: parent, Rate: cl.Rate, Ceil: cl.Ceil, Prio: cl.Prio,
-			Default: c.Name == b.tree.Default}
+			Default: c.Name == b.tree.Default, Counter: b.counter(c.Name), Replica: b.shard > 0}
 		if c.IsLeaf() {
 			leaf := b.leaf(c.Name, id, c.Leaf, c.LeafPos, c.Limit, c.CeilBps, false)
 			if leaf != nil {
@@ -307,7 +336,19 @@ func (b *builder) leaf(owner string, class tc.Handle, kind string, at policy.Pos
 			owner, kind, kind, kind)
 		return nil
 	}
+	if kind == "none" {
+		return nil // HTB's own pfifo
+	}
 	q := &tc.Qdisc{Dev: b.dev.Name, Parent: class, Handle: tc.MakeHandle(class.Minor(), 0), Kind: kind, Owner: owner}
+	if b.leafIDs != nil {
+		major, ok := b.leafIDs.get(owner + "@" + class.String())
+		if !ok {
+			b.d.Errorf(at, "class %s: more leaf qdiscs than one device's qdisc handles hold (%d); set leaf: none for per_host classes (HTB's own pfifo)",
+				owner, int(leafHi-leafLo)+1)
+			return nil
+		}
+		q.Handle = tc.MakeHandle(major, 0)
+	}
 	var pk uint32
 	if limit != nil {
 		pk = limit.Packets
@@ -634,6 +675,9 @@ func bitsAt(a netip.Addr, end, n int) uint32 {
 // hostClass emits one host's class (of per_host class owner) below
 // parent, with its leaf.
 func (b *builder) hostClass(owner *policy.Class, name string, parent tc.Handle, rate, ceil uint64, leaves *[]tc.Object) {
+	if s, ok := b.shardOf[name]; ok && s != b.shard {
+		return // the host lives in another shard
+	}
 	ph := owner.PerHost
 	prio := uint32(owner.Prio)
 	if ph.Prio != nil {
@@ -643,7 +687,7 @@ func (b *builder) hostClass(owner *policy.Class, name string, parent tc.Handle, 
 	hc := &tc.Class{Dev: b.dev.Name, Parent: parent, Handle: id, Kind: "htb", Rate: rate, Ceil: ceil, Prio: prio, Name: name}
 	setBursts(hc, nil, nil, nil)
 	b.objs = append(b.objs, hc)
-	hi := ClassInfo{Name: name, Handle: id, Parent: parent, Rate: rate, Ceil: ceil, Prio: prio}
+	hi := ClassInfo{Name: name, Handle: id, Parent: parent, Rate: rate, Ceil: ceil, Prio: prio, Counter: b.counter(name)}
 	if leaf := b.leaf(name, id, ph.Leaf, ph.LeafPos, ph.Limit, ceil, true); leaf != nil {
 		hi.Leaf = leaf.Kind
 		*leaves = append(*leaves, leaf)

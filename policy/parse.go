@@ -266,6 +266,18 @@ func (p *parser) tree(n *yaml.Node, dir string) *Tree {
 			t.Classifier, t.ClassifierPos = s, pos(v)
 		},
 		"police": func(v *yaml.Node) { t.Police = p.police(v, dir) },
+		"shards": func(v *yaml.Node) {
+			t.ShardsPos = pos(v)
+			if v.Kind == yaml.ScalarNode && v.Value == "auto" {
+				return
+			}
+			n, err := strconv.Atoi(v.Value)
+			if v.Kind != yaml.ScalarNode || err != nil || n < 1 || n > MaxShards {
+				p.d.Errorf(pos(v), "%s shards: expected auto or a number of transmit queues from 1 to %d, found %s", dir, MaxShards, describe(v))
+				return
+			}
+			t.Shards = n
+		},
 	}
 	if dir == Ingress {
 		h["ifb"] = func(v *yaml.Node) {

@@ -54,6 +54,11 @@ type Tree struct {
 	// Police, directly under a direction, polices all its traffic in
 	// BPF on the interface itself: no rate, no classes, no ifb.
 	Police *Police
+	// Shards caps how many transmit queues a BPF tree with host classes
+	// is sharded over (one HTB per queue under mq); 0 is auto (every
+	// queue), 1 turns sharding off.
+	Shards    int
+	ShardsPos Pos
 
 	// BPF says the tree classifies with sluice's BPF program (resolved
 	// from Classifier).

@@ -8,7 +8,12 @@ import (
 )
 
 // LeafKinds are the leaf qdiscs a class may ask for.
-var LeafKinds = []string{"auto", "fq_codel", "sfq", "fq", "cake", "pfifo", "bfifo"}
+// "none" leaves a class with HTB's built-in pfifo (txqueuelen packets)
+// and costs no qdisc handle: trees of more than 32,000 hosts need it.
+var LeafKinds = []string{"auto", "fq_codel", "sfq", "fq", "cake", "pfifo", "bfifo", "none"}
+
+// MaxShards caps the transmit queues one tree is sharded over.
+const MaxShards = 256
 
 // MaxClasses is how many classes fit one HTB tree: class minors 2..0x7fff,
 // because each leaf qdisc takes its class's minor as its own major, and
@@ -187,6 +192,9 @@ func validateTree(in *Interface, t *Tree, d *Diag) {
 		validatePolice(where, t.Police, 0, d)
 		return
 	}
+	if t.Shards > 0 && t.Classifier == "u32" {
+		d.Errorf(t.ShardsPos, "%s: shards needs classifier bpf: only the BPF classifier can keep a host on its queue", where)
+	}
 	if t.Rate == nil {
 		d.Errorf(t.Pos, "%s: rate is required (the whole link, like 19mbit)", where)
 		return
@@ -242,8 +250,10 @@ func validateTree(in *Interface, t *Tree, d *Diag) {
 		}
 	}
 	walk(t.Classes, nil, t.RateBps, t.RateBps, 0)
-	if count > MaxClasses {
-		d.Errorf(t.Pos, "%s: %d classes do not fit HTB's class id space (at most %d per tree)", where, count, MaxClasses)
+	// A BPF tree may be sharded over several HTBs: the planner, which
+	// knows the device's queues, checks it.
+	if count > MaxClasses && !t.BPF {
+		d.Errorf(t.Pos, "%s: %d classes do not fit HTB's class id space (at most %d per tree; classifier bpf on a multi-queue device shards the tree)", where, count, MaxClasses)
 	}
 	switch def := byName[t.Default]; {
 	case t.Default == "":

@@ -87,14 +87,24 @@ func readBPF(k *kernel.Kernel, t *Tree, dev string, ingress bool, rec *kernel.De
 	}
 	defer prog.Close()
 	t.Classifier = "bpf"
+	// A class's counter is its minor, or recorded (sharded trees, where
+	// copies of a class in the other shards share the first's counter).
 	names := map[uint32]string{}
+	counter := map[string]uint32{}
 	var idx []uint32
 	for _, ci := range rec.Classes {
 		m := uint32(ci.Handle.Minor())
-		if rec.PoliceOnly {
+		switch {
+		case rec.PoliceOnly:
 			m = 1
+		case ci.Counter != 0:
+			m = ci.Counter
+		}
+		if ci.Replica {
+			continue
 		}
 		names[m] = ci.Name
+		counter[ci.Handle.String()] = m
 		idx = append(idx, m)
 	}
 	counts, err := prog.Counts(idx)
@@ -102,11 +112,14 @@ func readBPF(k *kernel.Kernel, t *Tree, dev string, ingress bool, rec *kernel.De
 		return err
 	}
 	for _, c := range t.Classes {
-		h, err := tc.ParseHandle(c.ID)
-		if err != nil {
+		m, ok := counter[c.ID]
+		if !ok && !rec.PoliceOnly {
 			continue
 		}
-		if n, ok := counts[uint32(h.Minor())]; ok {
+		if rec.PoliceOnly {
+			m = 1
+		}
+		if n, ok := counts[m]; ok {
 			c.Classified = &Count{Packets: n.Packets, Bytes: n.Bytes}
 		}
 	}
@@ -161,9 +174,17 @@ func Collect(k *kernel.Kernel, devs []string) (*Sample, error) {
 			t.Missing = true
 			continue
 		}
-		live, err := k.Conn.Classes(name, root)
+		qs, err := k.Conn.Qdiscs(name)
 		if err != nil {
 			return nil, err
+		}
+		var live []*tc.Class
+		for _, q := range kernel.TreeQdiscs(qs) {
+			cs, err := k.Conn.Classes(name, q.Handle)
+			if err != nil {
+				return nil, err
+			}
+			live = append(live, cs...)
 		}
 		if len(live) == 0 {
 			t.Missing = true

@@ -144,7 +144,7 @@ func (c *Conn) GetLink(name string) *Link {
 	}
 	a := l.Attrs()
 	return &Link{Name: a.Name, Kind: l.Type(), MTU: a.MTU, Up: a.Flags&unix.IFF_UP != 0, Index: a.Index,
-		RawIP: a.EncapType != "" && a.EncapType != "ether" && a.EncapType != "loopback"}
+		RawIP: a.EncapType != "" && a.EncapType != "ether" && a.EncapType != "loopback", TxQueues: a.NumTxQueues}
 }
 
 // LinkAdd creates a link (an ifb) and sets it up.

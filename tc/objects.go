@@ -46,6 +46,8 @@ type Link struct {
 	// RawIP: the device carries bare IP packets, no link-layer header
 	// (readback only; tun, wireguard).
 	RawIP bool
+	// TxQueues is the device's number of transmit queues (readback only).
+	TxQueues int
 }
 
 func (l *Link) Key() string      { return "link/" + l.Name }

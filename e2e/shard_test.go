@@ -1,0 +1,148 @@
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"sluice/stats"
+	"sluice/testutil"
+)
+
+// shardedPair builds two namespaces joined by a veth with queues
+// transmit queues on each end; B answers for 10.9.0.2 and the hosts
+// 10.9.0.10 .. 10.9.0.10+hosts-1.
+func shardedPair(t *testing.T, queues, hosts int) (a, b string) {
+	t.Helper()
+	testutil.RequireRoot(t)
+	a, b = testutil.NewNetns(t, "a"), testutil.NewNetns(t, "b")
+	tmp := testutil.Unique("v")
+	q := fmt.Sprint(queues)
+	testutil.Run(t, "ip", "link", "add", tmp, "numtxqueues", q, "numrxqueues", q, "type", "veth",
+		"peer", "name", tmp+"p", "numtxqueues", q, "numrxqueues", q)
+	testutil.Run(t, "ip", "link", "set", tmp, "netns", a, "name", "veth0")
+	testutil.Run(t, "ip", "link", "set", tmp+"p", "netns", b, "name", "veth1")
+	testutil.NS(t, a, "ip", "addr", "add", "10.9.0.1/24", "dev", "veth0")
+	testutil.NS(t, b, "ip", "addr", "add", "10.9.0.2/24", "dev", "veth1")
+	for i := 0; i < hosts; i++ {
+		testutil.NS(t, b, "ip", "addr", "add", fmt.Sprintf("10.9.0.%d/24", 10+i), "dev", "veth1")
+	}
+	testutil.NS(t, a, "ip", "link", "set", "veth0", "up")
+	testutil.NS(t, b, "ip", "link", "set", "veth1", "up")
+	return a, b
+}
+
+func showJSON(t *testing.T, ns string) *stats.Sample {
+	t.Helper()
+	var s stats.Sample
+	if err := json.Unmarshal([]byte(must(t, "--netns", ns, "show", "--json")), &s); err != nil {
+		t.Fatal(err)
+	}
+	return &s
+}
+
+// TestShardedTree: on a 4-queue veth a BPF tree with host classes is
+// split into one HTB per queue under mq; every host's packets reach its
+// own class in its own shard (so the program's queue choice held: in
+// another shard HTB would not find the class and use its default), the
+// rest spreads over the copies of the other classes, and changing one
+// host is one class change that leaves every other queue alone.
+func TestShardedTree(t *testing.T) {
+	const hosts = 12
+	a, _ := shardedPair(t, 4, hosts)
+	dir := t.TempDir()
+	var csv strings.Builder
+	csv.WriteString("name,addresses,rate,ceil\n")
+	for i := 0; i < hosts; i++ {
+		fmt.Fprintf(&csv, "h%d,10.9.0.%d,1mbit,50mbit\n", i, 10+i)
+	}
+	hostsFile := filepath.Join(dir, "hosts.csv")
+	os.WriteFile(hostsFile, []byte(csv.String()), 0o644)
+	file := filepath.Join(dir, "p.yaml")
+	os.WriteFile(file, []byte(`interfaces:
+  - name: veth0
+    egress:
+      rate: 200mbit
+      default: rest
+      classes:
+        - name: subs
+          rate: 100mbit
+          per_host: {by: dst, hosts_file: hosts.csv}
+        - name: rest
+          rate: 50mbit
+`), 0o644)
+	must(t, "--netns", a, "apply", "-q", file)
+	qd := tcShow(t, a, "qdisc", "show", "dev", "veth0")
+	if !strings.Contains(qd, "qdisc mq 1: root") || strings.Count(qd, "qdisc htb 1") != 4 {
+		t.Fatalf("want mq with 4 HTB shards:\n%s", qd)
+	}
+	if out := must(t, "--netns", a, "plan", file); !strings.Contains(out, "no changes") {
+		t.Fatalf("re-plan of a sharded tree:\n%s", out)
+	}
+
+	for i := 0; i < hosts; i++ {
+		testutil.NS(t, a, "ping", "-c", "3", "-i", "0.01", "-q", fmt.Sprintf("10.9.0.%d", 10+i))
+	}
+	testutil.NS(t, a, "ping", "-c", "20", "-i", "0.01", "-q", "10.9.0.2")
+	s := showJSON(t, a)
+	if len(s.Trees) != 1 {
+		t.Fatalf("want one tree, got %d", len(s.Trees))
+	}
+	perShard := map[string]int{}
+	var rest uint64
+	leaves := map[string]string{}
+	for _, c := range s.Trees[0].Classes {
+		major := strings.Split(c.ID, ":")[0]
+		switch {
+		case strings.HasPrefix(c.Name, "subs/h"):
+			perShard[major]++
+			if c.Packets < 3 || c.Classified == nil || c.Classified.Packets < 3 {
+				t.Errorf("host class %s (%s): %d packets in HTB, classified %+v; its packets went to another queue",
+					c.Name, c.ID, c.Packets, c.Classified)
+			}
+			leaves[c.Name] = c.ID
+		case c.Name == "rest":
+			rest += c.Packets
+		}
+	}
+	if len(perShard) != 4 {
+		t.Errorf("hosts should spread over 4 shards: %v", perShard)
+	}
+	for m, n := range perShard {
+		if n != hosts/4 {
+			t.Errorf("shard %s holds %d hosts, want %d", m, n, hosts/4)
+		}
+	}
+	if rest < 20 {
+		t.Errorf("rest copies got %d packets, want >= 20 (pings to a non-host)", rest)
+	}
+
+	// One host's rate: one class change, the other leaves untouched.
+	before := tcShow(t, a, "-s", "qdisc", "show", "dev", "veth0")
+	os.WriteFile(hostsFile, []byte(strings.Replace(csv.String(), "h5,10.9.0.15,1mbit", "h5,10.9.0.15,2mbit", 1)), 0o644)
+	out := must(t, "--netns", a, "plan", file)
+	if !strings.Contains(out, "plan: 0 to add, 1 to change, 0 to replace, 0 to delete") {
+		t.Fatalf("plan for one host's rate in a sharded tree:\n%s", out)
+	}
+	must(t, "--netns", a, "apply", "-q", file)
+	after := tcShow(t, a, "-s", "qdisc", "show", "dev", "veth0")
+	if leafLines(before) != leafLines(after) {
+		t.Errorf("a one-host change touched the queues:\nbefore\n%s\nafter\n%s", before, after)
+	}
+}
+
+// leafLines keeps the handle, parent and packet count of each bfifo.
+func leafLines(show string) string {
+	var out []string
+	lines := strings.Split(show, "\n")
+	for i, l := range lines {
+		if strings.HasPrefix(l, "qdisc bfifo") && i+1 < len(lines) {
+			f := strings.Fields(l)
+			out = append(out, f[2]+" "+f[4]+" "+strings.Join(strings.Fields(lines[i+1])[:5], " "))
+		}
+	}
+	return strings.Join(out, "\n")
+}

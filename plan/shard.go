@@ -1,0 +1,199 @@
+package plan
+
+import (
+	"sluice/policy"
+	"sluice/tc"
+)
+
+// Sharding. HTB serialises a device behind one root lock, and creating a
+// class costs time linear in the classes its qdisc already has. On a
+// multi-queue device a BPF tree with host classes is therefore split:
+// mq at the root, one HTB per transmit queue ("shard"), each host class
+// in exactly one shard, and the classifier pins each host's packets to
+// its shard's queue (skb->queue_mapping). Non-host classes are copied
+// into every shard with their rate divided among the shards and their
+// ceil kept, and the classifier spreads their traffic over the shards by
+// flow hash. Each shard's root may borrow up to the whole tree rate: the
+// shards do not lend to each other, so the tree rate holds per shard,
+// not in sum (docs/design.md).
+
+// shardMajor is the handle major of shard s's HTB; the mq root is 1:.
+func shardMajor(s int) uint16 { return uint16(0x100 + s) }
+
+// Leaf qdisc majors in sharded trees: above the shards, below the
+// kernel's automatic handles (0x8000 and up).
+const (
+	leafLo uint16 = 0x100 + policy.MaxShards
+	leafHi uint16 = 0x7FFF
+)
+
+// shardsFor decides how many shards the tree on dev gets: 1 (no
+// sharding) unless it is a BPF tree with host classes on a device with
+// several transmit queues.
+func shardsFor(d *policy.Diag, feats Features, t *policy.Tree, dev string) int {
+	q := feats.TxQueues[dev]
+	if !t.BPF || t.Shards == 1 || q < 2 || !hasHosts(t.Classes) {
+		return 1
+	}
+	if feats.XPS[dev] {
+		if t.Shards > 1 {
+			d.Errorf(t.ShardsPos, "%s: shards: transmit packet steering (XPS) is configured on %s and would override the queue of each host; clear /sys/class/net/%s/queues/tx-*/xps_cpus or set shards: 1",
+				t.Dir, dev, dev)
+		}
+		return 1 // auto: XPS is someone's choice; do not shard under it
+	}
+	n := min(q, policy.MaxShards)
+	if t.Shards > 1 {
+		n = min(n, t.Shards)
+	}
+	return n
+}
+
+func hasHosts(cs []*policy.Class) bool {
+	for _, c := range cs {
+		if c.PerHost != nil || hasHosts(c.Classes) {
+			return true
+		}
+	}
+	return false
+}
+
+// sharded builds the tree as n shards under mq.
+func (b *builder) sharded(n int) {
+	t, dev, prev := b.tree, b.dev, b.prev
+	var common, hosts []string
+	var collect func([]*policy.Class)
+	collect = func(cs []*policy.Class) {
+		for _, c := range cs {
+			common = append(common, c.Name)
+			b.byName[c.Name] = c
+			if c.PerHost != nil {
+				for _, h := range c.PerHost.Hosts() {
+					hosts = append(hosts, hostName(c, h))
+				}
+				for _, e := range c.PerHost.Entries {
+					hosts = append(hosts, entryName(c, e))
+				}
+			}
+			collect(c.Classes)
+		}
+	}
+	collect(t.Classes)
+
+	// A host keeps its shard while the shard exists; new hosts go to
+	// the shard with the fewest.
+	b.shardOf = make(map[string]int, len(hosts))
+	load := make([]int, n)
+	for _, h := range hosts {
+		if s, ok := prev.Shards[h]; ok && int(s) < n {
+			b.shardOf[h] = int(s)
+			load[s]++
+		}
+	}
+	for _, h := range hosts {
+		if _, ok := b.shardOf[h]; ok {
+			continue
+		}
+		least := 0
+		for j := range load {
+			if load[j] < load[least] {
+				least = j
+			}
+		}
+		b.shardOf[h] = least
+		load[least]++
+	}
+
+	// Class minors: non-host classes share theirs across shards; hosts
+	// take the rest of their shard's id space.
+	prevCommon := map[string]uint16{}
+	prevHosts := make([]map[string]uint16, n)
+	for i := range prevHosts {
+		prevHosts[i] = map[string]uint16{}
+	}
+	for name, id := range prev.Classes {
+		if s, ok := b.shardOf[name]; ok {
+			if ps, had := prev.Shards[name]; had && int(ps) == s {
+				prevHosts[s][name] = id
+			}
+		} else {
+			prevCommon[name] = id
+		}
+	}
+	b.classes = newPool(prevCommon, 0x10, 0xFFFE)
+	for _, name := range common {
+		b.minor(name)
+	}
+	b.hostIDs = make([]*idPool[uint16], n)
+	for s := range b.hostIDs {
+		p := newPool(prevHosts[s], 0x10, 0xFFFE)
+		for _, id := range b.classes.next {
+			p.used[id] = true
+		}
+		b.hostIDs[s] = p
+	}
+	for _, h := range hosts {
+		if _, ok := b.minor(h); !ok {
+			b.d.Errorf(t.Pos, "%s %s: shard %d ran out of class ids; more transmit queues would help", dev.Interface, t.Dir, b.shardOf[h])
+			return
+		}
+	}
+	b.leafIDs = newPool(prev.Leaves, leafLo, leafHi)
+	b.counters = newPool(prev.Counters, 1, 1<<22)
+	b.tables = newPool(prev.Tables, 1, 0x7FF)
+
+	def, _ := b.minor(t.Default)
+	b.objs = append(b.objs, &tc.Qdisc{Dev: dev.Name, Parent: tc.HandleRoot, Handle: RootHandle, Kind: "mq"})
+	b.div = uint64(n)
+	var leaves []tc.Object
+	for s := 0; s < n; s++ {
+		b.shard, b.major = s, shardMajor(s)
+		qh := tc.MakeHandle(b.major, 0)
+		root := tc.MakeHandle(b.major, 1)
+		b.objs = append(b.objs,
+			&tc.Qdisc{Dev: dev.Name, Parent: tc.MakeHandle(1, uint16(s+1)), Handle: qh, Kind: "htb",
+				HTB: &tc.HTBQdisc{Default: uint32(def), R2Q: 10}},
+			&tc.Class{Dev: dev.Name, Parent: qh, Handle: root, Kind: "htb",
+				Rate: max(t.RateBps/b.div, 1), Ceil: t.RateBps, Burst: BurstFor(t.RateBps), Cburst: BurstFor(t.RateBps),
+				Quantum: QuantumFor(t.RateBps / b.div), Name: "(root)"})
+		dev.Classes = append(dev.Classes, ClassInfo{Name: "(root)", Handle: root, Parent: qh,
+			Rate: max(t.RateBps/b.div, 1), Ceil: t.RateBps, Replica: s > 0})
+		b.classTree(t.Classes, root, &leaves)
+	}
+	b.objs = append(b.objs, leaves...)
+	b.shard, b.major = 0, shardMajor(0)
+	hook := b.bpfHook()
+	hook.Content.Shards = uint32(n)
+	b.objs = append(b.objs, clsact(dev.Name), hook)
+	dev.Objects = b.objs
+
+	a := dev.Alloc
+	a.Shards, a.Leaves, a.Counters = map[string]uint16{}, map[string]uint16{}, map[string]uint32{}
+	for name, id := range b.classes.next {
+		a.Classes[name] = id
+	}
+	for _, p := range b.hostIDs {
+		for name, id := range p.next {
+			a.Classes[name] = id
+		}
+	}
+	for name, s := range b.shardOf {
+		a.Shards[name] = uint16(s)
+	}
+	for k, id := range b.leafIDs.next {
+		a.Leaves[k] = id
+	}
+	for k, id := range b.counters.next {
+		a.Counters[k] = id
+	}
+}
+
+// counter is the BPF counter of class name: its minor, except in
+// sharded trees.
+func (b *builder) counter(name string) uint32 {
+	if b.counters == nil {
+		return 0
+	}
+	id, _ := b.counters.get(name)
+	return id
+}

@@ -92,13 +92,13 @@ type Content struct {
 	// Shards is the number of transmit queues the tree is sharded over
 	// (0: not sharded). A target without a queue of its own then goes to
 	// a shard by flow hash: queue_mapping and its class id's major follow.
-	Shards  uint32
-	Default uint32 // index in Targets of the tree's default class
-	Rules     []Rule
-	Blocks    []Block
-	Targets   []Target
-	Hosts     map[HostKey]Target
-	Policers  []Policer // Policers[i] is policer number i+1
+	Shards   uint32
+	Default  uint32 // index in Targets of the tree's default class
+	Rules    []Rule
+	Blocks   []Block
+	Targets  []Target
+	Hosts    map[HostKey]Target
+	Policers []Policer // Policers[i] is policer number i+1
 }
 
 // HostKeyOf is the LPM key of prefix p in host table t.

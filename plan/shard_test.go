@@ -1,0 +1,145 @@
+package plan
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"sluice/bpf"
+	"sluice/policy"
+	"sluice/tc"
+)
+
+func shardPolicy(t *testing.T, hosts []int, extra string) *policy.Policy {
+	t.Helper()
+	dir := t.TempDir()
+	var csv strings.Builder
+	csv.WriteString("name,addresses,rate,ceil\n")
+	for _, h := range hosts {
+		fmt.Fprintf(&csv, "h%d,10.0.%d.%d,1mbit,10mbit\n", h, h/200, h%200+1)
+	}
+	os.WriteFile(filepath.Join(dir, "hosts.csv"), []byte(csv.String()), 0o644)
+	src := "interfaces:\n  - name: eth0\n    egress:\n      rate: 800mbit\n      default: rest\n" + extra +
+		"      classes:\n        - name: subs\n          rate: 400mbit\n          per_host: {by: dst, hosts_file: hosts.csv}\n" +
+		"        - name: rest\n          rate: 80mbit\n"
+	file := filepath.Join(dir, "p.yaml")
+	os.WriteFile(file, []byte(src), 0o644)
+	p, _, err := policy.Load(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func withQueues(n int, xps bool) Features {
+	f := Everything
+	f.TxQueues = map[string]int{"eth0": n}
+	f.XPS = map[string]bool{"eth0": xps}
+	return f
+}
+
+func TestShardedPlan(t *testing.T) {
+	var hosts []int
+	for i := 0; i < 50; i++ {
+		hosts = append(hosts, i)
+	}
+	p, err := Build(shardPolicy(t, hosts, ""), withQueues(8, false), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := p.Devices[0]
+	if q := d.Objects[0].(*tc.Qdisc); q.Kind != "mq" || q.Parent != tc.HandleRoot {
+		t.Fatalf("first object %s, want the mq root", q.Describe())
+	}
+	shards, load := 0, map[uint16]int{}
+	var hook *bpf.Hook
+	for _, o := range d.Objects {
+		switch x := o.(type) {
+		case *tc.Qdisc:
+			if x.Kind == "htb" {
+				shards++
+				if x.Parent != tc.MakeHandle(1, uint16(x.Handle.Major()-0x100+1)) {
+					t.Errorf("shard %s on %s, want on its own queue", x.Handle, x.Parent)
+				}
+			}
+		case *tc.Class:
+			if strings.HasPrefix(x.Name, "subs/") {
+				load[x.Handle.Major()]++
+			}
+			if x.Name == "rest" && x.Rate != 80_000_000/8/8 {
+				t.Errorf("copy of rest: rate %d B/s, want an eighth of 80mbit", x.Rate)
+			}
+		case *bpf.Hook:
+			hook = x
+		}
+	}
+	if shards != 8 || len(load) != 8 {
+		t.Fatalf("%d shards, hosts in %d of them", shards, len(load))
+	}
+	for m, n := range load {
+		if n < 6 || n > 7 {
+			t.Errorf("shard %x holds %d of 50 hosts", m, n)
+		}
+	}
+	if hook == nil || hook.Content.Shards != 8 {
+		t.Fatalf("hook %+v", hook)
+	}
+	counters := map[uint32]bool{}
+	for _, tg := range hook.Content.Hosts {
+		if tg.Queue == 0 || tc.Handle(tg.Classid).Major() != uint16(0x100+tg.Queue-1) {
+			t.Errorf("host target %+v: queue and shard disagree", tg)
+		}
+		if counters[tg.Counter] {
+			t.Errorf("counter %d used twice", tg.Counter)
+		}
+		counters[tg.Counter] = true
+	}
+
+	// A new host in the middle: every other host keeps shard and id.
+	more := append([]int{999}, hosts...)
+	p2, err := Build(shardPolicy(t, more, ""), withQueues(8, false), map[string]*Alloc{"eth0": d.Alloc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a1, a2 := d.Alloc, p2.Devices[0].Alloc
+	for name, s := range a1.Shards {
+		if a2.Shards[name] != s || a2.Classes[name] != a1.Classes[name] || a2.Counters[name] != a1.Counters[name] {
+			t.Errorf("%s moved: shard %d->%d id %x->%x", name, s, a2.Shards[name], a1.Classes[name], a2.Classes[name])
+		}
+	}
+	if _, ok := a2.Shards["subs/h999"]; !ok {
+		t.Errorf("new host has no shard")
+	}
+}
+
+func TestShardingOffAndXPS(t *testing.T) {
+	hosts := []int{1, 2, 3}
+	for _, c := range []struct {
+		extra string
+		feats Features
+		mq    bool
+		err   string
+	}{
+		{"", withQueues(1, false), false, ""},
+		{"      shards: 1\n", withQueues(4, false), false, ""},
+		{"      shards: 2\n", withQueues(4, false), true, ""},
+		{"", withQueues(4, true), false, ""},
+		{"      shards: 4\n", withQueues(4, true), false, "XPS"},
+	} {
+		p, err := Build(shardPolicy(t, hosts, c.extra), c.feats, nil)
+		if c.err != "" {
+			if err == nil || !strings.Contains(err.Error(), c.err) {
+				t.Errorf("%q: error %v, want %s", c.extra, err, c.err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if mq := p.Devices[0].Objects[0].(*tc.Qdisc).Kind == "mq"; mq != c.mq {
+			t.Errorf("%q queues %d: sharded %v, want %v", c.extra, c.feats.TxQueues["eth0"], mq, c.mq)
+		}
+	}
+}

@@ -239,49 +239,76 @@ static long scan_rule(__u32 i, void *data)
 	return 0;
 }
 
-// classify returns the target a packet belongs to, or NULL for the
-// tree's default class. Blocks mirror the u32 filter lists sluice would
-// attach to the HTB root and to each gating class; block 0 is the root.
-static __always_inline struct target *classify(const struct pkt *p)
+// A walk through the rule blocks: block 0 mirrors the u32 filter list
+// sluice would attach to the HTB root, the others those of gating
+// classes. Each step is one bpf_loop iteration, so that the verifier
+// checks the step once instead of once per unrolled iteration.
+struct walk {
+	const struct pkt *p;
+	__u32 b, from;
+	int found; // 1: res is the packet's class
+	struct target res;
+};
+
+static long walk_step(__u32 i, void *ctx)
 {
-	__u32 b = 0, from = 0;
-	for (int step = 0; step < MAX_STEPS; step++) {
-		struct block *blk = bpf_map_lookup_elem(&blocks, &b);
-		if (!blk)
-			return 0;
-		struct scan s = { .p = p, .first = blk->first + from };
-		if (from < blk->count)
-			bpf_loop(blk->count - from, scan_rule, &s, 0);
-		if (!s.hit) {
-			if (!blk->has_fallback)
-				return 0;
-			__u32 t = blk->fallback;
-			return bpf_map_lookup_elem(&targets, &t);
-		}
-		__u32 ri = s.hit - 1;
-		struct rule *r = bpf_map_lookup_elem(&rules, &ri);
-		if (!r)
-			return 0;
-		__u32 t = r->target;
-		if (r->kind == K_CLASS)
-			return bpf_map_lookup_elem(&targets, &t);
-		if (r->kind == K_GATE) {
-			b = t;
-			from = 0;
-			continue;
-		}
-		// K_HOSTS: the host's own class, by longest prefix.
-		struct lpm_key k = { .table = t * 2 + (p->family == 6) };
-		k.prefixlen = 32 + (p->family == 6 ? 128 : 32);
-		__builtin_memcpy(k.addr, (r->aux & H_BY_SRC) ? p->src : p->dst, 16);
-		struct target *h = bpf_map_lookup_elem(&hosts, &k);
-		if (h)
-			return h;
-		if (!(r->aux & H_FALLTHROUGH))
-			return 0;
-		from = ri - blk->first + 1;
+	struct walk *w = ctx;
+	__u32 b = w->b;
+	struct block *blk = bpf_map_lookup_elem(&blocks, &b);
+	if (!blk)
+		return 1;
+	struct scan s = { .p = w->p, .first = blk->first + w->from };
+	if (w->from < blk->count)
+		bpf_loop(blk->count - w->from, scan_rule, &s, 0);
+	struct target *t = 0;
+	if (!s.hit) {
+		__u32 f = blk->fallback;
+		if (blk->has_fallback)
+			t = bpf_map_lookup_elem(&targets, &f);
+		goto out;
 	}
-	return 0;
+	__u32 ri = s.hit - 1;
+	struct rule *r = bpf_map_lookup_elem(&rules, &ri);
+	if (!r)
+		return 1;
+	__u32 tg = r->target;
+	if (r->kind == K_CLASS) {
+		t = bpf_map_lookup_elem(&targets, &tg);
+		goto out;
+	}
+	if (r->kind == K_GATE) {
+		w->b = tg;
+		w->from = 0;
+		return 0;
+	}
+	// K_HOSTS: the host's own class, by longest prefix.
+	const struct pkt *p = w->p;
+	struct lpm_key k = { .table = tg * 2 + (p->family == 6) };
+	k.prefixlen = 32 + (p->family == 6 ? 128 : 32);
+	__builtin_memcpy(k.addr, (r->aux & H_BY_SRC) ? p->src : p->dst, 16);
+	t = bpf_map_lookup_elem(&hosts, &k);
+	if (!t && (r->aux & H_FALLTHROUGH)) {
+		w->from = ri - blk->first + 1;
+		return 0;
+	}
+out:
+	if (t) {
+		w->res = *t;
+		w->found = 1;
+	}
+	return 1;
+}
+
+// classify finds the class of a packet: it fills *out and returns 1, or
+// returns 0 for the tree's default class.
+static __always_inline int classify(const struct pkt *p, struct target *out)
+{
+	struct walk w = { .p = p };
+	bpf_loop(MAX_STEPS, walk_step, &w, 0);
+	if (w.found != 1)
+		return 0;
+	*out = w.res;
+	return 1;
 }
 
 // meter colours a packet of len bytes with an RFC 2697 srTCM or RFC 2698
@@ -405,7 +432,9 @@ int sluice_classify(struct __sk_buff *skb)
 		return TC_ACT_OK;
 	struct pkt p = { .mark = skb->mark };
 	parse(skb, cfg, &p);
-	struct target *t = p.family || skb->mark ? classify(&p) : 0;
+	struct target found, *t = 0;
+	if ((p.family || skb->mark) && classify(&p, &found))
+		t = &found;
 	if (!t) {
 		__u32 d = cfg->default_target;
 		t = bpf_map_lookup_elem(&targets, &d);

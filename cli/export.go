@@ -11,6 +11,7 @@ import (
 	"sluice/bpf"
 	"sluice/kernel"
 	"sluice/plan"
+	"sluice/policy"
 	"sluice/tc"
 )
 
@@ -61,12 +62,28 @@ features; --kernel full plans for a kernel with every qdisc.`,
 					prev[name] = d.Alloc
 				}
 			}
+			// tc cannot load sluice's BPF program: a BPF tree is written
+			// as its u32 equivalent where there is one.
+			var notes []string
+			for _, in := range pol.Interfaces {
+				for _, t := range []*policy.Tree{in.Egress, in.Ingress} {
+					if t == nil || !t.BPF {
+						continue
+					}
+					if why := plan.U32Inexpressible(t); why != "" {
+						notes = append(notes, fmt.Sprintf("%s %s: classified by sluice's BPF program, which tc cannot load (%s; no u32 equivalent)", in.Name, t.Dir, why))
+						continue
+					}
+					t.BPF = false
+					notes = append(notes, fmt.Sprintf("%s %s: sluice classifies it in BPF; written here as the equivalent u32 filters (one HTB, no shards)", in.Name, t.Dir))
+				}
+			}
 			p, err := plan.Build(pol, feats, prev)
 			if err != nil {
 				return badInput(err)
 			}
 			d := kernel.Compute(nil, p.Objects(), kernel.Options{})
-			fmt.Fprint(g.stdout, renderExport(args[0], format, p, d.Ops()))
+			fmt.Fprint(g.stdout, renderExport(args[0], format, notes, p, d.Ops()))
 			return nil
 		},
 	}
@@ -76,7 +93,7 @@ features; --kernel full plans for a kernel with every qdisc.`,
 	return cmd
 }
 
-func renderExport(file, format string, p *plan.Plan, ops []tc.Op) string {
+func renderExport(file, format string, notes []string, p *plan.Plan, ops []tc.Op) string {
 	var b strings.Builder
 	var ifbs []string
 	for _, d := range p.Devices {
@@ -96,6 +113,9 @@ func renderExport(file, format string, p *plan.Plan, ops []tc.Op) string {
 		for _, i := range ifbs {
 			fmt.Fprintf(&b, "# First: ip link add %s type ifb && ip link set %s up\n", i, i)
 		}
+	}
+	for _, n := range notes {
+		fmt.Fprintf(&b, "# %s\n", n)
 	}
 	for _, op := range ops {
 		if _, isLink := op.Obj.(*tc.Link); isLink {

@@ -306,15 +306,24 @@ func craftedPackets(t *testing.T, classifier string) {
 	for _, c := range k.State.Devices["veth0"].Classes {
 		names[c.Handle] = c.Name
 	}
+	// veth has a transmit queue per CPU: a BPF tree may be sharded.
+	qs, err := k.Conn.Qdiscs("veth0")
+	if err != nil {
+		t.Fatal(err)
+	}
 	counts := func() map[string]uint64 {
-		cls, err := k.Conn.Classes("veth0", tc.MakeHandle(1, 0))
-		if err != nil {
-			t.Fatal(err)
+		var cls []*tc.Class
+		for _, q := range kernel.TreeQdiscs(qs) {
+			cs, err := k.Conn.Classes("veth0", q.Handle)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cls = append(cls, cs...)
 		}
 		out := map[string]uint64{}
 		for _, c := range cls {
 			if c.Level == 0 && c.Stats != nil {
-				out[names[c.Handle]] = c.Stats.Packets
+				out[names[c.Handle]] += c.Stats.Packets // copies of a class in shards add up
 			}
 		}
 		return out

@@ -146,3 +146,61 @@ func leafLines(show string) string {
 	}
 	return strings.Join(out, "\n")
 }
+
+// TestHostsFileU32 runs a hosts_file through the u32 classifier (what
+// export writes for a BPF tree): full addresses through a hash table,
+// prefixes longest first, IPv6 too, unlisted addresses to the default.
+func TestHostsFileU32(t *testing.T) {
+	a, b := shardedPair(t, 1, 4)
+	testutil.NS(t, b, "ip", "addr", "add", "10.9.0.130/24", "dev", "veth1")
+	testutil.NS(t, b, "ip", "addr", "add", "10.9.0.200/24", "dev", "veth1")
+	testutil.NS(t, b, "ip", "-6", "addr", "add", "fd00:9::10/64", "dev", "veth1", "nodad")
+	testutil.NS(t, a, "ip", "-6", "addr", "add", "fd00:9::1/64", "dev", "veth0", "nodad")
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "hosts.csv"), []byte(`name,addresses,rate,ceil
+h0,10.9.0.10,1mbit,50mbit
+h1,10.9.0.11 fd00:9::10,1mbit,50mbit
+h2,10.9.0.12,1mbit,50mbit
+h3,10.9.0.13,1mbit,50mbit
+net,10.9.0.128/28,1mbit,50mbit
+wide,10.9.0.128/25,1mbit,50mbit
+`), 0o644)
+	file := filepath.Join(dir, "p.yaml")
+	os.WriteFile(file, []byte(`interfaces:
+  - name: veth0
+    egress:
+      rate: 200mbit
+      classifier: u32
+      default: rest
+      classes:
+        - name: subs
+          rate: 100mbit
+          per_host: {by: dst, hosts_file: hosts.csv}
+        - name: rest
+          rate: 50mbit
+`), 0o644)
+	must(t, "--netns", a, "apply", "-q", file)
+	if f := tcShow(t, a, "filter", "show", "dev", "veth0"); !strings.Contains(f, "divisor 256") {
+		t.Fatalf("want a u32 hash table:\n%s", f)
+	}
+	want := map[string]uint64{}
+	ping := func(addr, class string, n int) {
+		testutil.NS(t, a, "ping", "-c", fmt.Sprint(n), "-i", "0.01", "-q", addr)
+		want[class] += uint64(n)
+	}
+	ping("10.9.0.10", "subs/h0", 3)
+	ping("10.9.0.11", "subs/h1", 4)
+	ping("fd00:9::10", "subs/h1", 2)
+	ping("10.9.0.13", "subs/h3", 5)
+	ping("10.9.0.130", "subs/net", 6)  // in both prefixes: the longer wins
+	ping("10.9.0.200", "subs/wide", 7) // only in the /25
+	ping("10.9.0.2", "rest", 8)        // listed nowhere
+	for _, c := range showJSON(t, a).Trees[0].Classes {
+		if w, ok := want[c.Name]; ok && (c.Packets < w || c.Packets > w+12) { // + ARP/ND
+			t.Errorf("class %s: %d packets, want %d", c.Name, c.Packets, w)
+		}
+		if c.Name == "subs/h2" && c.Packets != 0 {
+			t.Errorf("class subs/h2: %d packets, want none", c.Packets)
+		}
+	}
+}

@@ -557,19 +557,21 @@ func (k *Kernel) Plan(pol *policy.Policy, feats plan.Features) (*plan.Plan, erro
 			continue
 		}
 		feats.RawIP[in.Name] = l.RawIP
-		feats.TxQueues[in.Name] = l.TxQueues
+		// Only queues the driver says it uses get shards.
+		if n, ok := k.Conn.TxQueuesInUse(in.Name); ok {
+			feats.TxQueues[in.Name] = min(n, l.TxQueues)
+		}
 		if k.NS == "" { // sysfs shows this namespace's devices only
-			if n, xps, ok := sysQueues(in.Name); ok {
-				feats.TxQueues[in.Name], feats.XPS[in.Name] = n, xps
+			if _, xps, ok := sysQueues(in.Name); ok {
+				feats.XPS[in.Name] = xps
 			}
 		}
 	}
 	return plan.Build(pol, feats, prev)
 }
 
-// sysQueues reads from sysfs how many transmit queues dev really uses
-// (drivers may enable fewer than they allocate) and whether any of them
-// has XPS configured.
+// sysQueues reads from sysfs how many transmit queues dev uses and
+// whether any of them has XPS configured.
 func sysQueues(dev string) (n int, xps, ok bool) {
 	qs, err := filepath.Glob(filepath.Join("/sys/class/net", dev, "queues", "tx-*"))
 	if err != nil || len(qs) == 0 {

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"net/netip"
 	"sort"
+	"strings"
 
 	"sluice/policy"
 	"sluice/tc"
@@ -322,7 +323,12 @@ func (b *builder) leaf(owner string, class tc.Handle, kind string, at policy.Pos
 	if kind == "" {
 		kind, at = b.tree.Leaf, b.tree.LeafPos
 	}
-	if kind == "" || kind == "auto" {
+	// Errors name the per_host class, not each of its hosts.
+	what, _, _ := strings.Cut(owner, "/")
+	switch {
+	case kind == "none":
+		return nil // HTB's own pfifo
+	case kind == "" || kind == "auto":
 		switch {
 		case b.feats.Qdiscs["fq_codel"]:
 			kind = "fq_codel"
@@ -331,20 +337,17 @@ func (b *builder) leaf(owner string, class tc.Handle, kind string, at policy.Pos
 		default:
 			kind = "bfifo"
 		}
-	} else if !b.feats.Qdiscs[kind] {
+	case !b.feats.Qdiscs[kind]:
 		b.d.Errorf(at, "class %s: leaf %s: this kernel has no %s qdisc (sch_%s is not built or loaded); use another leaf or auto",
-			owner, kind, kind, kind)
+			what, kind, kind, kind)
 		return nil
-	}
-	if kind == "none" {
-		return nil // HTB's own pfifo
 	}
 	q := &tc.Qdisc{Dev: b.dev.Name, Parent: class, Handle: tc.MakeHandle(class.Minor(), 0), Kind: kind, Owner: owner}
 	if b.leafIDs != nil {
 		major, ok := b.leafIDs.get(owner + "@" + class.String())
 		if !ok {
 			b.d.Errorf(at, "class %s: more leaf qdiscs than one device's qdisc handles hold (%d); set leaf: none for per_host classes (HTB's own pfifo)",
-				owner, int(leafHi-leafLo)+1)
+				what, int(leafHi-leafLo)+1)
 			return nil
 		}
 		q.Handle = tc.MakeHandle(major, 0)
@@ -417,6 +420,13 @@ func (b *builder) block(parent tc.Handle, cs []*policy.Class, blockKey string, c
 		b.dev.Alloc.Prios[keys[i]] = prio
 		entries := r.entries
 		if ph := r.class.PerHost; ph != nil {
+			if ph.HostsFile != "" {
+				if len(entries) > 0 {
+					b.d.Errorf(ph.Pos, "class %s: per_host hosts_file with match rules needs classifier bpf (u32 cannot combine a host lookup with them)", r.class.Name)
+				}
+				b.hostsFileU32(parent, prio, r.class)
+				continue
+			}
 			entries = gateEntries(entries, ph)
 		}
 		b.rule(parent, prio, r.class, entries, b.classID(r.class.Name))
@@ -427,6 +437,7 @@ func (b *builder) block(parent tc.Handle, cs []*policy.Class, blockKey string, c
 	for _, r := range rules {
 		c := r.class
 		switch {
+		case c.PerHost != nil && c.PerHost.HostsFile != "":
 		case c.PerHost != nil:
 			b.perHost(c)
 		case len(c.Classes) > 0:

@@ -3,6 +3,7 @@ package plan
 import (
 	"fmt"
 	"net/netip"
+	"sort"
 
 	"sluice/policy"
 	"sluice/tc"
@@ -328,4 +329,137 @@ func describeAlt(v4 bool, s, d netip.Prefix, proto, dscp int) string {
 		n += fmt.Sprintf(" dscp %d", dscp)
 	}
 	return n
+}
+
+// hostsFileU32 is the u32 form of a per_host hosts_file class (the BPF
+// classifier's LPM tries, as tc users write them): at the class's own
+// prio in the enclosing block, per family a link into a 256-bucket
+// table hashed on the address's last byte holding the full-length
+// addresses, then the shorter prefixes longest first. An address found
+// nowhere falls through to the next prio, as in BPF.
+func (b *builder) hostsFileU32(parent tc.Handle, prio uint16, c *policy.Class) {
+	ph := c.PerHost
+	base := tc.Filter{Dev: b.dev.Name, Parent: parent, Prio: prio, Proto: tc.ProtoAll, Kind: "u32"}
+	tp := base
+	tp.Note = "hosts of " + c.Name
+	b.filters = append(b.filters, &tp)
+	type host struct {
+		p    netip.Prefix
+		name string
+	}
+	var full [2][]host // [v4, v6] full-length addresses
+	var short []host
+	for _, e := range ph.Entries {
+		for _, a := range e.Addrs {
+			h := host{a.Masked(), entryName(c, e)}
+			if a.Bits() == a.Addr().BitLen() {
+				full[pick6(a.Addr().Is6())] = append(full[pick6(a.Addr().Is6())], h)
+			} else {
+				short = append(short, h)
+			}
+		}
+	}
+	sort.SliceStable(short, func(i, j int) bool { return short[i].p.Bits() > short[j].p.Bits() })
+	node := uint32(0)
+	var tables, nodes []tc.Object
+	for fam, hs := range full {
+		if len(hs) == 0 {
+			continue
+		}
+		v4 := fam == 0
+		off := pick(v4, v4Dst, v6Dst)
+		if ph.By == "src" {
+			off = pick(v4, v4Src, v6Src)
+		}
+		last := int16(off) + int16(pick(v4, 0, 12)) // the address's last word
+		key := fmt.Sprintf("%s/hosts%d", c.Name, pick(v4, 4, 6))
+		id, ok := b.tables.get(key)
+		if !ok {
+			b.d.Errorf(ph.Pos, "class %s: ran out of u32 table ids", c.Name)
+			return
+		}
+		tid := uint32(id)
+		t := base
+		t.Handle = tc.MakeU32Handle(tid, 0, 0)
+		t.U32 = &tc.U32{Divisor: 256}
+		t.Note = "hash table " + key
+		tables = append(tables, &t)
+		inBucket := map[uint32]uint32{}
+		for _, h := range hs {
+			a := h.p.Addr().AsSlice()
+			bucket := uint32(a[len(a)-1])
+			inBucket[bucket]++
+			if inBucket[bucket] > 0xFFF {
+				b.d.Errorf(ph.Pos, "class %s: more than 4095 hosts end in .%d; use classifier bpf", c.Name, bucket)
+				return
+			}
+			var k keyset
+			k.prefix(off, h.p)
+			n := base
+			n.Handle = tc.MakeU32Handle(tid, bucket, inBucket[bucket])
+			n.U32 = &tc.U32{Sel: &tc.Sel{Keys: k.keys}, ClassID: b.classID(h.name)}
+			tables = append(tables, &n)
+		}
+		node++
+		var k keyset
+		k.add(0, 0xf0000000, uint32(pick(v4, 0x40000000, 0x60000000)), false)
+		n := base
+		n.Handle = node
+		n.U32 = &tc.U32{Sel: &tc.Sel{Keys: k.keys, Hoff: last, Hmask: 0xff}, Link: t.Handle}
+		n.Note = fmt.Sprintf("IPv%d hosts of %s by %s", pick(v4, 4, 6), c.Name, ph.By)
+		nodes = append(nodes, &n)
+	}
+	for _, h := range short {
+		v4 := h.p.Addr().Is4()
+		off := pick(v4, v4Dst, v6Dst)
+		if ph.By == "src" {
+			off = pick(v4, v4Src, v6Src)
+		}
+		node++
+		if node > 0xFFF {
+			b.d.Errorf(ph.Pos, "class %s: more than 4095 prefixes; use classifier bpf", c.Name)
+			return
+		}
+		var k keyset
+		k.add(0, 0xf0000000, uint32(pick(v4, 0x40000000, 0x60000000)), false)
+		k.prefix(off, h.p)
+		n := base
+		n.Handle = node
+		n.U32 = &tc.U32{Sel: &tc.Sel{Keys: k.keys}, ClassID: b.classID(h.name)}
+		n.Note = h.name + " " + h.p.String()
+		nodes = append(nodes, &n)
+	}
+	b.filters = append(b.filters, tables...)
+	b.filters = append(b.filters, nodes...)
+}
+
+func pick6(v6 bool) int {
+	if v6 {
+		return 1
+	}
+	return 0
+}
+
+// U32Inexpressible says why a BPF tree has no u32 equivalent ("" when it
+// has one): policers exist only in BPF, and u32 cannot combine a hosts
+// file's lookup with match rules.
+func U32Inexpressible(t *policy.Tree) string {
+	if t.Police != nil {
+		return "it polices"
+	}
+	var why string
+	var walk func([]*policy.Class)
+	walk = func(cs []*policy.Class) {
+		for _, c := range cs {
+			switch {
+			case c.Police != nil:
+				why = "class " + c.Name + " polices"
+			case c.PerHost != nil && c.PerHost.HostsFile != "" && len(c.Match) > 0:
+				why = "class " + c.Name + " combines a hosts_file with match rules"
+			}
+			walk(c.Classes)
+		}
+	}
+	walk(t.Classes)
+	return why
 }

@@ -51,11 +51,21 @@ type Diag struct {
 	File     string
 	Errs     Errors
 	Warnings Errors
+	seen     map[Error]bool
 }
 
 // Errorf records an error at pos.
+// The same message at the same place is recorded once.
 func (d *Diag) Errorf(pos Pos, format string, args ...any) {
-	d.Errs = append(d.Errs, &Error{File: d.File, Pos: pos, Msg: fmt.Sprintf(format, args...)})
+	e := &Error{File: d.File, Pos: pos, Msg: fmt.Sprintf(format, args...)}
+	if d.seen == nil {
+		d.seen = map[Error]bool{}
+	}
+	if d.seen[*e] {
+		return
+	}
+	d.seen[*e] = true
+	d.Errs = append(d.Errs, e)
 }
 
 // Warnf records a warning at pos.

@@ -143,9 +143,7 @@ func resolveClassifier(where string, t *Tree, hosts int, police, hostsFile bool,
 		if police {
 			d.Errorf(t.ClassifierPos, "%s: police needs classifier bpf (this classifier: u32); sluice polices in BPF", where)
 		}
-		if hostsFile {
-			d.Errorf(t.ClassifierPos, "%s: per_host hosts_file needs classifier bpf (this classifier: u32)", where)
-		}
+
 	default:
 		t.BPF = police || hostsFile || hosts > AutoBPFHosts
 	}

@@ -1,0 +1,249 @@
+// Command apply times building an ISP-style tree of n subscribers from
+// scratch and changing one subscriber, sluice against `tc -batch` of
+// sluice's own export of the same policy, in the same run on the same
+// kind of device: a veth with -queues transmit queues in a throwaway
+// namespace. sluice applies the policy as it would on such a device (BPF
+// classifier, the tree sharded over the queues); the export is its u32
+// equivalent (one HTB, a hash table of hosts), what a tc user writes.
+// Results go to bench/results/apply.json; docs/benchmarks.md shows them.
+// Needs root.
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+type result struct {
+	Hosts  int    `json:"hosts"`
+	Queues int    `json:"queues"`
+	Leaf   string `json:"leaf"`
+	// Seconds from scratch; one-subscriber change in milliseconds
+	// (median of several).
+	SluiceApplyS  float64 `json:"sluice_apply_s"`
+	SluiceWrites  int     `json:"sluice_netlink_writes"`
+	SluiceChangeM float64 `json:"sluice_change_ms"`
+	TCBatchS      float64 `json:"tc_batch_s,omitempty"`
+	TCLines       int     `json:"tc_batch_lines,omitempty"`
+	TCChangeMs    float64 `json:"tc_change_ms,omitempty"`
+	TCNote        string  `json:"tc_note,omitempty"`
+	Speedup       float64 `json:"speedup,omitempty"`
+}
+
+var (
+	sluiceBin = flag.String("sluice", "", "sluice binary (default: build it)")
+	queues    = flag.Int("queues", 16, "transmit queues of the veth")
+	sizes     = flag.String("hosts", "1000,10000,100000", "subscriber counts")
+	tcLimit   = flag.Duration("tc-limit", 3*time.Minute, "give up on tc -batch after this long")
+	leafAt    = flag.Int("leaf-none-above", 10000, "subscriber count above which subscribers get HTB's own pfifo (leaf: none)")
+	out       = flag.String("out", "bench/results/apply.json", "results file")
+)
+
+func main() {
+	flag.Parse()
+	if *sluiceBin == "" {
+		*sluiceBin = filepath.Join(os.TempDir(), "sluice-bench-apply")
+		run("go", "build", "-o", *sluiceBin, "./cmd/sluice")
+	}
+	var results []result
+	for _, s := range strings.Split(*sizes, ",") {
+		n, err := strconv.Atoi(s)
+		if err != nil {
+			fail(err)
+		}
+		r := measure(n)
+		results = append(results, r)
+		fmt.Printf("%7d hosts: sluice %.2f s (%d writes), change %.1f ms | tc -batch %s, change %.1f ms | %.1fx\n",
+			n, r.SluiceApplyS, r.SluiceWrites, r.SluiceChangeM, tcText(r), r.TCChangeMs, r.Speedup)
+	}
+	doc := map[string]any{
+		"taken":   time.Now().UTC().Format(time.RFC3339),
+		"cpus":    runtime.NumCPU(),
+		"kernel":  strings.TrimSpace(output("uname", "-r")),
+		"results": results,
+	}
+	b, _ := json.MarshalIndent(doc, "", "  ")
+	os.MkdirAll(filepath.Dir(*out), 0o755)
+	if err := os.WriteFile(*out, append(b, '\n'), 0o644); err != nil {
+		fail(err)
+	}
+	fmt.Println("wrote", *out)
+}
+
+func tcText(r result) string {
+	if r.TCNote != "" {
+		return r.TCNote
+	}
+	return fmt.Sprintf("%.2f s (%d lines)", r.TCBatchS, r.TCLines)
+}
+
+// Subscribers' addresses: 10.64.0.0/10, one /32 each.
+func addr(i int) string { return fmt.Sprintf("10.%d.%d.%d", 64+i>>16, i>>8&0xff, i&0xff) }
+
+func hostsCSV(n int, bump int) string {
+	var b strings.Builder
+	b.WriteString("name,addresses,rate,ceil\n")
+	for i := 0; i < n; i++ {
+		rate := 2
+		if i == bump {
+			rate = 3
+		}
+		fmt.Fprintf(&b, "s%d,%s,%dmbit,20mbit\n", i, addr(i), rate)
+	}
+	return b.String()
+}
+
+func measure(n int) result {
+	dir, err := os.MkdirTemp("", "sluice-apply")
+	if err != nil {
+		fail(err)
+	}
+	defer os.RemoveAll(dir)
+	// One explicit leaf qdisc per subscriber up to 10,000; beyond,
+	// HTB's own pfifo (a device has 32k qdisc handles).
+	leaf := "auto"
+	if n > *leafAt {
+		leaf = "none"
+	}
+	r := result{Hosts: n, Queues: *queues, Leaf: leaf}
+	pol := filepath.Join(dir, "p.yaml")
+	hosts := filepath.Join(dir, "hosts.csv")
+	os.WriteFile(pol, []byte(fmt.Sprintf(`interfaces:
+  - name: veth0
+    egress:
+      rate: 10gbit
+      default: rest
+      classes:
+        - name: voice
+          rate: 100mbit
+          prio: 0
+          match: [{dscp: EF}]
+        - name: subs
+          rate: 9gbit
+          per_host: {by: dst, hosts_file: hosts.csv, leaf: %s}
+        - name: rest
+          rate: 500mbit
+`, leaf)), 0o644)
+	os.WriteFile(hosts, []byte(hostsCSV(n, -1)), 0o644)
+
+	ns := fmt.Sprintf("sluice-bench-%d", os.Getpid())
+	mkdev := func() {
+		q := strconv.Itoa(*queues)
+		run("ip", "netns", "add", ns)
+		run("ip", "-n", ns, "link", "add", "veth0", "numtxqueues", q, "numrxqueues", q, "type", "veth",
+			"peer", "name", "veth1", "numtxqueues", q, "numrxqueues", q)
+		run("ip", "-n", ns, "link", "set", "veth0", "up")
+	}
+	rmdev := func() { exec.Command("ip", "netns", "del", ns).Run() }
+	state, _ := os.MkdirTemp("", "sluice-apply-state")
+	defer os.RemoveAll(state)
+	sluice := func(args ...string) string {
+		cmd := exec.Command(*sluiceBin, append([]string{"--netns", ns}, args...)...)
+		cmd.Env = append(os.Environ(), "SLUICE_STATE_DIR="+state)
+		var o bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &o, &o
+		if err := cmd.Run(); err != nil {
+			fail(fmt.Errorf("sluice %v: %v\n%s", args, err, o.String()))
+		}
+		return o.String()
+	}
+
+	// sluice from scratch, then one subscriber's rate at a time.
+	mkdev()
+	t0 := time.Now()
+	o := sluice("apply", "-q", pol)
+	r.SluiceApplyS = time.Since(t0).Seconds()
+	fmt.Sscanf(o[strings.Index(o, "change(s), ")+len("change(s), "):], "%d", &r.SluiceWrites)
+	var changes []float64
+	for k := 0; k < 5; k++ {
+		os.WriteFile(hosts, []byte(hostsCSV(n, (k*7919)%n)), 0o644)
+		t0 := time.Now()
+		o := sluice("apply", "-q", pol)
+		changes = append(changes, float64(time.Since(t0).Microseconds())/1000)
+		if !strings.Contains(o, "applied: 2 change(s)") && !strings.Contains(o, "applied: 1 change(s)") {
+			fail(fmt.Errorf("a one-subscriber change took more than one class change: %s", o))
+		}
+	}
+	r.SluiceChangeM = median(changes)
+	os.WriteFile(hosts, []byte(hostsCSV(n, -1)), 0o644)
+	rmdev()
+
+	// tc -batch of the export, on a fresh device.
+	cmd := exec.Command(*sluiceBin, "export", "--fresh", pol)
+	var script, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &script, &errb
+	if err := cmd.Run(); err != nil {
+		r.TCNote = "no u32 equivalent: " + firstLine(errb.String())
+		return r
+	}
+	file := filepath.Join(dir, "export.tc")
+	os.WriteFile(file, script.Bytes(), 0o644)
+	r.TCLines = strings.Count(script.String(), "\n") - strings.Count(script.String(), "\n#")
+	mkdev()
+	defer rmdev()
+	t0 = time.Now()
+	tcCmd := exec.Command("timeout", fmt.Sprint(int(tcLimit.Seconds())), "ip", "netns", "exec", ns, "tc", "-batch", file)
+	if o, err := tcCmd.CombinedOutput(); err != nil {
+		r.TCNote = fmt.Sprintf("did not finish in %s (%v %s)", *tcLimit, err, firstLine(string(o)))
+		return r
+	}
+	r.TCBatchS = time.Since(t0).Seconds()
+	r.Speedup = r.TCBatchS / r.SluiceApplyS
+	// One subscriber's rate with tc: one class change.
+	var tcChanges []float64
+	classes := output("ip", "netns", "exec", ns, "tc", "class", "show", "dev", "veth0")
+	var leafClass string
+	for _, l := range strings.Split(classes, "\n") {
+		if strings.Contains(l, "rate 2Mbit") {
+			leafClass = strings.Fields(l)[2]
+			break
+		}
+	}
+	for k := 0; k < 5 && leafClass != ""; k++ {
+		t0 := time.Now()
+		run("ip", "netns", "exec", ns, "tc", "class", "change", "dev", "veth0", "classid", leafClass,
+			"htb", "rate", fmt.Sprintf("%dmbit", 3+k), "ceil", "20mbit")
+		tcChanges = append(tcChanges, float64(time.Since(t0).Microseconds())/1000)
+	}
+	r.TCChangeMs = median(tcChanges)
+	return r
+}
+
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	sort.Float64s(xs)
+	return xs[len(xs)/2]
+}
+
+func firstLine(s string) string {
+	s, _, _ = strings.Cut(strings.TrimSpace(s), "\n")
+	return s
+}
+
+func run(name string, args ...string) {
+	if o, err := exec.Command(name, args...).CombinedOutput(); err != nil {
+		fail(fmt.Errorf("%s %v: %v\n%s", name, args, err, o))
+	}
+}
+
+func output(name string, args ...string) string {
+	o, _ := exec.Command(name, args...).Output()
+	return string(o)
+}
+
+func fail(err error) {
+	fmt.Fprintln(os.Stderr, "bench/apply:", err)
+	os.Exit(1)
+}

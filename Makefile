@@ -2,7 +2,7 @@
 GO  ?= go
 BIN := bin/sluice
 
-.PHONY: build deps demo test unit lint bpf bpf-check bench bench-utilization bench-classify clean
+.PHONY: build deps demo test unit lint bpf bpf-check bench bench-utilization bench-classify bench-apply clean
 
 build:
 	$(GO) build -o $(BIN) ./cmd/sluice
@@ -36,13 +36,16 @@ bpf:
 bpf-check: bpf
 	@git diff --exit-code --stat -- bpf/ || { echo "bpf/: committed objects are stale; run make bpf and commit"; exit 1; }
 
-bench: bench-utilization bench-classify
+bench: bench-utilization bench-classify bench-apply
 
 bench-utilization:
 	$(GO) run ./bench/utilization
 
 bench-classify:
 	$(GO) run ./bench/classify
+
+bench-apply:
+	$(GO) run ./bench/apply
 
 clean:
 	rm -rf bin

@@ -29,7 +29,12 @@ script (format sh, which creates them).
 Class ids and filter prios are those recorded for the namespace (--netns)
 when there are any, so the script reproduces the live tree; --fresh uses
 the ids a first apply would choose. Leaf qdiscs follow this kernel's
-features; --kernel full plans for a kernel with every qdisc.`,
+features; --kernel full plans for a kernel with every qdisc.
+
+tc cannot load sluice's BPF classifier: a tree sluice classifies in BPF
+is written as its u32 equivalent (one HTB, no shards, u32 hash tables for
+hosts), said in a comment at the top; a tree with policers has none, and
+its hook is left as a comment.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if format != "tc" && format != "sh" {

@@ -7,6 +7,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"sluice/testutil"
 )
 
 var statCounters = regexp.MustCompile(`direct_packets_stat \d+`)
@@ -75,5 +77,41 @@ func TestExportReproducesApply(t *testing.T) {
 				t.Fatalf("empty dump:\n%s", a)
 			}
 		})
+	}
+}
+
+// TestExportBPFTreeAsU32: a tree sluice classifies in BPF is exported as
+// its u32 equivalent, which tc accepts and which classifies the same
+// way (TestHostsFileU32); a tree with policers says it has none.
+func TestExportBPFTreeAsU32(t *testing.T) {
+	ns := devNS(t, "eth1")
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "hosts.csv"), []byte("name,addresses,rate,ceil\nh1,10.1.0.1,1mbit,5mbit\nh2,10.1.0.0/24 fd00::/64,1mbit,5mbit\n"), 0o644)
+	file := filepath.Join(dir, "p.yaml")
+	os.WriteFile(file, []byte(`interfaces:
+  - name: eth1
+    egress:
+      rate: 100mbit
+      default: rest
+      classes:
+        - name: subs
+          rate: 50mbit
+          per_host: {by: dst, hosts_file: hosts.csv}
+        - name: rest
+          rate: 10mbit
+`), 0o644)
+	script := must(t, "export", "--fresh", file)
+	if !strings.Contains(script, "# eth1 egress: sluice classifies it in BPF; written here as the equivalent u32 filters") ||
+		!strings.Contains(script, "divisor 256") || strings.Contains(script, "not reproducible") {
+		t.Fatalf("export of a BPF tree:\n%s", script)
+	}
+	sf := filepath.Join(dir, "export.tc")
+	os.WriteFile(sf, []byte(script), 0o644)
+	testutil.NS(t, ns, "tc", "-batch", sf)
+	if f := tcShow(t, ns, "filter", "show", "dev", "eth1"); strings.Count(f, "flowid 1:") < 3 {
+		t.Errorf("tc -batch of the export left these filters:\n%s", f)
+	}
+	if out := must(t, "export", "--fresh", "../examples/isp.yaml"); !strings.Contains(out, "no u32 equivalent") {
+		t.Errorf("export of a policing tree:\n%.600s", out)
 	}
 }

@@ -181,23 +181,7 @@ func buildTree(d *policy.Diag, feats Features, in *policy.Interface, t *policy.T
 	}
 
 	var names []string
-	var collect func([]*policy.Class)
-	collect = func(cs []*policy.Class) {
-		for _, c := range cs {
-			names = append(names, c.Name)
-			b.byName[c.Name] = c
-			if c.PerHost != nil {
-				for _, h := range c.PerHost.Hosts() {
-					names = append(names, hostName(c, h))
-				}
-				for _, e := range c.PerHost.Entries {
-					names = append(names, entryName(c, e))
-				}
-			}
-			collect(c.Classes)
-		}
-	}
-	collect(t.Classes)
+	b.walkNames(t.Classes, func(name string, _ bool) { names = append(names, name) })
 	b.classes = newPool(prev.Classes, 0x10, policy.MaxClasses+1)
 	for _, n := range names { // new ids in policy order
 		b.minor(n)
@@ -239,6 +223,24 @@ func buildTree(d *policy.Diag, feats Features, in *policy.Interface, t *policy.T
 		dev.Alloc.Tables[k] = id
 	}
 	return dev
+}
+
+// walkNames registers the classes of cs by name and calls add, in
+// policy order, for each class and each of its host classes.
+func (b *builder) walkNames(cs []*policy.Class, add func(name string, host bool)) {
+	for _, c := range cs {
+		add(c.Name, false)
+		b.byName[c.Name] = c
+		if c.PerHost != nil {
+			for _, h := range c.PerHost.Hosts() {
+				add(hostName(c, h), true)
+			}
+			for _, e := range c.PerHost.Entries {
+				add(entryName(c, e), true)
+			}
+		}
+		b.walkNames(c.Classes, add)
+	}
 }
 
 func hostName(c *policy.Class, h netip.Prefix) string {

@@ -62,23 +62,13 @@ func hasHosts(cs []*policy.Class) bool {
 func (b *builder) sharded(n int) {
 	t, dev, prev := b.tree, b.dev, b.prev
 	var common, hosts []string
-	var collect func([]*policy.Class)
-	collect = func(cs []*policy.Class) {
-		for _, c := range cs {
-			common = append(common, c.Name)
-			b.byName[c.Name] = c
-			if c.PerHost != nil {
-				for _, h := range c.PerHost.Hosts() {
-					hosts = append(hosts, hostName(c, h))
-				}
-				for _, e := range c.PerHost.Entries {
-					hosts = append(hosts, entryName(c, e))
-				}
-			}
-			collect(c.Classes)
+	b.walkNames(t.Classes, func(name string, host bool) {
+		if host {
+			hosts = append(hosts, name)
+		} else {
+			common = append(common, name)
 		}
-	}
-	collect(t.Classes)
+	})
 
 	// A host keeps its shard while the shard exists; new hosts go to
 	// the shard with the fewest.

@@ -69,6 +69,9 @@ func labUpCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return badInput(err)
 			}
+			if lab.NeedsDelayLine(s.Topology) {
+				return badInput(fmt.Errorf("%s: modem delay %s needs netem (sch_netem), which this kernel lacks; sluice lab run emulates it with its own delay line, which lives only as long as the run", s.File, s.Topology.Modem.Delay))
+			}
 			b, err := lab.Up(name, s.Topology)
 			if err != nil {
 				return failure(err)

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math"
 	"os"
@@ -354,5 +355,97 @@ traffic:
 		if l == nil || l.N < 20 || l.Loss > 0.05 {
 			t.Errorf("probe %s: %+v", p, l)
 		}
+	}
+}
+
+// The article's experiment: every expectation of the built-in scenario
+// holds (the policer drops, the shaper queues without loss, a shaper in
+// front leaves the policer nothing to drop), and the report carries the
+// policers' verdicts.
+func TestPolicerVsShaper(t *testing.T) {
+	testutil.RequireRoot(t)
+	dir := t.TempDir()
+	r := sluice(t, "lab", "run", "policer-vs-shaper", "--scale", "0.6", "--out", dir, "--name", strings.TrimPrefix(testutil.Unique("pvs"), testutil.Prefix))
+	if r.code != 0 {
+		t.Fatalf("exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
+	var rep struct {
+		Results []struct {
+			Variant string
+			Phases  []struct {
+				Policers map[string]struct{ Green, Red uint64 } `json:"policers"`
+				Probes   map[string]struct {
+					P50 float64 `json:"p50_ms"`
+				} `json:"probes"`
+			}
+		}
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "report.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &rep); err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, res := range rep.Results {
+		ph := res.Phases[0]
+		seen[res.Variant] = true
+		// The delay line's 2.5 ms each way is in every RTT.
+		if p := ph.Probes["ping"].P50; p < 5 {
+			t.Errorf("%s: ping p50 %.2f ms, below the 5 ms the delay line adds", res.Variant, p)
+		}
+		pol, ok := ph.Policers["wan/police"]
+		if res.Variant == "policer" && (!ok || pol.Green == 0 || pol.Red == 0) {
+			t.Errorf("policer: verdicts %+v (found %v), want green and red bytes", pol, ok)
+		}
+		if res.Variant == "shaper" && len(ph.Policers) != 0 {
+			t.Errorf("shaper: policers %v", ph.Policers)
+		}
+	}
+	if len(seen) != 4 {
+		t.Errorf("variants run: %v", seen)
+	}
+}
+
+// Without netem the modem's delay is sluice's own delay line, which
+// lives only as long as the process: `lab up` refuses it (and creates
+// nothing), `lab run` adds the delay to every round trip.
+func TestDelayLine(t *testing.T) {
+	testutil.RequireRoot(t)
+	rep, err := kernel.ProbeCached(kernel.StateDir(""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Qdiscs["netem"] {
+		t.Skip("this kernel has netem, which the modem's delay uses instead of the delay line")
+	}
+	dir := t.TempDir()
+	file := filepath.Join(dir, "delay.yaml")
+	os.WriteFile(file, []byte(`name: delay
+topology: {clients: 1, modem: {delay: 10ms}}
+variants: [{name: plain}]
+phases: [{name: run, duration: 2s}]
+settle: 0s
+traffic:
+  - {name: ping, type: ping, from: client1, to: server, interval: 50ms}
+expect:
+  - "probe ping p50 >= 20ms"
+  - "probe ping p95 < 30ms"
+  - "probe ping loss <= 0%"
+`), 0o644)
+	name := strings.TrimPrefix(testutil.Unique("dl"), testutil.Prefix)
+	if r := sluice(t, "lab", "up", file, "--name", name); r.code != 2 || !strings.Contains(r.stderr, "needs netem") {
+		t.Errorf("lab up with a delay: exit %d %s", r.code, r.stderr)
+	}
+	if ns := labNamespaces(t, lab.Prefix+name+"-"); len(ns) != 0 {
+		t.Errorf("lab up left %v", ns)
+	}
+	r := sluice(t, "lab", "run", file, "--out", dir, "--name", name)
+	if r.code != 0 {
+		t.Fatalf("exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
+	if ns := labNamespaces(t, lab.Prefix+name+"-"); len(ns) != 0 {
+		t.Errorf("lab run left %v", ns)
 	}
 }

@@ -12,10 +12,12 @@ import (
 //
 //	[VARIANT[/PHASE]:] SUBJECT METRIC OP VALUE
 //
-// SUBJECT is `probe NAME`, `class NAME`, `flow NAME`, `hosts`, `flows` or
-// `link`. METRIC is a latency statistic (p50 p90 p95 p99 avg max, for
-// probes and classes; "latency" may follow it), loss, goodput,
-// retransmits, drops or fairness (Jain's index). VALUE is a duration
+// SUBJECT is `probe NAME`, `class NAME`, `flow NAME`, `hosts`, `flows`,
+// `link` or `policers` (the router's BPF policers, summed). METRIC is a
+// latency statistic (p50 p90 p95 p99 avg max, for probes and classes;
+// "latency" may follow it), loss, goodput, retransmits, drops, fairness
+// (Jain's index) or red (the share of bytes policers coloured red).
+// VALUE is a duration
 // (5ms), a rate (18mbit), a ratio or percentage (0.98, 1%), or a share of
 // the class's configured rate (0.93 rate, 93% of rate).
 type Expectation struct {
@@ -49,9 +51,9 @@ func parseExpectation(s string) (*Expectation, error) {
 	switch e.Subject {
 	case "probe", "class", "flow":
 		e.Name, f = f[0], f[1:]
-	case "hosts", "flows", "link":
+	case "hosts", "flows", "link", "policers":
 	default:
-		return nil, fmt.Errorf("subject %q: want probe NAME, class NAME, flow NAME, hosts, flows or link", e.Subject)
+		return nil, fmt.Errorf("subject %q: want probe NAME, class NAME, flow NAME, hosts, flows, link or policers", e.Subject)
 	}
 	if len(f) < 3 {
 		return nil, fmt.Errorf("want METRIC OP VALUE after %s", e.Subject)
@@ -78,6 +80,15 @@ func parseExpectation(s string) (*Expectation, error) {
 			return nil, fmt.Errorf("latency %q: want a duration like 5ms", val)
 		}
 		e.Value = float64(d) / 1e6
+	case e.Metric == "red":
+		if e.Subject != "policers" {
+			return nil, fmt.Errorf("only policers have a red share")
+		}
+		v, err := ratio(val)
+		if err != nil {
+			return nil, err
+		}
+		e.Value = v
 	case e.Metric == "loss" || e.Metric == "retransmits" || e.Metric == "fairness":
 		v, err := ratio(val)
 		if err != nil {
@@ -110,7 +121,7 @@ func parseExpectation(s string) (*Expectation, error) {
 		}
 		e.Value = v
 	default:
-		return nil, fmt.Errorf("metric %q: want p50 p90 p95 p99 avg max loss goodput retransmits drops fairness", e.Metric)
+		return nil, fmt.Errorf("metric %q: want p50 p90 p95 p99 avg max loss goodput retransmits drops fairness red", e.Metric)
 	}
 	return e, nil
 }
@@ -199,6 +210,13 @@ func (e *Expectation) Check(r *Result) Verdict {
 		v.Actual = ph.FlowsFairness
 	case "link":
 		v.Actual, unit = ph.Total, "bit/s"
+	case "policers":
+		n, red := ph.policed()
+		if n == 0 {
+			v.Note = "no policer metered a packet in this variant"
+			return v
+		}
+		v.Actual = ratioOf(red, n)
 	}
 	switch e.Op {
 	case "<":

@@ -95,6 +95,14 @@ func synthetic() *Result {
 		s = append(s, Sample{T: float64(i) / 10, RTT: 1 + float64(i)/10})
 	}
 	r.Probes = []*ProbeSeries{{Name: "ping", Class: "interactive", Samples: s}}
+	// A policer that colours a tenth of the bytes red.
+	pl := &PolicerSeries{Device: "ifb-wan", Class: "web"}
+	for i := 0; i < 20; i++ {
+		pl.Green = append(pl.Green, uint64(900*i))
+		pl.Yellow = append(pl.Yellow, 0)
+		pl.Red = append(pl.Red, uint64(100*i))
+	}
+	r.Policers = []*PolicerSeries{pl}
 	r.Phases = []*PhaseResult{r.summarize("all", 0, 2, 0)}
 	return r
 }
@@ -123,6 +131,8 @@ func TestExpectations(t *testing.T) {
 		{"hosts fairness >= 0.999", false},
 		{"link goodput >= 19mbit", true},
 		{"flow bulk goodput > 10mbit", false},
+		{"policers red >= 9%", true},
+		{"policers red < 0.05", false},
 	} {
 		e, err := parseExpectation(tc.text)
 		if err != nil {
@@ -132,7 +142,7 @@ func TestExpectations(t *testing.T) {
 			t.Errorf("%q: pass %v (actual %v, want %s, %s)", tc.text, v.Pass, v.Actual, v.Want, v.Note)
 		}
 	}
-	for _, bad := range []string{"hosts p99 < 5ms", "probe ping p99 ~ 5ms", "flows goodput >= 0.9 rate", "nothing"} {
+	for _, bad := range []string{"hosts p99 < 5ms", "probe ping p99 ~ 5ms", "flows goodput >= 0.9 rate", "nothing", "probe ping red < 1%"} {
 		if _, err := parseExpectation(bad); err == nil {
 			t.Errorf("%q accepted", bad)
 		}

@@ -60,6 +60,8 @@ func ms(v float64) string {
 	return fmt.Sprintf("%.2f ms", v)
 }
 
+func bytesMB(n uint64) string { return fmt.Sprintf("%.1f MB", float64(n)/1e6) }
+
 func mbit(v float64) string { return fmt.Sprintf("%.2f Mbit/s", v/1e6) }
 
 // row is one line of the comparison table: a metric, one value per variant.
@@ -139,6 +141,28 @@ func (r *Report) comparison() ([]string, []row) {
 				return s, true
 			})
 		}
+		for _, it := range order {
+			add(it+" RTT", func(p *PhaseResult) (string, bool) {
+				fs := p.Flows[it]
+				if fs == nil || fs.RTT == 0 {
+					return "-", false
+				}
+				return ms(fs.RTT) + " (TCP's smoothed)", true
+			})
+		}
+		add("flows fairness", func(p *PhaseResult) (string, bool) {
+			if p.nflows < 2 || len(p.Hosts) > 1 {
+				return "-", false
+			}
+			return fmt.Sprintf("%.3f (Jain, %d flows)", p.FlowsFairness, p.nflows), true
+		})
+		add("policed red", func(p *PhaseResult) (string, bool) {
+			if len(p.Policers) == 0 {
+				return "-", false
+			}
+			n, red := p.policed()
+			return fmt.Sprintf("%.1f%% of %s", 100*ratioOf(red, n), bytesMB(n)), true
+		})
 		add("hosts fairness", func(p *PhaseResult) (string, bool) {
 			if len(p.Hosts) < 2 {
 				return "-", false

@@ -20,6 +20,7 @@ type Result struct {
 	Phases   []*PhaseResult    `json:"phases"`
 	Flows    []*FlowSeries     `json:"flows"`
 	Classes  []*ClassSeries    `json:"classes"`
+	Policers []*PolicerSeries  `json:"policers,omitempty"`
 	Probes   []*ProbeSeries    `json:"probes"`
 	Verdicts []Verdict         `json:"verdicts,omitempty"`
 }
@@ -54,6 +55,19 @@ type ClassSeries struct {
 	Drops  []uint64  `json:"drops"` // cumulative
 }
 
+// PolicerSeries is one BPF policer on the router: cumulative bytes by
+// colour.
+type PolicerSeries struct {
+	Device string   `json:"device"`
+	Class  string   `json:"class"`
+	Green  []uint64 `json:"green"`
+	Yellow []uint64 `json:"yellow"`
+	Red    []uint64 `json:"red"`
+}
+
+// Key names a policer across the router's devices.
+func (p *PolicerSeries) Key() string { return p.Device + "/" + p.Class }
+
 // Key names a class across the router's devices.
 func (c *ClassSeries) Key() string { return c.Device + "/" + c.Name }
 
@@ -79,8 +93,35 @@ type PhaseResult struct {
 	HostsFairness float64               `json:"hosts_fairness"`
 	FlowsFairness float64               `json:"flows_fairness"`
 	Total         float64               `json:"goodput_bps"`
+	// Policers are the router's BPF policers' verdicts, by device/class.
+	Policers map[string]*PolicerStat `json:"policers,omitempty"`
 
 	byClass map[string][]*FlowStat
+	nflows  int
+}
+
+// PolicerStat counts a policer's verdicts over a phase, in bytes (a
+// GSO super-packet is one packet of up to 64 KB: bytes compare).
+type PolicerStat struct {
+	Green  uint64 `json:"green"`
+	Yellow uint64 `json:"yellow"`
+	Red    uint64 `json:"red"`
+}
+
+// policed sums the phase's policers: bytes metered and coloured red.
+func (p *PhaseResult) policed() (bytes, red uint64) {
+	for _, ps := range p.Policers {
+		bytes += ps.Green + ps.Yellow + ps.Red
+		red += ps.Red
+	}
+	return bytes, red
+}
+
+func ratioOf(a, b uint64) float64 {
+	if b == 0 {
+		return 0
+	}
+	return float64(a) / float64(b)
 }
 
 // Latency summarises probe samples (milliseconds).
@@ -318,6 +359,13 @@ func (r *Result) summarize(name string, from, to, settle float64) *PhaseResult {
 	for _, c := range r.Classes {
 		p.Classes[c.Key()] = &ClassStat{Bps: mean(c.Bps), Drops: delta(c.Drops), Rate: c.Rate}
 	}
+	for _, pl := range r.Policers {
+		if p.Policers == nil {
+			p.Policers = map[string]*PolicerStat{}
+		}
+		p.Policers[pl.Key()] = &PolicerStat{Green: delta(pl.Green), Yellow: delta(pl.Yellow), Red: delta(pl.Red)}
+	}
+	p.nflows = len(perFlow)
 	for _, pr := range r.Probes {
 		p.Probes[pr.Name] = Summarize(window(pr.Samples, from+min(settle, (to-from)/2), to))
 	}

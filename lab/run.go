@@ -383,6 +383,7 @@ func Run(ctx context.Context, b *Bed, s *Scenario, v Variant, opt Options) (*Res
 	// Sample every bucket until the end.
 	prevRx := make([]uint64, len(counters))
 	prevBytes := map[string]uint64{}
+	polIdx := map[string]*PolicerSeries{}
 	tick := time.NewTicker(bucket)
 	for i := 0; i < nb; i++ {
 		select {
@@ -417,6 +418,17 @@ func Run(ctx context.Context, b *Bed, s *Scenario, v Variant, opt Options) (*Res
 					}
 					prevBytes[key] = c.Bytes
 					cs.Drops[i] = uint64(c.Drops)
+				}
+				for _, pl := range t.Policers {
+					ps := polIdx[t.Device+"/"+pl.Class]
+					if ps == nil {
+						ps = &PolicerSeries{Device: t.Device, Class: pl.Class}
+						polIdx[ps.Key()] = ps
+						r.Policers = append(r.Policers, ps)
+					}
+					ps.Green = grow(ps.Green, i, pl.Green.Bytes)
+					ps.Yellow = grow(ps.Yellow, i, pl.Yellow.Bytes)
+					ps.Red = grow(ps.Red, i, pl.Red.Bytes)
 				}
 			}
 		}

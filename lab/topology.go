@@ -74,6 +74,11 @@ type Bed struct {
 	Server  string // namespace with device isp
 	Clients []string
 	Topo    Topology
+	// Wire is the delay line's namespace between router and server, when
+	// the modem's delay is emulated without netem (else empty).
+	Wire string
+
+	delay *delayLine
 }
 
 // Names of a bed's namespaces.
@@ -112,6 +117,13 @@ func Up(name string, topo Topology) (b *Bed, err error) {
 	}
 	b = bedNames(name, topo.Clients)
 	b.Topo = topo
+	lineDelay, relay, err := relayNeeded(topo.Modem)
+	if err != nil {
+		return nil, err
+	}
+	if relay {
+		b.Wire = Prefix + name + "-wire"
+	}
 	if len(listNS(Prefix+name+"-")) > 0 {
 		return nil, fmt.Errorf("a lab named %q is already up (sluice lab down %s)", name, name)
 	}
@@ -206,8 +218,20 @@ func Up(name string, topo Topology) (b *Bed, err error) {
 	if err := up(h[b.Switch], "br0"); err != nil {
 		return nil, err
 	}
-	if err := wire(b.Router, "wan", b.Server, "isp"); err != nil {
-		return nil, err
+	if b.Wire == "" {
+		if err := wire(b.Router, "wan", b.Server, "isp"); err != nil {
+			return nil, err
+		}
+	} else {
+		if err := wire(b.Router, "wan", b.Wire, "r"); err != nil {
+			return nil, err
+		}
+		if err := wire(b.Wire, "s", b.Server, "isp"); err != nil {
+			return nil, err
+		}
+		if b.delay, err = startDelayLine(b.Wire, lineDelay); err != nil {
+			return nil, err
+		}
 	}
 	if err := addrUp(h[b.Router], "lan", netip.PrefixFrom(RouterLAN4, 24), netip.PrefixFrom(RouterLAN6, 64)); err != nil {
 		return nil, err
@@ -238,7 +262,11 @@ func Up(name string, topo Topology) (b *Bed, err error) {
 }
 
 func (b *Bed) all() []string {
-	return append([]string{b.Router, b.Switch, b.Server}, b.Clients...)
+	all := append([]string{b.Router, b.Switch, b.Server}, b.Clients...)
+	if b.Wire != "" {
+		all = append(all, b.Wire)
+	}
+	return all
 }
 
 func up(h *netlink.Handle, dev string) error {
@@ -314,20 +342,13 @@ func (b *Bed) modem(m Modem) error {
 		}
 		buf = d
 	}
-	var delay time.Duration
-	if m.Delay != "" {
-		d, err := time.ParseDuration(m.Delay)
-		if err != nil || d <= 0 {
-			return fmt.Errorf("modem delay %q: want a duration like 20ms", m.Delay)
-		}
-		rep, err := kernel.ProbeCached(kernel.StateDir(""))
-		if err != nil {
-			return err
-		}
-		if !rep.Qdiscs["netem"] {
-			return fmt.Errorf("modem delay %s needs the netem qdisc (sch_netem), which this kernel lacks", m.Delay)
-		}
-		delay = d
+	// Without netem the delay line (b.Wire) delays instead.
+	delay, relay, err := relayNeeded(m)
+	if err != nil {
+		return err
+	}
+	if relay {
+		delay = 0
 	}
 	c, err := tc.Open(b.Server)
 	if err != nil {
@@ -389,6 +410,7 @@ func (b *Bed) modem(m Modem) error {
 // Down removes the bed's namespaces and sluice's records for its router.
 func (b *Bed) Down() error {
 	var errs []string
+	b.delay.Close()
 	for _, ns := range b.all() {
 		if err := deleteNS(ns); err != nil {
 			errs = append(errs, err.Error())

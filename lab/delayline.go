@@ -1,0 +1,170 @@
+package lab
+
+import (
+	"fmt"
+	"os"
+	"sync"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"sluice/kernel"
+	"sluice/tc"
+)
+
+// A delay line stands in for netem where the kernel lacks it: a
+// namespace ("wire") between the router's wan and the server's isp in
+// which every frame is redirected (u32 + mirred) into a TAP device, held
+// by this process for the delay, written back, and redirected on to the
+// other side. It is pure layer 2, so addresses and routes do not change,
+// and it lives as long as the process: `lab run` can use it, `lab up`
+// cannot.
+//
+//	router wan ─ r [wire: r → tap-up → s, s → tap-down → r] s ─ isp server
+//
+// Frames from veth are checksummed and segmented by the stack on their
+// way into the TAP (it offers no offloads), so the line carries wire-sized
+// frames whatever the senders' GSO settings.
+
+// delayLineLimit is the most frames held per direction; beyond it frames
+// are dropped, as netem's limit does.
+const delayLineLimit = 20000
+
+// relayNeeded says whether m's delay needs the delay line: it asks for a
+// delay and the kernel has no netem.
+func relayNeeded(m Modem) (time.Duration, bool, error) {
+	if m.Delay == "" {
+		return 0, false, nil
+	}
+	d, err := time.ParseDuration(m.Delay)
+	if err != nil || d <= 0 {
+		return 0, false, fmt.Errorf("modem delay %q: want a duration like 20ms", m.Delay)
+	}
+	rep, err := kernel.ProbeCached(kernel.StateDir(""))
+	if err != nil {
+		return 0, false, err
+	}
+	return d, !rep.Qdiscs["netem"], nil
+}
+
+// NeedsDelayLine says whether topo's delay would be emulated by this
+// process (no netem here), so that a bed left up could not keep it.
+func NeedsDelayLine(topo Topology) bool {
+	_, relay, err := relayNeeded(topo.Modem)
+	return err == nil && relay
+}
+
+// delayLine holds the TAP devices' file descriptors and their relays.
+type delayLine struct {
+	files []*os.File
+	wg    sync.WaitGroup
+}
+
+// startDelayLine wires the wire namespace's r and s through two TAPs
+// and starts relaying with delay each way.
+func startDelayLine(ns string, delay time.Duration) (*delayLine, error) {
+	dl := &delayLine{}
+	c, err := tc.Open(ns)
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	for _, tap := range []string{"tap-up", "tap-down"} {
+		var f *os.File
+		if err := InNetns(ns, func() (err error) { f, err = openTAP(tap); return err }); err != nil {
+			dl.Close()
+			return nil, fmt.Errorf("delay line: TAP %s: %w", tap, err)
+		}
+		dl.files = append(dl.files, f)
+	}
+	for _, dev := range []string{"r", "s", "tap-up", "tap-down"} {
+		if err := c.LinkUp(dev); err != nil {
+			dl.Close()
+			return nil, fmt.Errorf("delay line: %s up: %w", dev, err)
+		}
+	}
+	// r → tap-up → s and s → tap-down → r.
+	for _, hop := range [][2]string{{"r", "tap-up"}, {"tap-up", "s"}, {"s", "tap-down"}, {"tap-down", "r"}} {
+		if err := c.QdiscAdd(&tc.Qdisc{Dev: hop[0], Parent: tc.HandleIngress, Handle: tc.MakeHandle(0xFFFF, 0), Kind: "clsact"}, false); err != nil {
+			dl.Close()
+			return nil, fmt.Errorf("delay line: clsact on %s: %w", hop[0], err)
+		}
+		if err := c.FilterAdd(&tc.Filter{Dev: hop[0], Parent: tc.HandleIngressHook, Prio: 1, Proto: tc.ProtoAll, Kind: "u32", Handle: 1,
+			U32: &tc.U32{Sel: &tc.Sel{Keys: []tc.Key{{}}}, RedirectDev: hop[1]}}); err != nil {
+			dl.Close()
+			return nil, fmt.Errorf("delay line: redirect %s to %s: %w", hop[0], hop[1], err)
+		}
+	}
+	for _, f := range dl.files {
+		dl.relay(f, delay)
+	}
+	return dl, nil
+}
+
+// openTAP creates a TAP device in the calling thread's namespace.
+func openTAP(name string) (*os.File, error) {
+	fd, err := unix.Open("/dev/net/tun", unix.O_RDWR|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	var ifr [40]byte
+	copy(ifr[:unix.IFNAMSIZ-1], name)
+	*(*uint16)(unsafe.Pointer(&ifr[unix.IFNAMSIZ])) = unix.IFF_TAP | unix.IFF_NO_PI
+	if _, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), unix.TUNSETIFF, uintptr(unsafe.Pointer(&ifr))); e != 0 {
+		unix.Close(fd)
+		return nil, e
+	}
+	return os.NewFile(uintptr(fd), name), nil
+}
+
+type heldFrame struct {
+	b  []byte
+	at time.Time
+}
+
+// relay reads the frames the TAP transmits and writes each back (the
+// TAP receives it) delay after it was read, in order.
+func (dl *delayLine) relay(f *os.File, delay time.Duration) {
+	q := make(chan heldFrame, delayLineLimit)
+	pool := sync.Pool{New: func() any { return make([]byte, 65536) }}
+	dl.wg.Add(2)
+	go func() {
+		defer dl.wg.Done()
+		defer close(q)
+		for {
+			b := pool.Get().([]byte)
+			n, err := f.Read(b[:cap(b)])
+			if err != nil {
+				return
+			}
+			select {
+			case q <- heldFrame{b[:n], time.Now().Add(delay)}:
+			default: // full: dropped
+				pool.Put(b)
+			}
+		}
+	}()
+	go func() {
+		defer dl.wg.Done()
+		for h := range q {
+			if d := time.Until(h.at); d > 0 {
+				time.Sleep(d)
+			}
+			f.Write(h.b)
+			pool.Put(h.b[:cap(h.b)])
+		}
+	}()
+}
+
+// Close stops relaying (the frames held are lost).
+func (dl *delayLine) Close() error {
+	if dl == nil {
+		return nil
+	}
+	for _, f := range dl.files {
+		f.Close()
+	}
+	dl.wg.Wait()
+	return nil
+}

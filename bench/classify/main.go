@@ -15,6 +15,8 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
+	"strings"
 	"time"
 
 	"sluice/bpf"
@@ -84,6 +86,9 @@ func hostAddr(i int) netip.Addr {
 func main() {
 	out := flag.String("out", "bench/results/classify.json", "where to write the results")
 	repeat := flag.Int("repeat", 2_000_000, "runs per measurement")
+	vethHosts := flag.String("veth-hosts", "10,1000,10000", "host counts for the packet rate through a veth (empty: skip)")
+	vethPackets := flag.Int("veth-packets", 300_000, "packets per round through the veth")
+	sluiceBin := flag.String("sluice", "", "sluice binary for the veth runs (default: build it)")
 	flag.Parse()
 	var results []result
 	// 100,000 hosts exceed one HTB's class ids (sharding is still to
@@ -92,8 +97,7 @@ func main() {
 	for _, n := range []int{10, 1000, 10000, 100000} {
 		c, err := content(min(n, 30000))
 		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(1)
+			fail(err)
 		}
 		var tmpl bpf.Target
 		for _, t := range c.Hosts {
@@ -105,8 +109,7 @@ func main() {
 		}
 		prog, err := bpf.Load(c)
 		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(1)
+			fail(err)
 		}
 		for _, pk := range []struct {
 			name string
@@ -117,8 +120,7 @@ func main() {
 		} {
 			d, err := prog.Benchmark(pk.p.Frame(), *repeat)
 			if err != nil {
-				fmt.Fprintln(os.Stderr, err)
-				os.Exit(1)
+				fail(err)
 			}
 			r := result{Hosts: n, Rules: len(c.Rules), Packet: pk.name, NsPerPkt: float64(d) / float64(time.Nanosecond), Repeat: *repeat}
 			fmt.Printf("%7d hosts  %-24s %6.1f ns/packet\n", n, pk.name, r.NsPerPkt)
@@ -126,8 +128,26 @@ func main() {
 		}
 		prog.Close()
 	}
+	// The same rules through a veth: u32 filters against the BPF
+	// classifier, with no tc and a plain HTB as the baselines.
+	var veth []vethResult
+	if *vethHosts != "" {
+		if *sluiceBin == "" {
+			*sluiceBin = filepath.Join(os.TempDir(), "sluice-bench-classify")
+			mustRun("go", "build", "-o", *sluiceBin, "./cmd/sluice")
+		}
+		for _, f := range strings.Split(*vethHosts, ",") {
+			n, err := strconv.Atoi(f)
+			if err != nil {
+				fail(fmt.Errorf("-veth-hosts %q: %v", f, err))
+			}
+			veth = append(veth, measureVeth(*sluiceBin, n, *vethPackets)...)
+		}
+	}
 	os.MkdirAll(filepath.Dir(*out), 0o755)
 	b, _ := json.MarshalIndent(map[string]any{"taken": time.Now().UTC().Format(time.RFC3339), "cpus": runtime.NumCPU(),
-		"method": "BPF_PROG_TEST_RUN, mean of repeat runs on one CPU", "results": results}, "", "  ")
+		"method": "BPF_PROG_TEST_RUN, mean of repeat runs on one CPU", "results": results,
+		"veth_method": "a raw packet socket sends small TCP frames to the last host out of a veth through the applied tree, best of 5 rounds; time per packet is the whole transmit path",
+		"veth":        veth}, "", "  ")
 	os.WriteFile(*out, append(b, '\n'), 0o644)
 }

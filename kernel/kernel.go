@@ -47,6 +47,9 @@ func (k *Kernel) Lock(timeout time.Duration) error {
 		return err
 	}
 	k.lock = l
+	if k.State != nil && k.State.Unchanged(k.StateDir) {
+		return nil // read moments ago; with 10,000 hosts a read costs 50 ms
+	}
 	s, err := LoadState(k.StateDir)
 	if err != nil {
 		l.Release()

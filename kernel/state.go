@@ -36,6 +36,33 @@ func StateDir(ns string) string {
 type State struct {
 	Version int                  `json:"version"`
 	Devices map[string]*DevState `json:"devices"`
+
+	stamp fileStamp // of the file it was read from
+}
+
+// fileStamp tells whether a records file changed since it was read
+// (Save renames a new file into place: a new inode).
+type fileStamp struct {
+	ino, size uint64
+	mtime     time.Time
+}
+
+func stampOf(path string) fileStamp {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return fileStamp{}
+	}
+	st := fileStamp{size: uint64(fi.Size()), mtime: fi.ModTime()}
+	if sys, ok := fi.Sys().(*syscall.Stat_t); ok {
+		st.ino = sys.Ino
+	}
+	return st
+}
+
+// Unchanged reports whether the records file in dir is still the one s
+// was read from.
+func (s *State) Unchanged(dir string) bool {
+	return s.stamp != fileStamp{} && s.stamp == stampOf(statePath(dir))
 }
 
 // DevState records one tree.
@@ -66,7 +93,7 @@ func statePath(dir string) string { return filepath.Join(dir, "state.json") }
 
 // LoadState reads the records (empty if none).
 func LoadState(dir string) (*State, error) {
-	s := &State{Version: 1, Devices: map[string]*DevState{}}
+	s := &State{Version: 1, Devices: map[string]*DevState{}, stamp: stampOf(statePath(dir))}
 	b, err := os.ReadFile(statePath(dir))
 	if errors.Is(err, os.ErrNotExist) {
 		return s, nil
@@ -88,7 +115,9 @@ func (s *State) Save(dir string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	b, err := json.MarshalIndent(s, "", "  ")
+	// Not indented: with 10,000 hosts the records are megabytes, and
+	// every apply reads and writes them.
+	b, err := json.Marshal(s)
 	if err != nil {
 		return err
 	}

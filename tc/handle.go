@@ -52,10 +52,11 @@ func (h Handle) String() string {
 	case 0:
 		return "0:"
 	}
+	// strconv, not fmt: keys of every object go through here.
 	if h.Minor() == 0 {
-		return fmt.Sprintf("%x:", h.Major())
+		return strconv.FormatUint(uint64(h.Major()), 16) + ":"
 	}
-	return fmt.Sprintf("%x:%x", h.Major(), h.Minor())
+	return strconv.FormatUint(uint64(h.Major()), 16) + ":" + strconv.FormatUint(uint64(h.Minor()), 16)
 }
 
 // ParseHandle reads "1:", "1:10", "root", "ingress" or "ffff:fff2".

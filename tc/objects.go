@@ -2,6 +2,7 @@ package tc
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 )
 
@@ -107,7 +108,7 @@ type Fq struct {
 type Cake struct{}
 
 // Key: one qdisc per attachment point.
-func (q *Qdisc) Key() string    { return fmt.Sprintf("qdisc/%s/%s", q.Dev, q.Parent) }
+func (q *Qdisc) Key() string    { return "qdisc/" + q.Dev + "/" + q.Parent.String() }
 func (q *Qdisc) Device() string { return q.Dev }
 func (q *Qdisc) Describe() string {
 	s := fmt.Sprintf("qdisc %s %s handle %s %s", q.Dev, parentWord(q.Parent), q.Handle, q.Kind)
@@ -185,7 +186,7 @@ type Class struct {
 	HTB                       *HTBStats
 }
 
-func (c *Class) Key() string    { return fmt.Sprintf("class/%s/%s", c.Dev, c.Handle) }
+func (c *Class) Key() string    { return "class/" + c.Dev + "/" + c.Handle.String() }
 func (c *Class) Device() string { return c.Dev }
 func (c *Class) Describe() string {
 	s := fmt.Sprintf("class %s parent %s classid %s htb %s", c.Dev, c.Parent, c.Handle, c.optionString())
@@ -287,9 +288,9 @@ func (f *Filter) IsTable() bool {
 
 func (f *Filter) Key() string {
 	if f.IsTP() {
-		return fmt.Sprintf("tp/%s/%s/%d", f.Dev, f.Parent, f.Prio)
+		return "tp/" + f.Dev + "/" + f.Parent.String() + "/" + strconv.Itoa(int(f.Prio))
 	}
-	return fmt.Sprintf("filter/%s/%s/%d/%s", f.Dev, f.Parent, f.Prio, U32Handle(f.Handle))
+	return "filter/" + f.Dev + "/" + f.Parent.String() + "/" + strconv.Itoa(int(f.Prio)) + "/" + U32Handle(f.Handle)
 }
 func (f *Filter) Device() string { return f.Dev }
 func (f *Filter) Describe() string {

@@ -255,7 +255,11 @@ func Up(name string, topo Topology) (b *Bed, err error) {
 	}); err != nil {
 		return nil, err
 	}
-	if err := b.modem(topo.Modem); err != nil {
+	netemDelay := lineDelay
+	if relay {
+		netemDelay = 0 // the delay line carries it
+	}
+	if err := b.modem(topo.Modem, netemDelay); err != nil {
 		return nil, err
 	}
 	return b, nil
@@ -329,9 +333,10 @@ func defaultRoutes(h *netlink.Handle, dev string, gws ...netip.Addr) error {
 // modem emulates the link between the router and the server on the
 // server side: a tbf on the server's egress (downlink) and, through an
 // ifb, on its ingress (uplink), each with a queue of Buffer at its rate,
-// as a modem has; with Delay, a netem under each tbf (or alone).
-func (b *Bed) modem(m Modem) error {
-	if m.Up == "" && m.Down == "" && m.Delay == "" {
+// as a modem has; with a delay, a netem under each tbf (or alone). A
+// delay of 0 is none, or the delay line's (b.Wire) to carry.
+func (b *Bed) modem(m Modem, delay time.Duration) error {
+	if m.Up == "" && m.Down == "" && delay == 0 {
 		return nil
 	}
 	buf := 200 * time.Millisecond
@@ -341,14 +346,6 @@ func (b *Bed) modem(m Modem) error {
 			return fmt.Errorf("modem buffer %q: want a duration like 200ms", m.Buffer)
 		}
 		buf = d
-	}
-	// Without netem the delay line (b.Wire) delays instead.
-	delay, relay, err := relayNeeded(m)
-	if err != nil {
-		return err
-	}
-	if relay {
-		delay = 0
 	}
 	c, err := tc.Open(b.Server)
 	if err != nil {

@@ -22,6 +22,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"sluice/bench/internal/benchrun"
 )
 
 type result struct {
@@ -51,15 +53,12 @@ var (
 
 func main() {
 	flag.Parse()
-	if *sluiceBin == "" {
-		*sluiceBin = filepath.Join(os.TempDir(), "sluice-bench-apply")
-		run("go", "build", "-o", *sluiceBin, "./cmd/sluice")
-	}
+	*sluiceBin = benchrun.Sluice(*sluiceBin, "sluice-bench-apply")
 	var results []result
 	for _, s := range strings.Split(*sizes, ",") {
 		n, err := strconv.Atoi(s)
 		if err != nil {
-			fail(err)
+			benchrun.Fail(err)
 		}
 		r := measure(n)
 		results = append(results, r)
@@ -69,13 +68,13 @@ func main() {
 	doc := map[string]any{
 		"taken":   time.Now().UTC().Format(time.RFC3339),
 		"cpus":    runtime.NumCPU(),
-		"kernel":  strings.TrimSpace(output("uname", "-r")),
+		"kernel":  strings.TrimSpace(benchrun.Output("uname", "-r")),
 		"results": results,
 	}
 	b, _ := json.MarshalIndent(doc, "", "  ")
 	os.MkdirAll(filepath.Dir(*out), 0o755)
 	if err := os.WriteFile(*out, append(b, '\n'), 0o644); err != nil {
-		fail(err)
+		benchrun.Fail(err)
 	}
 	fmt.Println("wrote", *out)
 }
@@ -106,7 +105,7 @@ func hostsCSV(n int, bump int) string {
 func measure(n int) result {
 	dir, err := os.MkdirTemp("", "sluice-apply")
 	if err != nil {
-		fail(err)
+		benchrun.Fail(err)
 	}
 	defer os.RemoveAll(dir)
 	// One explicit leaf qdisc per subscriber up to 10,000; beyond,
@@ -139,10 +138,10 @@ func measure(n int) result {
 	ns := fmt.Sprintf("sluice-bench-%d", os.Getpid())
 	mkdev := func() {
 		q := strconv.Itoa(*queues)
-		run("ip", "netns", "add", ns)
-		run("ip", "-n", ns, "link", "add", "veth0", "numtxqueues", q, "numrxqueues", q, "type", "veth",
+		benchrun.Must("ip", "netns", "add", ns)
+		benchrun.Must("ip", "-n", ns, "link", "add", "veth0", "numtxqueues", q, "numrxqueues", q, "type", "veth",
 			"peer", "name", "veth1", "numtxqueues", q, "numrxqueues", q)
-		run("ip", "-n", ns, "link", "set", "veth0", "up")
+		benchrun.Must("ip", "-n", ns, "link", "set", "veth0", "up")
 	}
 	rmdev := func() { exec.Command("ip", "netns", "del", ns).Run() }
 	state, _ := os.MkdirTemp("", "sluice-apply-state")
@@ -153,7 +152,7 @@ func measure(n int) result {
 		var o bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &o, &o
 		if err := cmd.Run(); err != nil {
-			fail(fmt.Errorf("sluice %v: %v\n%s", args, err, o.String()))
+			benchrun.Fail(fmt.Errorf("sluice %v: %v\n%s", args, err, o.String()))
 		}
 		return o.String()
 	}
@@ -171,7 +170,7 @@ func measure(n int) result {
 		o := sluice("apply", "-q", pol)
 		changes = append(changes, float64(time.Since(t0).Microseconds())/1000)
 		if !strings.Contains(o, "applied: 2 change(s)") && !strings.Contains(o, "applied: 1 change(s)") {
-			fail(fmt.Errorf("a one-subscriber change took more than one class change: %s", o))
+			benchrun.Fail(fmt.Errorf("a one-subscriber change took more than one class change: %s", o))
 		}
 	}
 	r.SluiceChangeM = median(changes)
@@ -183,7 +182,7 @@ func measure(n int) result {
 	var script, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &script, &errb
 	if err := cmd.Run(); err != nil {
-		r.TCNote = "no u32 equivalent: " + firstLine(errb.String())
+		r.TCNote = "no u32 equivalent: " + benchrun.FirstLine(errb.String())
 		return r
 	}
 	file := filepath.Join(dir, "export.tc")
@@ -194,14 +193,14 @@ func measure(n int) result {
 	t0 = time.Now()
 	tcCmd := exec.Command("timeout", fmt.Sprint(int(tcLimit.Seconds())), "ip", "netns", "exec", ns, "tc", "-batch", file)
 	if o, err := tcCmd.CombinedOutput(); err != nil {
-		r.TCNote = fmt.Sprintf("did not finish in %s (%v %s)", *tcLimit, err, firstLine(string(o)))
+		r.TCNote = fmt.Sprintf("did not finish in %s (%v %s)", *tcLimit, err, benchrun.FirstLine(string(o)))
 		return r
 	}
 	r.TCBatchS = time.Since(t0).Seconds()
 	r.Speedup = r.TCBatchS / r.SluiceApplyS
 	// One subscriber's rate with tc: one class change.
 	var tcChanges []float64
-	classes := output("ip", "netns", "exec", ns, "tc", "class", "show", "dev", "veth0")
+	classes := benchrun.Output("ip", "netns", "exec", ns, "tc", "class", "show", "dev", "veth0")
 	var leafClass string
 	for _, l := range strings.Split(classes, "\n") {
 		if strings.Contains(l, "rate 2Mbit") {
@@ -211,7 +210,7 @@ func measure(n int) result {
 	}
 	for k := 0; k < 5 && leafClass != ""; k++ {
 		t0 := time.Now()
-		run("ip", "netns", "exec", ns, "tc", "class", "change", "dev", "veth0", "classid", leafClass,
+		benchrun.Must("ip", "netns", "exec", ns, "tc", "class", "change", "dev", "veth0", "classid", leafClass,
 			"htb", "rate", fmt.Sprintf("%dmbit", 3+k), "ceil", "20mbit")
 		tcChanges = append(tcChanges, float64(time.Since(t0).Microseconds())/1000)
 	}
@@ -225,25 +224,4 @@ func median(xs []float64) float64 {
 	}
 	sort.Float64s(xs)
 	return xs[len(xs)/2]
-}
-
-func firstLine(s string) string {
-	s, _, _ = strings.Cut(strings.TrimSpace(s), "\n")
-	return s
-}
-
-func run(name string, args ...string) {
-	if o, err := exec.Command(name, args...).CombinedOutput(); err != nil {
-		fail(fmt.Errorf("%s %v: %v\n%s", name, args, err, o))
-	}
-}
-
-func output(name string, args ...string) string {
-	o, _ := exec.Command(name, args...).Output()
-	return string(o)
-}
-
-func fail(err error) {
-	fmt.Fprintln(os.Stderr, "bench/apply:", err)
-	os.Exit(1)
 }

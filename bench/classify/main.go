@@ -19,6 +19,7 @@ import (
 	"strings"
 	"time"
 
+	"sluice/bench/internal/benchrun"
 	"sluice/bpf"
 	"sluice/plan"
 	"sluice/policy"
@@ -97,7 +98,7 @@ func main() {
 	for _, n := range []int{10, 1000, 10000, 100000} {
 		c, err := content(min(n, 30000))
 		if err != nil {
-			fail(err)
+			benchrun.Fail(err)
 		}
 		var tmpl bpf.Target
 		for _, t := range c.Hosts {
@@ -109,7 +110,7 @@ func main() {
 		}
 		prog, err := bpf.Load(c)
 		if err != nil {
-			fail(err)
+			benchrun.Fail(err)
 		}
 		for _, pk := range []struct {
 			name string
@@ -120,7 +121,7 @@ func main() {
 		} {
 			d, err := prog.Benchmark(pk.p.Frame(), *repeat)
 			if err != nil {
-				fail(err)
+				benchrun.Fail(err)
 			}
 			r := result{Hosts: n, Rules: len(c.Rules), Packet: pk.name, NsPerPkt: float64(d) / float64(time.Nanosecond), Repeat: *repeat}
 			fmt.Printf("%7d hosts  %-24s %6.1f ns/packet\n", n, pk.name, r.NsPerPkt)
@@ -132,14 +133,11 @@ func main() {
 	// classifier, with no tc and a plain HTB as the baselines.
 	var veth []vethResult
 	if *vethHosts != "" {
-		if *sluiceBin == "" {
-			*sluiceBin = filepath.Join(os.TempDir(), "sluice-bench-classify")
-			mustRun("go", "build", "-o", *sluiceBin, "./cmd/sluice")
-		}
+		*sluiceBin = benchrun.Sluice(*sluiceBin, "sluice-bench-classify")
 		for _, f := range strings.Split(*vethHosts, ",") {
 			n, err := strconv.Atoi(f)
 			if err != nil {
-				fail(fmt.Errorf("-veth-hosts %q: %v", f, err))
+				benchrun.Fail(fmt.Errorf("-veth-hosts %q: %v", f, err))
 			}
 			veth = append(veth, measureVeth(*sluiceBin, n, *vethPackets)...)
 		}

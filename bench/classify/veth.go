@@ -14,6 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"sluice/bench/internal/benchrun"
 	"sluice/lab"
 	"sluice/testutil"
 )
@@ -62,7 +63,7 @@ func vethPolicy(classifier string) string {
 func measureVeth(sluiceBin string, n, count int) []vethResult {
 	dir, err := os.MkdirTemp("", "sluice-bench-veth")
 	if err != nil {
-		fail(err)
+		benchrun.Fail(err)
 	}
 	defer os.RemoveAll(dir)
 	var csv bytes.Buffer
@@ -83,10 +84,10 @@ func measureVeth(sluiceBin string, n, count int) []vethResult {
 		ns := fmt.Sprintf("sluice-bench-veth-%d", os.Getpid())
 		state := filepath.Join(dir, "state-"+setup)
 		exec.Command("ip", "netns", "del", ns).Run()
-		mustRun("ip", "netns", "add", ns)
-		mustRun("ip", "-n", ns, "link", "add", "veth0", "type", "veth", "peer", "name", "veth1")
-		mustRun("ip", "-n", ns, "link", "set", "veth0", "up")
-		mustRun("ip", "-n", ns, "link", "set", "veth1", "up")
+		benchrun.Must("ip", "netns", "add", ns)
+		benchrun.Must("ip", "-n", ns, "link", "add", "veth0", "type", "veth", "peer", "name", "veth1")
+		benchrun.Must("ip", "-n", ns, "link", "set", "veth0", "up")
+		benchrun.Must("ip", "-n", ns, "link", "set", "veth1", "up")
 		sluice := func(args ...string) (string, error) {
 			cmd := exec.Command(sluiceBin, append([]string{"--netns", ns}, args...)...)
 			cmd.Env = append(os.Environ(), "SLUICE_STATE_DIR="+state)
@@ -102,14 +103,14 @@ func measureVeth(sluiceBin string, n, count int) []vethResult {
 			script := filepath.Join(dir, "script.tc")
 			os.WriteFile(script, []byte(linearScript(n)), 0o644)
 			if o, err := exec.Command("ip", "netns", "exec", ns, "tc", "-batch", script).CombinedOutput(); err != nil {
-				fail(fmt.Errorf("tc -batch: %v: %s", err, o))
+				benchrun.Fail(fmt.Errorf("tc -batch: %v: %s", err, o))
 			}
 		} else if setup != "none" {
 			cls := map[string]string{"htb": "", "u32": "u32", "bpf": "bpf"}[setup]
 			pol := filepath.Join(dir, "p-"+setup+".yaml")
 			os.WriteFile(pol, []byte(vethPolicy(cls)), 0o644)
 			if o, err := sluice("apply", "-q", pol); err != nil {
-				r.Note = "not applied: " + firstLine(o)
+				r.Note = "not applied: " + benchrun.FirstLine(o)
 				applied = false
 			}
 		}
@@ -118,7 +119,7 @@ func measureVeth(sluiceBin string, n, count int) []vethResult {
 			for k := 0; k < rounds; k++ {
 				d, err := blast(ns, "veth0", frame, r.Packets)
 				if err != nil {
-					fail(err)
+					benchrun.Fail(err)
 				}
 				per = append(per, float64(d.Nanoseconds())/float64(r.Packets))
 			}
@@ -131,7 +132,7 @@ func measureVeth(sluiceBin string, n, count int) []vethResult {
 				r.Classified = hostClassPackets(sluice, fmt.Sprintf("h%d", n-1))
 			}
 			if setup != "none" && setup != "htb" && r.Classified < uint64(rounds*r.Packets) {
-				fail(fmt.Errorf("%s, %d hosts: the last host's class counted %d of %d packets", setup, n, r.Classified, rounds*r.Packets))
+				benchrun.Fail(fmt.Errorf("%s, %d hosts: the last host's class counted %d of %d packets", setup, n, r.Classified, rounds*r.Packets))
 			}
 		}
 		exec.Command("ip", "netns", "del", ns).Run()
@@ -206,7 +207,7 @@ func tcClassPackets(ns, classid string) uint64 {
 func hostClassPackets(sluice func(...string) (string, error), name string) uint64 {
 	o, err := sluice("show", "--json")
 	if err != nil {
-		fail(fmt.Errorf("sluice show: %v: %s", err, o))
+		benchrun.Fail(fmt.Errorf("sluice show: %v: %s", err, o))
 	}
 	var s struct {
 		Trees []struct {
@@ -217,7 +218,7 @@ func hostClassPackets(sluice func(...string) (string, error), name string) uint6
 		} `json:"trees"`
 	}
 	if err := json.Unmarshal([]byte(o), &s); err != nil {
-		fail(fmt.Errorf("sluice show --json: %v", err))
+		benchrun.Fail(fmt.Errorf("sluice show --json: %v", err))
 	}
 	for _, t := range s.Trees {
 		for _, c := range t.Classes {
@@ -227,22 +228,4 @@ func hostClassPackets(sluice func(...string) (string, error), name string) uint6
 		}
 	}
 	return 0
-}
-
-func mustRun(name string, args ...string) {
-	if o, err := exec.Command(name, args...).CombinedOutput(); err != nil {
-		fail(fmt.Errorf("%s %v: %v: %s", name, args, err, o))
-	}
-}
-
-func firstLine(s string) string {
-	if i := bytes.IndexByte([]byte(s), '\n'); i >= 0 {
-		return s[:i]
-	}
-	return s
-}
-
-func fail(err error) {
-	fmt.Fprintln(os.Stderr, err)
-	os.Exit(1)
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -54,23 +55,53 @@ func countClasses(cs []*policy.Class) int {
 
 // prepared is a policy planned against the live kernel.
 type prepared struct {
-	k    *kernel.Kernel
-	pol  *policy.Policy
-	plan *plan.Plan
-	live *kernel.Live
-	diff *kernel.Diff
+	k     *kernel.Kernel
+	pol   *policy.Policy
+	plan  *plan.Plan
+	live  *kernel.Live
+	diff  *kernel.Diff
+	phase phases
+}
+
+// phases times the steps of a command, for --timings.
+type phases struct {
+	last  time.Time
+	names []string
+	took  []time.Duration
+}
+
+func (t *phases) start() { t.last = time.Now() }
+
+func (t *phases) mark(name string) {
+	now := time.Now()
+	t.names = append(t.names, name)
+	t.took = append(t.took, now.Sub(t.last))
+	t.last = now
+}
+
+func (t *phases) String() string {
+	var parts []string
+	var sum time.Duration
+	for i, n := range t.names {
+		parts = append(parts, fmt.Sprintf("%s %.1f ms", n, float64(t.took[i].Microseconds())/1000))
+		sum += t.took[i]
+	}
+	return fmt.Sprintf("timings: %s (total %.1f ms)", strings.Join(parts, ", "), float64(sum.Microseconds())/1000)
 }
 
 func (g *globals) prepare(file string, force, lock bool) (*prepared, error) {
+	var ph phases
+	ph.start()
 	pol, err := g.loadPolicy(file)
 	if err != nil {
 		return nil, err
 	}
+	ph.mark("parse")
 	k, err := g.openKernel()
 	if err != nil {
 		return nil, err
 	}
-	p := &prepared{k: k, pol: pol}
+	p := &prepared{k: k, pol: pol, phase: ph}
 	fail := func(e error) (*prepared, error) {
 		k.Close()
 		return nil, e
@@ -80,6 +111,7 @@ func (g *globals) prepare(file string, force, lock bool) (*prepared, error) {
 			return fail(failure(err))
 		}
 	}
+	p.phase.mark("open")
 	if err := k.CheckInterfaces(pol); err != nil {
 		return fail(badInput(err))
 	}
@@ -90,6 +122,7 @@ func (g *globals) prepare(file string, force, lock bool) (*prepared, error) {
 	if p.plan, err = k.Plan(pol, rep.Features()); err != nil {
 		return fail(badInput(err))
 	}
+	p.phase.mark("plan")
 	if p.live, err = k.ReadLive(p.plan, nil, force); err != nil {
 		var fe *kernel.ForeignRootError
 		if errors.As(err, &fe) {
@@ -97,7 +130,9 @@ func (g *globals) prepare(file string, force, lock bool) (*prepared, error) {
 		}
 		return fail(failure(fmt.Errorf("reading the kernel: %w", err)))
 	}
+	p.phase.mark("read")
 	p.diff = kernel.Compute(p.live.Objects, p.plan.Objects(), p.live.Opt)
+	p.phase.mark("diff")
 	if force {
 		for i := range p.diff.Changes {
 			c := &p.diff.Changes[i]
@@ -130,7 +165,7 @@ func planCmd(g *globals) *cobra.Command {
 }
 
 func applyCmd(g *globals) *cobra.Command {
-	var force, quiet bool
+	var force, quiet, timings bool
 	cmd := &cobra.Command{
 		Use:   "apply FILE",
 		Short: "Make the kernel match the policy with the fewest changes",
@@ -145,8 +180,12 @@ apply of the same policy changes nothing.`,
 				return err
 			}
 			defer p.k.Close()
+			if timings {
+				defer func() { fmt.Fprintln(g.stderr, p.phase.String()) }()
+			}
 			if p.diff.Empty() {
 				fmt.Fprintln(g.stdout, "no changes")
+				defer p.phase.mark("record")
 				return p.k.Record(p.plan, p.diff, p.live, args[0])
 			}
 			if !quiet {
@@ -156,15 +195,18 @@ apply of the same policy changes nothing.`,
 			if err != nil {
 				return failure(err)
 			}
+			p.phase.mark("apply")
 			if err := p.k.Record(p.plan, p.diff, p.live, args[0]); err != nil {
 				return failure(fmt.Errorf("applied, but could not record ownership: %w", err))
 			}
+			p.phase.mark("record")
 			fmt.Fprintf(g.stdout, "applied: %d change(s), %d netlink write(s)\n", res.Changes, res.Writes)
 			return nil
 		},
 	}
 	cmd.Flags().BoolVar(&force, "force", false, "replace root qdiscs sluice did not create")
 	cmd.Flags().BoolVarP(&quiet, "quiet", "q", false, "do not print the changes")
+	cmd.Flags().BoolVar(&timings, "timings", false, "print how long each step took (to stderr)")
 	return cmd
 }
 

@@ -124,6 +124,7 @@ type Live struct {
 // (restricted to only, when non-nil). force allows taking over foreign
 // root qdiscs on planned devices.
 func (k *Kernel) ReadLive(p *plan.Plan, only map[string]bool, force bool) (*Live, error) {
+	defer k.Conn.Pin()()
 	l := &Live{Opt: Options{Replace: map[string]bool{}, Shared: map[string]bool{}},
 		Adopted: map[string]bool{}, HookShared: map[string]bool{}}
 	for _, r := range k.refs(p, only) {
@@ -383,6 +384,7 @@ func (e *ApplyError) Unwrap() error { return e.Err }
 // Apply carries out d. When a step fails it undoes the steps before it,
 // in reverse, and returns an *ApplyError.
 func (k *Kernel) Apply(d *Diff) (*Result, error) {
+	defer k.Conn.Pin()()
 	start := k.Conn.Writes()
 	var undo [][]tc.Op
 	for i, c := range d.Changes {

@@ -34,6 +34,8 @@ type idPool[T uint16 | uint32] struct {
 	reserved map[T]bool
 	lo, hi   T
 	cursor   [2]uint64
+	// allowed, when set, says which ids in [lo, hi] may be handed out.
+	allowed func(T) bool
 }
 
 func newPool[T uint16 | uint32](prev map[string]T, lo, hi T) *idPool[T] {
@@ -49,13 +51,13 @@ func (p *idPool[T]) get(key string) (T, bool) {
 	if id, ok := p.next[key]; ok {
 		return id, true
 	}
-	if id, ok := p.prev[key]; ok && id >= p.lo && id <= p.hi && !p.used[id] {
+	if id, ok := p.prev[key]; ok && id >= p.lo && id <= p.hi && !p.used[id] && p.ok(id) {
 		return p.take(key, id), true
 	}
 	for pass, avoidReserved := range []bool{true, false} {
 		for id := p.cursor[pass]; id <= uint64(p.hi); id++ {
 			p.cursor[pass] = id
-			if !p.used[T(id)] && !(avoidReserved && p.reserved[T(id)]) {
+			if !p.used[T(id)] && !(avoidReserved && p.reserved[T(id)]) && p.ok(T(id)) {
 				return p.take(key, T(id)), true
 			}
 		}
@@ -63,6 +65,8 @@ func (p *idPool[T]) get(key string) (T, bool) {
 	}
 	return 0, false
 }
+
+func (p *idPool[T]) ok(id T) bool { return p.allowed == nil || p.allowed(id) }
 
 func (p *idPool[T]) take(key string, id T) T {
 	p.used[id] = true

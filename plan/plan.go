@@ -160,13 +160,15 @@ type builder struct {
 	objs    []tc.Object
 	filters []tc.Object
 	// Sharded trees (see shard.go); major is the HTB being emitted.
-	major    uint16
-	div      uint64 // non-host classes' rates are divided among shards
-	shard    int
-	shardOf  map[string]int // host class -> shard
-	hostIDs  []*idPool[uint16]
-	leafIDs  *idPool[uint16]
-	counters *idPool[uint32]
+	major   uint16
+	div     uint64 // non-host classes' rates are divided among shards
+	shard   int
+	shardOf map[string]int // host class -> shard
+	// hostLists caches hostsOf.
+	hostLists map[*policy.Class][][]hostItem
+	hostIDs   []*idPool[uint16]
+	leafIDs   *idPool[uint16]
+	counters  *idPool[uint32]
 }
 
 func buildTree(d *policy.Diag, feats Features, in *policy.Interface, t *policy.Tree, devName string, prev *Alloc) *Device {
@@ -288,14 +290,9 @@ func (b *builder) classTree(cs []*policy.Class, parent tc.Handle, leaves *[]tc.O
 			}
 		}
 		b.dev.Classes = append(b.dev.Classes, info)
-		if ph := c.PerHost; ph != nil {
-			for _, h := range ph.Hosts() {
-				b.hostClass(c, hostName(c, h), id, ph.RateBps, ph.CeilBps, leaves)
-			}
-			for _, e := range ph.Entries {
-				if e.ParentCls == c {
-					b.hostClass(c, entryName(c, e), id, e.RateBps, e.CeilBps, leaves)
-				}
+		if c.PerHost != nil {
+			for _, h := range b.hostsOf(c)[b.shard] {
+				b.hostClass(c, h.name, id, h.rate, h.ceil, leaves)
 			}
 		}
 		for _, e := range c.Hosts { // hosts_file entries whose parent column names c
@@ -349,7 +346,7 @@ func (b *builder) leaf(owner string, class tc.Handle, kind string, at policy.Pos
 		major, ok := b.leafIDs.get(owner + "@" + class.String())
 		if !ok {
 			b.d.Errorf(at, "class %s: more leaf qdiscs than one device's qdisc handles hold (%d); set leaf: none for per_host classes (HTB's own pfifo)",
-				what, int(leafHi-leafLo)+1)
+				what, leafCapacity)
 			return nil
 		}
 		q.Handle = tc.MakeHandle(major, 0)
@@ -683,6 +680,49 @@ func bitsAt(a netip.Addr, end, n int) uint32 {
 		v = v<<1 | uint32(bit)
 	}
 	return v
+}
+
+// hostItem is one host class of a per_host class.
+type hostItem struct {
+	name       string
+	rate, ceil uint64
+}
+
+// hostsOf lists per_host class c's hosts by shard (all in shard 0 when
+// the tree is not sharded), in policy order. Built once per class: a
+// sharded tree walks its classes once per shard.
+func (b *builder) hostsOf(c *policy.Class) [][]hostItem {
+	if hs, ok := b.hostLists[c]; ok {
+		return hs
+	}
+	n := 1
+	if b.hostIDs != nil {
+		n = len(b.hostIDs)
+	}
+	hs := make([][]hostItem, n)
+	put := func(h hostItem) {
+		if s, ok := b.shardOf[h.name]; ok {
+			hs[s] = append(hs[s], h)
+			return
+		}
+		for s := range hs { // not a sharded host: in every tree
+			hs[s] = append(hs[s], h)
+		}
+	}
+	ph := c.PerHost
+	for _, h := range ph.Hosts() {
+		put(hostItem{hostName(c, h), ph.RateBps, ph.CeilBps})
+	}
+	for _, e := range ph.Entries {
+		if e.ParentCls == c {
+			put(hostItem{entryName(c, e), e.RateBps, e.CeilBps})
+		}
+	}
+	if b.hostLists == nil {
+		b.hostLists = map[*policy.Class][][]hostItem{}
+	}
+	b.hostLists[c] = hs
+	return hs
 }
 
 // hostClass emits one host's class (of per_host class owner) below

@@ -17,15 +17,44 @@ import (
 // shards do not lend to each other, so the tree rate holds per shard,
 // not in sum (docs/design.md).
 
-// shardMajor is the handle major of shard s's HTB; the mq root is 1:.
-func shardMajor(s int) uint16 { return uint16(0x100 + s) }
+// Qdisc handles of sharded trees are chosen for the kernel's qdisc
+// lookup. A device's qdiscs sit in a hash of 16 buckets keyed by handle
+// (hash_32(handle, 4)), each bucket a list walked to the end; the mq
+// root is found before the hash, the shards are not. Every class write
+// and every leaf write looks its shard up, so with 10,000 leaves spread
+// over the buckets each lookup walked hundreds of them. The shards get
+// majors of one bucket of their own and no leaf ever takes a major of
+// that bucket, so a shard is found among the shards alone. Leaves also
+// keep out of bucket 0, where HTB's own pfifos (handle 0, hashed too)
+// wait to be replaced by them.
+const shardBucket = 3
 
-// Leaf qdisc majors in sharded trees: above the shards, below the
-// kernel's automatic handles (0x8000 and up).
+// qdiscBucket is the kernel's qdisc hash bucket of handle major:0.
+func qdiscBucket(major uint16) int { return int(uint32(major) << 16 * 0x61C88647 >> 28) }
+
+// shardMajors are the handle majors of the shards' HTBs, in order.
+var shardMajors = func() []uint16 {
+	var out []uint16
+	for m := uint16(0x100); len(out) < policy.MaxShards; m++ {
+		if qdiscBucket(m) == shardBucket {
+			out = append(out, m)
+		}
+	}
+	return out
+}()
+
+// shardMajor is the handle major of shard s's HTB; the mq root is 1:.
+func shardMajor(s int) uint16 { return shardMajors[s] }
+
+// Leaf qdisc majors in sharded trees: from 0x100 (below, the majors of
+// unsharded trees' classes) to below the kernel's automatic handles
+// (0x8000 and up), outside the shards' bucket and bucket 0.
 const (
-	leafLo uint16 = 0x100 + policy.MaxShards
+	leafLo uint16 = 0x100
 	leafHi uint16 = 0x7FFF
 )
+
+func leafMajorOK(m uint16) bool { b := qdiscBucket(m); return b != shardBucket && b != 0 }
 
 // shardsFor decides how many shards the tree on dev gets: 1 (no
 // sharding) unless it is a BPF tree with host classes on a device with
@@ -129,6 +158,7 @@ func (b *builder) sharded(n int) {
 		}
 	}
 	b.leafIDs = newPool(prev.Leaves, leafLo, leafHi)
+	b.leafIDs.allowed = leafMajorOK
 	b.counters = newPool(prev.Counters, 1, 1<<22)
 	b.tables = newPool(prev.Tables, 1, 0x7FF)
 
@@ -187,3 +217,14 @@ func (b *builder) counter(name string) uint32 {
 	id, _ := b.counters.get(name)
 	return id
 }
+
+// leafCapacity is how many leaf majors a sharded tree can hand out.
+var leafCapacity = func() int {
+	n := 0
+	for m := leafLo; m <= leafHi; m++ {
+		if leafMajorOK(m) {
+			n++
+		}
+	}
+	return n
+}()

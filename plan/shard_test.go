@@ -59,10 +59,10 @@ func TestShardedPlan(t *testing.T) {
 		switch x := o.(type) {
 		case *tc.Qdisc:
 			if x.Kind == "htb" {
-				shards++
-				if x.Parent != tc.MakeHandle(1, uint16(x.Handle.Major()-0x100+1)) {
-					t.Errorf("shard %s on %s, want on its own queue", x.Handle, x.Parent)
+				if x.Handle.Major() != shardMajor(shards) || x.Parent != tc.MakeHandle(1, uint16(shards+1)) {
+					t.Errorf("shard %s on %s, want shard %d on its own queue", x.Handle, x.Parent, shards)
 				}
+				shards++
 			}
 		case *tc.Class:
 			if strings.HasPrefix(x.Name, "subs/") {
@@ -88,7 +88,7 @@ func TestShardedPlan(t *testing.T) {
 	}
 	counters := map[uint32]bool{}
 	for _, tg := range hook.Content.Hosts {
-		if tg.Queue == 0 || tc.Handle(tg.Classid).Major() != uint16(0x100+tg.Queue-1) {
+		if tg.Queue == 0 || tc.Handle(tg.Classid).Major() != shardMajor(int(tg.Queue)-1) {
 			t.Errorf("host target %+v: queue and shard disagree", tg)
 		}
 		if counters[tg.Counter] {
@@ -141,5 +141,41 @@ func TestShardingOffAndXPS(t *testing.T) {
 		if mq := p.Devices[0].Objects[0].(*tc.Qdisc).Kind == "mq"; mq != c.mq {
 			t.Errorf("%q queues %d: sharded %v, want %v", c.extra, c.feats.TxQueues["eth0"], mq, c.mq)
 		}
+	}
+}
+
+// The shards' majors share one qdisc hash bucket that no leaf enters,
+// so the kernel finds a shard without walking past leaves.
+func TestShardMajorsOwnABucket(t *testing.T) {
+	seen := map[uint16]bool{}
+	for s := range policy.MaxShards {
+		m := shardMajor(s)
+		if seen[m] || m < 0x100 || m >= 0x8000 || qdiscBucket(m) != shardBucket || leafMajorOK(m) {
+			t.Fatalf("shard %d: major %#x (bucket %d, seen %v)", s, m, qdiscBucket(m), seen[m])
+		}
+		seen[m] = true
+	}
+	// hash_32(0x00010000, 4) as the kernel computes it: 0x10000 *
+	// 0x61C88647 mod 2^32 = 0x86470000, top four bits 8.
+	if qdiscBucket(1) != 8 {
+		t.Fatalf("bucket of 1: is %d, want 8", qdiscBucket(1))
+	}
+	pool := newPool(map[string]uint16{"kept": shardMajor(0)}, leafLo, leafHi)
+	pool.allowed = leafMajorOK
+	if id, ok := pool.get("kept"); !ok || id == shardMajor(0) {
+		t.Fatalf("recorded leaf major in the shards' bucket: got %#x", id)
+	}
+	n := 1
+	for ; ; n++ {
+		id, ok := pool.get(fmt.Sprint(n))
+		if !ok {
+			break
+		}
+		if !leafMajorOK(id) {
+			t.Fatalf("leaf major %#x in the shards' bucket", id)
+		}
+	}
+	if n != leafCapacity || n < 28000 {
+		t.Fatalf("%d leaf majors, want leafCapacity %d (> 28000)", n, leafCapacity)
 	}
 }

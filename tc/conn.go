@@ -21,6 +21,10 @@ type Conn struct {
 
 	mu     sync.Mutex
 	writes int
+	// indexes caches device names' ifindexes while Pin holds it (nil
+	// otherwise): one apply writes thousands of objects to one device,
+	// and a link lookup per write cost as much as the write.
+	indexes map[string]int
 	// BeforeWrite, when set, runs before every write to the kernel with
 	// the 1-based count of writes so far; an error it returns fails that
 	// write as if the kernel had refused it. Tests use it to inject
@@ -108,8 +112,37 @@ func (c *Conn) request(typ, flags int) *nl.NetlinkRequest {
 	return req
 }
 
+// Pin makes IfIndex remember the indexes it resolves until the
+// returned function runs. Only for a bounded run of work under
+// sluice's lock (an apply, a read back): a long-lived Conn must not
+// pin, since a device deleted and re-created gets a new index.
+func (c *Conn) Pin() (unpin func()) {
+	c.mu.Lock()
+	c.indexes = map[string]int{}
+	c.mu.Unlock()
+	return func() {
+		c.mu.Lock()
+		c.indexes = nil
+		c.mu.Unlock()
+	}
+}
+
+func (c *Conn) forget(dev string) {
+	c.mu.Lock()
+	if c.indexes != nil {
+		delete(c.indexes, dev)
+	}
+	c.mu.Unlock()
+}
+
 // IfIndex resolves a device name in the Conn's namespace.
 func (c *Conn) IfIndex(dev string) (int, error) {
+	c.mu.Lock()
+	idx, ok := c.indexes[dev]
+	c.mu.Unlock()
+	if ok {
+		return idx, nil
+	}
 	l, err := c.links.LinkByName(dev)
 	if err != nil {
 		var nf netlink.LinkNotFoundError
@@ -118,7 +151,13 @@ func (c *Conn) IfIndex(dev string) (int, error) {
 		}
 		return 0, fmt.Errorf("device %q: %w", dev, err)
 	}
-	return l.Attrs().Index, nil
+	idx = l.Attrs().Index
+	c.mu.Lock()
+	if c.indexes != nil {
+		c.indexes[dev] = idx
+	}
+	c.mu.Unlock()
+	return idx, nil
 }
 
 // IfName resolves an index to a device name ("" if unknown).
@@ -155,6 +194,7 @@ func (c *Conn) LinkAdd(l *Link) error {
 	if err := c.countWrite("link add " + l.Name); err != nil {
 		return fmt.Errorf("link add %s: %w", l.Name, err)
 	}
+	c.forget(l.Name)
 	attrs := netlink.NewLinkAttrs()
 	attrs.Name = l.Name
 	if l.MTU > 0 {
@@ -196,6 +236,7 @@ func (c *Conn) LinkDel(name string) error {
 	if err := c.countWrite("link del " + name); err != nil {
 		return fmt.Errorf("link del %s: %w", name, err)
 	}
+	c.forget(name)
 	l, err := c.links.LinkByName(name)
 	if err != nil {
 		return fmt.Errorf("link del %s: %w", name, err)

@@ -61,6 +61,8 @@ type prepared struct {
 	live  *kernel.Live
 	diff  *kernel.Diff
 	phase phases
+	// touched: the diff covers only the objects the edit touched.
+	touched bool
 }
 
 // phases times the steps of a command, for --timings.
@@ -89,7 +91,10 @@ func (t *phases) String() string {
 	return fmt.Sprintf("timings: %s (total %.1f ms)", strings.Join(parts, ", "), float64(sum.Microseconds())/1000)
 }
 
-func (g *globals) prepare(file string, force, lock bool) (*prepared, error) {
+// prepare plans file against the kernel. apply passes lock (it changes
+// the kernel) and, unless --full or --force, fast: read back only what
+// the edit touches when the records allow it (kernel.ReadTouched).
+func (g *globals) prepare(file string, force, lock, fast bool) (*prepared, error) {
 	var ph phases
 	ph.start()
 	pol, err := g.loadPolicy(file)
@@ -123,6 +128,19 @@ func (g *globals) prepare(file string, force, lock bool) (*prepared, error) {
 		return fail(badInput(err))
 	}
 	p.phase.mark("plan")
+	if fast {
+		l, desired, ok, err := k.ReadTouched(p.plan)
+		if err != nil {
+			return fail(failure(fmt.Errorf("reading the kernel: %w", err)))
+		}
+		if ok {
+			p.live, p.touched = l, true
+			p.phase.mark("read touched")
+			p.diff = kernel.Compute(l.Objects, desired, l.Opt)
+			p.phase.mark("diff")
+			return p, nil
+		}
+	}
 	if p.live, err = k.ReadLive(p.plan, nil, force); err != nil {
 		var fe *kernel.ForeignRootError
 		if errors.As(err, &fe) {
@@ -151,7 +169,7 @@ func planCmd(g *globals) *cobra.Command {
 		Short: "Show what apply would change on the live kernel",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			p, err := g.prepare(args[0], force, false)
+			p, err := g.prepare(args[0], force, false, false)
 			if err != nil {
 				return err
 			}
@@ -165,17 +183,22 @@ func planCmd(g *globals) *cobra.Command {
 }
 
 func applyCmd(g *globals) *cobra.Command {
-	var force, quiet, timings bool
+	var force, quiet, timings, full bool
 	cmd := &cobra.Command{
 		Use:   "apply FILE",
 		Short: "Make the kernel match the policy with the fewest changes",
 		Long: `Apply changes the kernel to match the policy: only the difference from the
 live state, in an order the kernel accepts. If any step fails, every step
 before it is undone in reverse, leaving the kernel as it was. A second
-apply of the same policy changes nothing.`,
+apply of the same policy changes nothing.
+
+When the last apply's records allow it, apply reads back only the objects
+the policy edit touches (a subscriber's class and leaf, the classifier's
+maps) and trusts the rest to be as it left them; --full reads everything
+back and repairs what was changed behind sluice's back, as plan shows.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			p, err := g.prepare(args[0], force, true)
+			p, err := g.prepare(args[0], force, true, !full && !force)
 			if err != nil {
 				return err
 			}
@@ -207,6 +230,7 @@ apply of the same policy changes nothing.`,
 	cmd.Flags().BoolVar(&force, "force", false, "replace root qdiscs sluice did not create")
 	cmd.Flags().BoolVarP(&quiet, "quiet", "q", false, "do not print the changes")
 	cmd.Flags().BoolVar(&timings, "timings", false, "print how long each step took (to stderr)")
+	cmd.Flags().BoolVar(&full, "full", false, "read every object back, not only those the edit touches (repairs changes made behind sluice's back)")
 	return cmd
 }
 

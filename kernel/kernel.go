@@ -22,6 +22,9 @@ type Kernel struct {
 	StateDir string
 	State    *State
 	lock     *Lock
+	// fps holds the fingerprints of the planned objects per tree, when
+	// ReadTouched computed them (Record reuses them).
+	fps map[string]map[string]uint64
 }
 
 // Open connects to network namespace ns ("" for the current one) and
@@ -608,6 +611,9 @@ func (k *Kernel) Record(p *plan.Plan, d *Diff, l *Live, policyFile string) error
 			Policy: policyFile, AppliedAt: now, Alloc: dev.Alloc, Classes: dev.Classes, PoliceOnly: dev.PoliceOnly}
 		if dev.PoliceOnly {
 			rec.Root = ""
+		}
+		if rec.Objects = k.fps[dev.Record()]; rec.Objects == nil {
+			rec.Objects = fingerprints(dev.Objects)
 		}
 		for _, o := range dev.Objects {
 			if h, ok := o.(*bpf.Hook); ok {

@@ -79,11 +79,16 @@ type DevState struct {
 	// (for its BPF classifier) or, for a policer, on the interface.
 	ClsactCreated bool `json:"clsact_created,omitempty"`
 	// PoliceOnly: a BPF policer on the interface's hook, no tree.
-	PoliceOnly bool             `json:"police_only,omitempty"`
-	Policy     string           `json:"policy,omitempty"`
-	AppliedAt  time.Time        `json:"applied_at"`
-	Alloc      *plan.Alloc      `json:"alloc"`
-	Classes    []plan.ClassInfo `json:"classes"`
+	PoliceOnly bool      `json:"police_only,omitempty"`
+	Policy     string    `json:"policy,omitempty"`
+	AppliedAt  time.Time `json:"applied_at"`
+	// Alloc, Classes and Objects (the fingerprints of the objects the
+	// last apply left, by key) are saved packed (pack.go); the JSON
+	// fields are read from records of earlier versions only.
+	Alloc   *plan.Alloc       `json:"alloc,omitempty"`
+	Classes []plan.ClassInfo  `json:"classes,omitempty"`
+	Objects map[string]uint64 `json:"-"`
+	Packed  []byte            `json:"packed,omitempty"`
 }
 
 // IsIfb reports whether the tree sits on an ifb for an interface's ingress.
@@ -107,6 +112,15 @@ func LoadState(dir string) (*State, error) {
 	if s.Devices == nil {
 		s.Devices = map[string]*DevState{}
 	}
+	for name, d := range s.Devices {
+		if d.Packed == nil {
+			continue
+		}
+		if d.Alloc, d.Classes, d.Objects, err = unpack(d.Packed); err != nil {
+			return nil, fmt.Errorf("%s: %s: %w (remove it to start over; sluice will then treat its trees as foreign)", statePath(dir), name, err)
+		}
+		d.Packed = nil
+	}
 	return s, nil
 }
 
@@ -115,9 +129,14 @@ func (s *State) Save(dir string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	// Not indented: with 10,000 hosts the records are megabytes, and
-	// every apply reads and writes them.
-	b, err := json.Marshal(s)
+	out := &State{Version: s.Version, Devices: make(map[string]*DevState, len(s.Devices))}
+	for name, d := range s.Devices {
+		c := *d
+		c.Packed = pack(d.Alloc, d.Classes, d.Objects)
+		c.Alloc, c.Classes = nil, nil
+		out.Devices[name] = &c
+	}
+	b, err := json.Marshal(out)
 	if err != nil {
 		return err
 	}

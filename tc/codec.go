@@ -486,20 +486,69 @@ func (c *Conn) Qdiscs(dev string) ([]*Qdisc, error) {
 	}
 	var out []*Qdisc
 	for _, m := range msgs {
-		tm := nl.DeserializeTcMsg(m)
-		if int(tm.Ifindex) != idx {
-			continue
+		if q := decodeQdisc(dev, idx, m); q != nil {
+			out = append(out, q)
 		}
-		a := parseAttrs(m[tm.Len():])
-		q := &Qdisc{Dev: dev, Parent: Handle(tm.Parent), Handle: Handle(tm.Handle), Kind: cstring(a[tcaKind])}
-		if q.Parent == HandleIngress {
-			q.Handle = MakeHandle(0xFFFF, 0)
-		}
-		decodeQdiscOptions(q, a[tcaOptions])
-		q.Stats, _ = decodeStats(a[tcaStats2])
-		out = append(out, q)
 	}
 	return out, nil
+}
+
+func decodeQdisc(dev string, idx int, m []byte) *Qdisc {
+	tm := nl.DeserializeTcMsg(m)
+	if int(tm.Ifindex) != idx {
+		return nil
+	}
+	a := parseAttrs(m[tm.Len():])
+	q := &Qdisc{Dev: dev, Parent: Handle(tm.Parent), Handle: Handle(tm.Handle), Kind: cstring(a[tcaKind])}
+	if q.Parent == HandleIngress {
+		q.Handle = MakeHandle(0xFFFF, 0)
+	}
+	decodeQdiscOptions(q, a[tcaOptions])
+	q.Stats, _ = decodeStats(a[tcaStats2])
+	return q
+}
+
+// get sends one RTM_GET request for a single object and returns the
+// kernel's answer, or nil if there is no such object.
+//
+// The kernel answers a tc get only with NLM_F_ECHO (it "notifies" the
+// requester), and not at all for the kernel's built-in qdiscs: hence the
+// ACK as well, which ends the wait when no answer comes. An ACK left
+// behind after an answer is skipped by the next request (another seq).
+func (c *Conn) get(typ int, msg *nl.TcMsg) ([]byte, error) {
+	req := c.request(typ, unix.NLM_F_ECHO|unix.NLM_F_ACK)
+	req.AddData(msg)
+	msgs, err := req.Execute(unix.NETLINK_ROUTE, uint16(typ-2))
+	switch {
+	case errors.Is(err, unix.ENOENT) || errors.Is(err, unix.EINVAL):
+		return nil, nil
+	case err != nil:
+		return nil, err
+	case len(msgs) == 0:
+		return nil, nil
+	case len(msgs) != 1:
+		return nil, fmt.Errorf("%d answers to one get", len(msgs))
+	}
+	return msgs[0], nil
+}
+
+// QdiscAt reads the qdisc attached at parent on dev (the root, the
+// ingress hook, or a class's leaf), or nil if none is there. A class's
+// default pfifo comes back with handle 0.
+func (c *Conn) QdiscAt(dev string, parent Handle) (*Qdisc, error) {
+	idx, err := c.IfIndex(dev)
+	if err != nil {
+		return nil, err
+	}
+	m, err := c.get(unix.RTM_GETQDISC, tcmsg(idx, 0, uint32(parent), 0))
+	if err != nil || m == nil {
+		return nil, err
+	}
+	q := decodeQdisc(dev, idx, m)
+	if q != nil && q.Parent == HandleRoot {
+		q.Parent = parent // the kernel reports a leaf's parent as is, the root as root
+	}
+	return q, nil
 }
 
 func decodeQdiscOptions(q *Qdisc, opts []byte) {
@@ -572,48 +621,67 @@ func (c *Conn) Classes(dev string, qdisc Handle) ([]*Class, error) {
 	}
 	var out []*Class
 	for _, m := range msgs {
-		tm := nl.DeserializeTcMsg(m)
-		if int(tm.Ifindex) != idx || Handle(tm.Handle).Major() != qdisc.Major() {
-			continue
-		}
-		a := parseAttrs(m[tm.Len():])
-		cl := &Class{Dev: dev, Handle: Handle(tm.Handle), Parent: Handle(tm.Parent), Kind: cstring(a[tcaKind])}
-		if cl.Parent == HandleRoot { // top-level classes report TC_H_ROOT
-			cl.Parent = MakeHandle(qdisc.Major(), 0)
-		}
-		if cl.Kind != "htb" {
+		if cl := decodeClass(dev, idx, qdisc, m); cl != nil {
 			out = append(out, cl)
-			continue
 		}
-		o := parseAttrs(a[tcaOptions])
-		if b := o[nl.TCA_HTB_PARMS]; len(b) >= 44 {
-			cl.Rate = uint64(native.Uint32(b[8:]))
-			cl.Ceil = uint64(native.Uint32(b[20:]))
-			cl.BufferTicks = native.Uint32(b[24:])
-			cl.CbufferTicks = native.Uint32(b[28:])
-			cl.Quantum = native.Uint32(b[32:])
-			cl.Level = native.Uint32(b[36:])
-			cl.Prio = native.Uint32(b[40:])
-		}
-		if b := o[nl.TCA_HTB_RATE64]; len(b) >= 8 {
-			cl.Rate = native.Uint64(b)
-		}
-		if b := o[nl.TCA_HTB_CEIL64]; len(b) >= 8 {
-			cl.Ceil = native.Uint64(b)
-		}
-		cl.Burst = TicksToBytes(cl.Rate, cl.BufferTicks)
-		cl.Cburst = TicksToBytes(cl.Ceil, cl.CbufferTicks)
-		var app []byte
-		cl.Stats, app = decodeStats(a[tcaStats2])
-		if len(app) >= 20 {
-			cl.HTB = &HTBStats{
-				Lends: native.Uint32(app[0:]), Borrows: native.Uint32(app[4:]), Giants: native.Uint32(app[8:]),
-				Tokens: int32(native.Uint32(app[12:])), Ctokens: int32(native.Uint32(app[16:])),
-			}
-		}
-		out = append(out, cl)
 	}
 	return out, nil
+}
+
+// Class reads one class of dev, or returns nil if there is none.
+func (c *Conn) Class(dev string, h Handle) (*Class, error) {
+	idx, err := c.IfIndex(dev)
+	if err != nil {
+		return nil, err
+	}
+	qdisc := MakeHandle(h.Major(), 0)
+	m, err := c.get(unix.RTM_GETTCLASS, tcmsg(idx, uint32(h), uint32(qdisc), 0))
+	if err != nil || m == nil {
+		return nil, err
+	}
+	return decodeClass(dev, idx, qdisc, m), nil
+}
+
+func decodeClass(dev string, idx int, qdisc Handle, m []byte) *Class {
+	tm := nl.DeserializeTcMsg(m)
+	if int(tm.Ifindex) != idx || Handle(tm.Handle).Major() != qdisc.Major() {
+		return nil
+	}
+	a := parseAttrs(m[tm.Len():])
+	cl := &Class{Dev: dev, Handle: Handle(tm.Handle), Parent: Handle(tm.Parent), Kind: cstring(a[tcaKind])}
+	if cl.Parent == HandleRoot { // top-level classes report TC_H_ROOT
+		cl.Parent = MakeHandle(qdisc.Major(), 0)
+	}
+	if cl.Kind != "htb" {
+		return cl
+	}
+	o := parseAttrs(a[tcaOptions])
+	if b := o[nl.TCA_HTB_PARMS]; len(b) >= 44 {
+		cl.Rate = uint64(native.Uint32(b[8:]))
+		cl.Ceil = uint64(native.Uint32(b[20:]))
+		cl.BufferTicks = native.Uint32(b[24:])
+		cl.CbufferTicks = native.Uint32(b[28:])
+		cl.Quantum = native.Uint32(b[32:])
+		cl.Level = native.Uint32(b[36:])
+		cl.Prio = native.Uint32(b[40:])
+	}
+	if b := o[nl.TCA_HTB_RATE64]; len(b) >= 8 {
+		cl.Rate = native.Uint64(b)
+	}
+	if b := o[nl.TCA_HTB_CEIL64]; len(b) >= 8 {
+		cl.Ceil = native.Uint64(b)
+	}
+	cl.Burst = TicksToBytes(cl.Rate, cl.BufferTicks)
+	cl.Cburst = TicksToBytes(cl.Ceil, cl.CbufferTicks)
+	var app []byte
+	cl.Stats, app = decodeStats(a[tcaStats2])
+	if len(app) >= 20 {
+		cl.HTB = &HTBStats{
+			Lends: native.Uint32(app[0:]), Borrows: native.Uint32(app[4:]), Giants: native.Uint32(app[8:]),
+			Tokens: int32(native.Uint32(app[12:])), Ctokens: int32(native.Uint32(app[16:])),
+		}
+	}
+	return cl
 }
 
 // Filters lists the filters attached at parent (a qdisc, a class, or an

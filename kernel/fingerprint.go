@@ -1,0 +1,197 @@
+package kernel
+
+import (
+	"encoding/json"
+	"math/bits"
+	"unsafe"
+
+	"sluice/bpf"
+	"sluice/tc"
+)
+
+// A fingerprint condenses one planned object into 64 bits. The records
+// keep the fingerprint of every object an apply left in the kernel, so
+// that the next apply can tell which objects a policy edit touches
+// without reading the whole tree back (see ReadTouched). Every field of
+// the desired object goes in (the test checks this field by field): a
+// fingerprint that misses a field would hide a change.
+type fingerprint uint64
+
+const fpPrime = 0x100000001b3
+
+func (h *fingerprint) u64(v uint64) {
+	x := uint64(*h) ^ v
+	x *= fpPrime
+	*h = fingerprint(bits.RotateLeft64(x, 29) ^ x>>17)
+}
+
+func (h *fingerprint) str(s string) {
+	h.u64(uint64(len(s)))
+	for len(s) >= 8 {
+		h.u64(uint64(s[0]) | uint64(s[1])<<8 | uint64(s[2])<<16 | uint64(s[3])<<24 |
+			uint64(s[4])<<32 | uint64(s[5])<<40 | uint64(s[6])<<48 | uint64(s[7])<<56)
+		s = s[8:]
+	}
+	var v uint64
+	for i := 0; i < len(s); i++ {
+		v |= uint64(s[i]) << (8 * i)
+	}
+	h.u64(v)
+}
+
+func (h *fingerprint) flag(b bool) {
+	if b {
+		h.u64(1)
+	} else {
+		h.u64(0)
+	}
+}
+
+// present hashes whether an optional part is there.
+func present[T any](h *fingerprint, p *T) bool {
+	h.flag(p != nil)
+	return p != nil
+}
+
+// fingerprintOf fingerprints a desired object. Readback-only fields
+// (counters, the kernel's tick values, indexes) are left out.
+func fingerprintOf(o tc.Object) uint64 {
+	h := fingerprint(0xcbf29ce484222325)
+	switch x := o.(type) {
+	case *tc.Link:
+		h.u64(1)
+		h.str(x.Name)
+		h.str(x.Kind)
+		h.u64(uint64(x.MTU))
+		h.flag(x.Up)
+	case *tc.Qdisc:
+		h.u64(2)
+		h.str(x.Dev)
+		h.u64(uint64(x.Parent))
+		h.u64(uint64(x.Handle))
+		h.str(x.Kind)
+		h.str(x.Owner)
+		if present(&h, x.HTB) {
+			h.u64(uint64(x.HTB.Default))
+			h.u64(uint64(x.HTB.R2Q))
+		}
+		if present(&h, x.Fifo) {
+			h.u64(uint64(x.Fifo.Limit))
+		}
+		if present(&h, x.FqCodel) {
+			h.u64(uint64(x.FqCodel.Limit))
+			h.u64(uint64(x.FqCodel.Flows))
+		}
+		if present(&h, x.Sfq) {
+			h.u64(uint64(x.Sfq.Limit))
+			h.u64(uint64(x.Sfq.Perturb))
+		}
+		if present(&h, x.Fq) {
+			h.u64(uint64(x.Fq.Limit))
+		}
+		present(&h, x.Cake)
+	case *tc.Class:
+		h.u64(3)
+		h.str(x.Dev)
+		h.u64(uint64(x.Parent))
+		h.u64(uint64(x.Handle))
+		h.str(x.Kind)
+		h.u64(x.Rate)
+		h.u64(x.Ceil)
+		h.u64(uint64(x.Burst))
+		h.u64(uint64(x.Cburst))
+		h.u64(uint64(x.Prio))
+		h.u64(uint64(x.Quantum))
+		h.str(x.Name)
+	case *tc.Filter:
+		h.u64(4)
+		h.str(x.Dev)
+		h.u64(uint64(x.Parent))
+		h.u64(uint64(x.Prio))
+		h.u64(uint64(x.Proto))
+		h.str(x.Kind)
+		h.u64(uint64(x.Handle))
+		h.str(x.Note)
+		if present(&h, x.BPF) {
+			h.str(x.BPF.Name)
+			h.flag(x.BPF.DA)
+		}
+		if u := x.U32; present(&h, u) {
+			h.u64(uint64(u.Divisor))
+			h.u64(uint64(u.ClassID))
+			h.u64(uint64(u.Link))
+			h.str(u.RedirectDev)
+			if present(&h, u.Mark) {
+				h.u64(uint64(u.Mark.Val))
+				h.u64(uint64(u.Mark.Mask))
+			}
+			if s := u.Sel; present(&h, s) {
+				h.u64(uint64(s.Flags))
+				h.u64(uint64(s.Offshift))
+				h.u64(uint64(s.Offmask))
+				h.u64(uint64(s.Off))
+				h.u64(uint64(s.Offoff))
+				h.u64(uint64(s.Hoff))
+				h.u64(uint64(s.Hmask))
+				h.u64(uint64(len(s.Keys)))
+				for _, k := range s.Keys {
+					h.u64(uint64(k.Mask))
+					h.u64(uint64(k.Val))
+					h.u64(uint64(k.Off))
+					h.flag(k.NextHdr)
+				}
+			}
+		}
+	case *bpf.Hook:
+		h.u64(5)
+		h.str(x.Dev)
+		h.flag(x.Ingress)
+		h.u64(uint64(x.Prio))
+		h.str(x.Note)
+		if present(&h, x.Content) {
+			h.u64(contentFingerprint(x.Content))
+		}
+	default:
+		h.str(o.Key())
+		h.str(o.Describe())
+	}
+	return uint64(h)
+}
+
+// contentFingerprint covers a classifier's map content: the small parts
+// through their JSON, the host table (up to 100,000 entries, in no
+// order) as a sum of per-entry fingerprints of the raw map key and value.
+func contentFingerprint(c *bpf.Content) uint64 {
+	h := fingerprint(0x9e3779b97f4a7c15)
+	h.u64(uint64(c.L2Len))
+	h.flag(c.SetPriority)
+	h.flag(c.TestClock)
+	h.u64(uint64(c.Shards))
+	h.u64(uint64(c.Default))
+	for _, part := range []any{c.Rules, c.Blocks, c.Targets, c.Policers} {
+		b, err := json.Marshal(part)
+		if err != nil {
+			panic(err) // plain structs of numbers
+		}
+		h.str(string(b))
+	}
+	var sum uint64
+	for k, t := range c.Hosts {
+		e := fingerprint(0)
+		e.str(unsafe.String((*byte)(unsafe.Pointer(&k)), unsafe.Sizeof(k)))
+		e.str(unsafe.String((*byte)(unsafe.Pointer(&t)), unsafe.Sizeof(t)))
+		sum += uint64(e)
+	}
+	h.u64(sum)
+	h.u64(uint64(len(c.Hosts)))
+	return uint64(h)
+}
+
+// fingerprints maps each object's key to its fingerprint.
+func fingerprints(objs []tc.Object) map[string]uint64 {
+	out := make(map[string]uint64, len(objs))
+	for _, o := range objs {
+		out[o.Key()] = fingerprintOf(o)
+	}
+	return out
+}

@@ -1,0 +1,193 @@
+package kernel
+
+import (
+	"strings"
+
+	"sluice/bpf"
+	"sluice/plan"
+	"sluice/tc"
+)
+
+// maxTouched bounds apply's fast path: past it, one read of the whole
+// tree costs less than a read per touched object.
+const maxTouched = 2000
+
+// ReadTouched is apply's fast path for edits that touch few objects
+// (one subscriber's rate, a host added or removed). Instead of reading
+// every tree back, it compares the plan's objects with the fingerprints
+// the last apply recorded and reads from the kernel only the objects
+// whose fingerprints differ, or that the plan no longer has. It returns
+// them with those planned objects; their diff is the whole change.
+//
+// What it reads must be leaf-level host objects: HTB classes without
+// children, their leaf qdiscs, and the classifier's maps. Anything
+// else (a root, a shard, a class with children, a filter, an ifb), a
+// tree without fingerprints, a missing root qdisc or classifier, or
+// more than maxTouched objects sends the caller to the full path
+// (ok false). Objects the edit does not touch are trusted to be as
+// recorded: `apply --full` and `plan` read everything.
+func (k *Kernel) ReadTouched(p *plan.Plan) (l *Live, desired []tc.Object, ok bool, err error) {
+	defer k.Conn.Pin()()
+	if len(p.Devices) != len(k.State.Devices) {
+		return nil, nil, false, nil // a tree to remove
+	}
+	l = &Live{Opt: Options{Replace: map[string]bool{}, Shared: map[string]bool{}},
+		Adopted: map[string]bool{}, HookShared: map[string]bool{}}
+	fps := map[string]map[string]uint64{}
+	for _, d := range p.Devices {
+		rec := k.State.Devices[d.Record()]
+		if rec == nil || rec.Objects == nil || d.Ifb {
+			return nil, nil, false, nil
+		}
+		now := make(map[string]uint64, len(d.Objects))
+		keys := make([]string, len(d.Objects))
+		parents := map[string]bool{}
+		var hook *bpf.Hook
+		for i, o := range d.Objects {
+			keys[i] = o.Key()
+			now[keys[i]] = fingerprintOf(o)
+			switch x := o.(type) {
+			case *tc.Class:
+				parents[classKey(x.Dev, x.Parent)] = true
+			case *bpf.Hook:
+				hook = x
+			}
+		}
+		fps[d.Record()] = now
+		var touched []tc.Object
+		for i, o := range d.Objects {
+			if fp, had := rec.Objects[keys[i]]; !had || fp != now[keys[i]] {
+				touched = append(touched, o)
+			}
+		}
+		var removed []string
+		for key := range rec.Objects {
+			if _, still := now[key]; !still {
+				removed = append(removed, key)
+			}
+		}
+		if len(touched)+len(removed) > maxTouched {
+			return nil, nil, false, nil
+		}
+		// The tree must still be there, as recorded.
+		if !d.PoliceOnly {
+			root, err := k.Conn.QdiscAt(d.Name, tc.HandleRoot)
+			if err != nil || root == nil || root.Handle.String() != rec.Root || root.Kind != "htb" && root.Kind != "mq" {
+				return nil, nil, false, nil
+			}
+		}
+		var hookFilter *tc.Filter
+		if hook != nil {
+			parent := tc.HandleEgressHook
+			if hook.Ingress {
+				parent = tc.HandleIngressHook
+			}
+			fs, err := k.Conn.Filters(hook.Dev, parent)
+			if err != nil {
+				return nil, nil, false, nil
+			}
+			if hookFilter = ourFilter(fs); hookFilter == nil {
+				return nil, nil, false, nil
+			}
+		}
+		for _, o := range touched {
+			var live tc.Object
+			switch x := o.(type) {
+			case *tc.Class:
+				if parents[x.Key()] {
+					return nil, nil, false, nil
+				}
+				c, ok, err := k.leafClass(x.Dev, x.Handle)
+				if err != nil || !ok {
+					return nil, nil, false, err
+				}
+				if c != nil {
+					live = c
+				}
+			case *tc.Qdisc:
+				if x.Parent.Minor() == 0 || x.Parent == tc.HandleRoot || x.Parent == tc.HandleIngress {
+					return nil, nil, false, nil
+				}
+				q, err := k.leafQdisc(x.Dev, x.Parent)
+				if err != nil {
+					return nil, nil, false, err
+				}
+				if q != nil {
+					live = q
+				}
+			case *bpf.Hook:
+				if hookFilter == nil || x != hook {
+					return nil, nil, false, nil
+				}
+				h, err := readHookProgram(x.Dev, x.Ingress, hookFilter)
+				if err != nil {
+					return nil, nil, false, err
+				}
+				live = h
+			default:
+				return nil, nil, false, nil
+			}
+			if live != nil {
+				l.Objects = append(l.Objects, live)
+			}
+			desired = append(desired, o)
+		}
+		for _, key := range removed {
+			kind, rest, _ := strings.Cut(key, "/")
+			dev, hs, _ := strings.Cut(rest, "/")
+			h, err := tc.ParseHandle(hs)
+			if err != nil || dev != d.Name {
+				return nil, nil, false, nil
+			}
+			switch kind {
+			case "class":
+				c, ok, err := k.leafClass(dev, h)
+				if err != nil || !ok {
+					return nil, nil, false, err
+				}
+				if c != nil {
+					l.Objects = append(l.Objects, c)
+				}
+			case "qdisc":
+				if h.Minor() == 0 || h == tc.HandleRoot || h == tc.HandleIngress {
+					return nil, nil, false, nil
+				}
+				q, err := k.leafQdisc(dev, h)
+				if err != nil {
+					return nil, nil, false, err
+				}
+				if q != nil {
+					l.Objects = append(l.Objects, q)
+				}
+			default:
+				return nil, nil, false, nil
+			}
+		}
+	}
+	k.fps = fps
+	return l, desired, true, nil
+}
+
+
+// leafClass reads class h; ok is false when it has children (not a
+// leaf: the fast path does not handle it).
+func (k *Kernel) leafClass(dev string, h tc.Handle) (c *tc.Class, ok bool, err error) {
+	c, err = k.Conn.Class(dev, h)
+	if err != nil {
+		return nil, false, err
+	}
+	if c != nil && c.Level > 0 {
+		return nil, false, nil
+	}
+	return c, true, nil
+}
+
+// leafQdisc reads the leaf qdisc sluice put under class parent, or nil
+// if the class has only HTB's own pfifo (or is gone).
+func (k *Kernel) leafQdisc(dev string, parent tc.Handle) (*tc.Qdisc, error) {
+	q, err := k.Conn.QdiscAt(dev, parent)
+	if err != nil || q == nil || q.Handle == 0 || q.Handle.Major() >= 0x8000 {
+		return nil, err
+	}
+	return q, nil
+}

@@ -1,0 +1,187 @@
+package kernel
+
+import (
+	"encoding/binary"
+	"errors"
+	"unsafe"
+
+	"sluice/plan"
+	"sluice/tc"
+)
+
+// The bulk of a tree's record (its id allocation, its classes and the
+// fingerprints of its objects: with 10,000 hosts some 50,000 entries)
+// is kept in a compact binary form inside the JSON, so that an apply
+// reads and writes it in milliseconds. Layout, all integers uvarints,
+// strings length-prefixed:
+//
+//	version(=1)
+//	alloc: present, then six maps (classes prios tables shards leaves
+//	       counters), each a count and (key, id) pairs
+//	classes: count, then name handle parent rate ceil prio leaf
+//	         default counter replica each
+//	objects: count, then (key, fingerprint as 8 bytes) pairs
+const packVersion = 1
+
+type packer struct{ b []byte }
+
+func (p *packer) uv(v uint64) { p.b = binary.AppendUvarint(p.b, v) }
+func (p *packer) str(s string) {
+	p.uv(uint64(len(s)))
+	p.b = append(p.b, s...)
+}
+func (p *packer) flag(v bool) {
+	if v {
+		p.uv(1)
+	} else {
+		p.uv(0)
+	}
+}
+
+func packMap[T uint16 | uint32](p *packer, m map[string]T) {
+	p.uv(uint64(len(m)))
+	for k, v := range m {
+		p.str(k)
+		p.uv(uint64(v))
+	}
+}
+
+func pack(a *plan.Alloc, classes []plan.ClassInfo, objects map[string]uint64) []byte {
+	p := &packer{b: make([]byte, 0, 64*(len(classes)+len(objects))+64)}
+	p.uv(packVersion)
+	p.flag(a != nil)
+	if a != nil {
+		packMap(p, a.Classes)
+		packMap(p, a.Prios)
+		packMap(p, a.Tables)
+		packMap(p, a.Shards)
+		packMap(p, a.Leaves)
+		packMap(p, a.Counters)
+	}
+	p.uv(uint64(len(classes)))
+	for _, c := range classes {
+		p.str(c.Name)
+		p.uv(uint64(c.Handle))
+		p.uv(uint64(c.Parent))
+		p.uv(c.Rate)
+		p.uv(c.Ceil)
+		p.uv(uint64(c.Prio))
+		p.str(c.Leaf)
+		p.flag(c.Default)
+		p.uv(uint64(c.Counter))
+		p.flag(c.Replica)
+	}
+	p.uv(uint64(len(objects)))
+	for k, fp := range objects {
+		p.str(k)
+		p.b = binary.LittleEndian.AppendUint64(p.b, fp)
+	}
+	return p.b
+}
+
+// unpacker reads what pack wrote. Strings are cut out of one copy of
+// the whole buffer, not allocated one by one.
+type unpacker struct {
+	s   string
+	off int
+	err error
+}
+
+var errPacked = errors.New("packed record is truncated or corrupt")
+
+func (u *unpacker) uv() uint64 {
+	if u.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(unsafe.Slice(unsafe.StringData(u.s[u.off:]), len(u.s)-u.off))
+	if n <= 0 {
+		u.err = errPacked
+		return 0
+	}
+	u.off += n
+	return v
+}
+
+func (u *unpacker) str() string {
+	n := u.uv()
+	if u.err != nil || n > uint64(len(u.s)-u.off) {
+		u.err = errPacked
+		return ""
+	}
+	s := u.s[u.off : u.off+int(n)]
+	u.off += int(n)
+	return s
+}
+
+// count reads an element count, refusing one the rest of the buffer
+// cannot hold (each element takes at least min bytes).
+func (u *unpacker) count(min int) int {
+	n := u.uv()
+	if n > uint64((len(u.s)-u.off)/min) {
+		u.err = errPacked
+		return 0
+	}
+	return int(n)
+}
+
+func unpackMap[T uint16 | uint32](u *unpacker) map[string]T {
+	n := u.count(2)
+	m := make(map[string]T, n)
+	for i := 0; i < n && u.err == nil; i++ {
+		k := u.str()
+		m[k] = T(u.uv())
+	}
+	return m
+}
+
+func unpack(b []byte) (a *plan.Alloc, classes []plan.ClassInfo, objects map[string]uint64, err error) {
+	if len(b) == 0 {
+		return nil, nil, nil, errPacked
+	}
+	u := &unpacker{s: string(b)}
+	if v := u.uv(); v != packVersion {
+		return nil, nil, nil, errors.New("packed record of an unknown version")
+	}
+	if u.uv() == 1 {
+		a = &plan.Alloc{}
+		a.Classes = unpackMap[uint16](u)
+		a.Prios = unpackMap[uint16](u)
+		a.Tables = unpackMap[uint16](u)
+		a.Shards = unpackMap[uint16](u)
+		a.Leaves = unpackMap[uint16](u)
+		a.Counters = unpackMap[uint32](u)
+		// As the JSON form had them: the sharded trees' maps absent
+		// when empty.
+		if len(a.Shards) == 0 && len(a.Leaves) == 0 && len(a.Counters) == 0 {
+			a.Shards, a.Leaves, a.Counters = nil, nil, nil
+		}
+	}
+	n := u.count(10)
+	classes = make([]plan.ClassInfo, 0, n)
+	for i := 0; i < n && u.err == nil; i++ {
+		c := plan.ClassInfo{Name: u.str(), Handle: tc.Handle(u.uv()), Parent: tc.Handle(u.uv()),
+			Rate: u.uv(), Ceil: u.uv(), Prio: uint32(u.uv()), Leaf: u.str()}
+		c.Default = u.uv() == 1
+		c.Counter = uint32(u.uv())
+		c.Replica = u.uv() == 1
+		classes = append(classes, c)
+	}
+	n = u.count(9)
+	objects = make(map[string]uint64, n)
+	for i := 0; i < n && u.err == nil; i++ {
+		k := u.str()
+		if len(u.s)-u.off < 8 {
+			u.err = errPacked
+			break
+		}
+		objects[k] = binary.LittleEndian.Uint64(unsafe.Slice(unsafe.StringData(u.s[u.off:]), 8))
+		u.off += 8
+	}
+	if u.err == nil && u.off != len(u.s) {
+		u.err = errPacked
+	}
+	if u.err != nil {
+		return nil, nil, nil, u.err
+	}
+	return a, classes, objects, nil
+}

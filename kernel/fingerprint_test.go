@@ -13,7 +13,7 @@ import (
 // sets them, so fingerprints leave them out.
 var readbackOnly = map[string]bool{
 	"Link.Index": true, "Link.RawIP": true, "Link.TxQueues": true,
-	"Qdisc.Stats": true,
+	"Qdisc.Stats":       true,
 	"Class.BufferTicks": true, "Class.CbufferTicks": true, "Class.Level": true, "Class.Stats": true, "Class.HTB": true,
 	"Filter.Raw": true, "BPF.FD": true, "BPF.ID": true,
 	"Hook.Base": true, "Hook.Version": true, "Hook.ProgID": true, "Hook.Capacity": true,

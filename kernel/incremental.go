@@ -168,7 +168,6 @@ func (k *Kernel) ReadTouched(p *plan.Plan) (l *Live, desired []tc.Object, ok boo
 	return l, desired, true, nil
 }
 
-
 // leafClass reads class h; ok is false when it has children (not a
 // leaf: the fast path does not handle it).
 func (k *Kernel) leafClass(dev string, h tc.Handle) (c *tc.Class, ok bool, err error) {

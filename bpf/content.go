@@ -174,19 +174,21 @@ func (c *Content) Validate() error {
 	case int(c.Default) >= len(c.Targets):
 		return fmt.Errorf("bpf classifier: default target %d out of range", c.Default)
 	}
-	checkTarget := func(t Target, what string) error {
+	// The description is built only on failure: with 100,000 hosts a
+	// Sprintf per host cost more than the check.
+	checkTarget := func(t Target, what func() string) error {
 		if int(t.Policer) > len(c.Policers) {
-			return fmt.Errorf("bpf classifier: %s names policer %d of %d", what, t.Policer, len(c.Policers))
+			return fmt.Errorf("bpf classifier: %s names policer %d of %d", what(), t.Policer, len(c.Policers))
 		}
 		return nil
 	}
 	for i, t := range c.Targets {
-		if err := checkTarget(t, fmt.Sprintf("target %d", i)); err != nil {
+		if err := checkTarget(t, func() string { return fmt.Sprintf("target %d", i) }); err != nil {
 			return err
 		}
 	}
 	for k, t := range c.Hosts {
-		if err := checkTarget(t, fmt.Sprintf("host %v", k)); err != nil {
+		if err := checkTarget(t, func() string { return fmt.Sprintf("host %v", k) }); err != nil {
 			return err
 		}
 	}

@@ -83,12 +83,15 @@ type DevState struct {
 	Policy     string    `json:"policy,omitempty"`
 	AppliedAt  time.Time `json:"applied_at"`
 	// Alloc, Classes and Objects (the fingerprints of the objects the
-	// last apply left, by key) are saved packed (pack.go); the JSON
-	// fields are read from records of earlier versions only.
+	// last apply left, by key) are saved packed (pack.go) in a binary
+	// file beside the records, Packed bytes from Offset; the JSON fields
+	// are read from records of earlier versions only.
 	Alloc   *plan.Alloc       `json:"alloc,omitempty"`
 	Classes []plan.ClassInfo  `json:"classes,omitempty"`
 	Objects map[string]uint64 `json:"-"`
-	Packed  []byte            `json:"packed,omitempty"`
+	Bulk    string            `json:"bulk,omitempty"`
+	Offset  int               `json:"offset,omitempty"`
+	Packed  int               `json:"packed,omitempty"`
 }
 
 // IsIfb reports whether the tree sits on an ifb for an interface's ingress.
@@ -112,14 +115,30 @@ func LoadState(dir string) (*State, error) {
 	if s.Devices == nil {
 		s.Devices = map[string]*DevState{}
 	}
+	bulk := map[string][]byte{}
 	for name, d := range s.Devices {
-		if d.Packed == nil {
+		if d.Bulk == "" {
 			continue
 		}
-		if d.Alloc, d.Classes, d.Objects, err = unpack(d.Packed); err != nil {
-			return nil, fmt.Errorf("%s: %s: %w (remove it to start over; sluice will then treat its trees as foreign)", statePath(dir), name, err)
+		bad := func(err error) (*State, error) {
+			return nil, fmt.Errorf("%s: %s: %w (remove %s to start over; sluice will then treat its trees as foreign)", statePath(dir), name, err, dir)
 		}
-		d.Packed = nil
+		if filepath.Base(d.Bulk) != d.Bulk {
+			return bad(errors.New("bad bulk file name"))
+		}
+		b, ok := bulk[d.Bulk]
+		if !ok {
+			if b, err = os.ReadFile(filepath.Join(dir, d.Bulk)); err != nil {
+				return bad(err)
+			}
+			bulk[d.Bulk] = b
+		}
+		if d.Offset < 0 || d.Packed <= 0 || d.Offset+d.Packed > len(b) {
+			return bad(errPacked)
+		}
+		if d.Alloc, d.Classes, d.Objects, err = unpack(b[d.Offset : d.Offset+d.Packed]); err != nil {
+			return bad(err)
+		}
 	}
 	return s, nil
 }
@@ -129,22 +148,47 @@ func (s *State) Save(dir string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
+	// The bulk goes first, under a new name, then the records naming
+	// it replace the old ones: a crash in between leaves the old
+	// records with the old bulk.
+	bulkName := "state." + strconv.FormatInt(time.Now().UnixNano(), 36) + ".bin"
 	out := &State{Version: s.Version, Devices: make(map[string]*DevState, len(s.Devices))}
-	for name, d := range s.Devices {
+	var blob []byte
+	for _, name := range s.Names() {
+		d := s.Devices[name]
 		c := *d
-		c.Packed = pack(d.Alloc, d.Classes, d.Objects)
+		p := pack(d.Alloc, d.Classes, d.Objects)
+		c.Bulk, c.Offset, c.Packed = bulkName, len(blob), len(p)
+		blob = append(blob, p...)
 		c.Alloc, c.Classes = nil, nil
 		out.Devices[name] = &c
+	}
+	if err := writeAtomic(filepath.Join(dir, bulkName), blob); err != nil {
+		return err
 	}
 	b, err := json.Marshal(out)
 	if err != nil {
 		return err
 	}
-	tmp := statePath(dir) + ".tmp"
-	if err := os.WriteFile(tmp, append(b, '\n'), 0o644); err != nil {
+	if err := writeAtomic(statePath(dir), append(b, '\n')); err != nil {
+		os.Remove(filepath.Join(dir, bulkName))
 		return err
 	}
-	return os.Rename(tmp, statePath(dir))
+	old, _ := filepath.Glob(filepath.Join(dir, "state.*.bin"))
+	for _, f := range old {
+		if filepath.Base(f) != bulkName {
+			os.Remove(f)
+		}
+	}
+	return nil
+}
+
+func writeAtomic(path string, b []byte) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
 }
 
 // Names returns the recorded devices in order.

@@ -39,7 +39,8 @@ type idPool[T uint16 | uint32] struct {
 }
 
 func newPool[T uint16 | uint32](prev map[string]T, lo, hi T) *idPool[T] {
-	p := &idPool[T]{prev: prev, next: map[string]T{}, used: map[T]bool{}, reserved: map[T]bool{}, lo: lo, hi: hi,
+	p := &idPool[T]{prev: prev, next: make(map[string]T, len(prev)), used: make(map[T]bool, len(prev)),
+		reserved: make(map[T]bool, len(prev)), lo: lo, hi: hi,
 		cursor: [2]uint64{uint64(lo), uint64(lo)}}
 	for _, id := range prev {
 		p.reserved[id] = true

@@ -143,7 +143,15 @@ func measure(n int) result {
 			"peer", "name", "veth1", "numtxqueues", q, "numrxqueues", q)
 		benchrun.Must("ip", "-n", ns, "link", "set", "veth0", "up")
 	}
-	rmdev := func() { exec.Command("ip", "netns", "del", ns).Run() }
+	// The device goes first, synchronously: a namespace is torn down in
+	// the background, and its 10,000 classes' teardown would run into the
+	// next measurement (every class's filter block sits on one list the
+	// kernel walks per class created, machine-wide).
+	rmdev := func() {
+		exec.Command("ip", "-n", ns, "link", "del", "veth0").Run()
+		exec.Command("ip", "netns", "del", ns).Run()
+		time.Sleep(time.Second)
+	}
 	state, _ := os.MkdirTemp("", "sluice-apply-state")
 	defer os.RemoveAll(state)
 	sluice := func(args ...string) string {

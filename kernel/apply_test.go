@@ -59,14 +59,27 @@ func features(t *testing.T) plan.Features {
 	return r.Features()
 }
 
-// apply runs the whole apply path and returns the number of writes.
-func (b *bed) apply(t *testing.T, pol *policy.Policy, force bool) (int, error) {
+func (b *bed) plan(t *testing.T, pol *policy.Policy) *plan.Plan {
 	t.Helper()
 	p, err := b.k.Plan(pol, features(t))
 	if err != nil {
 		t.Fatal(err)
 	}
+	return p
+}
+
+// readFull plans pol and reads every tree back.
+func (b *bed) readFull(t *testing.T, pol *policy.Policy, force bool) (*plan.Plan, *kernel.Live, error) {
+	t.Helper()
+	p := b.plan(t, pol)
 	live, err := b.k.ReadLive(p, nil, force)
+	return p, live, err
+}
+
+// apply runs the whole apply path and returns the number of writes.
+func (b *bed) apply(t *testing.T, pol *policy.Policy, force bool) (int, error) {
+	t.Helper()
+	p, live, err := b.readFull(t, pol, force)
 	if err != nil {
 		return 0, err
 	}

@@ -164,7 +164,7 @@ func (k *Kernel) ReadTouched(p *plan.Plan) (l *Live, desired []tc.Object, ok boo
 			}
 		}
 	}
-	k.fps = fps
+	k.fps, k.fpsPlan = fps, p
 	return l, desired, true, nil
 }
 

@@ -22,9 +22,10 @@ type Kernel struct {
 	StateDir string
 	State    *State
 	lock     *Lock
-	// fps holds the fingerprints of the planned objects per tree, when
-	// ReadTouched computed them (Record reuses them).
-	fps map[string]map[string]uint64
+	// fps holds the fingerprints of fpsPlan's objects per tree, when
+	// ReadTouched computed them; Record reuses them for that plan only.
+	fps     map[string]map[string]uint64
+	fpsPlan *plan.Plan
 }
 
 // Open connects to network namespace ns ("" for the current one) and
@@ -612,7 +613,10 @@ func (k *Kernel) Record(p *plan.Plan, d *Diff, l *Live, policyFile string) error
 		if dev.PoliceOnly {
 			rec.Root = ""
 		}
-		if rec.Objects = k.fps[dev.Record()]; rec.Objects == nil {
+		if k.fpsPlan == p {
+			rec.Objects = k.fps[dev.Record()]
+		}
+		if rec.Objects == nil {
 			rec.Objects = fingerprints(dev.Objects)
 		}
 		for _, o := range dev.Objects {
@@ -627,6 +631,7 @@ func (k *Kernel) Record(p *plan.Plan, d *Diff, l *Live, policyFile string) error
 		}
 		k.State.Devices[dev.Record()] = rec
 	}
+	k.fps, k.fpsPlan = nil, nil
 	for name := range k.State.Devices {
 		if !keep[name] {
 			delete(k.State.Devices, name)

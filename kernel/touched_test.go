@@ -18,10 +18,7 @@ import (
 // the fast path ran and the diff it applied.
 func (b *bed) applyTouched(t *testing.T, pol *policy.Policy) (bool, *kernel.Diff) {
 	t.Helper()
-	p, err := b.k.Plan(pol, features(t))
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := b.plan(t, pol)
 	live, desired, fast, err := b.k.ReadTouched(p)
 	if err != nil {
 		t.Fatal(err)
@@ -45,11 +42,7 @@ func (b *bed) applyTouched(t *testing.T, pol *policy.Policy) (bool, *kernel.Diff
 // fullDiff is what a full read back finds still to do.
 func (b *bed) fullDiff(t *testing.T, pol *policy.Policy) *kernel.Diff {
 	t.Helper()
-	p, err := b.k.Plan(pol, features(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	live, err := b.k.ReadLive(p, nil, false)
+	p, live, err := b.readFull(t, pol, false)
 	if err != nil {
 		t.Fatal(err)
 	}

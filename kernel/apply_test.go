@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"sluice/kernel"
 	"sluice/plan"
 	"sluice/policy"
@@ -517,5 +519,35 @@ func TestAdoptedIfbSurvivesReset(t *testing.T) {
 	}
 	if out := testutil.NS(t, b.ns, "tc", "qdisc", "show", "dev", "eth0"); strings.Contains(out, "clsact") {
 		t.Errorf("clsact sluice created is still there: %s", out)
+	}
+}
+
+// Apply sends runs of changes many to a send, and the kernel carries on
+// after a refused message: a refusal in the middle of a send must still
+// undo the changes before it and the ones after it in the same send.
+func TestRefusalMidSendRollsBackBothSides(t *testing.T) {
+	b := newBed(t, "eth0")
+	root := &tc.Qdisc{Dev: "eth0", Parent: tc.HandleRoot, Handle: tc.MakeHandle(1, 0), Kind: "htb", HTB: &tc.HTBQdisc{R2Q: 10}}
+	if _, err := b.k.Apply(&kernel.Diff{Changes: []kernel.Change{{Op: tc.Op{Verb: tc.Add, Obj: root}}}}); err != nil {
+		t.Fatal(err)
+	}
+	start := b.snapshot(t)
+	var changes []kernel.Change
+	for i := range 40 {
+		cl := &tc.Class{Dev: "eth0", Parent: tc.MakeHandle(1, 0), Handle: tc.MakeHandle(1, uint16(0x10+i)), Kind: "htb",
+			Rate: 125000, Ceil: 125000, Burst: 3028, Cburst: 3028, Quantum: 67050}
+		if i == 20 {
+			cl.Rate = 0 // HTB refuses a class without a rate
+		}
+		leaf := &tc.Qdisc{Dev: "eth0", Parent: cl.Handle, Handle: tc.MakeHandle(uint16(0x100+i), 0), Kind: "bfifo", Fifo: &tc.Fifo{Limit: 9000}}
+		changes = append(changes, kernel.Change{Op: tc.Op{Verb: tc.Add, Obj: cl}}, kernel.Change{Op: tc.Op{Verb: tc.Add, Obj: leaf}})
+	}
+	_, err := b.k.Apply(&kernel.Diff{Changes: changes})
+	var ae *kernel.ApplyError
+	if !errors.As(err, &ae) || !errors.Is(err, unix.EINVAL) || ae.Step != 41 || !ae.RolledBack {
+		t.Fatalf("got %v, want step 41 (class 1:24) refused and rolled back", err)
+	}
+	if now := b.snapshot(t); now != start {
+		t.Fatalf("the kernel was not restored:\n%s", diffLines(start, now))
 	}
 }

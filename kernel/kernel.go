@@ -26,6 +26,8 @@ type Kernel struct {
 	// ReadTouched computed them; Record reuses them for that plan only.
 	fps     map[string]map[string]uint64
 	fpsPlan *plan.Plan
+	// loads are classifiers Apply loads while the tree is written.
+	loads map[*bpf.Hook]*preload
 }
 
 // Open connects to network namespace ns ("" for the current one) and
@@ -387,21 +389,112 @@ func (e *ApplyError) Unwrap() error { return e.Err }
 
 // Apply carries out d. When a step fails it undoes the steps before it,
 // in reverse, and returns an *ApplyError.
+//
+// Runs of qdisc, class and filter changes go to the kernel many to a
+// send (tc.Conn.Hold). The kernel carries on after a failed message, so
+// a failure can leave later changes of its send applied: every change
+// the kernel accepted is undone, before and after the failed one.
 func (k *Kernel) Apply(d *Diff) (*Result, error) {
 	defer k.Conn.Pin()()
 	start := k.Conn.Writes()
-	var undo [][]tc.Op
+	var (
+		undo [][]tc.Op
+		// Changes whose writes are held, with their undo and how many
+		// writes each made (0: nothing to send, done).
+		pending []pendingChange
+	)
+	k.preloadHooks(d)
+	defer k.dropPreloads()
+	k.Conn.Hold()
+	defer k.Conn.Release()
+	fail := func(step int, err error) error {
+		c := d.Changes[step]
+		ae := &ApplyError{Err: err, Step: step + 1, Op: c.Verb.String() + " " + c.Obj.Describe()}
+		k.Conn.Release()
+		ae.RollbackErr = k.rollback(undo)
+		ae.RolledBack = ae.RollbackErr == nil
+		return ae
+	}
+	// flush sends what is held and files each change's undo, or fails
+	// at the first change the kernel refused.
+	flush := func() error {
+		errs := k.Conn.Flush()
+		first, firstErr := -1, error(nil)
+		for _, p := range pending {
+			var err error
+			if p.writes > 0 {
+				err, errs = errs[0], errs[1:]
+			}
+			if err != nil {
+				if first < 0 {
+					first, firstErr = p.step, err
+				}
+				continue
+			}
+			undo = append(undo, p.undo)
+		}
+		pending = pending[:0]
+		if first >= 0 {
+			return fail(first, firstErr)
+		}
+		return nil
+	}
 	for i, c := range d.Changes {
+		if !holdable(c) {
+			if err := flush(); err != nil {
+				return nil, err
+			}
+			k.Conn.Release()
+			u, err := k.exec(c)
+			if err != nil {
+				return nil, fail(i, err)
+			}
+			undo = append(undo, u)
+			k.Conn.Hold()
+			continue
+		}
+		before := k.Conn.Held()
 		u, err := k.exec(c)
 		if err != nil {
-			ae := &ApplyError{Err: err, Step: i + 1, Op: c.Verb.String() + " " + c.Obj.Describe()}
-			ae.RollbackErr = k.rollback(undo)
-			ae.RolledBack = ae.RollbackErr == nil
-			return nil, ae
+			// Refused before reaching the kernel (encoding, an
+			// injected fault): what is held goes first, so that it
+			// is undone too.
+			if ferr := flush(); ferr != nil {
+				return nil, ferr
+			}
+			return nil, fail(i, err)
 		}
-		undo = append(undo, u)
+		pending = append(pending, pendingChange{step: i, undo: u, writes: k.Conn.Held() - before})
+		if k.Conn.Held() >= maxHeld {
+			if err := flush(); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if err := flush(); err != nil {
+		return nil, err
 	}
 	return &Result{Changes: len(d.Changes), Writes: k.Conn.Writes() - start}, nil
+}
+
+// maxHeld is how many writes wait before Apply sends them: enough to
+// make a send cheap, few enough to hold little memory.
+const maxHeld = 256
+
+type pendingChange struct {
+	step   int
+	undo   []tc.Op
+	writes int
+}
+
+// holdable reports whether c is one netlink write (or none) that may
+// wait in a send: links and BPF programs go at once.
+func holdable(c Change) bool {
+	switch c.Obj.(type) {
+	case *tc.Qdisc, *tc.Class, *tc.Filter:
+		return true
+	}
+	return false
 }
 
 func (k *Kernel) rollback(undo [][]tc.Op) error {
@@ -510,7 +603,15 @@ func (k *Kernel) attachHook(h *bpf.Hook) error {
 	if err := k.Conn.CountWrite("load bpf classifier for " + h.Dev); err != nil {
 		return err
 	}
-	prog, err := bpf.Load(h.Content)
+	var prog *bpf.Program
+	var err error
+	if p := k.loads[h]; p != nil {
+		delete(k.loads, h)
+		<-p.done
+		prog, err = p.prog, p.err
+	} else {
+		prog, err = bpf.Load(h.Content)
+	}
 	if err != nil {
 		return fmt.Errorf("%s: %w", h.Dev, err)
 	}
@@ -519,6 +620,46 @@ func (k *Kernel) attachHook(h *bpf.Hook) error {
 	f.Handle = 1
 	f.BPF = &tc.BPF{FD: prog.FD(), Name: bpf.FilterName(), DA: true}
 	return k.Conn.FilterAdd(f)
+}
+
+// A preload is a classifier loaded and filled in the background.
+type preload struct {
+	done chan struct{}
+	prog *bpf.Program
+	err  error
+}
+
+// preloadHooks starts loading the classifiers d attaches: verifying
+// the program and filling the maps of 10,000 hosts takes as long as
+// writing a few thousand classes, and needs no lock the writes take.
+func (k *Kernel) preloadHooks(d *Diff) {
+	for _, c := range d.Changes {
+		h, ok := c.Obj.(*bpf.Hook)
+		if !ok || c.Verb != tc.Add {
+			continue
+		}
+		p := &preload{done: make(chan struct{})}
+		if k.loads == nil {
+			k.loads = map[*bpf.Hook]*preload{}
+		}
+		k.loads[h] = p
+		go func() {
+			defer close(p.done)
+			p.prog, p.err = bpf.Load(h.Content)
+		}()
+	}
+}
+
+// dropPreloads closes the classifiers an apply loaded but did not
+// attach (it failed before).
+func (k *Kernel) dropPreloads() {
+	for h, p := range k.loads {
+		<-p.done
+		if p.prog != nil {
+			p.prog.Close()
+		}
+		delete(k.loads, h)
+	}
 }
 
 // syncHook makes the live classifier with program id (from the

@@ -169,6 +169,7 @@ type builder struct {
 	hostIDs   []*idPool[uint16]
 	leafIDs   *idPool[uint16]
 	counters  *idPool[uint32]
+	keyBuf    []byte // scratch for map keys
 }
 
 func buildTree(d *policy.Diag, feats Features, in *policy.Interface, t *policy.Tree, devName string, prev *Alloc) *Device {
@@ -218,12 +219,7 @@ func buildTree(d *policy.Diag, feats Features, in *policy.Interface, t *policy.T
 				Note: "ingress of " + in.Name + " -> " + devName})
 	}
 	dev.Objects = b.objs
-	for name, id := range b.classes.next {
-		dev.Alloc.Classes[name] = id
-	}
-	for k, id := range b.tables.next {
-		dev.Alloc.Tables[k] = id
-	}
+	dev.Alloc.Classes, dev.Alloc.Tables = b.classes.next, b.tables.next
 	return dev
 }
 
@@ -343,7 +339,9 @@ func (b *builder) leaf(owner string, class tc.Handle, kind string, at policy.Pos
 	}
 	q := &tc.Qdisc{Dev: b.dev.Name, Parent: class, Handle: tc.MakeHandle(class.Minor(), 0), Kind: kind, Owner: owner}
 	if b.leafIDs != nil {
-		major, ok := b.leafIDs.get(owner + "@" + class.String())
+		key := class.AppendText(append(append(b.keyBuf[:0], owner...), '@'))
+		b.keyBuf = key
+		major, ok := b.leafIDs.getBytes(key)
 		if !ok {
 			b.d.Errorf(at, "class %s: more leaf qdiscs than one device's qdisc handles hold (%d); set leaf: none for per_host classes (HTB's own pfifo)",
 				what, leafCapacity)

@@ -128,7 +128,7 @@ func (b *builder) sharded(n int) {
 	prevCommon := map[string]uint16{}
 	prevHosts := make([]map[string]uint16, n)
 	for i := range prevHosts {
-		prevHosts[i] = map[string]uint16{}
+		prevHosts[i] = make(map[string]uint16, len(hosts)/n+1)
 	}
 	for name, id := range prev.Classes {
 		if s, ok := b.shardOf[name]; ok {
@@ -147,7 +147,7 @@ func (b *builder) sharded(n int) {
 	for s := range b.hostIDs {
 		p := newPool(prevHosts[s], 0x10, 0xFFFE)
 		for _, id := range b.classes.next {
-			p.used[id] = true
+			p.used.set(uint64(id))
 		}
 		b.hostIDs[s] = p
 	}
@@ -163,9 +163,13 @@ func (b *builder) sharded(n int) {
 	b.tables = newPool(prev.Tables, 1, 0x7FF)
 
 	def, _ := b.minor(t.Default)
+	// Sized ahead: growing them by doubling was a tenth of a re-plan's
+	// memory, and every page is a fault in a one-shot run.
+	b.objs = make([]tc.Object, 0, 2*len(hosts)+n*(2*len(common)+2)+3)
+	dev.Classes = make([]ClassInfo, 0, len(hosts)+n*(len(common)+1))
+	leaves := make([]tc.Object, 0, len(hosts)+n*len(common))
 	b.objs = append(b.objs, &tc.Qdisc{Dev: dev.Name, Parent: tc.HandleRoot, Handle: RootHandle, Kind: "mq"})
 	b.div = uint64(n)
-	var leaves []tc.Object
 	for s := 0; s < n; s++ {
 		b.shard, b.major = s, shardMajor(s)
 		qh := tc.MakeHandle(b.major, 0)
@@ -188,7 +192,10 @@ func (b *builder) sharded(n int) {
 	dev.Objects = b.objs
 
 	a := dev.Alloc
-	a.Shards, a.Leaves, a.Counters = map[string]uint16{}, map[string]uint16{}, map[string]uint32{}
+	// The pools' maps are the new allocation as they stand.
+	a.Leaves, a.Counters = b.leafIDs.next, b.counters.next
+	a.Shards = make(map[string]uint16, len(b.shardOf))
+	a.Classes = make(map[string]uint16, len(b.classes.next)+len(hosts))
 	for name, id := range b.classes.next {
 		a.Classes[name] = id
 	}
@@ -199,12 +206,6 @@ func (b *builder) sharded(n int) {
 	}
 	for name, s := range b.shardOf {
 		a.Shards[name] = uint16(s)
-	}
-	for k, id := range b.leafIDs.next {
-		a.Leaves[k] = id
-	}
-	for k, id := range b.counters.next {
-		a.Counters[k] = id
 	}
 }
 

@@ -12,7 +12,7 @@ import (
 	"sluice/tc"
 )
 
-func shardPolicy(t *testing.T, hosts []int, extra string) *policy.Policy {
+func shardPolicy(t testing.TB, hosts []int, extra string) *policy.Policy {
 	t.Helper()
 	dir := t.TempDir()
 	var csv strings.Builder

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"bytes"
 	"encoding/csv"
 	"errors"
 	"io"
@@ -19,13 +20,13 @@ func (p *parser) hostsFile(ph *PerHost, what string) []*HostEntry {
 	if !filepath.IsAbs(file) {
 		file = filepath.Join(p.dir, file)
 	}
-	f, err := os.Open(file)
+	data, err := os.ReadFile(file)
 	if err != nil {
 		p.d.Errorf(ph.HostsFilePos, "%s.hosts_file: %v", what, err)
 		return nil
 	}
-	defer f.Close()
-	r := csv.NewReader(f)
+	r := csv.NewReader(bytes.NewReader(data))
+	r.ReuseRecord = true
 	r.FieldsPerRecord = -1
 	r.TrimLeadingSpace = true
 	r.Comment = '#'
@@ -48,9 +49,13 @@ func (p *parser) hostsFile(ph *PerHost, what string) []*HostEntry {
 			return nil
 		}
 	}
-	var out []*HostEntry
-	names := map[string]int{}
-	addrs := map[netip.Prefix]int{}
+	// Sized for one host per line; a rate's text is parsed once per
+	// file (10,000 hosts tend to share a few plans).
+	lines := bytes.Count(data, []byte{'\n'}) + 1
+	out := make([]*HostEntry, 0, lines)
+	names := make(map[string]int, lines)
+	addrs := make(map[netip.Prefix]int, lines)
+	rates := map[string]*Rate{}
 	for {
 		rec, err := r.Read()
 		if errors.Is(err, io.EOF) {
@@ -71,7 +76,7 @@ func (p *parser) hostsFile(ph *PerHost, what string) []*HostEntry {
 		case e.Name == "":
 			errAt(line, col(0), "hosts file: a host needs a name")
 			continue
-		case !classNameRE.MatchString(e.Name):
+		case !validName(e.Name):
 			errAt(line, col(0), "hosts file: host name %q: use letters, digits, '_', '.', '-' (up to 64)", e.Name)
 			continue
 		}
@@ -103,11 +108,15 @@ func (p *parser) hostsFile(ph *PerHost, what string) []*HostEntry {
 			if s == "" {
 				return nil, true
 			}
+			if rt, ok := rates[s]; ok {
+				return rt, true
+			}
 			rt, _, err := ParseRate(s)
 			if err != nil {
 				errAt(line, col(i), "hosts file: host %s: %s: %v", e.Name, what, err)
 				return nil, false
 			}
+			rates[s] = &rt
 			return &rt, true
 		}
 		var ok1, ok2 bool

@@ -24,10 +24,23 @@ const MaxClasses = 0x7fff - 1
 // root class included.
 const MaxDepth = 8
 
-var (
-	classNameRE = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$`)
-	ifNameRE    = regexp.MustCompile(`^[^/\s:]{1,15}$`)
-)
+var ifNameRE = regexp.MustCompile(`^[^/\s:]{1,15}$`)
+
+// validName reports whether s is a class or host name: a letter, digit
+// or '_', then up to 63 of those or '.' and '-'. (By hand, not a regexp:
+// a hosts file has one per line.)
+func validName(s string) bool {
+	if len(s) == 0 || len(s) > 64 || s[0] == '.' || s[0] == '-' {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '.' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
 
 // portProtos carry ports at the start of their header.
 var portProtos = map[uint8]bool{6: true, 17: true, 33: true, 132: true, 136: true}
@@ -283,7 +296,7 @@ func validateClass(where string, t *Tree, c *Class, parentRate, parentCeil uint6
 	case c.Name == "":
 		d.Errorf(c.Pos, "%s: class without a name", where)
 		return false
-	case !classNameRE.MatchString(c.Name):
+	case !validName(c.Name):
 		d.Errorf(c.NamePos, "%s: class name %q: use letters, digits, '_', '.', '-' (up to 64)", where, c.Name)
 	}
 	if prev, dup := byName[c.Name]; dup {

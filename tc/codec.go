@@ -162,6 +162,10 @@ func (c *Conn) write(req *nl.NetlinkRequest, what string) error {
 	if err := c.countWrite(what); err != nil {
 		return fmt.Errorf("%s: %w", what, err)
 	}
+	if c.held != nil {
+		c.hold(req, what)
+		return nil
+	}
 	_, err := req.Execute(unix.NETLINK_ROUTE, 0)
 	if err != nil {
 		return fmt.Errorf("%s: %w", what, err)

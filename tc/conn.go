@@ -25,6 +25,10 @@ type Conn struct {
 	// otherwise): one apply writes thousands of objects to one device,
 	// and a link lookup per write cost as much as the write.
 	indexes map[string]int
+	// held keeps writes between Hold and Release (pipeline.go); rbuf is
+	// Flush's receive buffer.
+	held *held
+	rbuf []byte
 	// BeforeWrite, when set, runs before every write to the kernel with
 	// the 1-based count of writes so far; an error it returns fails that
 	// write as if the kernel had refused it. Tests use it to inject

@@ -59,6 +59,20 @@ func (h Handle) String() string {
 	return strconv.FormatUint(uint64(h.Major()), 16) + ":" + strconv.FormatUint(uint64(h.Minor()), 16)
 }
 
+// AppendText appends String's text to b (without its allocation).
+func (h Handle) AppendText(b []byte) []byte {
+	switch h {
+	case HandleRoot, HandleIngress, HandleIngressHook, HandleEgressHook, 0:
+		return append(b, h.String()...)
+	}
+	b = strconv.AppendUint(b, uint64(h.Major()), 16)
+	b = append(b, ':')
+	if h.Minor() == 0 {
+		return b
+	}
+	return strconv.AppendUint(b, uint64(h.Minor()), 16)
+}
+
 // ParseHandle reads "1:", "1:10", "root", "ingress" or "ffff:fff2".
 func ParseHandle(s string) (Handle, error) {
 	switch s {

@@ -4,21 +4,32 @@ package main
 
 import (
 	"os"
+	"runtime"
 	"runtime/pprof"
 
 	"sluice/cli"
 )
 
-func main() {
-	// SLUICE_CPUPROFILE=FILE writes a CPU profile (for go tool pprof).
+func main() { os.Exit(run()) }
+
+// run is main with the profiles, which defer writes before the exit:
+// SLUICE_CPUPROFILE=FILE writes a CPU profile, SLUICE_MEMPROFILE=FILE one
+// of every allocation (for go tool pprof).
+func run() int {
 	if f := os.Getenv("SLUICE_CPUPROFILE"); f != "" {
 		if out, err := os.Create(f); err == nil {
 			pprof.StartCPUProfile(out)
-			code := cli.Main(os.Args[1:])
-			pprof.StopCPUProfile()
-			out.Close()
-			os.Exit(code)
+			defer func() { pprof.StopCPUProfile(); out.Close() }()
 		}
 	}
-	os.Exit(cli.Main(os.Args[1:]))
+	if f := os.Getenv("SLUICE_MEMPROFILE"); f != "" {
+		runtime.MemProfileRate = 4096
+		defer func() {
+			if out, err := os.Create(f); err == nil {
+				pprof.Lookup("allocs").WriteTo(out, 0)
+				out.Close()
+			}
+		}()
+	}
+	return cli.Main(os.Args[1:])
 }

@@ -2,6 +2,7 @@ package kernel
 
 import (
 	"strings"
+	"sync"
 
 	"sluice/bpf"
 	"sluice/plan"
@@ -33,38 +34,51 @@ func (k *Kernel) ReadTouched(p *plan.Plan) (l *Live, desired []tc.Object, ok boo
 	}
 	l = &Live{Opt: Options{Replace: map[string]bool{}, Shared: map[string]bool{}},
 		Adopted: map[string]bool{}, HookShared: map[string]bool{}}
-	fps := map[string]map[string]uint64{}
+	deltas := map[string]*fpDelta{}
 	for _, d := range p.Devices {
 		rec := k.State.Devices[d.Record()]
 		if rec == nil || rec.Objects == nil || d.Ifb {
 			return nil, nil, false, nil
 		}
-		now := make(map[string]uint64, len(d.Objects))
-		keys := make([]string, len(d.Objects))
-		parents := map[string]bool{}
+		keys, fps := keyedFingerprints(d.Objects)
 		var hook *bpf.Hook
-		for i, o := range d.Objects {
-			keys[i] = o.Key()
-			now[keys[i]] = fingerprintOf(o)
+		// Classes that have children (by parent handle: a tree's
+		// objects are on its device).
+		parents := map[tc.Handle]bool{}
+		for _, o := range d.Objects {
 			switch x := o.(type) {
 			case *tc.Class:
-				parents[classKey(x.Dev, x.Parent)] = true
+				parents[x.Parent] = true
 			case *bpf.Hook:
 				hook = x
 			}
 		}
-		fps[d.Record()] = now
+		delta := &fpDelta{set: map[string]uint64{}}
+		deltas[d.Record()] = delta
 		var touched []tc.Object
+		found := 0
 		for i, o := range d.Objects {
-			if fp, had := rec.Objects[keys[i]]; !had || fp != now[keys[i]] {
+			fp, had := rec.Objects[keys[i]]
+			if had {
+				found++
+			}
+			if !had || fp != fps[i] {
 				touched = append(touched, o)
+				delta.set[keys[i]] = fps[i]
 			}
 		}
 		var removed []string
-		for key := range rec.Objects {
-			if _, still := now[key]; !still {
-				removed = append(removed, key)
+		if found < len(rec.Objects) { // some recorded object is not planned
+			planned := make(map[string]bool, len(keys))
+			for _, key := range keys {
+				planned[key] = true
 			}
+			for key := range rec.Objects {
+				if !planned[key] {
+					removed = append(removed, key)
+				}
+			}
+			delta.del = removed
 		}
 		if len(touched)+len(removed) > maxTouched {
 			return nil, nil, false, nil
@@ -94,7 +108,7 @@ func (k *Kernel) ReadTouched(p *plan.Plan) (l *Live, desired []tc.Object, ok boo
 			var live tc.Object
 			switch x := o.(type) {
 			case *tc.Class:
-				if parents[x.Key()] {
+				if parents[x.Handle] || x.Dev != d.Name {
 					return nil, nil, false, nil
 				}
 				c, ok, err := k.leafClass(x.Dev, x.Handle)
@@ -164,8 +178,34 @@ func (k *Kernel) ReadTouched(p *plan.Plan) (l *Live, desired []tc.Object, ok boo
 			}
 		}
 	}
-	k.fps, k.fpsPlan = fps, p
+	k.deltas, k.deltaPlan = deltas, p
 	return l, desired, true, nil
+}
+
+// fpDelta is how a tree's fingerprints change with the plan ReadTouched
+// was given: Record applies it to the recorded ones rather than
+// fingerprinting the whole plan again.
+type fpDelta struct {
+	set map[string]uint64
+	del []string
+}
+
+// keyedFingerprints returns each object's key and fingerprint, computed
+// on two goroutines: with 10,000 hosts this is most of what a
+// one-subscriber change does on its own.
+func keyedFingerprints(objs []tc.Object) ([]string, []uint64) {
+	keys, fps := make([]string, len(objs)), make([]uint64, len(objs))
+	fill := func(from, to int) {
+		for i := from; i < to; i++ {
+			keys[i], fps[i] = objs[i].Key(), fingerprintOf(objs[i])
+		}
+	}
+	half := len(objs) / 2
+	var wg sync.WaitGroup
+	wg.Go(func() { fill(0, half) })
+	fill(half, len(objs))
+	wg.Wait()
+	return keys, fps
 }
 
 // leafClass reads class h; ok is false when it has children (not a

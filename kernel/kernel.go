@@ -22,10 +22,11 @@ type Kernel struct {
 	StateDir string
 	State    *State
 	lock     *Lock
-	// fps holds the fingerprints of fpsPlan's objects per tree, when
-	// ReadTouched computed them; Record reuses them for that plan only.
-	fps     map[string]map[string]uint64
-	fpsPlan *plan.Plan
+	// deltas hold, per tree, how deltaPlan's fingerprints differ from
+	// the recorded ones, when ReadTouched worked them out; Record uses
+	// them for that plan only.
+	deltas    map[string]*fpDelta
+	deltaPlan *plan.Plan
 	// loads are classifiers Apply loads while the tree is written.
 	loads map[*bpf.Hook]*preload
 }
@@ -754,8 +755,14 @@ func (k *Kernel) Record(p *plan.Plan, d *Diff, l *Live, policyFile string) error
 		if dev.PoliceOnly {
 			rec.Root = ""
 		}
-		if k.fpsPlan == p {
-			rec.Objects = k.fps[dev.Record()]
+		if delta := k.deltas[dev.Record()]; k.deltaPlan == p && delta != nil && old != nil {
+			rec.Objects = old.Objects // replaced here, so changed in place
+			for key, fp := range delta.set {
+				rec.Objects[key] = fp
+			}
+			for _, key := range delta.del {
+				delete(rec.Objects, key)
+			}
 		}
 		if rec.Objects == nil {
 			rec.Objects = fingerprints(dev.Objects)
@@ -772,7 +779,7 @@ func (k *Kernel) Record(p *plan.Plan, d *Diff, l *Live, policyFile string) error
 		}
 		k.State.Devices[dev.Record()] = rec
 	}
-	k.fps, k.fpsPlan = nil, nil
+	k.deltas, k.deltaPlan = nil, nil
 	for name := range k.State.Devices {
 		if !keep[name] {
 			delete(k.State.Devices, name)

@@ -3,6 +3,7 @@ package kernel
 import (
 	"encoding/binary"
 	"errors"
+	"io"
 	"unsafe"
 
 	"sluice/plan"
@@ -23,7 +24,14 @@ import (
 //	objects: count, then (key, fingerprint as 8 bytes) pairs
 const packVersion = 1
 
-type packer struct{ b []byte }
+// packer appends to b and hands b to w whenever it passes 64 KB: the
+// bulk streams to its file instead of taking megabytes of fresh memory.
+type packer struct {
+	b   []byte
+	w   io.Writer
+	n   int // bytes handed to w
+	err error
+}
 
 func (p *packer) uv(v uint64) { p.b = binary.AppendUvarint(p.b, v) }
 func (p *packer) str(s string) {
@@ -38,16 +46,31 @@ func (p *packer) flag(v bool) {
 	}
 }
 
+// spill writes out what is buffered once it is big enough (all of it
+// when force).
+func (p *packer) spill(force bool) {
+	if len(p.b) < 64<<10 && !force {
+		return
+	}
+	if p.err == nil {
+		_, p.err = p.w.Write(p.b)
+	}
+	p.n += len(p.b)
+	p.b = p.b[:0]
+}
+
 func packMap[T uint16 | uint32](p *packer, m map[string]T) {
 	p.uv(uint64(len(m)))
 	for k, v := range m {
 		p.str(k)
 		p.uv(uint64(v))
+		p.spill(false)
 	}
 }
 
-func pack(a *plan.Alloc, classes []plan.ClassInfo, objects map[string]uint64) []byte {
-	p := &packer{b: make([]byte, 0, 64*(len(classes)+len(objects))+64)}
+// pack writes a tree's packed bulk to w and returns its length.
+func pack(w io.Writer, a *plan.Alloc, classes []plan.ClassInfo, objects map[string]uint64) (int, error) {
+	p := &packer{b: make([]byte, 0, 80<<10), w: w}
 	p.uv(packVersion)
 	p.flag(a != nil)
 	if a != nil {
@@ -70,17 +93,20 @@ func pack(a *plan.Alloc, classes []plan.ClassInfo, objects map[string]uint64) []
 		p.flag(c.Default)
 		p.uv(uint64(c.Counter))
 		p.flag(c.Replica)
+		p.spill(false)
 	}
 	p.uv(uint64(len(objects)))
 	for k, fp := range objects {
 		p.str(k)
 		p.b = binary.LittleEndian.AppendUint64(p.b, fp)
+		p.spill(false)
 	}
-	return p.b
+	p.spill(true)
+	return p.n, p.err
 }
 
-// unpacker reads what pack wrote. Strings are cut out of one copy of
-// the whole buffer, not allocated one by one.
+// unpacker reads what pack wrote. Strings are cut out of the buffer,
+// not allocated one by one.
 type unpacker struct {
 	s   string
 	off int
@@ -138,7 +164,9 @@ func unpack(b []byte) (a *plan.Alloc, classes []plan.ClassInfo, objects map[stri
 	if len(b) == 0 {
 		return nil, nil, nil, errPacked
 	}
-	u := &unpacker{s: string(b)}
+	// The strings point into b, which its reader (LoadState) read for
+	// this alone and never changes: no copy of megabytes.
+	u := &unpacker{s: unsafe.String(&b[0], len(b))}
 	if v := u.uv(); v != packVersion {
 		return nil, nil, nil, errors.New("packed record of an unknown version")
 	}

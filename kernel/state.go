@@ -153,17 +153,32 @@ func (s *State) Save(dir string) error {
 	// records with the old bulk.
 	bulkName := "state." + strconv.FormatInt(time.Now().UnixNano(), 36) + ".bin"
 	out := &State{Version: s.Version, Devices: make(map[string]*DevState, len(s.Devices))}
-	var blob []byte
+	bulkTmp := filepath.Join(dir, bulkName+".tmp")
+	f, err := os.Create(bulkTmp)
+	if err != nil {
+		return err
+	}
+	off := 0
 	for _, name := range s.Names() {
 		d := s.Devices[name]
 		c := *d
-		p := pack(d.Alloc, d.Classes, d.Objects)
-		c.Bulk, c.Offset, c.Packed = bulkName, len(blob), len(p)
-		blob = append(blob, p...)
+		n, err := pack(f, d.Alloc, d.Classes, d.Objects)
+		if err != nil {
+			f.Close()
+			os.Remove(bulkTmp)
+			return err
+		}
+		c.Bulk, c.Offset, c.Packed = bulkName, off, n
+		off += n
 		c.Alloc, c.Classes = nil, nil
 		out.Devices[name] = &c
 	}
-	if err := writeAtomic(filepath.Join(dir, bulkName), blob); err != nil {
+	if err := f.Close(); err != nil {
+		os.Remove(bulkTmp)
+		return err
+	}
+	if err := os.Rename(bulkTmp, filepath.Join(dir, bulkName)); err != nil {
+		os.Remove(bulkTmp)
 		return err
 	}
 	b, err := json.Marshal(out)

@@ -36,6 +36,8 @@ type idPool[T uint16 | uint32] struct {
 	cursor         [2]uint64
 	// allowed, when set, says which ids in [lo, hi] may be handed out.
 	allowed func(T) bool
+	// prevOK, when set, says which keys of prev may have their id back.
+	prevOK func(key string) bool
 }
 
 func newPool[T uint16 | uint32](prev map[string]T, lo, hi T) *idPool[T] {
@@ -52,7 +54,8 @@ func (p *idPool[T]) get(key string) (T, bool) {
 	if id, ok := p.next[key]; ok {
 		return id, true
 	}
-	if id, ok := p.prev[key]; ok && id >= p.lo && id <= p.hi && !p.used.has(uint64(id)) && p.ok(id) {
+	if id, ok := p.prev[key]; ok && id >= p.lo && id <= p.hi && !p.used.has(uint64(id)) && p.ok(id) &&
+		(p.prevOK == nil || p.prevOK(key)) {
 		return p.take(key, id), true
 	}
 	for pass, avoidReserved := range []bool{true, false} {

@@ -30,7 +30,7 @@ func (b *builder) l2len(dev string) uint32 {
 // skb->priority, so the HTB tree itself carries no filters.
 func (b *builder) bpfHook() *bpf.Hook {
 	t := b.tree
-	c := &bpf.Content{L2Len: b.l2len(b.dev.Name), SetPriority: true, Hosts: map[bpf.HostKey]bpf.Target{}}
+	c := &bpf.Content{L2Len: b.l2len(b.dev.Name), SetPriority: true, Hosts: make(map[bpf.HostKey]bpf.Target, hostKeys(t.Classes))}
 	targets := map[string]uint32{}
 	policers := map[*policy.Police]uint16{}
 	policer := func(cl *policy.Class) uint16 {
@@ -128,6 +128,21 @@ func (b *builder) bpfHook() *bpf.Hook {
 	return &bpf.Hook{Dev: b.dev.Name, Prio: HookPrio, Content: c, Note: "classifies into the HTB tree on " + b.dev.Name}
 }
 
+// hostKeys counts the host table entries of the per_host classes in cs.
+func hostKeys(cs []*policy.Class) int {
+	n := 0
+	for _, c := range cs {
+		if ph := c.PerHost; ph != nil {
+			n += ph.HostCount()
+			for _, e := range ph.Entries {
+				n += len(e.Addrs)
+			}
+		}
+		n += hostKeys(c.Classes)
+	}
+	return n
+}
+
 // hostTable fills table n with the host classes of per_host class cl.
 func (b *builder) hostTable(c *bpf.Content, cl *policy.Class, n uint32, policer func(*policy.Class) uint16) {
 	ph := cl.PerHost
@@ -135,7 +150,7 @@ func (b *builder) hostTable(c *bpf.Content, cl *policy.Class, n uint32, policer 
 		id := b.classID(name)
 		t := bpf.Target{Classid: uint32(id), Counter: b.counterOf(name, id)}
 		if s, ok := b.shardOf[name]; ok {
-			t.Queue = uint16(s + 1) // the host's shard
+			t.Queue = s + 1 // the host's shard
 		}
 		for _, p := range prefixes {
 			c.Hosts[bpf.HostKeyOf(n, p)] = t

@@ -163,7 +163,7 @@ type builder struct {
 	major   uint16
 	div     uint64 // non-host classes' rates are divided among shards
 	shard   int
-	shardOf map[string]int // host class -> shard
+	shardOf map[string]uint16 // host class -> shard (the new Alloc.Shards)
 	// hostLists caches hostsOf.
 	hostLists map[*policy.Class][][]hostItem
 	hostIDs   []*idPool[uint16]
@@ -263,7 +263,7 @@ func (b *builder) minor(name string) (uint16, bool) {
 func (b *builder) classID(name string) tc.Handle {
 	id, _ := b.minor(name)
 	if s, host := b.shardOf[name]; host {
-		return tc.MakeHandle(shardMajor(s), id)
+		return tc.MakeHandle(shardMajor(int(s)), id)
 	}
 	return tc.MakeHandle(b.major, id)
 }
@@ -698,6 +698,11 @@ func (b *builder) hostsOf(c *policy.Class) [][]hostItem {
 		n = len(b.hostIDs)
 	}
 	hs := make([][]hostItem, n)
+	if each := (c.PerHost.HostCount() + len(c.PerHost.Entries)) / n; n > 1 {
+		for s := range hs {
+			hs[s] = make([]hostItem, 0, each+each/8+4)
+		}
+	}
 	put := func(h hostItem) {
 		if s, ok := b.shardOf[h.name]; ok {
 			hs[s] = append(hs[s], h)
@@ -726,7 +731,7 @@ func (b *builder) hostsOf(c *policy.Class) [][]hostItem {
 // hostClass emits one host's class (of per_host class owner) below
 // parent, with its leaf.
 func (b *builder) hostClass(owner *policy.Class, name string, parent tc.Handle, rate, ceil uint64, leaves *[]tc.Object) {
-	if s, ok := b.shardOf[name]; ok && s != b.shard {
+	if s, ok := b.shardOf[name]; ok && int(s) != b.shard {
 		return // the host lives in another shard
 	}
 	ph := owner.PerHost

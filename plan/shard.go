@@ -1,6 +1,7 @@
 package plan
 
 import (
+	"sluice/bpf"
 	"sluice/policy"
 	"sluice/tc"
 )
@@ -101,11 +102,11 @@ func (b *builder) sharded(n int) {
 
 	// A host keeps its shard while the shard exists; new hosts go to
 	// the shard with the fewest.
-	b.shardOf = make(map[string]int, len(hosts))
+	b.shardOf = make(map[string]uint16, len(hosts))
 	load := make([]int, n)
 	for _, h := range hosts {
 		if s, ok := prev.Shards[h]; ok && int(s) < n {
-			b.shardOf[h] = int(s)
+			b.shardOf[h] = s
 			load[s]++
 		}
 	}
@@ -119,37 +120,44 @@ func (b *builder) sharded(n int) {
 				least = j
 			}
 		}
-		b.shardOf[h] = least
+		b.shardOf[h] = uint16(least)
 		load[least]++
 	}
 
 	// Class minors: non-host classes share theirs across shards; hosts
-	// take the rest of their shard's id space.
+	// take the rest of their shard's id space, and keep their minor
+	// while they keep their shard. All pools fill one map, the new
+	// Alloc.Classes (a host's name is in one shard only), and the host
+	// pools look up previous ids in the previous Alloc.Classes itself:
+	// with 10,000 hosts, maps copied per shard were a third of a
+	// re-plan.
 	prevCommon := map[string]uint16{}
-	prevHosts := make([]map[string]uint16, n)
-	for i := range prevHosts {
-		prevHosts[i] = make(map[string]uint16, len(hosts)/n+1)
+	b.hostIDs = make([]*idPool[uint16], n)
+	classes := make(map[string]uint16, len(hosts)+len(common))
+	for s := range b.hostIDs {
+		p := newPool[uint16](nil, 0x10, 0xFFFE)
+		p.prev, p.next = prev.Classes, classes
+		p.prevOK = func(name string) bool { ps, had := prev.Shards[name]; return had && int(ps) == s }
+		b.hostIDs[s] = p
 	}
 	for name, id := range prev.Classes {
 		if s, ok := b.shardOf[name]; ok {
-			if ps, had := prev.Shards[name]; had && int(ps) == s {
-				prevHosts[s][name] = id
+			if ps, had := prev.Shards[name]; had && ps == s {
+				b.hostIDs[s].reserved.set(uint64(id))
 			}
 		} else {
 			prevCommon[name] = id
 		}
 	}
 	b.classes = newPool(prevCommon, 0x10, 0xFFFE)
+	b.classes.next = classes
 	for _, name := range common {
 		b.minor(name)
 	}
-	b.hostIDs = make([]*idPool[uint16], n)
-	for s := range b.hostIDs {
-		p := newPool(prevHosts[s], 0x10, 0xFFFE)
-		for _, id := range b.classes.next {
-			p.used.set(uint64(id))
+	for _, p := range b.hostIDs {
+		for _, name := range common {
+			p.used.set(uint64(classes[name]))
 		}
-		b.hostIDs[s] = p
 	}
 	for _, h := range hosts {
 		if _, ok := b.minor(h); !ok {
@@ -160,7 +168,23 @@ func (b *builder) sharded(n int) {
 	b.leafIDs = newPool(prev.Leaves, leafLo, leafHi)
 	b.leafIDs.allowed = leafMajorOK
 	b.counters = newPool(prev.Counters, 1, 1<<22)
+	for _, name := range common {
+		b.counter(name)
+	}
+	for _, h := range hosts {
+		b.counter(h)
+	}
 	b.tables = newPool(prev.Tables, 1, 0x7FF)
+
+	// Every class has its ids now, so the classifier's content (host
+	// tables of 10,000 entries) is compiled beside the class trees, on
+	// a copy of the builder with its own diagnostics: both only read
+	// the pools from here on.
+	hb := *b
+	hb.d, hb.keyBuf = &policy.Diag{File: b.d.File}, nil
+	hb.shard, hb.major = 0, shardMajor(0)
+	hookDone := make(chan *bpf.Hook, 1)
+	go func() { hookDone <- hb.bpfHook() }()
 
 	def, _ := b.minor(t.Default)
 	// Sized ahead: growing them by doubling was a tenth of a re-plan's
@@ -186,27 +210,16 @@ func (b *builder) sharded(n int) {
 	}
 	b.objs = append(b.objs, leaves...)
 	b.shard, b.major = 0, shardMajor(0)
-	hook := b.bpfHook()
+	hook := <-hookDone
+	b.d.Errs = append(b.d.Errs, hb.d.Errs...)
+	b.d.Warnings = append(b.d.Warnings, hb.d.Warnings...)
 	hook.Content.Shards = uint32(n)
 	b.objs = append(b.objs, clsact(dev.Name), hook)
 	dev.Objects = b.objs
 
-	a := dev.Alloc
 	// The pools' maps are the new allocation as they stand.
-	a.Leaves, a.Counters = b.leafIDs.next, b.counters.next
-	a.Shards = make(map[string]uint16, len(b.shardOf))
-	a.Classes = make(map[string]uint16, len(b.classes.next)+len(hosts))
-	for name, id := range b.classes.next {
-		a.Classes[name] = id
-	}
-	for _, p := range b.hostIDs {
-		for name, id := range p.next {
-			a.Classes[name] = id
-		}
-	}
-	for name, s := range b.shardOf {
-		a.Shards[name] = uint16(s)
-	}
+	a := dev.Alloc
+	a.Classes, a.Shards, a.Leaves, a.Counters = classes, b.shardOf, b.leafIDs.next, b.counters.next
 }
 
 // counter is the BPF counter of class name: its minor, except in

@@ -179,3 +179,55 @@ func TestShardMajorsOwnABucket(t *testing.T) {
 		t.Fatalf("%d leaf majors, want leafCapacity %d (> 28000)", n, leafCapacity)
 	}
 }
+
+// Re-planning with fewer queues and a changed host list: hosts whose
+// shard survives keep shard and minor, the others move, and no two
+// classes or leaf qdiscs ever share a handle.
+func TestShardedReplanKeepsIDsWithoutClashes(t *testing.T) {
+	var first, second []int
+	for i := range 200 {
+		first = append(first, i)
+		second = append(second, i+60)
+	}
+	p1, err := Build(shardPolicy(t, first, ""), withQueues(8, false), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a1 := p1.Devices[0].Alloc
+	p2, err := Build(shardPolicy(t, second, ""), withQueues(4, false), map[string]*Alloc{"eth0": a1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a2 := p2.Devices[0].Alloc
+	kept := 0
+	for _, h := range second {
+		name := fmt.Sprintf("subs/h%d", h)
+		s1, had := a1.Shards[name]
+		if !had || s1 >= 4 {
+			continue
+		}
+		kept++
+		if a2.Shards[name] != s1 || a2.Classes[name] != a1.Classes[name] {
+			t.Errorf("%s: shard %d minor %x became shard %d minor %x", name, s1, a1.Classes[name], a2.Shards[name], a2.Classes[name])
+		}
+	}
+	if kept < 50 {
+		t.Fatalf("only %d hosts could keep their ids", kept)
+	}
+	seen := map[string]string{}
+	for _, o := range p2.Devices[0].Objects {
+		var key, name string
+		switch x := o.(type) {
+		case *tc.Class:
+			key, name = "class "+x.Handle.String(), x.Name
+		case *tc.Qdisc:
+			key, name = "qdisc "+x.Handle.String(), x.Owner
+		default:
+			continue
+		}
+		if other, dup := seen[key]; dup {
+			t.Fatalf("%s is both %s and %s", key, other, name)
+		}
+		seen[key] = name
+	}
+}

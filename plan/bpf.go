@@ -147,10 +147,13 @@ func hostKeys(cs []*policy.Class) int {
 func (b *builder) hostTable(c *bpf.Content, cl *policy.Class, n uint32, policer func(*policy.Class) uint16) {
 	ph := cl.PerHost
 	add := func(name string, prefixes ...netip.Prefix) {
-		id := b.classID(name)
-		t := bpf.Target{Classid: uint32(id), Counter: b.counterOf(name, id)}
-		if s, ok := b.shardOf[name]; ok {
-			t.Queue = s + 1 // the host's shard
+		var t bpf.Target
+		if r, ok := b.refs[name]; ok {
+			t = bpf.Target{Classid: uint32(tc.MakeHandle(shardMajor(int(r.shard)), r.minor)), Counter: r.counter,
+				Queue: r.shard + 1} // the host's shard
+		} else {
+			id := b.classID(name)
+			t = bpf.Target{Classid: uint32(id), Counter: b.counterOf(name, id)}
 		}
 		for _, p := range prefixes {
 			c.Hosts[bpf.HostKeyOf(n, p)] = t
@@ -173,7 +176,12 @@ func (b *builder) counterOf(name string, id tc.Handle) uint32 {
 }
 
 // entryName is the class name of a hosts_file entry.
-func entryName(cl *policy.Class, e *policy.HostEntry) string { return cl.Name + "/" + e.Name }
+func entryName(cl *policy.Class, e *policy.HostEntry) string {
+	if cl == e.Owner && e.ClassName != "" {
+		return e.ClassName // one string per host, not one per use
+	}
+	return cl.Name + "/" + e.Name
+}
 
 // bpfRules compiles one match entry into BPF rules whose union is
 // exactly the entry (the same alternatives u32 gets; lists of DSCPs

@@ -164,6 +164,9 @@ type builder struct {
 	div     uint64 // non-host classes' rates are divided among shards
 	shard   int
 	shardOf map[string]uint16 // host class -> shard (the new Alloc.Shards)
+	// refs holds each host class's ids once they are all handed out: one
+	// lookup per use instead of one per pool (sharded trees only).
+	refs map[string]hostRef
 	// hostLists caches hostsOf.
 	hostLists map[*policy.Class][][]hostItem
 	hostIDs   []*idPool[uint16]
@@ -260,7 +263,16 @@ func (b *builder) minor(name string) (uint16, bool) {
 	return id, ok
 }
 
+// hostRef is where a host class's ids stand.
+type hostRef struct {
+	shard, minor uint16
+	counter      uint32
+}
+
 func (b *builder) classID(name string) tc.Handle {
+	if r, ok := b.refs[name]; ok {
+		return tc.MakeHandle(shardMajor(int(r.shard)), r.minor)
+	}
 	id, _ := b.minor(name)
 	if s, host := b.shardOf[name]; host {
 		return tc.MakeHandle(shardMajor(int(s)), id)
@@ -704,8 +716,8 @@ func (b *builder) hostsOf(c *policy.Class) [][]hostItem {
 		}
 	}
 	put := func(h hostItem) {
-		if s, ok := b.shardOf[h.name]; ok {
-			hs[s] = append(hs[s], h)
+		if r, ok := b.refs[h.name]; ok {
+			hs[r.shard] = append(hs[r.shard], h)
 			return
 		}
 		for s := range hs { // not a sharded host: in every tree
@@ -731,7 +743,8 @@ func (b *builder) hostsOf(c *policy.Class) [][]hostItem {
 // hostClass emits one host's class (of per_host class owner) below
 // parent, with its leaf.
 func (b *builder) hostClass(owner *policy.Class, name string, parent tc.Handle, rate, ceil uint64, leaves *[]tc.Object) {
-	if s, ok := b.shardOf[name]; ok && int(s) != b.shard {
+	r, sharded := b.refs[name]
+	if sharded && int(r.shard) != b.shard {
 		return // the host lives in another shard
 	}
 	ph := owner.PerHost
@@ -739,11 +752,14 @@ func (b *builder) hostClass(owner *policy.Class, name string, parent tc.Handle, 
 	if ph.Prio != nil {
 		prio = uint32(*ph.Prio)
 	}
-	id := b.classID(name)
+	id, counter := tc.MakeHandle(shardMajor(int(r.shard)), r.minor), r.counter
+	if !sharded {
+		id, counter = b.classID(name), b.counter(name)
+	}
 	hc := &tc.Class{Dev: b.dev.Name, Parent: parent, Handle: id, Kind: "htb", Rate: rate, Ceil: ceil, Prio: prio, Name: name}
 	setBursts(hc, nil, nil, nil)
 	b.objs = append(b.objs, hc)
-	hi := ClassInfo{Name: name, Handle: id, Parent: parent, Rate: rate, Ceil: ceil, Prio: prio, Counter: b.counter(name)}
+	hi := ClassInfo{Name: name, Handle: id, Parent: parent, Rate: rate, Ceil: ceil, Prio: prio, Counter: counter}
 	if leaf := b.leaf(name, id, ph.Leaf, ph.LeafPos, ph.Limit, ceil, true); leaf != nil {
 		hi.Leaf = leaf.Kind
 		*leaves = append(*leaves, leaf)

@@ -171,8 +171,9 @@ func (b *builder) sharded(n int) {
 	for _, name := range common {
 		b.counter(name)
 	}
+	b.refs = make(map[string]hostRef, len(hosts))
 	for _, h := range hosts {
-		b.counter(h)
+		b.refs[h] = hostRef{shard: b.shardOf[h], minor: classes[h], counter: b.counter(h)}
 	}
 	b.tables = newPool(prev.Tables, 1, 0x7FF)
 

@@ -158,6 +158,7 @@ type HostEntry struct {
 	CeilBps   uint64
 	ParentCls *Class // resolved: the per_host class or the parent column's
 	Owner     *Class // the per_host class whose hosts_file lists it
+	ClassName string // resolved: its class's name, Owner's name + "/" + Name
 }
 
 // Hosts lists the host prefixes PerHost covers, in address order. For

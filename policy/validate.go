@@ -168,7 +168,7 @@ func resolveParents(where string, cs []*Class, byName map[string]*Class, d *Diag
 	for _, c := range cs {
 		if ph := c.PerHost; ph != nil {
 			for _, e := range ph.Entries {
-				e.ParentCls, e.Owner = c, c
+				e.ParentCls, e.Owner, e.ClassName = c, c, c.Name+"/"+e.Name
 				if e.Parent == "" || e.Parent == c.Name {
 					continue
 				}

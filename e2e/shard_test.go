@@ -53,27 +53,12 @@ func showJSON(t *testing.T, ns string) *stats.Sample {
 func TestShardedTree(t *testing.T) {
 	const hosts = 12
 	a, _ := shardedPair(t, 4, hosts)
-	dir := t.TempDir()
 	var csv strings.Builder
 	csv.WriteString("name,addresses,rate,ceil\n")
 	for i := 0; i < hosts; i++ {
 		fmt.Fprintf(&csv, "h%d,10.9.0.%d,1mbit,50mbit\n", i, 10+i)
 	}
-	hostsFile := filepath.Join(dir, "hosts.csv")
-	os.WriteFile(hostsFile, []byte(csv.String()), 0o644)
-	file := filepath.Join(dir, "p.yaml")
-	os.WriteFile(file, []byte(`interfaces:
-  - name: veth0
-    egress:
-      rate: 200mbit
-      default: rest
-      classes:
-        - name: subs
-          rate: 100mbit
-          per_host: {by: dst, hosts_file: hosts.csv}
-        - name: rest
-          rate: 50mbit
-`), 0o644)
+	file, hostsFile := subsPolicy(t, csv.String(), "")
 	must(t, "--netns", a, "apply", "-q", file)
 	qd := tcShow(t, a, "qdisc", "show", "dev", "veth0")
 	if !strings.Contains(qd, "qdisc mq 1: root") || strings.Count(qd, "qdisc htb 1") != 4 {
@@ -164,29 +149,14 @@ func TestHostsFileU32(t *testing.T) {
 	testutil.NS(t, b, "ip", "addr", "add", "10.9.0.200/24", "dev", "veth1")
 	testutil.NS(t, b, "ip", "-6", "addr", "add", "fd00:9::10/64", "dev", "veth1", "nodad")
 	testutil.NS(t, a, "ip", "-6", "addr", "add", "fd00:9::1/64", "dev", "veth0", "nodad")
-	dir := t.TempDir()
-	os.WriteFile(filepath.Join(dir, "hosts.csv"), []byte(`name,addresses,rate,ceil
+	file, _ := subsPolicy(t, `name,addresses,rate,ceil
 h0,10.9.0.10,1mbit,50mbit
 h1,10.9.0.11 fd00:9::10,1mbit,50mbit
 h2,10.9.0.12,1mbit,50mbit
 h3,10.9.0.13,1mbit,50mbit
 net,10.9.0.128/28,1mbit,50mbit
 wide,10.9.0.128/25,1mbit,50mbit
-`), 0o644)
-	file := filepath.Join(dir, "p.yaml")
-	os.WriteFile(file, []byte(`interfaces:
-  - name: veth0
-    egress:
-      rate: 200mbit
-      classifier: u32
-      default: rest
-      classes:
-        - name: subs
-          rate: 100mbit
-          per_host: {by: dst, hosts_file: hosts.csv}
-        - name: rest
-          rate: 50mbit
-`), 0o644)
+`, "u32")
 	must(t, "--netns", a, "apply", "-q", file)
 	if f := tcShow(t, a, "filter", "show", "dev", "veth0"); !strings.Contains(f, "divisor 256") {
 		t.Fatalf("want a u32 hash table:\n%s", f)
@@ -211,4 +181,31 @@ wide,10.9.0.128/25,1mbit,50mbit
 			t.Errorf("class subs/h2: %d packets, want none", c.Packets)
 		}
 	}
+}
+
+// subsPolicy writes a hosts file with csv and a policy for veth0 whose
+// "subs" class takes its hosts from it (classifier "" for the default),
+// and returns both paths.
+func subsPolicy(t *testing.T, csv, classifier string) (file, hostsFile string) {
+	t.Helper()
+	dir := t.TempDir()
+	hostsFile = filepath.Join(dir, "hosts.csv")
+	os.WriteFile(hostsFile, []byte(csv), 0o644)
+	if classifier != "" {
+		classifier = "\n      classifier: " + classifier
+	}
+	file = filepath.Join(dir, "p.yaml")
+	os.WriteFile(file, []byte(`interfaces:
+  - name: veth0
+    egress:
+      rate: 200mbit`+classifier+`
+      default: rest
+      classes:
+        - name: subs
+          rate: 100mbit
+          per_host: {by: dst, hosts_file: hosts.csv}
+        - name: rest
+          rate: 50mbit
+`), 0o644)
+	return file, hostsFile
 }

@@ -189,9 +189,10 @@ func contentFingerprint(c *bpf.Content) uint64 {
 
 // fingerprints maps each object's key to its fingerprint.
 func fingerprints(objs []tc.Object) map[string]uint64 {
+	keys, fps := keyedFingerprints(objs)
 	out := make(map[string]uint64, len(objs))
-	for _, o := range objs {
-		out[o.Key()] = fingerprintOf(o)
+	for i, key := range keys {
+		out[key] = fps[i]
 	}
 	return out
 }

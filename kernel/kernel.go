@@ -466,7 +466,7 @@ func (k *Kernel) Apply(d *Diff) (*Result, error) {
 			return nil, fail(i, err)
 		}
 		pending = append(pending, pendingChange{step: i, undo: u, writes: k.Conn.Held() - before})
-		if k.Conn.Held() >= maxHeld {
+		if k.Conn.Held() >= tc.MaxSend {
 			if err := flush(); err != nil {
 				return nil, err
 			}
@@ -477,10 +477,6 @@ func (k *Kernel) Apply(d *Diff) (*Result, error) {
 	}
 	return &Result{Changes: len(d.Changes), Writes: k.Conn.Writes() - start}, nil
 }
-
-// maxHeld is how many writes wait before Apply sends them: enough to
-// make a send cheap, few enough to hold little memory.
-const maxHeld = 256
 
 type pendingChange struct {
 	step   int

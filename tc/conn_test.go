@@ -12,13 +12,7 @@ import (
 // equivalent batch line: create one object each way, on two devices, and
 // compare what the kernel reports.
 func TestCodecMatchesTC(t *testing.T) {
-	testutil.RequireRoot(t)
-	p := testutil.NewPair(t)
-	c, err := tc.Open(p.A)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c, p := openPair(t)
 	// Second device in A for the tc(8) side.
 	testutil.NS(t, p.A, "ip", "link", "add", "ifbx", "type", "ifb")
 	testutil.NS(t, p.A, "ip", "link", "set", "ifbx", "up")
@@ -105,4 +99,18 @@ func dropWord(s, w string) string {
 		}
 	}
 	return strings.Join(f, " ")
+}
+
+// openPair makes a veth pair in two fresh namespaces and a Conn to the
+// first (closed when the test ends).
+func openPair(t *testing.T) (*tc.Conn, *testutil.Pair) {
+	t.Helper()
+	testutil.RequireRoot(t)
+	p := testutil.NewPair(t)
+	c, err := tc.Open(p.A)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c, p
 }

@@ -20,11 +20,13 @@ import (
 // every held write gets its own outcome: only the last message asks for
 // an acknowledgement, the others are answered only when they fail.
 
-// maxSend bounds one send: every failed message is answered with a
+// MaxSend bounds one send: every failed message is answered with a
 // copy of itself, and all the answers of a send must fit the socket's
 // receive buffer (raised to holdRcvBuf below) or some would be lost.
+// Callers that hold many writes flush about this often, so that little
+// waits in memory.
 const (
-	maxSend    = 256
+	MaxSend    = 256
 	holdRcvBuf = 4 << 20
 )
 
@@ -42,7 +44,7 @@ func (c *Conn) Hold() {
 	if c.held == nil {
 		c.held = &held{}
 		// Best effort: a larger buffer only matters for sends with
-		// many failures, and maxHeld keeps those within the default.
+		// many failures, and MaxSend keeps those within the default.
 		unix.SetsockoptInt(c.sock.Socket.GetFd(), unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, holdRcvBuf)
 	}
 }
@@ -90,8 +92,8 @@ func (c *Conn) Flush() []error {
 		c.rbuf = make([]byte, 1<<16)
 	}
 	errs := make([]error, len(h.seqs))
-	for from := 0; from < len(h.seqs); from += maxSend {
-		to := min(from+maxSend, len(h.seqs))
+	for from := 0; from < len(h.seqs); from += MaxSend {
+		to := min(from+MaxSend, len(h.seqs))
 		end := len(h.buf)
 		if to < len(h.seqs) {
 			end = h.offs[to]

@@ -8,20 +8,13 @@ import (
 	"golang.org/x/sys/unix"
 
 	"sluice/tc"
-	"sluice/testutil"
 )
 
 // Held writes go to the kernel many to a send; each must still get its
 // own outcome, also across sends, also when the last of a send fails,
 // and the kernel must hold exactly the writes reported applied.
 func TestHeldWritesEachGetTheirOutcome(t *testing.T) {
-	testutil.RequireRoot(t)
-	p := testutil.NewPair(t)
-	c, err := tc.Open(p.A)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c, p := openPair(t)
 	root := &tc.Qdisc{Dev: p.DevA, Parent: tc.HandleRoot, Handle: tc.MakeHandle(1, 0), Kind: "htb", HTB: &tc.HTBQdisc{R2Q: 10}}
 	class := func(minor uint16, parent tc.Handle) *tc.Class {
 		return &tc.Class{Dev: p.DevA, Parent: parent, Handle: tc.MakeHandle(1, minor), Kind: "htb",

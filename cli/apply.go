@@ -1,19 +1,17 @@
 package cli
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"os"
 	"runtime/debug"
 	"strings"
-	"time"
 
 	"github.com/spf13/cobra"
 
 	"sluice/bpf"
+	"sluice/engine"
 	"sluice/kernel"
-	"sluice/plan"
 	"sluice/policy"
 	"sluice/tc"
 )
@@ -55,47 +53,6 @@ func countClasses(cs []*policy.Class) int {
 	return n
 }
 
-// prepared is a policy planned against the live kernel.
-type prepared struct {
-	k     *kernel.Kernel
-	pol   *policy.Policy
-	plan  *plan.Plan
-	live  *kernel.Live
-	diff  *kernel.Diff
-	phase phases
-	// touched: the diff covers only the objects the edit touched.
-	touched bool
-}
-
-// phases times the steps of a command, for --timings.
-type phases struct {
-	last  time.Time
-	names []string
-	took  []time.Duration
-}
-
-func (t *phases) start() { t.last = time.Now() }
-
-func (t *phases) mark(name string) {
-	now := time.Now()
-	t.names = append(t.names, name)
-	t.took = append(t.took, now.Sub(t.last))
-	t.last = now
-}
-
-func (t *phases) String() string {
-	var parts []string
-	var sum time.Duration
-	for i, n := range t.names {
-		parts = append(parts, fmt.Sprintf("%s %.1f ms", n, float64(t.took[i].Microseconds())/1000))
-		sum += t.took[i]
-	}
-	return fmt.Sprintf("timings: %s (total %.1f ms)", strings.Join(parts, ", "), float64(sum.Microseconds())/1000)
-}
-
-// prepare plans file against the kernel. apply passes lock (it changes
-// the kernel) and, unless --full or --force, fast: read back only what
-// the edit touches when the records allow it (kernel.ReadTouched).
 // oneShotGC turns the garbage collector off up to a memory limit, for
 // plan and apply: they run once and keep most of what they allocate (the
 // policy, the plan, the records), so collecting frees little, and with
@@ -108,91 +65,6 @@ func oneShotGC() {
 	}
 }
 
-func (g *globals) prepare(file string, force, lock, fast bool) (*prepared, error) {
-	oneShotGC()
-	var ph phases
-	ph.start()
-	// The records load while the policy parses: with 10,000 hosts each
-	// takes milliseconds, and the lock below re-reads records that
-	// changed in between.
-	type opened struct {
-		k   *kernel.Kernel
-		err error
-	}
-	open := make(chan opened, 1)
-	go func() {
-		k, err := g.openKernel()
-		open <- opened{k, err}
-	}()
-	pol, err := g.loadPolicy(file)
-	o := <-open
-	if err != nil {
-		if o.k != nil {
-			o.k.Close()
-		}
-		return nil, err
-	}
-	ph.mark("parse")
-	if o.err != nil {
-		return nil, o.err
-	}
-	k := o.k
-	p := &prepared{k: k, pol: pol, phase: ph}
-	fail := func(e error) (*prepared, error) {
-		k.Close()
-		return nil, e
-	}
-	if lock {
-		if err := k.Lock(g.lockTimeout); err != nil {
-			return fail(failure(err))
-		}
-	}
-	p.phase.mark("open")
-	if err := k.CheckInterfaces(pol); err != nil {
-		return fail(badInput(err))
-	}
-	rep, err := kernel.ProbeCached(kernel.StateDir(""))
-	if err != nil {
-		return fail(failure(fmt.Errorf("probing the kernel: %w", err)))
-	}
-	if p.plan, err = k.Plan(pol, rep.Features()); err != nil {
-		return fail(badInput(err))
-	}
-	p.phase.mark("plan")
-	if fast {
-		l, desired, ok, err := k.ReadTouched(p.plan)
-		if err != nil {
-			return fail(failure(fmt.Errorf("reading the kernel: %w", err)))
-		}
-		if ok {
-			p.live, p.touched = l, true
-			p.phase.mark("read touched")
-			p.diff = kernel.Compute(l.Objects, desired, l.Opt)
-			p.phase.mark("diff")
-			return p, nil
-		}
-	}
-	if p.live, err = k.ReadLive(p.plan, nil, force); err != nil {
-		var fe *kernel.ForeignRootError
-		if errors.As(err, &fe) {
-			return fail(failure(err))
-		}
-		return fail(failure(fmt.Errorf("reading the kernel: %w", err)))
-	}
-	p.phase.mark("read")
-	p.diff = kernel.Compute(p.live.Objects, p.plan.Objects(), p.live.Opt)
-	p.phase.mark("diff")
-	if force {
-		for i := range p.diff.Changes {
-			c := &p.diff.Changes[i]
-			if q, ok := c.Obj.(*tc.Qdisc); ok && c.Verb == tc.Add && q.Parent == tc.HandleRoot {
-				c.Force = true
-			}
-		}
-	}
-	return p, nil
-}
-
 func planCmd(g *globals) *cobra.Command {
 	var force bool
 	cmd := &cobra.Command{
@@ -200,12 +72,21 @@ func planCmd(g *globals) *cobra.Command {
 		Short: "Show what apply would change on the live kernel",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			p, err := g.prepare(args[0], force, false, false)
+			o, err := g.engineOptions(cmd)
 			if err != nil {
 				return err
 			}
-			defer p.k.Close()
-			printDiff(g.stdout, p.diff)
+			o.Force = force
+			oneShotGC()
+			p, err := engine.Plan(args[0], o)
+			if err != nil {
+				return classify(err)
+			}
+			defer p.Close()
+			if p.Kernel().State.Interrupted() {
+				fmt.Fprintln(g.stderr, "note: an earlier apply did not finish; the next apply completes it")
+			}
+			printDiff(g.stdout, p.Diff)
 			return nil
 		},
 	}
@@ -223,38 +104,46 @@ live state, in an order the kernel accepts. If any step fails, every step
 before it is undone in reverse, leaving the kernel as it was. A second
 apply of the same policy changes nothing.
 
+Before its first change, apply writes a journal into its records: if it
+is killed at any point, the records still claim everything it may have
+made, and the next plain apply (or reset) completes the work. When the
+records cannot be written (a full disk), apply changes nothing.
+
 When the last apply's records allow it, apply reads back only the objects
 the policy edit touches (a subscriber's class and leaf, the classifier's
-maps) and trusts the rest to be as it left them; --full reads everything
-back and repairs what was changed behind sluice's back, as plan shows.`,
+maps), after checking with a few reads that each tree's root (and every
+shard) is still the one it made, and trusts the rest to be as it left
+them; --full reads everything back and repairs what was changed behind
+sluice's back, as plan shows.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			p, err := g.prepare(args[0], force, true, !full && !force)
+			o, err := g.engineOptions(cmd)
 			if err != nil {
 				return err
 			}
-			defer p.k.Close()
-			if timings {
-				defer func() { fmt.Fprintln(g.stderr, p.phase.String()) }()
-			}
-			if p.diff.Empty() {
-				fmt.Fprintln(g.stdout, "no changes")
-				defer p.phase.mark("record")
-				return p.k.Record(p.plan, p.diff, p.live, args[0])
-			}
-			if !quiet {
-				printDiff(g.stdout, p.diff)
-			}
-			res, err := p.k.Apply(p.diff)
+			o.Force, o.Full = force, full
+			oneShotGC()
+			p, err := engine.Prepare(args[0], o)
 			if err != nil {
-				return failure(err)
+				return classify(err)
 			}
-			p.phase.mark("apply")
-			if err := p.k.Record(p.plan, p.diff, p.live, args[0]); err != nil {
-				return failure(fmt.Errorf("applied, but could not record ownership: %w", err))
+			defer p.Close()
+			if timings {
+				defer func() { fmt.Fprintln(g.stderr, p.Phases.String()) }()
 			}
-			p.phase.mark("record")
-			fmt.Fprintf(g.stdout, "applied: %d change(s), %d netlink write(s)\n", res.Changes, res.Writes)
+			empty := p.Diff.Empty()
+			if empty {
+				fmt.Fprintln(g.stdout, "no changes")
+			} else if !quiet {
+				printDiff(g.stdout, p.Diff)
+			}
+			res, err := p.Apply()
+			if err != nil {
+				return classify(err)
+			}
+			if !empty {
+				fmt.Fprintf(g.stdout, "applied: %d change(s), %d netlink write(s)\n", res.Changes, res.Writes)
+			}
 			return nil
 		},
 	}
@@ -271,33 +160,19 @@ func resetCmd(g *globals) *cobra.Command {
 		Use:   "reset DEV... | --all",
 		Short: "Remove everything sluice installed on DEV (qdiscs, filters, ifb), nothing else",
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if all == (len(args) > 0) {
-				return badInput(errors.New("reset: name one or more devices, or --all"))
-			}
-			k, err := g.openKernel()
+			o, err := g.engineOptions(cmd)
 			if err != nil {
 				return err
 			}
-			defer k.Close()
-			if err := k.Lock(g.lockTimeout); err != nil {
-				return failure(err)
-			}
-			d, names, err := k.ResetPlan(args, all)
+			r, err := engine.Reset(args, all, o, func(d *kernel.Diff) { printDiff(g.stdout, d) })
 			if err != nil {
-				return failure(err)
+				return classify(err)
 			}
-			if len(names) == 0 {
+			if len(r.Devices) == 0 {
 				fmt.Fprintf(g.stdout, "nothing to reset: sluice has shaped none of %s\n", strings.Join(args, ", "))
 				return nil
 			}
-			printDiff(g.stdout, d)
-			if _, err := k.Apply(d); err != nil {
-				return failure(err)
-			}
-			if err := k.Forget(names); err != nil {
-				return failure(err)
-			}
-			fmt.Fprintf(g.stdout, "reset: %s\n", strings.Join(names, ", "))
+			fmt.Fprintf(g.stdout, "reset: %s\n", strings.Join(r.Devices, ", "))
 			return nil
 		},
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"sluice/engine"
 	"sluice/kernel"
 	"sluice/policy"
 )
@@ -86,30 +87,45 @@ func Main(args []string) int {
 	return ExitBadInput
 }
 
+// engineOptions gathers the global flags for the engine, refusing a
+// --netns given empty (which would otherwise mean the caller's own).
+func (g *globals) engineOptions(cmd *cobra.Command) (engine.Options, error) {
+	if f := cmd.Flags().Lookup("netns"); f != nil && f.Changed {
+		if err := kernel.ValidNetnsName(g.netns); err != nil {
+			return engine.Options{}, badInput(fmt.Errorf("--netns: %w", err))
+		}
+	}
+	return engine.Options{Netns: g.netns, LockTimeout: g.lockTimeout,
+		Warn: func(s string) { fmt.Fprintln(g.stderr, s) }}, nil
+}
+
+// classify gives an engine error its exit code: bad input 2, the rest 1.
+func classify(err error) error {
+	var ie *engine.InputError
+	if errors.As(err, &ie) {
+		return badInput(err)
+	}
+	return failure(err)
+}
+
 // loadPolicy reads a policy, printing warnings; errors are bad input.
 func (g *globals) loadPolicy(file string) (*policy.Policy, error) {
-	p, warns, err := policy.Load(file)
-	for _, w := range warns {
-		fmt.Fprintln(g.stderr, w)
-	}
+	p, err := engine.Load(file, engine.Options{Warn: func(s string) { fmt.Fprintln(g.stderr, s) }})
 	if err != nil {
-		var pe policy.Errors
-		if errors.As(err, &pe) {
-			return nil, badInput(fmt.Errorf("%s: %d problem(s):\n%w", file, len(pe), err))
-		}
-		return nil, badInput(err)
+		return nil, classify(err)
 	}
 	return p, nil
 }
 
 // openKernel connects to the target namespace.
-func (g *globals) openKernel() (*kernel.Kernel, error) {
-	k, err := kernel.Open(g.netns)
+func (g *globals) openKernel(cmd *cobra.Command) (*kernel.Kernel, error) {
+	o, err := g.engineOptions(cmd)
 	if err != nil {
-		if g.netns != "" {
-			return nil, badInput(err)
-		}
-		return nil, failure(err)
+		return nil, err
+	}
+	k, err := engine.Open(o)
+	if err != nil {
+		return nil, classify(err)
 	}
 	return k, nil
 }

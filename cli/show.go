@@ -24,7 +24,7 @@ each class's configured rate and ceil, its measured rate over that
 interval, and its counters. --watch repeats until interrupted. --json
 prints the documented object of docs/json.md (one per line with --watch).`,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			k, err := g.openKernel()
+			k, err := g.openKernel(cmd)
 			if err != nil {
 				return err
 			}

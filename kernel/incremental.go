@@ -29,8 +29,8 @@ const maxTouched = 2000
 // recorded: `apply --full` and `plan` read everything.
 func (k *Kernel) ReadTouched(p *plan.Plan) (l *Live, desired []tc.Object, ok bool, err error) {
 	defer k.Conn.Pin()()
-	if len(p.Devices) != len(k.State.Devices) {
-		return nil, nil, false, nil // a tree to remove
+	if len(p.Devices) != len(k.State.Devices) || k.State.Interrupted() {
+		return nil, nil, false, nil // a tree to remove, or an apply to finish
 	}
 	l = &Live{Opt: Options{Replace: map[string]bool{}, Shared: map[string]bool{}},
 		Adopted: map[string]bool{}, HookShared: map[string]bool{}}
@@ -84,11 +84,8 @@ func (k *Kernel) ReadTouched(p *plan.Plan) (l *Live, desired []tc.Object, ok boo
 			return nil, nil, false, nil
 		}
 		// The tree must still be there, as recorded.
-		if !d.PoliceOnly {
-			root, err := k.Conn.QdiscAt(d.Name, tc.HandleRoot)
-			if err != nil || root == nil || root.Handle.String() != rec.Root || root.Kind != "htb" && root.Kind != "mq" {
-				return nil, nil, false, nil
-			}
+		if !d.PoliceOnly && !k.treeIntact(d, rec) {
+			return nil, nil, false, nil
 		}
 		var hookFilter *tc.Filter
 		if hook != nil {
@@ -180,6 +177,38 @@ func (k *Kernel) ReadTouched(p *plan.Plan) (l *Live, desired []tc.Object, ok boo
 	}
 	k.deltas, k.deltaPlan = deltas, p
 	return l, desired, true, nil
+}
+
+// treeIntact checks with a few gets that the tree's HTB qdiscs are the
+// ones the record describes: the root (or mq and every shard under it)
+// in place, carrying the tree's tag. A root deleted and made again by
+// someone else, or a shard deleted with its thousands of classes, fails
+// it; the full read then sees what happened.
+func (k *Kernel) treeIntact(d *plan.Device, rec *DevState) bool {
+	r2q := rec.R2Q()
+	root, err := k.Conn.QdiscAt(d.Name, tc.HandleRoot)
+	if err != nil || root == nil || root.Handle.String() != rec.Root {
+		return false
+	}
+	switch root.Kind {
+	case "htb":
+		return root.HTB != nil && root.HTB.R2Q == r2q
+	case "mq":
+		shards := 0
+		for _, o := range d.Objects {
+			q, ok := o.(*tc.Qdisc)
+			if !ok || q.Kind != "htb" || q.Parent == tc.HandleRoot {
+				continue
+			}
+			live, err := k.Conn.QdiscAt(d.Name, q.Parent)
+			if err != nil || live == nil || live.Handle != q.Handle || live.Kind != "htb" || live.HTB == nil || live.HTB.R2Q != r2q {
+				return false
+			}
+			shards++
+		}
+		return shards > 0
+	}
+	return false
 }
 
 // fpDelta is how a tree's fingerprints change with the plan ReadTouched

@@ -1,10 +1,12 @@
 package kernel
 
 import (
-	"errors"
+	"crypto/rand"
+	"encoding/binary"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -21,7 +23,11 @@ type Kernel struct {
 	NS       string
 	StateDir string
 	State    *State
-	lock     *Lock
+	// Notes say what the records check set aside (stale records), for
+	// the caller to print.
+	Notes []string
+	netns tc.NetnsID
+	lock  *Lock
 	// deltas hold, per tree, how deltaPlan's fingerprints differ from
 	// the recorded ones, when ReadTouched worked them out; Record uses
 	// them for that plan only.
@@ -32,19 +38,45 @@ type Kernel struct {
 }
 
 // Open connects to network namespace ns ("" for the current one) and
-// loads sluice's records for it.
+// loads sluice's records for it. A namespace that cannot be opened is a
+// *NetnsError; records that cannot be read a *RecordsError.
 func Open(ns string) (*Kernel, error) {
+	if ns != "" {
+		if err := ValidNetnsName(ns); err != nil {
+			return nil, &NetnsError{ns, err}
+		}
+	}
 	c, err := tc.Open(ns)
 	if err != nil {
-		return nil, err
+		return nil, &NetnsError{ns, err}
 	}
 	k := &Kernel{Conn: c, NS: ns, StateDir: StateDir(ns)}
+	if k.netns, err = c.NetnsID(); err != nil {
+		c.Close()
+		return nil, err
+	}
 	if k.State, err = LoadState(k.StateDir); err != nil {
 		c.Close()
 		return nil, err
 	}
+	k.checkRecords()
 	return k, nil
 }
+
+// NetnsError is a network namespace that cannot be used (bad input).
+type NetnsError struct {
+	Name string
+	Err  error
+}
+
+func (e *NetnsError) Error() string {
+	if strings.Contains(e.Err.Error(), e.Name) || e.Name == "" {
+		return e.Err.Error()
+	}
+	return fmt.Sprintf("network namespace %q: %v", e.Name, e.Err)
+}
+
+func (e *NetnsError) Unwrap() error { return e.Err }
 
 // Lock takes the namespace's lock (waiting up to timeout) and reloads
 // the records, which another sluice may have changed meanwhile.
@@ -60,10 +92,54 @@ func (k *Kernel) Lock(timeout time.Duration) error {
 	s, err := LoadState(k.StateDir)
 	if err != nil {
 		l.Release()
+		k.lock = nil
 		return err
 	}
 	k.State = s
+	k.Notes = nil
+	k.checkRecords()
 	return nil
+}
+
+// checkRecords sets aside records that do not describe what is there
+// now: all of them when they were written for another network namespace
+// (the named one was deleted and made again), a tree's when a device of
+// its name has another index (deleted and made again). Such records
+// would claim objects sluice never created. They are dropped here and
+// from the file at the next write.
+func (k *Kernel) checkRecords() {
+	s := k.State
+	if s.Netns != nil && !sameNetns(*s.Netns, k.netns) {
+		k.Notes = append(k.Notes, fmt.Sprintf("records in %s were written for another network namespace of this name (deleted since): ignored", k.StateDir))
+		fresh := emptyState()
+		fresh.stamp, fresh.raw = s.stamp, s.raw
+		k.State = fresh
+		return
+	}
+	for _, name := range s.Names() {
+		d := s.Devices[name]
+		dev := d.device(name)
+		if d.Ifindex != 0 {
+			if l := k.Conn.GetLink(dev); l != nil && l.Index != d.Ifindex {
+				k.Notes = append(k.Notes, fmt.Sprintf("records of %s describe a device %s that was deleted since (index %d, now %d): ignored", name, dev, d.Ifindex, l.Index))
+				delete(s.Devices, name)
+				continue
+			}
+		}
+		if d.IfaceIndex != 0 && d.Interface != dev {
+			if l := k.Conn.GetLink(d.Interface); l != nil && l.Index != d.IfaceIndex {
+				k.Notes = append(k.Notes, fmt.Sprintf("records of %s: interface %s was deleted and made again since: its hook is not sluice's", name, d.Interface))
+				d.HookCreated = false
+			}
+		}
+	}
+}
+
+func sameNetns(a, b tc.NetnsID) bool {
+	if a.Cookie != 0 && b.Cookie != 0 {
+		return a.Cookie == b.Cookie
+	}
+	return a.Inode == b.Inode
 }
 
 // Close releases the lock and the connection.
@@ -143,7 +219,7 @@ func (k *Kernel) ReadLive(p *plan.Plan, only map[string]bool, force bool) (*Live
 			if err != nil {
 				return nil, err
 			}
-			if err := k.readBPF(l, r.dev, qs, r.dir == policy.Ingress, r.rec); err != nil {
+			if err := k.readBPF(l, r.dev, qs, r.dir == policy.Ingress); err != nil {
 				return nil, err
 			}
 			continue
@@ -152,7 +228,7 @@ func (k *Kernel) ReadLive(p *plan.Plan, only map[string]bool, force bool) (*Live
 		if err != nil {
 			return nil, err
 		}
-		if err := k.readBPF(l, r.dev, qs, false, r.rec); err != nil {
+		if err := k.readBPF(l, r.dev, qs, false); err != nil {
 			return nil, err
 		}
 		if r.ifb {
@@ -161,6 +237,21 @@ func (k *Kernel) ReadLive(p *plan.Plan, only map[string]bool, force bool) (*Live
 			}
 		}
 	}
+	// A clsact two trees use (an ingress redirect and a BPF
+	// classifier on one interface) was read twice.
+	seen := make(map[string]bool, len(l.Objects))
+	out := l.Objects[:0]
+	for _, o := range l.Objects {
+		if q, ok := o.(*tc.Qdisc); ok {
+			key := q.Key()
+			if seen[key] {
+				continue
+			}
+			seen[key] = true
+		}
+		out = append(out, o)
+	}
+	l.Objects = out
 	return l, nil
 }
 
@@ -197,7 +288,7 @@ func (k *Kernel) readTree(l *Live, r treeRef, force bool) ([]*tc.Qdisc, error) {
 	if root == nil {
 		return qs, nil // the kernel's default qdisc: nothing of ours
 	}
-	owned := r.rec != nil && r.rec.Root == root.Handle.String() && (root.Kind == "htb" || root.Kind == "mq")
+	owned := r.rec != nil && r.rec.Root == root.Handle.String() && tagged(qs, root, r.rec.R2Q())
 	if !owned {
 		switch {
 		case !r.planned:
@@ -274,6 +365,39 @@ func TreeQdiscs(qs []*tc.Qdisc) []*tc.Qdisc {
 	return out
 }
 
+// tagged reports whether root (of a device whose qdiscs are qs) is the
+// root of a tree that carries r2q: an HTB with it, or an mq whose HTB
+// shards all carry it. Anything else, whatever its handle, was made by
+// someone else.
+func tagged(qs []*tc.Qdisc, root *tc.Qdisc, r2q uint32) bool {
+	switch root.Kind {
+	case "htb":
+		return root.HTB != nil && root.HTB.R2Q == r2q
+	case "mq":
+		shards := TreeQdiscs(qs)
+		for _, q := range shards {
+			if q.HTB == nil || q.HTB.R2Q != r2q {
+				return false
+			}
+		}
+		return len(shards) > 0
+	}
+	return false
+}
+
+// clsactOwned reports whether a record says sluice created the clsact
+// qdisc on dev: as the ingress hook of an ifb tree, for a BPF
+// classifier, or for a policer. Ownership belongs to the qdisc, not to
+// one record: two trees may use one clsact.
+func (k *Kernel) clsactOwned(dev string) bool {
+	for name, r := range k.State.Devices {
+		if r.HookCreated && r.Interface == dev || r.ClsactCreated && r.device(name) == dev {
+			return true
+		}
+	}
+	return false
+}
+
 func (k *Kernel) readHook(l *Live, r treeRef) error {
 	if !k.Conn.LinkExists(r.iface) {
 		return nil
@@ -292,7 +416,7 @@ func (k *Kernel) readHook(l *Live, r treeRef) error {
 		return nil
 	}
 	l.Objects = append(l.Objects, hook)
-	if r.rec == nil || !r.rec.HookCreated {
+	if !k.clsactOwned(r.iface) {
 		l.Opt.Shared[hook.Key()] = true
 		l.HookShared[r.iface] = true
 	}
@@ -300,17 +424,39 @@ func (k *Kernel) readHook(l *Live, r treeRef) error {
 	if err != nil {
 		return err
 	}
+	// sluice's redirect is node 1 of the u32 instance at HookPrio,
+	// pointing at this tree's ifb. Another tool's filter at the same
+	// prio shares the instance: it is left alone, and so is the
+	// instance, which deleting would take the other filter with it.
+	var mine []*tc.Filter
+	var tp *tc.Filter
+	foreign := false
 	for _, f := range fs {
-		if f.Prio == plan.HookPrio {
-			l.Objects = append(l.Objects, f)
+		switch {
+		case f.Prio != plan.HookPrio:
+		case f.IsTP():
+			tp = f
+		case f.Kind == "u32" && f.U32 != nil && f.Handle == 1 && f.U32.RedirectDev == r.dev:
+			mine = append(mine, f)
+		default:
+			foreign = true
 		}
+	}
+	if tp != nil {
+		l.Objects = append(l.Objects, tp)
+		if foreign {
+			l.Opt.Shared[tp.Key()] = true
+		}
+	}
+	for _, f := range mine {
+		l.Objects = append(l.Objects, f)
 	}
 	return nil
 }
 
 // readBPF reads sluice's classifier on a hook of dev (and the clsact
 // qdisc carrying it, shared unless the record says sluice created it).
-func (k *Kernel) readBPF(l *Live, dev string, qs []*tc.Qdisc, ingress bool, rec *DevState) error {
+func (k *Kernel) readBPF(l *Live, dev string, qs []*tc.Qdisc, ingress bool) error {
 	var hook *tc.Qdisc
 	for _, q := range qs {
 		if q.Parent == tc.HandleIngress && q.Kind == "clsact" {
@@ -329,11 +475,10 @@ func (k *Kernel) readBPF(l *Live, dev string, qs []*tc.Qdisc, ingress bool, rec 
 		return err
 	}
 	found := ourFilter(fs)
-	if found == nil && (rec == nil || !rec.ClsactCreated) {
-		return nil // nothing of ours on this hook
-	}
+	// An existing clsact serves the plan whoever made it; only one
+	// sluice made may go when no tree needs it.
 	l.Objects = append(l.Objects, hook)
-	if rec == nil || !rec.ClsactCreated {
+	if !k.clsactOwned(dev) {
 		l.Opt.Shared[hook.Key()] = true
 	}
 	if found == nil {
@@ -376,14 +521,38 @@ type ApplyError struct {
 	Op          string
 	RolledBack  bool
 	RollbackErr error
+	// Vanished names devices that disappeared during the apply: what
+	// sluice had on them went with them, so there was nothing to undo.
+	Vanished []string
 }
 
 func (e *ApplyError) Error() string {
 	s := fmt.Sprintf("step %d (%s) failed: %v", e.Step, e.Op, e.Err)
+	if len(e.Vanished) > 0 {
+		s += fmt.Sprintf("; device %s disappeared meanwhile, and with it everything on it", strings.Join(e.Vanished, ", "))
+	}
 	if e.RolledBack {
 		return s + "; rolled back, nothing changed"
 	}
 	return s + fmt.Sprintf("; ROLLBACK FAILED, the kernel is in between: %v (run `sluice apply` again or `sluice reset`)", e.RollbackErr)
+}
+
+// RollbackError summarizes the undo steps that failed.
+type RollbackError struct {
+	Failed int
+	First  []error // up to three
+}
+
+func (e *RollbackError) Error() string {
+	var parts []string
+	for _, err := range e.First {
+		parts = append(parts, err.Error())
+	}
+	s := strings.Join(parts, "; ")
+	if e.Failed > len(e.First) {
+		s += fmt.Sprintf(" (and %d more)", e.Failed-len(e.First))
+	}
+	return fmt.Sprintf("%d undo step(s) failed: %s", e.Failed, s)
 }
 
 func (e *ApplyError) Unwrap() error { return e.Err }
@@ -412,8 +581,13 @@ func (k *Kernel) Apply(d *Diff) (*Result, error) {
 		c := d.Changes[step]
 		ae := &ApplyError{Err: err, Step: step + 1, Op: c.Verb.String() + " " + c.Obj.Describe()}
 		k.Conn.Release()
-		ae.RollbackErr = k.rollback(undo)
+		ae.Vanished, ae.RollbackErr = k.rollback(undo)
 		ae.RolledBack = ae.RollbackErr == nil
+		if dev := c.Obj.Device(); !slices.Contains(ae.Vanished, dev) && !k.Conn.LinkExists(dev) {
+			if l, isLink := c.Obj.(*tc.Link); !isLink || c.Verb != tc.Add || l.Name != dev {
+				ae.Vanished = append(ae.Vanished, dev)
+			}
+		}
 		return ae
 	}
 	// flush sends what is held and files each change's undo, or fails
@@ -494,19 +668,44 @@ func holdable(c Change) bool {
 	return false
 }
 
-func (k *Kernel) rollback(undo [][]tc.Op) error {
+// rollback undoes, in reverse, what an apply did. Undo steps on a
+// device that has disappeared are moot (its objects went with it) and
+// are skipped; it returns the devices that did.
+func (k *Kernel) rollback(undo [][]tc.Op) ([]string, error) {
 	hook := k.Conn.BeforeWrite
 	k.Conn.BeforeWrite = nil
 	defer func() { k.Conn.BeforeWrite = hook }()
-	var errs []error
+	gone := map[string]bool{}
+	var vanished []string
+	rb := &RollbackError{}
 	for i := len(undo) - 1; i >= 0; i-- {
 		for _, op := range undo[i] {
-			if err := k.do(op); err != nil {
-				errs = append(errs, err)
+			dev := op.Obj.Device()
+			if gone[dev] {
+				continue
+			}
+			err := k.do(op)
+			if err == nil {
+				continue
+			}
+			if !k.Conn.LinkExists(dev) {
+				if _, isLink := op.Obj.(*tc.Link); !isLink || op.Verb != tc.Delete {
+					vanished = append(vanished, dev)
+				}
+				gone[dev] = true
+				continue
+			}
+			rb.Failed++
+			if len(rb.First) < 3 {
+				rb.First = append(rb.First, err)
 			}
 		}
 	}
-	return errors.Join(errs...)
+	sort.Strings(vanished)
+	if rb.Failed > 0 {
+		return vanished, rb
+	}
+	return vanished, nil
 }
 
 // exec performs one change and returns the operations that undo it.
@@ -697,6 +896,15 @@ func (k *Kernel) Plan(pol *policy.Policy, feats plan.Features) (*plan.Plan, erro
 	for name, d := range k.State.Devices {
 		prev[name] = d.Alloc
 	}
+	// A tree sluice has no record of gets a new tag: its HTB qdiscs are
+	// then told apart from anyone else's (plan.Alloc.Tag).
+	for _, in := range pol.Interfaces {
+		for _, name := range []string{in.Name, policy.IfbName(in)} {
+			if _, ok := prev[name]; !ok {
+				prev[name] = &plan.Alloc{Tag: NewTag()}
+			}
+		}
+	}
 	feats.RawIP, feats.TxQueues, feats.XPS = map[string]bool{}, map[string]int{}, map[string]bool{}
 	for _, in := range pol.Interfaces {
 		l := k.Conn.GetLink(in.Name)
@@ -717,6 +925,14 @@ func (k *Kernel) Plan(pol *policy.Policy, feats plan.Features) (*plan.Plan, erro
 	return plan.Build(pol, feats, prev)
 }
 
+// NewTag returns a random tree tag: far above any r2q a person would
+// choose, and never tc's default.
+func NewTag() uint32 {
+	var b [4]byte
+	rand.Read(b[:])
+	return 0x10000 + binary.LittleEndian.Uint32(b[:])%(0x7fffffff-0x10000)
+}
+
 // sysQueues reads from sysfs how many transmit queues dev uses and
 // whether any of them has XPS configured.
 func sysQueues(dev string) (n int, xps, ok bool) {
@@ -733,21 +949,35 @@ func sysQueues(dev string) (n int, xps, ok bool) {
 	return len(qs), xps, true
 }
 
-// Record updates the ownership records after p was applied with d.
-func (k *Kernel) Record(p *plan.Plan, d *Diff, l *Live, policyFile string) error {
+// newRecords computes the records of p's devices once d has been
+// applied to the kernel as l read it.
+func (k *Kernel) newRecords(p *plan.Plan, d *Diff, l *Live, policyFile string) map[string]*DevState {
 	added := map[string]bool{}
 	for _, c := range d.Changes {
 		if c.Verb == tc.Add {
 			added[c.Obj.Key()] = true
 		}
 	}
+	// A clsact is sluice's if this apply adds it, or a record says
+	// sluice made it (whichever tree used it then) and the read did
+	// not find it to be someone else's.
+	ownsClsact := func(dev string) bool {
+		ck := qdiscKey(dev, tc.HandleIngress)
+		return added[ck] || k.clsactOwned(dev) && !l.Opt.Shared[ck]
+	}
+	index := func(dev string) int {
+		if lk := k.Conn.GetLink(dev); lk != nil {
+			return lk.Index
+		}
+		return 0
+	}
 	now := time.Now().UTC()
-	keep := map[string]bool{}
+	out := make(map[string]*DevState, len(p.Devices))
 	for _, dev := range p.Devices {
-		keep[dev.Record()] = true
 		old := k.State.Devices[dev.Record()]
 		rec := &DevState{Interface: dev.Interface, Dir: dev.Dir, Root: plan.RootHandle.String(),
-			Policy: policyFile, AppliedAt: now, Alloc: dev.Alloc, Classes: dev.Classes, PoliceOnly: dev.PoliceOnly}
+			Policy: policyFile, AppliedAt: now, Alloc: dev.Alloc, Classes: dev.Classes, PoliceOnly: dev.PoliceOnly,
+			Ifindex: index(dev.Name), IfaceIndex: index(dev.Interface)}
 		if dev.PoliceOnly {
 			rec.Root = ""
 		}
@@ -765,23 +995,99 @@ func (k *Kernel) Record(p *plan.Plan, d *Diff, l *Live, policyFile string) error
 		}
 		for _, o := range dev.Objects {
 			if h, ok := o.(*bpf.Hook); ok {
-				ck := qdiscKey(h.Dev, tc.HandleIngress)
-				rec.ClsactCreated = added[ck] || old != nil && old.ClsactCreated && !l.Opt.Shared[ck]
+				rec.ClsactCreated = ownsClsact(h.Dev)
 			}
 		}
 		if dev.Ifb {
 			rec.IfbCreated = added[(&tc.Link{Name: dev.Name}).Key()] || old != nil && old.IfbCreated && !l.Adopted[dev.Name]
-			rec.HookCreated = added[qdiscKey(dev.Interface, tc.HandleIngress)] || old != nil && old.HookCreated && !l.HookShared[dev.Interface]
+			rec.HookCreated = ownsClsact(dev.Interface)
 		}
-		k.State.Devices[dev.Record()] = rec
+		out[dev.Record()] = rec
 	}
 	k.deltas, k.deltaPlan = nil, nil
-	for name := range k.State.Devices {
-		if !keep[name] {
-			delete(k.State.Devices, name)
+	return out
+}
+
+// Record updates the ownership records after p was applied with d (or
+// found in place: d empty), without a journal.
+func (k *Kernel) Record(p *plan.Plan, d *Diff, l *Live, policyFile string) error {
+	k.State.Devices = k.newRecords(p, d, l, policyFile)
+	k.State.Netns = &k.netns
+	return k.State.Save(k.StateDir)
+}
+
+// Begin journals the apply of d (planned as p, read as l) before it
+// touches the kernel: the records in force become a superset of what
+// the apply may leave, whenever it stops, and the records it ends with
+// (Commit) or started from (Abort) are written, ready to be put in
+// place. An error means the records cannot be written (a full disk, a
+// planted file): the kernel must not be touched.
+func (k *Kernel) Begin(p *plan.Plan, d *Diff, l *Live, policyFile string) (*Txn, error) {
+	final := k.newRecords(p, d, l, policyFile)
+	union := &State{Version: recordsVersion, Netns: &k.netns, Devices: make(map[string]*DevState, len(final))}
+	var names []string
+	for name, rec := range final {
+		union.Devices[name] = rec
+		names = append(names, name)
+	}
+	for name, rec := range k.State.Devices {
+		if final[name] == nil {
+			union.Devices[name] = rec // removed by this apply: ours until it is gone
 		}
 	}
-	return k.State.Save(k.StateDir)
+	tx, err := k.State.Begin(k.StateDir, union, names, &Journal{PID: os.Getpid(), Started: time.Now().UTC(), Policy: policyFile})
+	if err != nil {
+		return nil, err
+	}
+	k.State.Journal = &Journal{}
+	return &Txn{k: k, tx: tx, final: final}, nil
+}
+
+// Txn is a journaled apply (Kernel.Begin).
+type Txn struct {
+	k     *Kernel
+	tx    *Tx
+	final map[string]*DevState
+}
+
+// Commit makes the records say what the finished apply left. It is a
+// rename of a file Begin wrote; should it fail, the journal stays in
+// force, and it too claims everything the apply made.
+func (t *Txn) Commit() error {
+	k := t.k
+	if err := t.tx.Commit(k.State, t.final); err != nil {
+		return err
+	}
+	// Devices the apply created have their indexes only now; writing
+	// them is best effort (0 reads as "not known").
+	learned := false
+	for name, rec := range t.final {
+		if l := k.Conn.GetLink(rec.device(name)); l != nil && rec.Ifindex == 0 {
+			rec.Ifindex, learned = l.Index, true
+		}
+		if l := k.Conn.GetLink(rec.Interface); l != nil && rec.IfaceIndex == 0 {
+			rec.IfaceIndex, learned = l.Index, true
+		}
+	}
+	if learned {
+		k.State.Save(k.StateDir)
+	}
+	return nil
+}
+
+// Abort puts back the records the apply started from, after a rollback
+// that restored the kernel.
+func (t *Txn) Abort() error {
+	if err := t.tx.Abort(); err != nil {
+		return err
+	}
+	s, err := LoadState(t.k.StateDir)
+	if err != nil {
+		return err
+	}
+	t.k.State = s
+	t.k.checkRecords()
+	return nil
 }
 
 // ResetPlan computes the diff that removes sluice's trees on the named
@@ -808,15 +1114,70 @@ func (k *Kernel) ResetPlan(devs []string, all bool) (*Diff, []string, error) {
 	if err != nil {
 		return nil, nil, err
 	}
+	// A clsact a tree that stays uses stays too.
+	for name, r := range k.State.Devices {
+		if only[name] {
+			continue
+		}
+		for _, dev := range []string{r.device(name), r.Interface} {
+			if r.usesClsact(name, dev) {
+				l.Opt.Shared[qdiscKey(dev, tc.HandleIngress)] = true
+			}
+		}
+	}
 	return Compute(l.Objects, nil, l.Opt), names, nil
 }
 
-// Forget drops the records of the named tree devices.
+// Forget drops the records of the named tree devices. A clsact they
+// say sluice made and a remaining tree still uses stays sluice's: the
+// remaining tree's record takes the claim over.
 func (k *Kernel) Forget(names []string) error {
+	gone := map[string]bool{}
+	for _, n := range names {
+		gone[n] = true
+	}
+	owned := map[string]bool{}
+	for _, n := range names {
+		r := k.State.Devices[n]
+		if r.HookCreated {
+			owned[r.Interface] = true
+		}
+		if r.ClsactCreated {
+			owned[r.device(n)] = true
+		}
+	}
+	for name, r := range k.State.Devices {
+		if gone[name] {
+			continue
+		}
+		for dev := range owned {
+			if r.usesClsact(name, dev) {
+				if r.IsIfb() && r.Interface == dev {
+					r.HookCreated = true
+				} else {
+					r.ClsactCreated = true
+				}
+			}
+		}
+	}
 	for _, n := range names {
 		delete(k.State.Devices, n)
 	}
+	k.State.Netns = &k.netns
 	return k.State.Save(k.StateDir)
+}
+
+// usesClsact reports whether the tree recorded as name has an object
+// on dev's clsact (its BPF classifier, a policer, its ingress redirect).
+func (d *DevState) usesClsact(name, dev string) bool {
+	if d.IsIfb() && d.Interface == dev {
+		return true
+	}
+	if d.device(name) != dev {
+		return false
+	}
+	_, ok := d.Objects[qdiscKey(dev, tc.HandleIngress)]
+	return ok || d.PoliceOnly
 }
 
 // OpenHook opens sluice's classifier on dev's hook, or returns nil if

@@ -22,7 +22,9 @@ import (
 //	classes: count, then name handle parent rate ceil prio leaf
 //	         default counter replica each
 //	objects: count, then (key, fingerprint as 8 bytes) pairs
-const packVersion = 1
+//
+// Version 2 adds the alloc's tag (a uvarint) after its maps.
+const packVersion = 2
 
 // packer appends to b and hands b to w whenever it passes 64 KB: the
 // bulk streams to its file instead of taking megabytes of fresh memory.
@@ -80,6 +82,7 @@ func pack(w io.Writer, a *plan.Alloc, classes []plan.ClassInfo, objects map[stri
 		packMap(p, a.Shards)
 		packMap(p, a.Leaves)
 		packMap(p, a.Counters)
+		p.uv(uint64(a.Tag))
 	}
 	p.uv(uint64(len(classes)))
 	for _, c := range classes {
@@ -167,7 +170,8 @@ func unpack(b []byte) (a *plan.Alloc, classes []plan.ClassInfo, objects map[stri
 	// The strings point into b, which its reader (LoadState) read for
 	// this alone and never changes: no copy of megabytes.
 	u := &unpacker{s: unsafe.String(&b[0], len(b))}
-	if v := u.uv(); v != packVersion {
+	v := u.uv()
+	if v != 1 && v != packVersion {
 		return nil, nil, nil, errors.New("packed record of an unknown version")
 	}
 	if u.uv() == 1 {
@@ -178,6 +182,9 @@ func unpack(b []byte) (a *plan.Alloc, classes []plan.ClassInfo, objects map[stri
 		a.Shards = unpackMap[uint16](u)
 		a.Leaves = unpackMap[uint16](u)
 		a.Counters = unpackMap[uint32](u)
+		if v >= 2 {
+			a.Tag = uint32(u.uv())
+		}
 		// As the JSON form had them: the sharded trees' maps absent
 		// when empty.
 		if len(a.Shards) == 0 && len(a.Leaves) == 0 && len(a.Counters) == 0 {

@@ -1,9 +1,12 @@
 package kernel
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
@@ -13,6 +16,8 @@ import (
 	"time"
 
 	"sluice/plan"
+	"sluice/safefile"
+	"sluice/tc"
 )
 
 // DefaultStateDir holds sluice's ownership records. It lives on tmpfs on
@@ -21,6 +26,7 @@ const DefaultStateDir = "/run/sluice"
 
 // StateDir is where the records for network namespace ns live; the
 // SLUICE_STATE_DIR environment variable moves the base (tests use it).
+// ns must be a valid namespace name (ValidNetnsName).
 func StateDir(ns string) string {
 	base := os.Getenv("SLUICE_STATE_DIR")
 	if base == "" {
@@ -32,38 +38,106 @@ func StateDir(ns string) string {
 	return filepath.Join(base, "netns", ns)
 }
 
+// ValidNetnsName checks a network namespace name as `ip netns` does:
+// not empty, at most 255 bytes, no '/', not "." or "..". A name is a
+// file under /run/netns, and names the records directory too.
+func ValidNetnsName(ns string) error {
+	switch {
+	case ns == "":
+		return errors.New("network namespace name is empty")
+	case len(ns) > 255:
+		return fmt.Errorf("network namespace name %.20q...: longer than 255 bytes", ns)
+	case strings.ContainsRune(ns, '/') || ns == "." || ns == "..":
+		return fmt.Errorf("network namespace name %q: must not contain '/' or be . or .. (a name as `ip netns add` takes it)", ns)
+	case strings.ContainsAny(ns, "\x00"):
+		return fmt.Errorf("network namespace name %q: contains a NUL byte", ns)
+	}
+	return nil
+}
+
+// openStateDir opens the records directory of a namespace, creating it
+// (and the directories leading to it, 0700) when create is set. A
+// missing directory without create gives (nil, nil).
+func openStateDir(dir string, create bool) (*safefile.Dir, error) {
+	d, err := safefile.OpenDir(dir, create)
+	if !create && errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	return d, err
+}
+
+// recordsVersion is the records' format. Version 1 (no identities, no
+// journal, no checksum) is still read; any other is refused.
+const recordsVersion = 2
+
+// Limits on what LoadState reads: far above what 100,000 hosts need.
+const (
+	maxRecordsJSON = 64 << 20
+	maxRecordsBulk = 1 << 30
+)
+
 // State is what sluice created, per device carrying a tree.
 type State struct {
-	Version int                  `json:"version"`
-	Devices map[string]*DevState `json:"devices"`
+	Version int `json:"version"`
+	// Netns is the namespace the records describe. Records that name
+	// another (the namespace was deleted and one made under the same
+	// name) are stale and ignored.
+	Netns *tc.NetnsID `json:"netns,omitempty"`
+	// Journal is set while an apply changes the kernel: it was written
+	// before the first change, and Devices then hold both what the
+	// apply started from and what it makes, so that an apply killed at
+	// any instant leaves records that claim everything it may have
+	// created. The next apply reads every tree back in full.
+	Journal *Journal `json:"journal,omitempty"`
+	// Bulk names the binary file holding each device's packed bulk
+	// (pack.go), BulkSum its SHA-256, BulkSize its length.
+	Bulk     string               `json:"bulk,omitempty"`
+	BulkSum  string               `json:"bulk_sum,omitempty"`
+	BulkSize int                  `json:"bulk_size,omitempty"`
+	Devices  map[string]*DevState `json:"devices"`
 
 	stamp fileStamp // of the file it was read from
+	raw   []byte    // the file as read (what Tx.Abort puts back)
+}
+
+// Journal describes an apply in progress (or one that was killed).
+type Journal struct {
+	PID     int       `json:"pid"`
+	Started time.Time `json:"started"`
+	Policy  string    `json:"policy,omitempty"`
 }
 
 // fileStamp tells whether a records file changed since it was read
-// (Save renames a new file into place: a new inode).
+// (every write renames a new file into place: a new inode).
 type fileStamp struct {
 	ino, size uint64
-	mtime     time.Time
+	mtime     int64
 }
 
-func stampOf(path string) fileStamp {
-	fi, err := os.Stat(path)
+func stampOf(d *safefile.Dir) fileStamp {
+	if d == nil {
+		return fileStamp{}
+	}
+	st, err := d.Stat(stateFile)
 	if err != nil {
 		return fileStamp{}
 	}
-	st := fileStamp{size: uint64(fi.Size()), mtime: fi.ModTime()}
-	if sys, ok := fi.Sys().(*syscall.Stat_t); ok {
-		st.ino = sys.Ino
-	}
-	return st
+	return fileStamp{ino: st.Ino, size: uint64(st.Size), mtime: st.Mtim.Nano()}
 }
 
 // Unchanged reports whether the records file in dir is still the one s
 // was read from.
 func (s *State) Unchanged(dir string) bool {
-	return s.stamp != fileStamp{} && s.stamp == stampOf(statePath(dir))
+	d, err := openStateDir(dir, false)
+	if err != nil || d == nil {
+		return false
+	}
+	defer d.Close()
+	return s.stamp != fileStamp{} && s.stamp == stampOf(d)
 }
+
+// Interrupted reports whether an apply started and did not finish.
+func (s *State) Interrupted() bool { return s.Journal != nil }
 
 // DevState records one tree.
 type DevState struct {
@@ -71,6 +145,12 @@ type DevState struct {
 	Dir       string `json:"direction"`
 	// Root is the handle of the root qdisc sluice created.
 	Root string `json:"root"`
+	// Ifindex is the tree device's index when recorded, IfaceIndex the
+	// interface's (0: not known yet, in a journal written before the
+	// device was created). A device of the same name with another
+	// index is another device: the record does not describe it.
+	Ifindex    int `json:"ifindex,omitempty"`
+	IfaceIndex int `json:"iface_index,omitempty"`
 	// IfbCreated: the ifb device itself is sluice's (else it was adopted).
 	IfbCreated bool `json:"ifb_created,omitempty"`
 	// HookCreated: sluice created the interface's clsact qdisc.
@@ -83,127 +163,352 @@ type DevState struct {
 	Policy     string    `json:"policy,omitempty"`
 	AppliedAt  time.Time `json:"applied_at"`
 	// Alloc, Classes and Objects (the fingerprints of the objects the
-	// last apply left, by key) are saved packed (pack.go) in a binary
-	// file beside the records, Packed bytes from Offset; the JSON fields
-	// are read from records of earlier versions only.
-	Alloc   *plan.Alloc       `json:"alloc,omitempty"`
-	Classes []plan.ClassInfo  `json:"classes,omitempty"`
+	// last apply left, by key) are saved packed (pack.go) in the bulk
+	// file, Packed bytes from Offset. Alloc.Tag is the tree's tag, which
+	// its HTB qdiscs carry as r2q (plan.Alloc).
+	Alloc   *plan.Alloc       `json:"-"`
+	Classes []plan.ClassInfo  `json:"-"`
 	Objects map[string]uint64 `json:"-"`
-	Bulk    string            `json:"bulk,omitempty"`
 	Offset  int               `json:"offset,omitempty"`
 	Packed  int               `json:"packed,omitempty"`
+	// Bulk is version 1's per-device bulk file name (read only).
+	Bulk string `json:"bulk,omitempty"`
 }
 
 // IsIfb reports whether the tree sits on an ifb for an interface's ingress.
 func (d *DevState) IsIfb() bool { return d.Dir == "ingress" && !d.PoliceOnly }
 
-func statePath(dir string) string { return filepath.Join(dir, "state.json") }
+// Device is the device the record's tree (or policer) is on.
+func (d *DevState) device(name string) string {
+	if d.PoliceOnly {
+		return d.Interface
+	}
+	return name
+}
+
+// R2Q is the r2q the tree's HTB qdiscs carry: its tag, or, for records
+// of version 1, tc's default.
+func (d *DevState) R2Q() uint32 {
+	if d.Alloc != nil && d.Alloc.Tag != 0 {
+		return d.Alloc.Tag
+	}
+	return plan.DefaultR2Q
+}
+
+const stateFile = "state.json"
+
+// RecordsError is records that cannot be used: unreadable, corrupt or
+// of an unknown version. It is a failure, not bad input.
+type RecordsError struct {
+	Dir string
+	Err error
+}
+
+func (e *RecordsError) Error() string {
+	return fmt.Sprintf("records in %s: %v (sluice will not guess what it owns; to start over, remove %s and run apply --force)", e.Dir, e.Err, e.Dir)
+}
+
+func (e *RecordsError) Unwrap() error { return e.Err }
+
+func emptyState() *State {
+	return &State{Version: recordsVersion, Devices: map[string]*DevState{}}
+}
 
 // LoadState reads the records (empty if none).
 func LoadState(dir string) (*State, error) {
-	s := &State{Version: 1, Devices: map[string]*DevState{}, stamp: stampOf(statePath(dir))}
-	b, err := os.ReadFile(statePath(dir))
-	if errors.Is(err, os.ErrNotExist) {
+	d, err := openStateDir(dir, false)
+	if err != nil {
+		return nil, &RecordsError{dir, err}
+	}
+	if d == nil {
+		return emptyState(), nil
+	}
+	defer d.Close()
+	return loadState(d)
+}
+
+func loadState(d *safefile.Dir) (*State, error) {
+	s := emptyState()
+	s.stamp = stampOf(d)
+	b, err := d.ReadFile(stateFile, maxRecordsJSON)
+	if errors.Is(err, fs.ErrNotExist) {
 		return s, nil
 	}
+	bad := func(err error) (*State, error) { return nil, &RecordsError{d.Path(), err} }
 	if err != nil {
-		return nil, err
+		return bad(err)
 	}
+	s.raw = b
 	if err := json.Unmarshal(b, s); err != nil {
-		return nil, fmt.Errorf("%s: %w (remove it to start over; sluice will then treat its trees as foreign)", statePath(dir), err)
+		return bad(fmt.Errorf("%s: %w", stateFile, err))
+	}
+	switch s.Version {
+	case 1, recordsVersion:
+	default:
+		return bad(fmt.Errorf("%s: version %d, this sluice reads versions 1 and %d (written by another release of sluice?)", stateFile, s.Version, recordsVersion))
 	}
 	if s.Devices == nil {
 		s.Devices = map[string]*DevState{}
 	}
-	bulk := map[string][]byte{}
-	for name, d := range s.Devices {
-		if d.Bulk == "" {
-			continue
+	bulks := map[string][]byte{}
+	readBulk := func(name string) ([]byte, error) {
+		if b, ok := bulks[name]; ok {
+			return b, nil
 		}
-		bad := func(err error) (*State, error) {
-			return nil, fmt.Errorf("%s: %s: %w (remove %s to start over; sluice will then treat its trees as foreign)", statePath(dir), name, err, dir)
+		if strings.ContainsRune(name, '/') || !strings.HasPrefix(name, "state.") || !strings.HasSuffix(name, ".bin") {
+			return nil, fmt.Errorf("bad bulk file name %q", name)
 		}
-		if filepath.Base(d.Bulk) != d.Bulk {
-			return bad(errors.New("bad bulk file name"))
+		b, err := d.ReadFile(name, maxRecordsBulk)
+		if err != nil {
+			return nil, err
 		}
-		b, ok := bulk[d.Bulk]
-		if !ok {
-			if b, err = os.ReadFile(filepath.Join(dir, d.Bulk)); err != nil {
-				return bad(err)
-			}
-			bulk[d.Bulk] = b
-		}
-		if d.Offset < 0 || d.Packed <= 0 || d.Offset+d.Packed > len(b) {
-			return bad(errPacked)
-		}
-		if d.Alloc, d.Classes, d.Objects, err = unpack(b[d.Offset : d.Offset+d.Packed]); err != nil {
+		bulks[name] = b
+		return b, nil
+	}
+	if s.Version >= 2 && s.Bulk != "" {
+		b, err := readBulk(s.Bulk)
+		if err != nil {
 			return bad(err)
 		}
+		if len(b) != s.BulkSize || bulkSum(b) != s.BulkSum {
+			return bad(fmt.Errorf("%s does not match its checksum in %s (changed or truncated)", s.Bulk, stateFile))
+		}
+	}
+	for name, dev := range s.Devices {
+		bulk := s.Bulk
+		if s.Version == 1 {
+			bulk = dev.Bulk
+		}
+		if bulk == "" {
+			continue
+		}
+		b, err := readBulk(bulk)
+		if err != nil {
+			return bad(fmt.Errorf("%s: %w", name, err))
+		}
+		if dev.Offset < 0 || dev.Packed <= 0 || dev.Offset+dev.Packed > len(b) {
+			return bad(fmt.Errorf("%s: %w", name, errPacked))
+		}
+		if dev.Alloc, dev.Classes, dev.Objects, err = unpack(b[dev.Offset : dev.Offset+dev.Packed]); err != nil {
+			return bad(fmt.Errorf("%s: %w", name, err))
+		}
+		dev.Bulk = ""
 	}
 	return s, nil
 }
 
+func bulkSum(b []byte) string {
+	h := sha256.Sum256(b)
+	return hex.EncodeToString(h[:])
+}
+
 // Save writes the records atomically.
 func (s *State) Save(dir string) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	// The bulk goes first, under a new name, then the records naming
-	// it replace the old ones: a crash in between leaves the old
-	// records with the old bulk.
-	bulkName := "state." + strconv.FormatInt(time.Now().UnixNano(), 36) + ".bin"
-	out := &State{Version: s.Version, Devices: make(map[string]*DevState, len(s.Devices))}
-	bulkTmp := filepath.Join(dir, bulkName+".tmp")
-	f, err := os.Create(bulkTmp)
+	d, err := openStateDir(dir, true)
 	if err != nil {
 		return err
 	}
+	defer d.Close()
+	s.Journal = nil
+	bulk, enc, err := s.writeBulk(d)
+	if err != nil {
+		return err
+	}
+	b, err := json.Marshal(enc)
+	if err != nil {
+		d.Remove(bulk)
+		return err
+	}
+	if err := d.WriteAtomic(stateFile, append(b, '\n')); err != nil {
+		d.Remove(bulk)
+		return err
+	}
+	s.Bulk, s.BulkSum, s.BulkSize = bulk, enc.BulkSum, enc.BulkSize
+	s.raw, s.stamp = append(b, '\n'), stampOf(d)
+	cleanStateDir(d, bulk)
+	return nil
+}
+
+// writeBulk writes every device's bulk to a new bulk file and returns
+// its name and the records to encode as JSON (referring to it).
+func (s *State) writeBulk(d *safefile.Dir) (string, *State, error) {
+	name := "state." + strconv.FormatInt(time.Now().UnixNano(), 36) + ".bin"
+	out := &State{Version: recordsVersion, Netns: s.Netns, Journal: s.Journal, Bulk: name,
+		Devices: make(map[string]*DevState, len(s.Devices))}
+	t, err := d.CreateTemp(name + ".")
+	if err != nil {
+		return "", nil, err
+	}
+	h := sha256.New()
+	w := &teeWriter{f: t, h: h}
 	off := 0
-	for _, name := range s.Names() {
-		d := s.Devices[name]
-		c := *d
-		n, err := pack(f, d.Alloc, d.Classes, d.Objects)
+	for _, dn := range s.Names() {
+		dev := s.Devices[dn]
+		c := *dev
+		n, err := pack(w, dev.Alloc, dev.Classes, dev.Objects)
 		if err != nil {
-			f.Close()
-			os.Remove(bulkTmp)
-			return err
+			t.Discard()
+			return "", nil, err
 		}
-		c.Bulk, c.Offset, c.Packed = bulkName, off, n
+		c.Bulk, c.Offset, c.Packed = "", off, n
 		off += n
-		c.Alloc, c.Classes = nil, nil
-		out.Devices[name] = &c
+		out.Devices[dn] = &c
 	}
-	if err := f.Close(); err != nil {
-		os.Remove(bulkTmp)
-		return err
+	out.BulkSize, out.BulkSum = off, hex.EncodeToString(h.Sum(nil))
+	if err := t.Finish(); err != nil {
+		d.Remove(t.Name())
+		return "", nil, err
 	}
-	if err := os.Rename(bulkTmp, filepath.Join(dir, bulkName)); err != nil {
-		os.Remove(bulkTmp)
-		return err
+	if err := d.Rename(t.Name(), name); err != nil {
+		d.Remove(t.Name())
+		return "", nil, err
 	}
-	b, err := json.Marshal(out)
+	return name, out, nil
+}
+
+type teeWriter struct {
+	f interface{ Write([]byte) (int, error) }
+	h interface{ Write([]byte) (int, error) }
+}
+
+func (w *teeWriter) Write(b []byte) (int, error) {
+	w.h.Write(b)
+	return w.f.Write(b)
+}
+
+// cleanStateDir removes what killed or finished writes left: temporary
+// files and bulk files other than keep.
+func cleanStateDir(d *safefile.Dir, keep ...string) {
+	names, err := d.Names()
 	if err != nil {
-		return err
+		return
 	}
-	if err := writeAtomic(statePath(dir), append(b, '\n')); err != nil {
-		os.Remove(filepath.Join(dir, bulkName))
-		return err
+	kept := map[string]bool{}
+	for _, k := range keep {
+		kept[k] = true
 	}
-	old, _ := filepath.Glob(filepath.Join(dir, "state.*.bin"))
-	for _, f := range old {
-		if filepath.Base(f) != bulkName {
-			os.Remove(f)
+	for _, n := range names {
+		if kept[n] {
+			continue
 		}
+		if strings.HasSuffix(n, ".tmp") || strings.HasPrefix(n, "state.") && strings.HasSuffix(n, ".bin") {
+			d.Remove(n)
+		}
+	}
+}
+
+// Tx is a change to the records around an apply. Begin wrote the
+// journal; Commit puts the records of the finished apply in place, Abort
+// the records the apply started from. Both are a single rename of a
+// file written before the kernel was touched, so neither needs space
+// on a full disk.
+type Tx struct {
+	dir                   string
+	commitName, abortName string
+	bulk, oldBulk         string
+	// commit is the final records as written (fin their content).
+	commit []byte
+	fin    *State
+	done   bool
+}
+
+// Begin writes the journal: union (the records of the finished apply
+// and those of what it removes) with j set, in force at once, and
+// prepares the records once it finishes (union's devices named in
+// final) and the current ones (s). On error nothing is in force and the
+// kernel must not be touched.
+func (s *State) Begin(dir string, union *State, final []string, j *Journal) (*Tx, error) {
+	d, err := openStateDir(dir, true)
+	if err != nil {
+		return nil, err
+	}
+	defer d.Close()
+	union.Journal = j
+	bulk, enc, err := union.writeBulk(d)
+	union.Journal = nil
+	if err != nil {
+		return nil, fmt.Errorf("writing the journal: %w", err)
+	}
+	tx := &Tx{dir: dir, bulk: bulk, oldBulk: s.Bulk}
+	fail := func(err error) (*Tx, error) {
+		for _, n := range []string{tx.commitName, tx.abortName, bulk} {
+			if n != "" {
+				d.Remove(n)
+			}
+		}
+		return nil, fmt.Errorf("writing the journal: %w", err)
+	}
+	// The final records are union's but for what the apply removes:
+	// the same bulk holds them.
+	fin := &State{Version: recordsVersion, Netns: enc.Netns, Bulk: enc.Bulk, BulkSum: enc.BulkSum, BulkSize: enc.BulkSize,
+		Devices: map[string]*DevState{}}
+	for _, name := range final {
+		fin.Devices[name] = enc.Devices[name]
+	}
+	jb, err := json.Marshal(enc)
+	if err != nil {
+		return fail(err)
+	}
+	fb, err := json.Marshal(fin)
+	if err != nil {
+		return fail(err)
+	}
+	old := s.raw
+	if old == nil {
+		old, _ = json.Marshal(emptyState())
+	}
+	tx.commit, tx.fin = append(fb, '\n'), fin
+	if tx.commitName, err = d.WriteTemp("commit.", tx.commit); err != nil {
+		return fail(err)
+	}
+	if tx.abortName, err = d.WriteTemp("abort.", old); err != nil {
+		return fail(err)
+	}
+	if err := d.WriteAtomic(stateFile, append(jb, '\n')); err != nil {
+		return fail(err)
+	}
+	return tx, nil
+}
+
+// Commit puts the records of the finished apply in place, and makes s
+// (the records Begin was called on) hold them, with devs as their
+// devices.
+func (tx *Tx) Commit(s *State, devs map[string]*DevState) error {
+	if err := tx.finish(tx.commitName, tx.bulk); err != nil {
+		return err
+	}
+	s.Journal, s.Netns, s.Devices = nil, tx.fin.Netns, devs
+	s.Bulk, s.BulkSum, s.BulkSize = tx.fin.Bulk, tx.fin.BulkSum, tx.fin.BulkSize
+	s.raw = tx.commit
+	if d, err := openStateDir(tx.dir, false); err == nil && d != nil {
+		s.stamp = stampOf(d)
+		d.Close()
 	}
 	return nil
 }
 
-func writeAtomic(path string, b []byte) error {
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+// Abort puts back the records the apply started from (after a rollback
+// that restored the kernel).
+func (tx *Tx) Abort() error { return tx.finish(tx.abortName, tx.oldBulk) }
+
+func (tx *Tx) finish(name, keep string) error {
+	if tx == nil || tx.done {
+		return nil
+	}
+	d, err := openStateDir(tx.dir, false)
+	if err == nil && d == nil {
+		err = fs.ErrNotExist
+	}
+	if err != nil {
 		return err
 	}
-	return os.Rename(tmp, path)
+	defer d.Close()
+	if err := d.Rename(name, stateFile); err != nil {
+		return err
+	}
+	tx.done = true
+	cleanStateDir(d, keep)
+	return nil
 }
 
 // Names returns the recorded devices in order.
@@ -225,10 +530,12 @@ var ErrLocked = errors.New("another sluice is changing this network namespace")
 
 // AcquireLock takes the lock, waiting up to timeout.
 func AcquireLock(dir string, timeout time.Duration) (*Lock, error) {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	d, err := openStateDir(dir, true)
+	if err != nil {
 		return nil, err
 	}
-	f, err := os.OpenFile(filepath.Join(dir, "lock"), os.O_RDWR|os.O_CREATE, 0o644)
+	defer d.Close()
+	f, err := d.OpenLock("lock")
 	if err != nil {
 		return nil, err
 	}
@@ -243,9 +550,10 @@ func AcquireLock(dir string, timeout time.Duration) (*Lock, error) {
 			return nil, err
 		}
 		if time.Now().After(deadline) {
-			holder, _ := os.ReadFile(f.Name())
+			holder := make([]byte, 16)
+			n, _ := f.ReadAt(holder, 0)
 			f.Close()
-			if pid := strings.TrimSpace(string(holder)); pid != "" {
+			if pid := strings.TrimSpace(string(holder[:n])); pid != "" {
 				return nil, fmt.Errorf("%w (pid %s holds %s)", ErrLocked, pid, f.Name())
 			}
 			return nil, ErrLocked

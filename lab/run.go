@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"sluice/engine"
 	"sluice/kernel"
 	"sluice/plan"
 	"sluice/policy"
@@ -27,55 +28,28 @@ type Options struct {
 const bucket = 100 * time.Millisecond
 
 // Apply makes the router carry policy (empty: nothing) through sluice's
-// kernel layer, exactly as `sluice apply` does. It returns the planned
+// engine, exactly as `sluice apply` does. It returns the planned
 // classes per device.
 func Apply(b *Bed, name, text string) (map[string][]plan.ClassInfo, error) {
-	k, err := kernel.Open(b.Router)
-	if err != nil {
-		return nil, err
-	}
-	defer k.Close()
-	if err := k.Lock(30 * time.Second); err != nil {
-		return nil, err
-	}
+	opts := engine.Options{Netns: b.Router, LockTimeout: 30 * time.Second}
 	if strings.TrimSpace(text) == "" {
-		d, names, err := k.ResetPlan(nil, true)
-		if err != nil {
-			return nil, err
-		}
-		if _, err := k.Apply(d); err != nil {
-			return nil, err
-		}
-		return nil, k.Forget(names)
+		_, err := engine.Reset(nil, true, opts, nil)
+		return nil, err
 	}
 	pol, _, err := policy.Parse(name, []byte(text))
 	if err != nil {
 		return nil, err
 	}
-	if err := k.CheckInterfaces(pol); err != nil {
-		return nil, err
-	}
-	rep, err := kernel.ProbeCached(kernel.StateDir(""))
+	p, err := engine.PreparePolicy(pol, opts)
 	if err != nil {
 		return nil, err
 	}
-	p, err := k.Plan(pol, rep.Features())
-	if err != nil {
-		return nil, err
-	}
-	live, err := k.ReadLive(p, nil, false)
-	if err != nil {
-		return nil, err
-	}
-	d := kernel.Compute(live.Objects, p.Objects(), live.Opt)
-	if _, err := k.Apply(d); err != nil {
-		return nil, err
-	}
-	if err := k.Record(p, d, live, name); err != nil {
+	defer p.Close()
+	if _, err := p.Apply(); err != nil {
 		return nil, err
 	}
 	out := map[string][]plan.ClassInfo{}
-	for _, dev := range p.Devices {
+	for _, dev := range p.Plan.Devices {
 		out[dev.Name] = dev.Classes
 	}
 	return out, nil

@@ -16,6 +16,23 @@ type Alloc struct {
 	Shards   map[string]uint16 `json:"shards,omitempty"`
 	Leaves   map[string]uint16 `json:"leaves,omitempty"`
 	Counters map[string]uint32 `json:"counters,omitempty"`
+	// Tag marks the tree's HTB qdiscs as the ones this record describes:
+	// they carry it as r2q, which is inert because every class has an
+	// explicit quantum. A root qdisc of the same handle made by anyone
+	// else (tc's default r2q is 10) is then told apart with one get.
+	// 0 plans DefaultR2Q; the kernel layer picks a tag for a new tree.
+	Tag uint32 `json:"tag,omitempty"`
+}
+
+// DefaultR2Q is tc's r2q, planned for a tree without a tag.
+const DefaultR2Q = 10
+
+// R2Q is the r2q a tree with this allocation carries.
+func (a *Alloc) R2Q() uint32 {
+	if a != nil && a.Tag != 0 {
+		return a.Tag
+	}
+	return DefaultR2Q
 }
 
 func newAlloc() *Alloc {

@@ -180,6 +180,7 @@ func buildTree(d *policy.Diag, feats Features, in *policy.Interface, t *policy.T
 		prev = newAlloc()
 	}
 	dev := &Device{Name: devName, Interface: in.Name, Dir: t.Dir, Ifb: t.Dir == policy.Ingress, Alloc: newAlloc()}
+	dev.Alloc.Tag = prev.Tag
 	b := &builder{d: d, feats: feats, dev: dev, tree: t, prev: prev, byName: map[string]*policy.Class{}, major: 1, div: 1}
 	if n := shardsFor(d, feats, t, devName); n > 1 {
 		b.sharded(n)
@@ -199,7 +200,7 @@ func buildTree(d *policy.Diag, feats Features, in *policy.Interface, t *policy.T
 	}
 	def, _ := b.minor(t.Default)
 	b.objs = append(b.objs, &tc.Qdisc{Dev: devName, Parent: tc.HandleRoot, Handle: RootHandle, Kind: "htb",
-		HTB: &tc.HTBQdisc{Default: uint32(def), R2Q: 10}})
+		HTB: &tc.HTBQdisc{Default: uint32(def), R2Q: dev.Alloc.R2Q()}})
 	b.objs = append(b.objs, &tc.Class{Dev: devName, Parent: RootHandle, Handle: RootClassID, Kind: "htb",
 		Rate: t.RateBps, Ceil: t.RateBps, Burst: BurstFor(t.RateBps), Cburst: BurstFor(t.RateBps),
 		Quantum: QuantumFor(t.RateBps), Name: "(root)"})

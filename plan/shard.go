@@ -201,7 +201,7 @@ func (b *builder) sharded(n int) {
 		root := tc.MakeHandle(b.major, 1)
 		b.objs = append(b.objs,
 			&tc.Qdisc{Dev: dev.Name, Parent: tc.MakeHandle(1, uint16(s+1)), Handle: qh, Kind: "htb",
-				HTB: &tc.HTBQdisc{Default: uint32(def), R2Q: 10}},
+				HTB: &tc.HTBQdisc{Default: uint32(def), R2Q: b.dev.Alloc.R2Q()}},
 			&tc.Class{Dev: dev.Name, Parent: qh, Handle: root, Kind: "htb",
 				Rate: max(t.RateBps/b.div, 1), Ceil: t.RateBps, Burst: BurstFor(t.RateBps), Cburst: BurstFor(t.RateBps),
 				Quantum: QuantumFor(t.RateBps / b.div), Name: "(root)"})

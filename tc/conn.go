@@ -254,3 +254,33 @@ func (c *Conn) LinkDel(name string) error {
 // CountWrite counts a change made outside netlink (a BPF map update) as
 // a write, so that fault injection (BeforeWrite) reaches it too.
 func (c *Conn) CountWrite(what string) error { return c.countWrite(what) }
+
+// NetnsID identifies the Conn's network namespace for as long as the
+// machine runs: the namespace's cookie (never reused; kernels 5.14 and
+// later) and its nsfs inode (reused once the namespace is gone). A
+// namespace deleted and created again under the same name differs in
+// both.
+type NetnsID struct {
+	Cookie uint64 `json:"cookie,omitempty"`
+	Inode  uint64 `json:"inode"`
+}
+
+// NetnsID reads the identity of the Conn's namespace.
+func (c *Conn) NetnsID() (NetnsID, error) {
+	var id NetnsID
+	if v, err := unix.GetsockoptUint64(c.sock.Socket.GetFd(), unix.SOL_SOCKET, unix.SO_NETNS_COOKIE); err == nil {
+		id.Cookie = v
+	}
+	var st unix.Stat_t
+	var err error
+	if c.ns.IsOpen() {
+		err = unix.Fstat(int(c.ns), &st)
+	} else {
+		err = unix.Stat("/proc/self/ns/net", &st)
+	}
+	if err != nil {
+		return id, fmt.Errorf("network namespace identity: %w", err)
+	}
+	id.Inode = st.Ino
+	return id, nil
+}

@@ -1,0 +1,356 @@
+// Package engine runs sluice's pipeline (policy -> plan -> kernel) as
+// one library call for every caller: the command line, the lab and the
+// benchmarks. Plan reads a policy and works out what would change;
+// Apply carries the change out under a journal, so that an apply that
+// is killed, or that cannot write its records, never leaves the kernel
+// holding objects the records do not claim; Reset removes what sluice
+// made.
+//
+// Errors that come from the caller's input (a policy, a namespace name,
+// an interface that does not exist) are *InputError; everything else is
+// a failure while acting.
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"sluice/kernel"
+	"sluice/plan"
+	"sluice/policy"
+	"sluice/tc"
+)
+
+// Options say how to plan and apply.
+type Options struct {
+	// Netns is the network namespace to act in ("": the caller's).
+	Netns string
+	// Force takes over root qdiscs sluice did not create.
+	Force bool
+	// Full reads every tree back instead of only what the edit touches
+	// (the fast path), and so repairs changes made behind sluice's back.
+	Full bool
+	// LockTimeout bounds the wait for another sluice acting on the same
+	// namespace.
+	LockTimeout time.Duration
+	// Warn receives warnings: the policy's, records set aside, an
+	// interrupted apply found (nil: dropped).
+	Warn func(string)
+}
+
+func (o *Options) warn(format string, args ...any) {
+	if o.Warn != nil {
+		o.Warn(fmt.Sprintf(format, args...))
+	}
+}
+
+// InputError is an error in what the caller gave: the command line
+// exits 2 for it, and nothing was changed.
+type InputError struct{ Err error }
+
+func (e *InputError) Error() string { return e.Err.Error() }
+func (e *InputError) Unwrap() error { return e.Err }
+
+func input(err error) error { return &InputError{err} }
+
+// Prepared is a policy planned against the live kernel. Close releases
+// it (and the lock, when it holds one).
+type Prepared struct {
+	Policy *policy.Policy
+	Plan   *plan.Plan
+	Live   *kernel.Live
+	Diff   *kernel.Diff
+	// Touched: the diff covers only the objects the edit touched (the
+	// fast path).
+	Touched bool
+	// Phases time the steps, for --timings.
+	Phases Phases
+
+	k    *kernel.Kernel
+	file string
+	opts Options
+}
+
+// Kernel is the namespace the plan was made for.
+func (p *Prepared) Kernel() *kernel.Kernel { return p.k }
+
+// Close releases the namespace (and its lock).
+func (p *Prepared) Close() { p.k.Close() }
+
+// Open connects to a namespace and loads its records, passing on what
+// the records check set aside.
+func Open(opts Options) (*kernel.Kernel, error) {
+	k, err := kernel.Open(opts.Netns)
+	if err != nil {
+		var ne *kernel.NetnsError
+		if errors.As(err, &ne) {
+			return nil, input(err)
+		}
+		return nil, err
+	}
+	for _, n := range k.Notes {
+		opts.warn("%s", n)
+	}
+	return k, nil
+}
+
+// Load reads and checks a policy file, passing its warnings on.
+func Load(file string, opts Options) (*policy.Policy, error) {
+	p, warns, err := policy.Load(file)
+	for _, w := range warns {
+		opts.warn("%s", w)
+	}
+	if err != nil {
+		var pe policy.Errors
+		if errors.As(err, &pe) {
+			return nil, input(fmt.Errorf("%s: %d problem(s):\n%w", file, len(pe), err))
+		}
+		return nil, input(err)
+	}
+	return p, nil
+}
+
+// Plan plans file against the kernel without changing anything (as
+// `sluice plan`): it reads every tree back.
+func Plan(file string, opts Options) (*Prepared, error) {
+	return prepare(file, nil, opts, false)
+}
+
+// PlanPolicy is Plan for a policy already loaded (file names it in the
+// records).
+func PlanPolicy(pol *policy.Policy, opts Options) (*Prepared, error) {
+	return prepare(pol.File, pol, opts, false)
+}
+
+// prepare plans against the kernel. lock takes the namespace's lock,
+// for an apply; it also allows the fast path (kernel.ReadTouched)
+// unless opts say Full or Force.
+func prepare(file string, pol *policy.Policy, opts Options, lock bool) (*Prepared, error) {
+	var ph Phases
+	ph.start()
+	// The records load while the policy parses: with 10,000 hosts each
+	// takes milliseconds, and the lock below re-reads records that
+	// changed in between.
+	type opened struct {
+		k   *kernel.Kernel
+		err error
+	}
+	open := make(chan opened, 1)
+	go func() {
+		k, err := Open(opts)
+		open <- opened{k, err}
+	}()
+	var err error
+	if pol == nil {
+		pol, err = Load(file, opts)
+	}
+	o := <-open
+	if err != nil {
+		if o.k != nil {
+			o.k.Close()
+		}
+		return nil, err
+	}
+	ph.mark("parse")
+	if o.err != nil {
+		return nil, o.err
+	}
+	k := o.k
+	p := &Prepared{k: k, Policy: pol, Phases: ph, file: file, opts: opts}
+	fail := func(e error) (*Prepared, error) {
+		k.Close()
+		return nil, e
+	}
+	if lock {
+		if err := k.Lock(opts.LockTimeout); err != nil {
+			return fail(err)
+		}
+		for _, n := range k.Notes {
+			opts.warn("%s", n)
+		}
+	}
+	if j := k.State.Journal; j != nil && lock {
+		opts.warn("an earlier apply (pid %d, started %s) did not finish: reading every tree back to complete it", j.PID, j.Started.Local().Format(time.DateTime))
+	}
+	p.Phases.mark("open")
+	if err := k.CheckInterfaces(pol); err != nil {
+		return fail(input(err))
+	}
+	rep, err := kernel.ProbeCached(kernel.StateDir(""))
+	if err != nil {
+		return fail(fmt.Errorf("probing the kernel: %w", err))
+	}
+	if p.Plan, err = k.Plan(pol, rep.Features()); err != nil {
+		return fail(input(err))
+	}
+	p.Phases.mark("plan")
+	if lock && !opts.Full && !opts.Force {
+		l, desired, ok, err := k.ReadTouched(p.Plan)
+		if err != nil {
+			return fail(fmt.Errorf("reading the kernel: %w", err))
+		}
+		if ok {
+			p.Live, p.Touched = l, true
+			p.Phases.mark("read touched")
+			p.Diff = kernel.Compute(l.Objects, desired, l.Opt)
+			p.Phases.mark("diff")
+			return p, nil
+		}
+	}
+	if p.Live, err = k.ReadLive(p.Plan, nil, opts.Force); err != nil {
+		var fe *kernel.ForeignRootError
+		if errors.As(err, &fe) {
+			return fail(err)
+		}
+		return fail(fmt.Errorf("reading the kernel: %w", err))
+	}
+	p.Phases.mark("read")
+	p.Diff = kernel.Compute(p.Live.Objects, p.Plan.Objects(), p.Live.Opt)
+	p.Phases.mark("diff")
+	if opts.Force {
+		for i := range p.Diff.Changes {
+			c := &p.Diff.Changes[i]
+			if q, ok := c.Obj.(*tc.Qdisc); ok && c.Verb == tc.Add && q.Parent == tc.HandleRoot {
+				c.Force = true
+			}
+		}
+	}
+	return p, nil
+}
+
+// Prepare plans file for an apply: it takes the namespace's lock, which
+// the caller releases with Close (after Apply).
+func Prepare(file string, opts Options) (*Prepared, error) {
+	return prepare(file, nil, opts, true)
+}
+
+// PreparePolicy is Prepare for a policy already loaded.
+func PreparePolicy(pol *policy.Policy, opts Options) (*Prepared, error) {
+	return prepare(pol.File, pol, opts, true)
+}
+
+// RecordsError says the apply could not write its records before
+// touching the kernel: nothing was changed.
+type RecordsError struct{ Err error }
+
+func (e *RecordsError) Error() string {
+	return fmt.Sprintf("cannot write sluice's records, so nothing was changed: %v", e.Err)
+}
+func (e *RecordsError) Unwrap() error { return e.Err }
+
+// CommitError says the kernel now matches the policy but the final
+// records could not be put in place: the journal, which claims all of
+// it, stays in force, and the next apply completes it.
+type CommitError struct{ Err error }
+
+func (e *CommitError) Error() string {
+	return fmt.Sprintf("applied, but the records could not be finalized (%v); they still claim everything applied, and the next apply reads every tree back", e.Err)
+}
+func (e *CommitError) Unwrap() error { return e.Err }
+
+// Apply carries out the prepared diff (Prepare) and records it. With
+// nothing to change it only refreshes the records (which also completes
+// an apply that was interrupted). Otherwise it journals the change
+// first (kernel.Begin), applies it, rolls back on failure, and commits.
+func (p *Prepared) Apply() (*kernel.Result, error) {
+	k := p.k
+	if p.Diff.Empty() {
+		defer p.Phases.mark("record")
+		if err := k.Record(p.Plan, p.Diff, p.Live, p.file); err != nil {
+			return &kernel.Result{}, &CommitError{err}
+		}
+		return &kernel.Result{}, nil
+	}
+	txn, err := k.Begin(p.Plan, p.Diff, p.Live, p.file)
+	if err != nil {
+		return nil, &RecordsError{err}
+	}
+	p.Phases.mark("journal")
+	res, err := k.Apply(p.Diff)
+	if err != nil {
+		var ae *kernel.ApplyError
+		if errors.As(err, &ae) && ae.RolledBack {
+			if aerr := txn.Abort(); aerr != nil {
+				p.opts.warn("could not put the previous records back (%v); they claim what the failed apply would have made, and the next apply reads every tree back", aerr)
+			}
+		}
+		return nil, err
+	}
+	p.Phases.mark("apply")
+	if err := txn.Commit(); err != nil {
+		return res, &CommitError{err}
+	}
+	p.Phases.mark("record")
+	return res, nil
+}
+
+// ResetResult is what Reset removed.
+type ResetResult struct {
+	// Devices are the tree devices whose records were dropped.
+	Devices []string
+	Diff    *kernel.Diff
+	*kernel.Result
+}
+
+// Reset removes what sluice made on devs (an interface covers its
+// egress tree and its ifb's ingress tree), or on every device when all.
+// show, when set, sees the diff before it is applied.
+func Reset(devs []string, all bool, opts Options, show func(*kernel.Diff)) (*ResetResult, error) {
+	if all == (len(devs) > 0) {
+		return nil, input(errors.New("reset: name one or more devices, or --all"))
+	}
+	k, err := Open(opts)
+	if err != nil {
+		return nil, err
+	}
+	defer k.Close()
+	if err := k.Lock(opts.LockTimeout); err != nil {
+		return nil, err
+	}
+	d, names, err := k.ResetPlan(devs, all)
+	if err != nil {
+		return nil, err
+	}
+	out := &ResetResult{Devices: names, Diff: d, Result: &kernel.Result{}}
+	if len(names) == 0 {
+		return out, nil
+	}
+	if show != nil {
+		show(d)
+	}
+	if out.Result, err = k.Apply(d); err != nil {
+		return nil, err
+	}
+	if err := k.Forget(names); err != nil {
+		return nil, fmt.Errorf("removed, but could not update the records (%w); the next reset finds nothing left and completes it", err)
+	}
+	return out, nil
+}
+
+// Phases times the steps of a command, for --timings.
+type Phases struct {
+	last  time.Time
+	names []string
+	took  []time.Duration
+}
+
+func (t *Phases) start() { t.last = time.Now() }
+
+func (t *Phases) mark(name string) {
+	now := time.Now()
+	t.names = append(t.names, name)
+	t.took = append(t.took, now.Sub(t.last))
+	t.last = now
+}
+
+func (t *Phases) String() string {
+	var parts []string
+	var sum time.Duration
+	for i, n := range t.names {
+		parts = append(parts, fmt.Sprintf("%s %.1f ms", n, float64(t.took[i].Microseconds())/1000))
+		sum += t.took[i]
+	}
+	return fmt.Sprintf("timings: %s (total %.1f ms)", strings.Join(parts, ", "), float64(sum.Microseconds())/1000)
+}

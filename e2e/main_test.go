@@ -14,7 +14,9 @@ import (
 	"sluice/testutil"
 )
 
-var bin string
+// bin is the sluice binary under test; faultBin the same built with
+// -tags faults, which SLUICE_FAULTS can kill at chosen points.
+var bin, faultBin string
 
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "sluice-e2e")
@@ -22,9 +24,12 @@ func TestMain(m *testing.M) {
 		panic(err)
 	}
 	bin = filepath.Join(dir, "sluice")
-	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/sluice").CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "building sluice: %v\n%s", err, out)
-		os.Exit(1)
+	faultBin = filepath.Join(dir, "sluice-faults")
+	for _, b := range [][]string{{"-o", bin}, {"-tags", "faults", "-o", faultBin}} {
+		if out, err := exec.Command("go", append(append([]string{"build"}, b...), "../cmd/sluice")...).CombinedOutput(); err != nil {
+			fmt.Fprintf(os.Stderr, "building sluice: %v\n%s", err, out)
+			os.Exit(1)
+		}
 	}
 	code := m.Run()
 	os.RemoveAll(dir)
@@ -40,10 +45,16 @@ type result struct {
 // sluice runs the binary with a private state directory.
 func sluice(t *testing.T, args ...string) result {
 	t.Helper()
-	cmd := exec.Command(bin, args...)
+	return runSluice(t, bin, []string{"SLUICE_STATE_DIR=" + stateDir(t)}, args...)
+}
+
+// runSluice runs binary with env added to the environment.
+func runSluice(t *testing.T, binary string, env []string, args ...string) result {
+	t.Helper()
+	cmd := exec.Command(binary, args...)
 	var o, e bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &o, &e
-	cmd.Env = append(os.Environ(), "SLUICE_STATE_DIR="+stateDir(t))
+	cmd.Env = append(os.Environ(), env...)
 	err := cmd.Run()
 	r := result{stdout: o.String(), stderr: e.String()}
 	if ee, ok := err.(*exec.ExitError); ok {

@@ -60,6 +60,7 @@ func Open(ns string) (*Kernel, error) {
 		return nil, err
 	}
 	k.checkRecords()
+	installFaults(k)
 	return k, nil
 }
 
@@ -1040,6 +1041,7 @@ func (k *Kernel) Begin(p *plan.Plan, d *Diff, l *Live, policyFile string) (*Txn,
 		return nil, err
 	}
 	k.State.Journal = &Journal{}
+	faultPoint("after-journal")
 	return &Txn{k: k, tx: tx, final: final}, nil
 }
 
@@ -1054,6 +1056,7 @@ type Txn struct {
 // rename of a file Begin wrote; should it fail, the journal stays in
 // force, and it too claims everything the apply made.
 func (t *Txn) Commit() error {
+	faultPoint("before-commit")
 	k := t.k
 	if err := t.tx.Commit(k.State, t.final); err != nil {
 		return err

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"runtime"
 	"sort"
 	"strings"
@@ -82,21 +81,25 @@ func readTrim(path string) string {
 // boot under the state directory (a kernel cannot change without a
 // reboot; modules loaded since are picked up by `sluice doctor`).
 func ProbeCached(stateDir string) (*Report, error) {
-	path := filepath.Join(stateDir, "features.json")
+	const name = "features.json"
 	boot := readTrim("/proc/sys/kernel/random/boot_id")
-	if b, err := os.ReadFile(path); err == nil {
-		var r Report
-		if json.Unmarshal(b, &r) == nil && r.BootID == boot && boot != "" {
-			return &r, nil
+	d, derr := openStateDir(stateDir, true)
+	if derr == nil {
+		defer d.Close()
+		if b, err := d.ReadFile(name, 1<<20); err == nil {
+			var r Report
+			if json.Unmarshal(b, &r) == nil && r.BootID == boot && boot != "" {
+				return &r, nil
+			}
 		}
 	}
 	r, err := Probe()
 	if err != nil {
 		return nil, err
 	}
-	if os.MkdirAll(stateDir, 0o755) == nil {
+	if derr == nil { // the cache is best effort
 		if b, err := json.MarshalIndent(r, "", "  "); err == nil {
-			os.WriteFile(path, b, 0o644)
+			d.WriteAtomic(name, b)
 		}
 	}
 	return r, nil

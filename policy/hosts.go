@@ -6,9 +6,10 @@ import (
 	"errors"
 	"io"
 	"net/netip"
-	"os"
 	"path/filepath"
 	"strings"
+
+	"sluice/safefile"
 )
 
 // hostsFile reads a per_host hosts_file: a CSV whose header is
@@ -20,7 +21,7 @@ func (p *parser) hostsFile(ph *PerHost, what string) []*HostEntry {
 	if !filepath.IsAbs(file) {
 		file = filepath.Join(p.dir, file)
 	}
-	data, err := os.ReadFile(file)
+	data, err := safefile.ReadRegular(file, "hosts file", MaxHostsFileBytes)
 	if err != nil {
 		p.d.Errorf(ph.HostsFilePos, "%s.hosts_file: %v", what, err)
 		return nil

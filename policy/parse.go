@@ -5,19 +5,28 @@ import (
 	"fmt"
 	"math"
 	"net/netip"
-	"os"
 	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
 
 	"gopkg.in/yaml.v3"
+
+	"sluice/safefile"
+)
+
+// Limits on what a policy reads: a policy file is hand-written, a hosts
+// file may list a million hosts. Beyond them (or from a FIFO, a device)
+// reading is refused rather than exhausting memory or waiting forever.
+const (
+	MaxPolicyBytes    = 16 << 20
+	MaxHostsFileBytes = 256 << 20
 )
 
 // Load reads and validates a policy file. Warnings come back even when
 // the policy is valid.
 func Load(file string) (*Policy, Errors, error) {
-	b, err := os.ReadFile(file)
+	b, err := safefile.ReadRegular(file, "policy", MaxPolicyBytes)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -2,7 +2,7 @@
 GO  ?= go
 BIN := bin/sluice
 
-.PHONY: build deps demo test unit lint bpf bpf-check bench bench-utilization bench-classify bench-apply clean
+.PHONY: build deps demo test unit fuzz lint bpf bpf-check bench bench-utilization bench-classify bench-apply clean
 
 build:
 	$(GO) build -o $(BIN) ./cmd/sluice
@@ -23,6 +23,17 @@ test: deps lint
 # Unit tests only (no root needed).
 unit:
 	$(GO) test -count=1 -short ./...
+
+# Each fuzz target for FUZZTIME (the committed corpus in testdata/fuzz
+# also runs as plain tests in `make test`). A failing input is written
+# to testdata/fuzz/NAME: commit it with the fix.
+FUZZTIME ?= 30s
+FUZZ := policy:FuzzParse policy:FuzzHostsCSV policy:FuzzUnits plan:FuzzU32Compile
+fuzz:
+	@for t in $(FUZZ); do \
+		echo "fuzz $$t for $(FUZZTIME)"; \
+		$(GO) test -run '^$$' -fuzz "^$${t#*:}$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 2s ./$${t%%:*} || exit 1; \
+	done
 
 lint:
 	$(GO) vet ./...

@@ -26,31 +26,24 @@ func validateCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			trees, classes := 0, 0
+			trees, classes, hosts := 0, 0, 0
 			for _, in := range p.Interfaces {
 				for _, t := range []*policy.Tree{in.Egress, in.Ingress} {
 					if t != nil {
 						trees++
-						classes += countClasses(t.Classes)
+						classes += t.ClassCount
+						hosts += t.Hosts
 					}
 				}
 			}
-			fmt.Fprintf(g.stdout, "%s: valid (%d interface(s), %d tree(s), %d class(es))\n", args[0], len(p.Interfaces), trees, classes)
+			fmt.Fprintf(g.stdout, "%s: valid (%d interface(s), %d tree(s), %d class(es)", args[0], len(p.Interfaces), trees, classes)
+			if hosts > 0 {
+				fmt.Fprintf(g.stdout, ", %d of them per-host", hosts)
+			}
+			fmt.Fprintln(g.stdout, ")")
 			return nil
 		},
 	}
-}
-
-func countClasses(cs []*policy.Class) int {
-	n := 0
-	for _, c := range cs {
-		n++
-		if c.PerHost != nil {
-			n += c.PerHost.HostCount()
-		}
-		n += countClasses(c.Classes)
-	}
-	return n
 }
 
 // oneShotGC turns the garbage collector off up to a memory limit, for

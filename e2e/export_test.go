@@ -115,3 +115,86 @@ func TestExportBPFTreeAsU32(t *testing.T) {
 		t.Errorf("export of a policing tree:\n%.600s", out)
 	}
 }
+
+// Device names are almost free text ("$(id>x)" is a legal name) and a
+// policy's path may hold a newline: the exported script quotes every
+// name, keeps every comment on its line, runs nothing it should not,
+// and builds exactly what apply builds on the same hostile devices.
+func TestExportQuotesHostileNames(t *testing.T) {
+	testutil.RequireRoot(t)
+	const wan, lan, ifb = "$(id>x)", "a'b`id>y`", "\"i;id>z\""
+	mk := func() string {
+		ns := testutil.NewNetns(t, "x")
+		for _, d := range []string{wan, lan} {
+			testutil.NS(t, ns, "ip", "link", "add", "name", d, "type", "veth", "peer", "name", "p"+testutil.Unique("")[6:])
+			testutil.NS(t, ns, "ip", "link", "set", "dev", d, "up")
+		}
+		return ns
+	}
+	dir := t.TempDir()
+	file := filepath.Join(dir, "p\nid>w\n.yaml")
+	src := `interfaces:
+  - name: '` + wan + `'
+    egress:
+      rate: 20mbit
+      default: bulk
+      classes:
+        - name: ssh
+          rate: 5mbit
+          match: [{dport: 22}]
+        - name: bulk
+          rate: 10mbit
+    ingress:
+      rate: 50mbit
+      ifb: '` + ifb + `'
+  - name: "` + lan + `"
+    egress: {rate: 30mbit}
+`
+	if err := os.WriteFile(file, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	applied := mk()
+	must(t, "--netns", applied, "apply", "-q", file)
+	devs := []string{wan, lan, ifb}
+	for _, format := range []string{"sh", "tc"} {
+		t.Run(format, func(t *testing.T) {
+			exported := mk()
+			script := must(t, "--netns", applied, "export", file, "--format", format)
+			for _, l := range strings.Split(script, "\n") {
+				if strings.HasPrefix(l, "id>") {
+					t.Fatalf("the policy's path broke out of its comment:\n%s", script)
+				}
+			}
+			work := t.TempDir()
+			path := filepath.Join(work, "export")
+			os.WriteFile(path, []byte(script), 0o755)
+			var cmd *exec.Cmd
+			if format == "sh" {
+				cmd = exec.Command("ip", "netns", "exec", exported, "sh", path)
+			} else {
+				testutil.NS(t, exported, "ip", "link", "add", "name", ifb, "type", "ifb")
+				testutil.NS(t, exported, "ip", "link", "set", "dev", ifb, "up")
+				cmd = exec.Command("ip", "netns", "exec", exported, "tc", "-batch", path)
+			}
+			cmd.Dir = work
+			if out, err := cmd.CombinedOutput(); err != nil || len(out) > 0 {
+				t.Fatalf("running the export: %v\n%s\n%s", err, out, script)
+			}
+			for _, f := range []string{"x", "y", "z", "w"} {
+				if _, err := os.Stat(filepath.Join(work, f)); err == nil {
+					t.Errorf("the script ran a command hidden in a name (%s was created):\n%s", f, script)
+				}
+			}
+			a, b := dump(t, applied, devs), dump(t, exported, devs)
+			a, b = stateNoise[0].re.ReplaceAllString(a, "r2q TAG"), stateNoise[0].re.ReplaceAllString(b, "r2q TAG")
+			if a != b || !strings.Contains(a, "class htb") {
+				t.Fatalf("kernels differ:\n--- apply\n%s\n--- export\n%s", a, b)
+			}
+		})
+	}
+	// A name tc -batch cannot hold is refused, with where it stands.
+	bad := writePolicy(t, "hash.yaml", "interfaces:\n  - name: 'eth#0'\n    egress: {rate: 10mbit}\n")
+	if r := sluice(t, "export", bad); r.code != 2 || !strings.Contains(r.stderr, "hash.yaml:2:11: interface: device name \"eth#0\" cannot be written in a tc -batch script") {
+		t.Fatalf("export of eth#0: exit %d\n%s", r.code, r.stderr)
+	}
+}

@@ -259,7 +259,8 @@ func (b *builder) minor(name string) (uint16, bool) {
 	}
 	id, ok := pool.get(name)
 	if !ok {
-		b.d.Errorf(b.tree.Pos, "%s %s: ran out of class ids", b.dev.Interface, b.tree.Dir)
+		b.d.Errorf(b.tree.Pos, "%s %s: ran out of class ids: %d classes, and one HTB holds %d (with classifier bpf a device of several transmit queues shards the tree, one HTB per queue)",
+			b.dev.Interface, b.tree.Dir, b.tree.ClassCount, policy.MaxClasses)
 	}
 	return id, ok
 }

@@ -26,6 +26,14 @@ func (p *parser) hostsFile(ph *PerHost, what string) []*HostEntry {
 		p.d.Errorf(ph.HostsFilePos, "%s.hosts_file: %v", what, err)
 		return nil
 	}
+	return p.hostsCSV(file, data)
+}
+
+// hostsCSV parses the content of hosts file file.
+func (p *parser) hostsCSV(file string, data []byte) []*HostEntry {
+	// Spreadsheets save CSV with a byte order mark; it is not part of
+	// the header.
+	data = bytes.TrimPrefix(data, []byte("\xef\xbb\xbf"))
 	r := csv.NewReader(bytes.NewReader(data))
 	r.ReuseRecord = true
 	r.FieldsPerRecord = -1
@@ -36,7 +44,12 @@ func (p *parser) hostsFile(ph *PerHost, what string) []*HostEntry {
 	}
 	header, err := r.Read()
 	if err != nil {
-		errAt(1, 1, "hosts file: %v; expected the header name,addresses,rate,ceil[,parent]", csvErr(err))
+		line, col := 1, 1
+		var pe *csv.ParseError
+		if errors.As(err, &pe) {
+			line, col = pe.Line, max(pe.Column, 1)
+		}
+		errAt(line, col, "hosts file: %v; expected the header name,addresses,rate,ceil[,parent]", csvErr(err))
 		return nil
 	}
 	want := []string{"name", "addresses", "rate", "ceil"}
@@ -62,11 +75,16 @@ func (p *parser) hostsFile(ph *PerHost, what string) []*HostEntry {
 		if errors.Is(err, io.EOF) {
 			break
 		}
-		line, _ := r.FieldPos(0)
 		if err != nil {
-			errAt(line, 1, "hosts file: %v", csvErr(err))
+			line, col := 1, 1
+			var pe *csv.ParseError
+			if errors.As(err, &pe) {
+				line, col = pe.Line, max(pe.Column, 1)
+			}
+			errAt(line, col, "hosts file: %v", csvErr(err))
 			return out
 		}
+		line, _ := r.FieldPos(0)
 		col := func(i int) int { _, c := r.FieldPos(i); return c }
 		if len(rec) != len(header) {
 			errAt(line, 1, "hosts file: %d fields, the header has %d", len(rec), len(header))

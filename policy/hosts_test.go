@@ -60,3 +60,95 @@ func TestValidNameIsTheRegexp(t *testing.T) {
 		}
 	}
 }
+
+// loadWithHosts writes csv beside a policy whose class subs takes its
+// hosts from it, with extra lines in the egress tree, and loads it.
+func loadWithHosts(t *testing.T, csv, extra, classLines string) (*Policy, Errors, error) {
+	t.Helper()
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "hosts.csv"), []byte(csv), 0o644)
+	file := filepath.Join(dir, "p.yaml")
+	os.WriteFile(file, []byte(`interfaces:
+  - name: eth0
+    egress:
+      rate: 10gbit
+      default: rest
+`+extra+`      classes:
+        - name: subs
+          rate: 9gbit
+          per_host: {by: dst, hosts_file: hosts.csv}
+`+classLines+`        - name: rest
+          rate: 500mbit
+`), 0o644)
+	return Load(file)
+}
+
+func TestHostsFileEdgeCases(t *testing.T) {
+	// A quote inside an unquoted field is the CSV's error, at its place
+	// (it used to panic).
+	_, _, err := loadWithHosts(t, "name,addresses,rate,ceil\nal\"ice,10.1.0.1,,\n", "", "")
+	if err == nil || !strings.Contains(err.Error(), "hosts.csv:2:3: hosts file: bare \" in non-quoted-field") {
+		t.Errorf("quote in a field: %v", err)
+	}
+	_, _, err = loadWithHosts(t, "name,\"addr\nesses,rate,ceil\n", "", "")
+	if err == nil || !strings.Contains(err.Error(), "hosts.csv:") {
+		t.Errorf("broken header: %v", err)
+	}
+	// A byte order mark (spreadsheets write one) is not part of the header.
+	p, _, err := loadWithHosts(t, "\xef\xbb\xbfname,addresses,rate,ceil\nalice,10.1.0.1,,\n", "", "")
+	if err != nil || p.Interfaces[0].Egress.Hosts != 1 {
+		t.Errorf("CSV with a BOM: %v", err)
+	}
+	// u32 cannot look a host up after other tests: said at validate.
+	_, _, err = loadWithHosts(t, "name,addresses,rate,ceil\nalice,10.1.0.1,,\n", "      classifier: u32\n", "")
+	if err != nil {
+		t.Fatalf("u32 with a plain hosts_file: %v", err)
+	}
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "hosts.csv"), []byte("name,addresses,rate,ceil\nalice,10.1.0.1,,\n"), 0o644)
+	file := filepath.Join(dir, "p.yaml")
+	os.WriteFile(file, []byte(`interfaces:
+  - name: eth0
+    egress:
+      rate: 10gbit
+      default: rest
+      classifier: u32
+      classes:
+        - name: subs
+          rate: 9gbit
+          match: [{proto: tcp}]
+          per_host: {by: dst, hosts_file: hosts.csv}
+        - name: rest
+          rate: 500mbit
+`), 0o644)
+	if _, _, err := Load(file); err == nil || !strings.Contains(err.Error(), "p.yaml:6:19: eth0 egress: class subs combines a hosts_file with match rules, which u32 cannot") {
+		t.Errorf("u32 with hosts_file and match: %v", err)
+	}
+}
+
+// How many host classes a tree holds is known, and checked, at validate.
+func TestHostCountsAtValidate(t *testing.T) {
+	many := func(n int) string {
+		var b strings.Builder
+		b.WriteString("name,addresses,rate,ceil\n")
+		for i := range n {
+			fmt.Fprintf(&b, "s%d,10.%d.%d.%d,,\n", i, 64+i>>16, i>>8&0xff, i&0xff)
+		}
+		return b.String()
+	}
+	p, warns, err := loadWithHosts(t, many(10000), "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tr := p.Interfaces[0].Egress; tr.Hosts != 10000 || tr.ClassCount != 10002 || len(warns) != 0 {
+		t.Errorf("10,000 hosts: counted %d hosts, %d classes, warnings %v", tr.Hosts, tr.ClassCount, warns)
+	}
+	_, warns, err = loadWithHosts(t, many(40000), "", "")
+	if err != nil || len(warns) != 1 || !strings.Contains(warns[0].Error(), "40002 classes (40000 of them hosts) do not fit one HTB (at most 32766): the tree must be sharded over at least 2 transmit queues") {
+		t.Errorf("40,000 hosts: %v %v", err, warns)
+	}
+	_, _, err = loadWithHosts(t, many(40000), "      shards: 1\n", "")
+	if err == nil || !strings.Contains(err.Error(), "shards: 1 forbids sharding, and at least 2 shards are needed") {
+		t.Errorf("40,000 hosts, one shard: %v", err)
+	}
+}

@@ -2,7 +2,9 @@ package policy
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
+	"io"
 	"math"
 	"net/netip"
 	"path/filepath"
@@ -41,12 +43,25 @@ func Parse(file string, src []byte) (*Policy, Errors, error) {
 	var doc yaml.Node
 	dec := yaml.NewDecoder(bytes.NewReader(src))
 	if err := dec.Decode(&doc); err != nil {
-		d.Errorf(yamlErrPos(err), "%s", yamlErrMsg(err))
+		if errors.Is(err, io.EOF) { // nothing but comments and blanks
+			d.Errorf(Pos{1, 1}, "empty policy: expected \"interfaces:\" with at least one interface")
+		} else {
+			d.Errorf(yamlErrPos(err), "%s", yamlErrMsg(err))
+		}
 		return nil, d.Warnings, d.Err()
 	}
 	pol := &Policy{File: file}
-	if len(doc.Content) == 0 {
-		d.Errorf(Pos{1, 1}, "empty policy: expected \"interfaces:\"")
+	if len(doc.Content) == 0 || doc.Content[0].Tag == "!!null" {
+		d.Errorf(Pos{1, 1}, "empty policy: expected \"interfaces:\" with at least one interface")
+		return nil, d.Warnings, d.Err()
+	}
+	// One policy per file: a second document would be silently ignored.
+	var next yaml.Node
+	if err := dec.Decode(&next); err == nil {
+		d.Errorf(pos(&next), "a second YAML document (after ---): a policy file holds one; merge them or use two files")
+		return nil, d.Warnings, d.Err()
+	} else if !errors.Is(err, io.EOF) {
+		d.Errorf(yamlErrPos(err), "%s", yamlErrMsg(err))
 		return nil, d.Warnings, d.Err()
 	}
 	p.policy(pol, doc.Content[0])
@@ -486,9 +501,21 @@ func parseMasked(s string, bits int) (val, mask uint64, err error) {
 func (p *parser) match(n *yaml.Node, label string) *Match {
 	m := &Match{Pos: pos(n), Fields: map[string]Pos{}}
 	what := label + ": match"
+	// An empty list would match nothing, and leaving the field out
+	// matches everything: neither is what `dport: []` could mean.
+	nonEmpty := func(v *yaml.Node, field string) bool {
+		m.Fields[field] = pos(v)
+		if v.Kind == yaml.SequenceNode && len(v.Content) == 0 {
+			p.d.Errorf(pos(v), "%s.%s: an empty list; give at least one value or leave the field out", what, field)
+			return false
+		}
+		return true
+	}
 	prefixes := func(dst *[]netip.Prefix, field string) func(*yaml.Node) {
 		return func(v *yaml.Node) {
-			m.Fields[field] = pos(v)
+			if !nonEmpty(v, field) {
+				return
+			}
 			for _, e := range p.list(v) {
 				s, ok := p.str(e, what+"."+field)
 				if !ok {
@@ -505,7 +532,9 @@ func (p *parser) match(n *yaml.Node, label string) *Match {
 	}
 	ports := func(dst *[]PortRange, field string) func(*yaml.Node) {
 		return func(v *yaml.Node) {
-			m.Fields[field] = pos(v)
+			if !nonEmpty(v, field) {
+				return
+			}
 			for _, e := range p.list(v) {
 				s, ok := p.str(e, what+"."+field)
 				if !ok {
@@ -528,7 +557,9 @@ func (p *parser) match(n *yaml.Node, label string) *Match {
 		"sport":   ports(&m.Sport, "sport"),
 		"dport":   ports(&m.Dport, "dport"),
 		"proto": func(v *yaml.Node) {
-			m.Fields["proto"] = pos(v)
+			if !nonEmpty(v, "proto") {
+				return
+			}
 			for _, e := range p.list(v) {
 				s, ok := p.str(e, what+".proto")
 				if !ok {
@@ -550,7 +581,9 @@ func (p *parser) match(n *yaml.Node, label string) *Match {
 			}
 		},
 		"dscp": func(v *yaml.Node) {
-			m.Fields["dscp"] = pos(v)
+			if !nonEmpty(v, "dscp") {
+				return
+			}
 			for _, e := range p.list(v) {
 				s, ok := p.str(e, what+".dscp")
 				if !ok {

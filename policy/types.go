@@ -66,6 +66,10 @@ type Tree struct {
 
 	// RateBps is Rate resolved.
 	RateBps uint64
+	// ClassCount is how many HTB classes the tree needs (the root class
+	// not counted), Hosts how many of them are host classes (per_host
+	// addresses and hosts_file entries).
+	ClassCount, Hosts int
 }
 
 // Class is a node of the tree. It is a leaf unless it has Classes or

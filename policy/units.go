@@ -10,7 +10,7 @@ import (
 // Rate units, as tc(8) reads them: "bit" units count bits, "bps" units
 // count bytes (a common trap: 20mbps is 160 Mbit/s).
 var rateUnits = map[string]float64{
-	"bit": 1, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9, "tbit": 1e12,
+	"bit": 1, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9, "tbit": 1e12, "pbit": 1e15,
 	"kibit": 1 << 10, "mibit": 1 << 20, "gibit": 1 << 30, "tibit": 1 << 40,
 	"bps": 8, "kbps": 8e3, "mbps": 8e6, "gbps": 8e9, "tbps": 8e12,
 	"kibps": 8 << 10, "mibps": 8 << 20, "gibps": 8 << 30, "tibps": 8 << 40,
@@ -23,6 +23,9 @@ var sizeUnits = map[string]uint64{
 	"m": 1 << 20, "mb": 1 << 20, "mib": 1 << 20,
 	"g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30,
 }
+
+// MaxRateBps is the highest rate a policy may give, in bytes/s (8 Pbit/s).
+const MaxRateBps = 1e15
 
 // Rate is an absolute rate or a share of the parent's.
 type Rate struct {
@@ -81,8 +84,8 @@ func ParseRate(s string) (r Rate, warning string, err error) {
 	if bits < 8 {
 		return r, "", fmt.Errorf("bad rate %q: must be at least 8bit", s)
 	}
-	if bits/8 > math.MaxUint64/2 {
-		return r, "", fmt.Errorf("bad rate %q: too large", s)
+	if bits/8 > MaxRateBps {
+		return r, "", fmt.Errorf("bad rate %q: above %s, the most sluice shapes (HTB keeps a burst as whole microseconds at the rate; beyond it even 1 GiB lasts less)", s, FormatBits(MaxRateBps))
 	}
 	r.Bps = uint64(bits / 8) // tc truncates the same way
 	if strings.HasSuffix(u, "bps") {
@@ -156,7 +159,7 @@ func FormatBits(bps uint64) string {
 	for _, u := range []struct {
 		s string
 		v float64
-	}{{"gbit", 1e9}, {"mbit", 1e6}, {"kbit", 1e3}} {
+	}{{"pbit", 1e15}, {"tbit", 1e12}, {"gbit", 1e9}, {"mbit", 1e6}, {"kbit", 1e3}} {
 		if bits >= u.v {
 			return strconv.FormatFloat(bits/u.v, 'g', 4, 64) + u.s
 		}

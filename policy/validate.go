@@ -2,8 +2,8 @@ package policy
 
 import (
 	"fmt"
+	"math"
 	"net/netip"
-	"regexp"
 	"strings"
 )
 
@@ -24,7 +24,28 @@ const MaxClasses = 0x7fff - 1
 // root class included.
 const MaxDepth = 8
 
-var ifNameRE = regexp.MustCompile(`^[^/\s:]{1,15}$`)
+// ifNameProblem says why s cannot be a Linux device name (as the kernel
+// checks it: 1 to 15 bytes, no '/', ':' or whitespace, not . or ..), or
+// that it holds a control character, which no tool displays right: "".
+func ifNameProblem(s string) string {
+	switch {
+	case s == "" || len(s) > 15:
+		return "must be 1 to 15 bytes"
+	case s == "." || s == "..":
+		return "cannot be . or .."
+	}
+	for _, c := range []byte(s) {
+		switch {
+		case c == '/' || c == ':':
+			return "must not contain '/' or ':'"
+		case c == ' ' || c >= '\t' && c <= '\r':
+			return "must not contain spaces"
+		case c < 0x20 || c == 0x7f:
+			return "must not contain control characters"
+		}
+	}
+	return ""
+}
 
 // validName reports whether s is a class or host name: a letter, digit
 // or '_', then up to 63 of those or '.' and '-'. (By hand, not a regexp:
@@ -52,8 +73,8 @@ func validate(p *Policy, d *Diag) {
 		case in.Name == "":
 			d.Errorf(in.Pos, "interface: name is required")
 			continue
-		case !ifNameRE.MatchString(in.Name):
-			d.Errorf(in.NamePos, "interface name %q: must be 1 to 15 characters without '/', ':' or spaces", in.Name)
+		case ifNameProblem(in.Name) != "":
+			d.Errorf(in.NamePos, "interface name %q: %s (a Linux device name)", in.Name, ifNameProblem(in.Name))
 		}
 		if prev, dup := names[in.Name]; dup {
 			d.Errorf(in.NamePos, "interface %q appears twice (first at line %d)", in.Name, prev.Line)
@@ -68,8 +89,8 @@ func validate(p *Policy, d *Diag) {
 			}
 		}
 		if t := in.Ingress; t != nil && t.Ifb != "" {
-			if !ifNameRE.MatchString(t.Ifb) {
-				d.Errorf(t.IfbPos, "ifb name %q: must be 1 to 15 characters without '/', ':' or spaces", t.Ifb)
+			if why := ifNameProblem(t.Ifb); why != "" {
+				d.Errorf(t.IfbPos, "ifb name %q: %s (a Linux device name)", t.Ifb, why)
 			}
 		}
 	}
@@ -156,10 +177,25 @@ func resolveClassifier(where string, t *Tree, hosts int, police, hostsFile bool,
 		if police {
 			d.Errorf(t.ClassifierPos, "%s: police needs classifier bpf (this classifier: u32); sluice polices in BPF", where)
 		}
+		if c := hostsFileWithMatch(t.Classes); c != nil {
+			d.Errorf(t.ClassifierPos, "%s: class %s combines a hosts_file with match rules, which u32 cannot (a host lookup after other tests); use classifier bpf", where, c.Name)
+		}
 
 	default:
 		t.BPF = police || hostsFile || hosts > AutoBPFHosts
 	}
+}
+
+func hostsFileWithMatch(cs []*Class) *Class {
+	for _, c := range cs {
+		if c.PerHost != nil && c.PerHost.HostsFile != "" && len(c.Match) > 0 {
+			return c
+		}
+		if x := hostsFileWithMatch(c.Classes); x != nil {
+			return x
+		}
+	}
+	return nil
 }
 
 // resolveParents hangs hosts_file entries below the class their parent
@@ -247,7 +283,9 @@ func validateTree(in *Interface, t *Tree, d *Diag) {
 				d.Errorf(c.Pos, "%s: class %s is nested too deep; HTB allows %d levels including the root", where, c.Name, MaxDepth)
 			}
 			if c.PerHost != nil {
-				count += c.PerHost.HostCount() + len(c.PerHost.Entries)
+				n := c.PerHost.HostCount() + len(c.PerHost.Entries)
+				count += n
+				t.Hosts += n
 			}
 			walk(c.Classes, c, c.RateBps, c.CeilBps, depth+1)
 		}
@@ -261,10 +299,20 @@ func validateTree(in *Interface, t *Tree, d *Diag) {
 		}
 	}
 	walk(t.Classes, nil, t.RateBps, t.RateBps, 0)
-	// A BPF tree may be sharded over several HTBs: the planner, which
-	// knows the device's queues, checks it.
-	if count > MaxClasses && !t.BPF {
-		d.Errorf(t.Pos, "%s: %d classes do not fit HTB's class id space (at most %d per tree; classifier bpf on a multi-queue device shards the tree)", where, count, MaxClasses)
+	// A BPF tree may be sharded over several HTBs, one per transmit
+	// queue: the planner, which knows the device's queues, checks that
+	// there are enough.
+	t.ClassCount = count
+	switch shards := (count + MaxClasses - 1) / MaxClasses; {
+	case count <= MaxClasses:
+	case !t.BPF:
+		d.Errorf(t.Pos, "%s: %d classes (%d of them hosts) do not fit one HTB, which holds at most %d; with classifier bpf on a device of several transmit queues the tree is sharded, one HTB per queue", where, count, t.Hosts, MaxClasses)
+	case shards > MaxShards:
+		d.Errorf(t.Pos, "%s: %d classes (%d of them hosts): even sharded over %d transmit queues, HTB trees hold at most %d", where, count, t.Hosts, MaxShards, MaxShards*MaxClasses)
+	case t.Shards == 1:
+		d.Errorf(t.ShardsPos, "%s: %d classes (%d of them hosts) do not fit one HTB (at most %d); shards: 1 forbids sharding, and at least %d shards are needed", where, count, t.Hosts, MaxClasses, shards)
+	default:
+		d.Warnf(t.Pos, "%s: %d classes (%d of them hosts) do not fit one HTB (at most %d): the tree must be sharded over at least %d transmit queues of the device (plan checks it has them)", where, count, t.Hosts, MaxClasses, shards)
 	}
 	switch def := byName[t.Default]; {
 	case t.Default == "":
@@ -329,6 +377,11 @@ func validateClass(where string, t *Tree, c *Class, parentRate, parentCeil uint6
 	if c.Ceil != nil && c.CeilBps > parentCeil {
 		d.Warnf(c.Ceil.Pos, "%s: ceil %s is above its parent's %s and cannot be reached", what, FormatBits(c.CeilBps), FormatBits(parentCeil))
 	}
+	checkBurst(d, c.Burst, c.RateBps, what, "burst", "rate")
+	checkBurst(d, c.Cburst, c.CeilBps, what, "cburst", "ceil")
+	if q := c.Quantum; q != nil && q.Bytes > math.MaxInt32 {
+		d.Errorf(q.Pos, "%s: quantum %d bytes: HTB holds at most %d (a signed 32-bit count)", what, q.Bytes, math.MaxInt32)
+	}
 	checkLeaf(d, c.Leaf, c.LeafPos, what)
 	checkLimit(d, c.Leaf, c.Limit, what)
 	if !c.IsLeaf() {
@@ -373,6 +426,32 @@ func validateClass(where string, t *Tree, c *Class, parentRate, parentCeil uint6
 		validatePolice(what, c.Police, c.CeilBps, d)
 	}
 	return true
+}
+
+// HTB keeps a class's burst as the time to send it at its rate: whole
+// microseconds, then 64 ns ticks in 32 bits (as tc computes it). A
+// burst shorter than a microsecond is kept as nothing, one longer than
+// maxBurstTime wraps around.
+const (
+	ticksPerMicrosecond = 15.625
+	maxBurstTime        = math.MaxUint32 / ticksPerMicrosecond / 1e6 // about 274 s
+)
+
+func checkBurst(d *Diag, b *Size, rate uint64, what, name, rateName string) {
+	if b == nil || rate == 0 {
+		return
+	}
+	secs := float64(b.Bytes) / float64(rate)
+	switch {
+	case secs*1e6 < 1:
+		d.Errorf(b.Pos, "%s: %s %d bytes lasts less than a microsecond at %s %s, and HTB would keep it as 0; give at least %d bytes",
+			what, name, b.Bytes, rateName, FormatBits(rate), uint64(math.Ceil(float64(rate)/1e6)))
+	case secs > maxBurstTime:
+		d.Errorf(b.Pos, "%s: %s %d bytes takes %.0f s at %s %s; HTB holds a burst of at most %.0f s at its rate (%d bytes)",
+			what, name, b.Bytes, secs, rateName, FormatBits(rate), maxBurstTime, uint64(maxBurstTime*float64(rate)))
+	case b.Bytes < 1514:
+		d.Warnf(b.Pos, "%s: %s %d bytes is less than one full-size frame (1514 bytes): the class waits for tokens before every large packet", what, name, b.Bytes)
+	}
 }
 
 func checkLimit(d *Diag, leaf string, l *Limit, what string) {

@@ -2,7 +2,9 @@ package tc
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
+	"unicode/utf8"
 )
 
 // Verb is what an Op does to its object.
@@ -38,11 +40,11 @@ func (op Op) BatchLine() string {
 	case *Link:
 		switch op.Verb {
 		case Add:
-			return fmt.Sprintf("# requires: ip link add %s type %s && ip link set %s up", o.Name, o.Kind, o.Name)
+			return fmt.Sprintf("# requires: ip link add %s type %s && ip link set %s up", ShellWord(o.Name), o.Kind, ShellWord(o.Name))
 		case Delete:
-			return fmt.Sprintf("# then: ip link del %s", o.Name)
+			return fmt.Sprintf("# then: ip link del %s", ShellWord(o.Name))
 		}
-		return fmt.Sprintf("# requires: ip link set %s up", o.Name)
+		return fmt.Sprintf("# requires: ip link set %s up", ShellWord(o.Name))
 	case *Qdisc:
 		verb := op.Verb.String()
 		switch {
@@ -51,9 +53,9 @@ func (op Op) BatchLine() string {
 		case op.Verb == Add && (o.Parent != HandleRoot && o.Parent != HandleIngress || op.Force):
 			verb = "replace"
 		}
-		s := fmt.Sprintf("qdisc %s dev %s %s", verb, o.Dev, parentWord(o.Parent))
+		s := fmt.Sprintf("qdisc %s dev %s %s", verb, batchWord(o.Dev), parentWord(o.Parent))
 		if o.Parent == HandleIngress {
-			s = fmt.Sprintf("qdisc %s dev %s %s", verb, o.Dev, o.Kind)
+			s = fmt.Sprintf("qdisc %s dev %s %s", verb, batchWord(o.Dev), o.Kind)
 			return s
 		}
 		s += fmt.Sprintf(" handle %s %s", o.Handle, o.Kind)
@@ -66,11 +68,11 @@ func (op Op) BatchLine() string {
 	case *Class:
 		verb := op.Verb.String()
 		if op.Verb == Delete {
-			return fmt.Sprintf("class del dev %s parent %s classid %s", o.Dev, o.Parent, o.Handle)
+			return fmt.Sprintf("class del dev %s parent %s classid %s", batchWord(o.Dev), o.Parent, o.Handle)
 		}
-		return fmt.Sprintf("class %s dev %s parent %s classid %s htb %s", verb, o.Dev, o.Parent, o.Handle, o.optionString())
+		return fmt.Sprintf("class %s dev %s parent %s classid %s htb %s", verb, batchWord(o.Dev), o.Parent, o.Handle, o.optionString())
 	case *Filter:
-		head := fmt.Sprintf("dev %s %s protocol %s prio %d", o.Dev, parentWordFilter(o.Parent), protoWord(o.Proto), o.Prio)
+		head := fmt.Sprintf("dev %s %s protocol %s prio %d", batchWord(o.Dev), parentWordFilter(o.Parent), protoWord(o.Proto), o.Prio)
 		if op.Verb == Delete {
 			if o.IsTP() {
 				return "filter del " + head
@@ -148,7 +150,11 @@ func (f *Filter) u32Args(batch bool) string {
 		a = append(a, "flowid "+u.ClassID.String())
 	}
 	if u.RedirectDev != "" {
-		a = append(a, "action mirred egress redirect dev "+u.RedirectDev)
+		dev := u.RedirectDev
+		if batch {
+			dev = batchWord(dev)
+		}
+		a = append(a, "action mirred egress redirect dev "+dev)
 	}
 	return strings.Join(a, " ")
 }
@@ -161,10 +167,70 @@ func Batch(ops []Op) string {
 			continue // created by its first element
 		}
 		if f, ok := op.Obj.(*Filter); ok && f.Note != "" && op.Verb == Add {
-			fmt.Fprintf(&b, "# %s\n", f.Note)
+			fmt.Fprintf(&b, "# %s\n", CommentSafe(f.Note))
 		}
 		b.WriteString(op.BatchLine())
 		b.WriteByte('\n')
 	}
 	return b.String()
+}
+
+// Names in scripts. A device may be called almost anything: Linux
+// refuses only '/', ':', whitespace and names of 16 bytes or more, so
+// "$(id)", "a'b" and "x#y" are devices too. tc -batch splits a line at
+// whitespace, honours one level of '...' or "..." quoting, and cuts the
+// line at the first '#' wherever it stands, so a name with '#' (or with
+// both kinds of quote) cannot be written in a batch line at all:
+// BatchName says so, and exports refuse such a name up front.
+
+// BatchName reports whether name can be written in a tc -batch line.
+func BatchName(name string) error {
+	switch {
+	case strings.ContainsAny(name, "#\n\r\x00"):
+		return fmt.Errorf("device name %q cannot be written in a tc -batch script: tc reads '#' as the start of a comment", name)
+	case strings.ContainsRune(name, '\'') && strings.ContainsRune(name, '"'):
+		return fmt.Errorf("device name %q cannot be written in a tc -batch script: tc has no way to quote both ' and \"", name)
+	}
+	return nil
+}
+
+func plainWord(s string) bool {
+	for _, c := range s {
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.ContainsRune("_.-+@=,%", c)) {
+			return false
+		}
+	}
+	return s != ""
+}
+
+// batchWord quotes s for a tc -batch line (s passed BatchName).
+func batchWord(s string) string {
+	switch {
+	case plainWord(s):
+		return s
+	case !strings.ContainsRune(s, '\''):
+		return "'" + s + "'"
+	}
+	return `"` + s + `"`
+}
+
+// ShellWord quotes s for a POSIX shell: nothing in it is expanded.
+func ShellWord(s string) string {
+	if plainWord(s) {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// CommentSafe makes s safe to put after '#' on one line of a script:
+// control characters (a newline would end the comment and start a
+// command) are written as Go escapes.
+func CommentSafe(s string) string {
+	for _, c := range s {
+		if c < 0x20 || c == 0x7f || c == utf8.RuneError {
+			q := strconv.Quote(s)
+			return q[1 : len(q)-1]
+		}
+	}
+	return s
 }

@@ -425,32 +425,39 @@ func (k *Kernel) readHook(l *Live, r treeRef) error {
 	if err != nil {
 		return err
 	}
-	// sluice's redirect is node 1 of the u32 instance at HookPrio,
-	// pointing at this tree's ifb. Another tool's filter at the same
-	// prio shares the instance: it is left alone, and so is the
-	// instance, which deleting would take the other filter with it.
-	var mine []*tc.Filter
-	var tp *tc.Filter
-	foreign := false
-	for _, f := range fs {
-		switch {
-		case f.Prio != plan.HookPrio:
-		case f.IsTP():
-			tp = f
-		case f.Kind == "u32" && f.U32 != nil && f.Handle == 1 && f.U32.RedirectDev == r.dev:
-			mine = append(mine, f)
-		default:
-			foreign = true
+	// sluice's redirect is node 1 of the u32 instance at HookPrio (or,
+	// left by an earlier sluice, at LegacyHookPrio), pointing at this
+	// tree's ifb. Another tool's filter at the same prio shares the
+	// instance: it is left alone, and so is the instance, which
+	// deleting would take the other filter with it.
+	for _, prio := range []uint16{plan.HookPrio, plan.LegacyHookPrio} {
+		var mine []*tc.Filter
+		var tp *tc.Filter
+		foreign := false
+		for _, f := range fs {
+			switch {
+			case f.Prio != prio:
+			case f.IsTP():
+				tp = f
+			case f.Kind == "u32" && f.U32 != nil && f.Handle == 1 && f.U32.RedirectDev == r.dev:
+				mine = append(mine, f)
+			default:
+				foreign = true
+			}
 		}
-	}
-	if tp != nil {
+		if tp == nil || len(mine) == 0 && prio == plan.LegacyHookPrio {
+			continue // nothing, or someone else's at tc's default prio
+		}
+		if len(mine) == 0 && foreign && (tp.Kind != "u32" || tp.Proto != tc.ProtoAll) {
+			return fmt.Errorf("%s: the ingress hook's prio %d holds another tool's %s filter; sluice puts its redirect to %s there (move that filter to another prio)", r.iface, prio, tp.Kind, r.dev)
+		}
 		l.Objects = append(l.Objects, tp)
 		if foreign {
 			l.Opt.Shared[tp.Key()] = true
 		}
-	}
-	for _, f := range mine {
-		l.Objects = append(l.Objects, f)
+		for _, f := range mine {
+			l.Objects = append(l.Objects, f)
+		}
 	}
 	return nil
 }
@@ -1200,7 +1207,7 @@ func (k *Kernel) OpenHook(dev string, ingress bool) (*bpf.Program, error) {
 // ourFilter finds sluice's classifier among a hook's filters.
 func ourFilter(fs []*tc.Filter) *tc.Filter {
 	for _, f := range fs {
-		if f.Prio == plan.HookPrio && f.Kind == "bpf" && f.BPF != nil && bpf.IsOurs(f.BPF.Name) {
+		if (f.Prio == plan.HookPrio || f.Prio == plan.LegacyHookPrio) && f.Kind == "bpf" && f.BPF != nil && bpf.IsOurs(f.BPF.Name) {
 			return f
 		}
 	}

@@ -23,10 +23,18 @@ var (
 	RootClassID = tc.MakeHandle(1, 1)
 )
 
-// HookPrio is the prio of the redirect filter on an interface's ingress
-// hook. It is high (evaluated late) so that filters other tools place on
-// a shared clsact run first.
-const HookPrio uint16 = 0xC000
+// HookPrio is the prio of sluice's filters on a clsact hook: the
+// redirect to an ifb, the BPF classifier, a policer. It is high
+// (evaluated late), so that filters other tools place on a shared
+// clsact run first, and above 0xC000, where tc puts a filter added
+// without a prio (and the ones after it, below): sluice's filter never
+// shares a u32 instance with one added by hand.
+const HookPrio uint16 = 0xFF00
+
+// LegacyHookPrio is the prio sluice used for those filters before: tc's
+// default. Filters of sluice's found there are read as sluice's (and
+// moved), anyone else's are left alone.
+const LegacyHookPrio uint16 = 0xC000
 
 // Filter prios: rule prios come from orderedPrios in [1, catchAllPrio).
 const catchAllPrio uint16 = 0xFFFF

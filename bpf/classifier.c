@@ -86,7 +86,8 @@ struct {
 struct pkt {
 	__u32 src[4], dst[4]; // network order
 	__u32 l3off;
-	__u32 iplen; // IPv4 total length, IPv6 payload length
+	__u32 iplen;  // IPv4 total length, IPv6 payload length
+	__u32 hdrlen; // IP and transport header bytes (what each GSO segment repeats)
 	__u32 mark;
 	__u16 sport, dport; // host order
 	__u8 family;        // 4, 6, or 0: not IP (or not parsable)
@@ -141,6 +142,7 @@ static __always_inline void parse(struct __sk_buff *skb, const struct config *cf
 		__builtin_memcpy(&p->src[0], &h[12], 4);
 		__builtin_memcpy(&p->dst[0], &h[16], 4);
 		p->family = 4;
+		p->hdrlen = ihl;
 		if (((((__u16)h[6] << 8) | h[7]) & 0x1fff) != 0)
 			return; // a later fragment: no transport header
 		off += ihl;
@@ -156,6 +158,7 @@ static __always_inline void parse(struct __sk_buff *skb, const struct config *cf
 		__builtin_memcpy(p->src, &h[8], 16);
 		__builtin_memcpy(p->dst, &h[24], 16);
 		p->family = 6;
+		p->hdrlen = 40;
 		off += 40;
 	} else {
 		return;
@@ -173,10 +176,17 @@ static __always_inline void parse(struct __sk_buff *skb, const struct config *cf
 	p->sport = ((__u16)l4[0] << 8) | l4[1];
 	p->dport = ((__u16)l4[2] << 8) | l4[3];
 	p->l4 = 1;
-	if (bpf_skb_load_bytes(skb, off + 13, &p->tcpflags, 1) == 0)
+	__u8 tcp[2];
+	if (bpf_skb_load_bytes(skb, off + 12, tcp, 2) == 0) {
+		p->tcpflags = tcp[1];
 		p->flags = 1;
-	else if (p->proto == IPPROTO_TCP_)
+		if (p->proto == IPPROTO_TCP_)
+			p->hdrlen += (tcp[0] >> 4) * 4;
+	} else if (p->proto == IPPROTO_TCP_) {
 		p->family = 0;
+	}
+	if (p->proto == 17)
+		p->hdrlen += 8;
 }
 
 static __always_inline int prefix_match(const __u32 *addr, const __u32 *want, const __u32 *mask, __u8 family)
@@ -414,6 +424,24 @@ static __always_inline void remark(struct __sk_buff *skb, const struct pkt *p, _
 	}
 }
 
+// ip_bytes is what a policer charges for a packet: the bytes of the IP
+// packets it stands for, as RFC 2697 and 2698 count them, the same on
+// every hook. On egress the stack's wire_len counts each GSO segment
+// with its link-layer header, which is taken off. On an ingress hook
+// (where wire_len counts no link layer and a GRO packet's headers only
+// once) the packet's own IP bytes count, plus the IP and transport
+// headers of every segment after the first.
+static __always_inline __u32 ip_bytes(const struct __sk_buff *skb, const struct config *cfg, const struct pkt *p, __u32 segs)
+{
+	__u32 l3 = p->family ? p->l3off : cfg->l2len;
+	if (cfg->flags & CFG_INGRESS) {
+		__u32 len = skb->len > l3 ? skb->len - l3 : 0;
+		return len + (segs - 1) * p->hdrlen;
+	}
+	__u32 wire = skb->wire_len ? skb->wire_len : skb->len;
+	return wire > segs * l3 ? wire - segs * l3 : 0;
+}
+
 static __always_inline void count(void *map, __u32 idx, __u32 len)
 {
 	struct counter *c = bpf_map_lookup_elem(map, &idx);
@@ -468,11 +496,10 @@ int sluice_classify(struct __sk_buff *skb)
 		return TC_ACT_OK;
 	__u32 pre = pl->aware ? pre_colour(&p) : GREEN;
 	__u64 now = cfg->flags & CFG_TEST_CLOCK ? skb->tstamp : bpf_ktime_get_ns();
-	__u32 segs = skb->gso_segs, seg = len;
-	if (segs > 1)
-		seg = len / segs;
-	__u32 c = meter(pl, now, len, seg, pre);
-	count(&colours, pol * 3 + c, len);
+	__u32 segs = skb->gso_segs > 1 ? skb->gso_segs : 1;
+	__u32 bytes = ip_bytes(skb, cfg, &p, segs);
+	__u32 c = meter(pl, now, bytes, bytes / segs, pre);
+	count(&colours, pol * 3 + c, bytes);
 	if (c > RED)
 		return TC_ACT_OK;
 	__u8 act = pl->act[c];

@@ -37,6 +37,7 @@ const (
 
 	cfgSetPriority = 1
 	cfgTestClock   = 2
+	cfgIngress     = 4
 )
 
 // Colours and policer actions.
@@ -89,6 +90,10 @@ type Content struct {
 	SetPriority bool
 	// TestClock makes policers read the time from skb->tstamp (tests).
 	TestClock bool
+	// Ingress: the program runs on an ingress hook (a policer on an
+	// interface's ingress), where the stack counts a packet's bytes
+	// differently; policers charge IP bytes on every hook.
+	Ingress bool
 	// Shards is the number of transmit queues the tree is sharded over
 	// (0: not sharded). A target without a queue of its own then goes to
 	// a shard by flow hash: queue_mapping and its class id's major follow.
@@ -237,7 +242,7 @@ func (c *Content) maxCounter() uint32 {
 
 // Equal reports whether a and b put the same bytes in the maps.
 func (c *Content) Equal(o *Content) bool {
-	return c.L2Len == o.L2Len && c.SetPriority == o.SetPriority && c.TestClock == o.TestClock && c.Shards == o.Shards &&
+	return c.L2Len == o.L2Len && c.SetPriority == o.SetPriority && c.TestClock == o.TestClock && c.Ingress == o.Ingress && c.Shards == o.Shards &&
 		c.Default == o.Default && eqSlice(c.Rules, o.Rules) && eqSlice(c.Blocks, o.Blocks) &&
 		eqSlice(c.Targets, o.Targets) && eqSlice(c.Policers, o.Policers) && eqHosts(c.Hosts, o.Hosts)
 }
@@ -295,7 +300,7 @@ func (c *Content) Delta(old *Content) string {
 	if !eqSlice(c.Policers, old.Policers) {
 		parts = append(parts, "policers")
 	}
-	if c.L2Len != old.L2Len || c.SetPriority != old.SetPriority || c.TestClock != old.TestClock || c.Shards != old.Shards {
+	if c.L2Len != old.L2Len || c.SetPriority != old.SetPriority || c.TestClock != old.TestClock || c.Ingress != old.Ingress || c.Shards != old.Shards {
 		parts = append(parts, "settings")
 	}
 	return strings.Join(parts, ", ")

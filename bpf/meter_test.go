@@ -112,7 +112,8 @@ func TestMetersAgreeWithRFCReference(t *testing.T) {
 			if p.Aware {
 				pre = bpf.PreColour(dscp)
 			}
-			wantColour := ref.Colour(now, uint32(len(f)), pre)
+			// Policers charge IP bytes (RFC 2697/2698), not the frame.
+			wantColour := ref.Colour(now, uint32(len(f)-14), pre)
 			res, err := prog.Run(bpf.Packet{Frame: f, Time: now})
 			if err != nil {
 				t.Fatal(err)
@@ -235,6 +236,45 @@ func TestMeterGSOPacketsGoIntoDebt(t *testing.T) {
 		}
 		if res.Verdict != s.want {
 			t.Fatalf("step %d: verdict %d, want %d", i, res.Verdict, s.want)
+		}
+	}
+}
+
+// Policers charge the IP bytes of every packet a skb stands for, the
+// same on an egress hook (where the stack's wire_len counts each GSO
+// segment with its Ethernet header) and on an ingress hook (where a
+// GRO packet carries its headers once): a 3-segment train of 1000-byte
+// frames costs 3 x 986 bytes on both.
+func TestPolicersChargeIPBytesOnEveryHook(t *testing.T) {
+	testutil.RequireRoot(t)
+	for _, ingress := range []bool{false, true} {
+		c := policerContent(bpf.Policer{Mode: bpf.SrTCM, CIR: 1000, CBS: 986})
+		c.Ingress = ingress
+		prog, err := bpf.Load(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer prog.Close()
+		// One packet whose IP bytes exactly fill the committed burst.
+		if res, err := prog.Run(bpf.Packet{Frame: testFrame(1000, 0, false), Time: 1e9}); err != nil || res.Verdict != bpf.VerdictOK {
+			t.Fatalf("ingress %v: a 986-byte IP packet against CBS 986: verdict %d, %v (the frame's 1000 bytes were charged?)", ingress, res.Verdict, err)
+		}
+		// A train of 3 segments: on egress one 1000-byte frame standing
+		// for a wire_len of 3 x 1000; on ingress one GRO packet holding
+		// 3 x 958 bytes of payload behind one IP+UDP header.
+		pkt := bpf.Packet{Frame: testFrame(1000, 0, false), Time: 100e9, WireLen: 3000, GSOSegs: 3}
+		if ingress {
+			pkt = bpf.Packet{Frame: testFrame(14+28+3*958, 0, false), Time: 100e9, GSOSegs: 3}
+		}
+		if _, err := prog.Run(pkt); err != nil {
+			t.Fatal(err)
+		}
+		got, err := prog.Colours(1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got[bpf.Green].Bytes != 986+3*986 || got[bpf.Green].Packets != 2 {
+			t.Errorf("ingress %v: green %d packets, %d bytes; want 2 packets of 986 + 2958 IP bytes", ingress, got[bpf.Green].Packets, got[bpf.Green].Bytes)
 		}
 	}
 }

@@ -133,6 +133,9 @@ func (c *Content) config() ClassifierConfig {
 	if c.SetPriority {
 		cfg.Flags |= cfgSetPriority
 	}
+	if c.Ingress {
+		cfg.Flags |= cfgIngress
+	}
 	if c.TestClock {
 		cfg.Flags |= cfgTestClock
 	}
@@ -248,7 +251,7 @@ func (p *Program) Read() (*Content, error) {
 	if err := o.Settings.Lookup(uint32(0), &cfg); err != nil {
 		return nil, fmt.Errorf("bpf classifier: read settings: %w", err)
 	}
-	c := &Content{L2Len: cfg.L2len, SetPriority: cfg.Flags&cfgSetPriority != 0, TestClock: cfg.Flags&cfgTestClock != 0,
+	c := &Content{L2Len: cfg.L2len, SetPriority: cfg.Flags&cfgSetPriority != 0, TestClock: cfg.Flags&cfgTestClock != 0, Ingress: cfg.Flags&cfgIngress != 0,
 		Default: cfg.DefaultTarget, Shards: cfg.Shards, Hosts: map[HostKey]Target{}}
 	var err error
 	if c.Rules, err = readArray[Rule](o.Rules, cfg.Nrules); err != nil {

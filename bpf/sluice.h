@@ -15,6 +15,7 @@
 // config.flags
 #define CFG_SET_PRIORITY 1 // hand the class to HTB in skb->priority (clsact hook)
 #define CFG_TEST_CLOCK 2   // policers take the time from skb->tstamp (tests only)
+#define CFG_INGRESS 4      // on an ingress hook: the stack counts no link-layer bytes
 
 // rule.flags
 #define F_SRC 1

@@ -147,19 +147,26 @@ func TestHostsFileU32(t *testing.T) {
 	a, b := shardedPair(t, 1, 4)
 	testutil.NS(t, b, "ip", "addr", "add", "10.9.0.130/24", "dev", "veth1")
 	testutil.NS(t, b, "ip", "addr", "add", "10.9.0.200/24", "dev", "veth1")
-	testutil.NS(t, b, "ip", "-6", "addr", "add", "fd00:9::10/64", "dev", "veth1", "nodad")
+	for _, a6 := range []string{"fd00:9::10", "fd00:9::1:1", "fd00:9::2:1", "fd00:9::3:1"} {
+		testutil.NS(t, b, "ip", "-6", "addr", "add", a6+"/64", "dev", "veth1", "nodad")
+	}
 	testutil.NS(t, a, "ip", "-6", "addr", "add", "fd00:9::1/64", "dev", "veth0", "nodad")
+	// The IPv6 hosts all end in 1 but one: they hash on the byte
+	// before (mask 0x00ff0000 of the address's last word).
 	file, _ := subsPolicy(t, `name,addresses,rate,ceil
 h0,10.9.0.10,1mbit,50mbit
 h1,10.9.0.11 fd00:9::10,1mbit,50mbit
 h2,10.9.0.12,1mbit,50mbit
 h3,10.9.0.13,1mbit,50mbit
+h4,fd00:9::1:1,1mbit,50mbit
+h5,fd00:9::2:1,1mbit,50mbit
+h6,fd00:9::3:1,1mbit,50mbit
 net,10.9.0.128/28,1mbit,50mbit
 wide,10.9.0.128/25,1mbit,50mbit
 `, "u32")
 	must(t, "--netns", a, "apply", "-q", file)
-	if f := tcShow(t, a, "filter", "show", "dev", "veth0"); !strings.Contains(f, "divisor 256") {
-		t.Fatalf("want a u32 hash table:\n%s", f)
+	if f := tcShow(t, a, "filter", "show", "dev", "veth0"); !strings.Contains(f, "divisor 256") || !strings.Contains(f, "hash mask 00ff0000 at 36") {
+		t.Fatalf("want u32 hash tables, IPv6 hashed on byte 14:\n%s", f)
 	}
 	want := map[string]uint64{}
 	ping := func(addr, class string, n int) {
@@ -170,11 +177,14 @@ wide,10.9.0.128/25,1mbit,50mbit
 	ping("10.9.0.11", "subs/h1", 4)
 	ping("fd00:9::10", "subs/h1", 2)
 	ping("10.9.0.13", "subs/h3", 5)
+	ping("fd00:9::1:1", "subs/h4", 3)
+	ping("fd00:9::2:1", "subs/h5", 4)
+	ping("fd00:9::3:1", "subs/h6", 5)
 	ping("10.9.0.130", "subs/net", 6)  // in both prefixes: the longer wins
 	ping("10.9.0.200", "subs/wide", 7) // only in the /25
 	ping("10.9.0.2", "rest", 8)        // listed nowhere
 	for _, c := range showJSON(t, a).Trees[0].Classes {
-		if w, ok := want[c.Name]; ok && (c.Packets < w || c.Packets > w+12) { // + ARP/ND
+		if w, ok := want[c.Name]; ok && (c.Packets < w || c.Packets > w+24) { // + ARP/ND
 			t.Errorf("class %s: %d packets, want %d", c.Name, c.Packets, w)
 		}
 		if c.Name == "subs/h2" && c.Packets != 0 {

@@ -551,3 +551,40 @@ func TestRefusalMidSendRollsBackBothSides(t *testing.T) {
 		t.Fatalf("the kernel was not restored:\n%s", diffLines(start, now))
 	}
 }
+
+// A device deleted in the middle of an apply takes sluice's objects on
+// it along: there is nothing to roll back there, and the error says so
+// in one line instead of one per undo step (it printed thousands).
+func TestDeviceVanishingMidApply(t *testing.T) {
+	b := newBed(t, "eth0")
+	pol := parse(t, `interfaces:
+  - name: eth0
+    egress:
+      rate: 100mbit
+      classifier: u32
+      default: rest
+      classes:
+        - name: subs
+          rate: 80mbit
+          per_host: {by: dst, cidr: 10.6.0.0/23}
+        - name: rest
+          rate: 10mbit
+`)
+	start0 := b.k.Conn.Writes()
+	b.k.Conn.BeforeWrite = func(n int, what string) error {
+		if n-start0 == 700 { // after the first sends went through
+			testutil.NS(t, b.ns, "ip", "link", "del", "eth0")
+		}
+		return nil
+	}
+	_, err := b.apply(t, pol, false)
+	b.k.Conn.BeforeWrite = nil
+	var ae *kernel.ApplyError
+	if !errors.As(err, &ae) || !ae.RolledBack || len(ae.Vanished) != 1 || ae.Vanished[0] != "eth0" {
+		t.Fatalf("want a rolled-back apply naming eth0 as vanished, got %v", err)
+	}
+	t.Log(err)
+	if msg := err.Error(); strings.Count(msg, "\n") > 0 || len(msg) > 400 || !strings.Contains(msg, "device eth0 disappeared meanwhile") {
+		t.Fatalf("error message (%d bytes):\n%.2000s", len(msg), msg)
+	}
+}

@@ -166,6 +166,7 @@ func contentFingerprint(c *bpf.Content) uint64 {
 	h.u64(uint64(c.L2Len))
 	h.flag(c.SetPriority)
 	h.flag(c.TestClock)
+	h.flag(c.Ingress)
 	h.u64(uint64(c.Shards))
 	h.u64(uint64(c.Default))
 	for _, part := range []any{c.Rules, c.Blocks, c.Targets, c.Policers} {

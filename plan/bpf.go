@@ -278,7 +278,7 @@ func policeOnly(feats Features, in *policy.Interface, t *policy.Tree) *Device {
 	if feats.RawIP[in.Name] {
 		l2 = 0
 	}
-	c := &bpf.Content{L2Len: l2, Blocks: []bpf.Block{{}}, Targets: []bpf.Target{{Counter: 1, Policer: 1}},
+	c := &bpf.Content{L2Len: l2, Ingress: t.Dir == policy.Ingress, Blocks: []bpf.Block{{}}, Targets: []bpf.Target{{Counter: 1, Policer: 1}},
 		Policers: []bpf.Policer{policerOf(t.Police)}, Hosts: map[bpf.HostKey]bpf.Target{}}
 	dev.Objects = []tc.Object{clsact(in.Name),
 		&bpf.Hook{Dev: in.Name, Ingress: t.Dir == policy.Ingress, Prio: HookPrio, Content: c,

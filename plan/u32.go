@@ -331,6 +331,12 @@ func describeAlt(v4 bool, s, d netip.Prefix, proto, dscp int) string {
 	return n
 }
 
+// hostAddr is a host's address and class name.
+type hostAddr struct {
+	p    netip.Prefix
+	name string
+}
+
 // hostsFileU32 is the u32 form of a per_host hosts_file class (the BPF
 // classifier's LPM tries, as tc users write them): at the class's own
 // prio in the enclosing block, per family a link into a 256-bucket
@@ -343,15 +349,11 @@ func (b *builder) hostsFileU32(parent tc.Handle, prio uint16, c *policy.Class) {
 	tp := base
 	tp.Note = "hosts of " + c.Name
 	b.filters = append(b.filters, &tp)
-	type host struct {
-		p    netip.Prefix
-		name string
-	}
-	var full [2][]host // [v4, v6] full-length addresses
-	var short []host
+	var full [2][]hostAddr // [v4, v6] full-length addresses
+	var short []hostAddr
 	for _, e := range ph.Entries {
 		for _, a := range e.Addrs {
-			h := host{a.Masked(), entryName(c, e)}
+			h := hostAddr{a.Masked(), entryName(c, e)}
 			if a.Bits() == a.Addr().BitLen() {
 				full[pick6(a.Addr().Is6())] = append(full[pick6(a.Addr().Is6())], h)
 			} else {
@@ -371,7 +373,8 @@ func (b *builder) hostsFileU32(parent tc.Handle, prio uint16, c *policy.Class) {
 		if ph.By == "src" {
 			off = pick(v4, v4Src, v6Src)
 		}
-		last := int16(off) + int16(pick(v4, 0, 12)) // the address's last word
+		hb := hashByte(hs)
+		word := int16(off) + int16(hb/4*4) // the word holding that byte
 		key := fmt.Sprintf("%s/hosts%d", c.Name, pick(v4, 4, 6))
 		id, ok := b.tables.get(key)
 		if !ok {
@@ -387,10 +390,11 @@ func (b *builder) hostsFileU32(parent tc.Handle, prio uint16, c *policy.Class) {
 		inBucket := map[uint32]uint32{}
 		for _, h := range hs {
 			a := h.p.Addr().AsSlice()
-			bucket := uint32(a[len(a)-1])
+			bucket := uint32(a[hb])
 			inBucket[bucket]++
 			if inBucket[bucket] > 0xFFF {
-				b.d.Errorf(ph.Pos, "class %s: more than 4095 hosts end in .%d; use classifier bpf", c.Name, bucket)
+				b.d.Errorf(ph.Pos, "class %s: more than 4095 IPv%d hosts have %d as byte %d of their address, the byte that spreads them best; a u32 hash bucket holds at most 4095 (the BPF classifier has no such limit)",
+					c.Name, pick(v4, 4, 6), bucket, hb+1)
 				return
 			}
 			var k keyset
@@ -405,7 +409,7 @@ func (b *builder) hostsFileU32(parent tc.Handle, prio uint16, c *policy.Class) {
 		k.add(0, 0xf0000000, uint32(pick(v4, 0x40000000, 0x60000000)), false)
 		n := base
 		n.Handle = node
-		n.U32 = &tc.U32{Sel: &tc.Sel{Keys: k.keys, Hoff: last, Hmask: 0xff}, Link: t.Handle}
+		n.U32 = &tc.U32{Sel: &tc.Sel{Keys: k.keys, Hoff: word, Hmask: 0xff << (8 * (3 - hb%4))}, Link: t.Handle}
 		n.Note = fmt.Sprintf("IPv%d hosts of %s by %s", pick(v4, 4, 6), c.Name, ph.By)
 		nodes = append(nodes, &n)
 	}
@@ -431,6 +435,34 @@ func (b *builder) hostsFileU32(parent tc.Handle, prio uint16, c *policy.Class) {
 	}
 	b.filters = append(b.filters, tables...)
 	b.filters = append(b.filters, nodes...)
+}
+
+// hashByte picks the byte of the addresses that u32 hashes hosts on:
+// the one that spreads them best over 256 buckets (the smallest fullest
+// bucket), the last byte on ties. For IPv4 hosts that is usually the
+// last byte; for IPv6 subscribers numbered ::1 in a /64 each, a byte of
+// the prefix.
+func hashByte(hs []hostAddr) int {
+	if len(hs) == 0 {
+		return 0
+	}
+	n := hs[0].p.Addr().BitLen() / 8
+	best, bestMax := n-1, len(hs)+1
+	var count [256]int
+	for i := n - 1; i >= 0; i-- {
+		count = [256]int{}
+		fullest := 0
+		for _, h := range hs {
+			a := h.p.Addr().As16()
+			c := &count[a[16-n+i]]
+			*c++
+			fullest = max(fullest, *c)
+		}
+		if fullest < bestMax {
+			best, bestMax = i, fullest
+		}
+	}
+	return best
 }
 
 func pick6(v6 bool) int {

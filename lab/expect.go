@@ -15,7 +15,8 @@ import (
 // SUBJECT is `probe NAME`, `class NAME`, `flow NAME`, `hosts`, `flows`,
 // `link` or `policers` (the router's BPF policers, summed). METRIC is a
 // latency statistic (p50 p90 p95 p99 avg max, for probes and classes;
-// "latency" may follow it), loss, goodput, retransmits, drops, fairness
+// "latency" may follow it), loss, goodput, retransmits, rtt (a TCP flow's
+// smoothed round-trip time, averaged over the phase), drops, fairness
 // (Jain's index) or red (the share of bytes policers coloured red).
 // VALUE is a duration
 // (5ms), a rate (18mbit), a ratio or percentage (0.98, 1%), or a share of
@@ -80,6 +81,15 @@ func parseExpectation(s string) (*Expectation, error) {
 			return nil, fmt.Errorf("latency %q: want a duration like 5ms", val)
 		}
 		e.Value = float64(d) / 1e6
+	case e.Metric == "rtt":
+		if e.Subject != "flow" {
+			return nil, fmt.Errorf("rtt is a flow's (TCP's smoothed round-trip time); probes and classes have p50, p95, ...")
+		}
+		d, err := time.ParseDuration(val)
+		if err != nil {
+			return nil, fmt.Errorf("rtt %q: want a duration like 150ms", val)
+		}
+		e.Value = float64(d) / 1e6
 	case e.Metric == "red":
 		if e.Subject != "policers" {
 			return nil, fmt.Errorf("only policers have a red share")
@@ -121,7 +131,7 @@ func parseExpectation(s string) (*Expectation, error) {
 		}
 		e.Value = v
 	default:
-		return nil, fmt.Errorf("metric %q: want p50 p90 p95 p99 avg max loss goodput retransmits drops fairness red", e.Metric)
+		return nil, fmt.Errorf("metric %q: want p50 p90 p95 p99 avg max loss goodput retransmits rtt drops fairness red", e.Metric)
 	}
 	return e, nil
 }
@@ -200,6 +210,12 @@ func (e *Expectation) Check(r *Result) Verdict {
 			v.Actual, unit = fs.Goodput, "bit/s"
 		case "retransmits":
 			v.Actual = fs.RetransRatio
+		case "rtt":
+			if fs.RTT == 0 {
+				v.Note = "no RTT samples for flow " + e.Name + " (TCP only)"
+				return v
+			}
+			v.Actual, unit = fs.RTT, "ms"
 		}
 	case "hosts":
 		v.Actual = ph.HostsFairness

@@ -87,7 +87,7 @@ func synthetic() *Result {
 	r := &Result{Variant: "shaped", Bucket: 0.1, Duration: 2}
 	r.Flows = []*FlowSeries{
 		{Item: "web", Host: "client1", Class: "wan/web", Goodput: fill(20, 9e6)},
-		{Item: "bulk", Host: "client2", Class: "bulk", Goodput: fill(20, 10e6)},
+		{Item: "bulk", Host: "client2", Class: "bulk", Goodput: fill(20, 10e6), RTT: fill(20, 120)},
 	}
 	r.Classes = []*ClassSeries{{Device: "wan", Name: "web", Rate: 10e6, Bps: fill(20, 9.5e6), Drops: make([]uint64, 20)}}
 	var s []Sample
@@ -133,6 +133,9 @@ func TestExpectations(t *testing.T) {
 		{"flow bulk goodput > 10mbit", false},
 		{"policers red >= 9%", true},
 		{"policers red < 0.05", false},
+		{"flow bulk rtt < 150ms", true},
+		{"flow bulk rtt < 100ms", false},
+		{"flow web rtt < 1s", false}, // no RTT samples: not a pass
 	} {
 		e, err := parseExpectation(tc.text)
 		if err != nil {
@@ -142,7 +145,7 @@ func TestExpectations(t *testing.T) {
 			t.Errorf("%q: pass %v (actual %v, want %s, %s)", tc.text, v.Pass, v.Actual, v.Want, v.Note)
 		}
 	}
-	for _, bad := range []string{"hosts p99 < 5ms", "probe ping p99 ~ 5ms", "flows goodput >= 0.9 rate", "nothing", "probe ping red < 1%"} {
+	for _, bad := range []string{"hosts p99 < 5ms", "probe ping p99 ~ 5ms", "flows goodput >= 0.9 rate", "nothing", "probe ping red < 1%", "probe ping rtt < 5ms", "flow bulk rtt < fast"} {
 		if _, err := parseExpectation(bad); err == nil {
 			t.Errorf("%q accepted", bad)
 		}

@@ -30,7 +30,7 @@ const (
 	minQuantum  = 65536 + frameBytes
 	maxQuantum  = 200000
 
-	// bfifoTime is the queue a bfifo leaf holds, at the class's ceil,
+	// bfifoTime is the queue a bfifo leaf holds, at the class's rate,
 	// when the kernel has no AQM: about 50 ms. But never less than one
 	// maximal GSO/GRO packet (64 KB) plus three frames: a byte-limited
 	// FIFO smaller than the packets TCP hands it drops every one of them
@@ -62,8 +62,16 @@ func QuantumFor(rate uint64) uint32 {
 	return uint32(min(max(q, minQuantum), maxQuantum))
 }
 
-// BfifoLimit is the default bfifo limit (bytes) for a class's ceil.
-func BfifoLimit(ceil uint64) uint32 {
-	b := uint64(float64(ceil) * bfifoTime)
+// BfifoLimit is the default bfifo limit (bytes) of a class with rate
+// and ceil: bfifoTime at its rate, which HTB guarantees, so that the
+// queue delays a packet at most that long whenever the class gets its
+// share, however far above its rate it may borrow. Sized at the ceil, a
+// per-host class with a share of 5 of 40 Mbit/s queued 400 ms (measured
+// in the fair-share scenario: 340 ms of TCP RTT, against 109 ms through
+// a plain FIFO). Never more than bfifoTime at the ceil, never less than
+// minBfifoBytes.
+func BfifoLimit(rate, ceil uint64) uint32 {
+	b := uint64(float64(max(rate, 1)) * bfifoTime)
+	b = min(b, uint64(float64(ceil)*bfifoTime))
 	return uint32(min(max(b, minBfifoBytes), 1<<30))
 }

@@ -301,7 +301,7 @@ func (b *builder) classTree(cs []*policy.Class, parent tc.Handle, leaves *[]tc.O
 		info := ClassInfo{Name: c.Name, Handle: id, Parent: parent, Rate: cl.Rate, Ceil: cl.Ceil, Prio: cl.Prio,
 			Default: c.Name == b.tree.Default, Counter: b.counter(c.Name), Replica: b.shard > 0}
 		if c.IsLeaf() {
-			leaf := b.leaf(c.Name, id, c.Leaf, c.LeafPos, c.Limit, c.CeilBps, false)
+			leaf := b.leaf(c.Name, id, c.Leaf, c.LeafPos, c.Limit, c.RateBps/b.div, c.CeilBps, false)
 			if leaf != nil {
 				info.Leaf = leaf.Kind
 				*leaves = append(*leaves, leaf)
@@ -336,7 +336,7 @@ func setBursts(cl *tc.Class, burst, cburst, quantum *policy.Size) {
 // leaf picks and sizes a leaf qdisc. auto takes fq_codel, then sfq, then
 // a bfifo of about 50 ms at ceil, so that a kernel without an AQM never
 // gets a 1000-packet queue.
-func (b *builder) leaf(owner string, class tc.Handle, kind string, at policy.Pos, limit *policy.Limit, ceil uint64, perHost bool) *tc.Qdisc {
+func (b *builder) leaf(owner string, class tc.Handle, kind string, at policy.Pos, limit *policy.Limit, rate, ceil uint64, perHost bool) *tc.Qdisc {
 	if kind == "" {
 		kind, at = b.tree.Leaf, b.tree.LeafPos
 	}
@@ -390,7 +390,7 @@ func (b *builder) leaf(owner string, class tc.Handle, kind string, at policy.Pos
 	case "pfifo":
 		q.Fifo = &tc.Fifo{Limit: pk}
 	case "bfifo":
-		l := BfifoLimit(ceil)
+		l := BfifoLimit(rate, ceil)
 		switch {
 		case limit != nil && limit.Bytes > 0:
 			l = limit.Bytes
@@ -770,7 +770,7 @@ func (b *builder) hostClass(owner *policy.Class, name string, parent tc.Handle, 
 	setBursts(hc, nil, nil, nil)
 	b.objs = append(b.objs, hc)
 	hi := ClassInfo{Name: name, Handle: id, Parent: parent, Rate: rate, Ceil: ceil, Prio: prio, Counter: counter}
-	if leaf := b.leaf(name, id, ph.Leaf, ph.LeafPos, ph.Limit, ceil, true); leaf != nil {
+	if leaf := b.leaf(name, id, ph.Leaf, ph.LeafPos, ph.Limit, rate, ceil, true); leaf != nil {
 		hi.Leaf = leaf.Kind
 		*leaves = append(*leaves, leaf)
 	}

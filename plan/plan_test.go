@@ -122,8 +122,13 @@ func TestDefaultsAcrossRates(t *testing.T) {
 		if q < 1000 || q > 200000 {
 			t.Errorf("%vmbit: quantum %d outside HTB's 1000..200000", mbit, q)
 		}
-		if l := BfifoLimit(rate); l < 65536 {
+		if l := BfifoLimit(rate, rate); l < 65536 {
 			t.Errorf("%vmbit: bfifo %d smaller than a GSO packet", mbit, l)
+		}
+		// A class borrowing up to ten times its rate queues at most
+		// 50 ms at its rate (above the GSO floor), not at its ceil.
+		if l := BfifoLimit(rate, 10*rate); float64(l) > max(0.050*float64(rate), 65536+3*1514)+1 {
+			t.Errorf("%vmbit rate, 10x ceil: bfifo %d is more than 50 ms at the rate", mbit, l)
 		}
 	}
 	// At 20mbit the burst stays at two frames: a bulk class cannot push

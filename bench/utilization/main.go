@@ -127,7 +127,7 @@ func measure(conn *tc.Conn, ns string, mbit float64, cfg string, secs int) point
 	}
 	// The same leaf for both: what sluice's auto picks on a kernel
 	// without an AQM.
-	must("tc", "-n", ns, "qdisc", "add", "dev", "veth0", "parent", "1:10", "handle", "10:", "bfifo", "limit", fmt.Sprint(plan.BfifoLimit(rate)))
+	must("tc", "-n", ns, "qdisc", "add", "dev", "veth0", "parent", "1:10", "handle", "10:", "bfifo", "limit", fmt.Sprint(plan.BfifoLimit(rate, rate)))
 	if cfg == "tc-default" {
 		cls, _ := conn.Classes("veth0", tc.MakeHandle(1, 0))
 		for _, c := range cls {

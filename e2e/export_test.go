@@ -20,7 +20,12 @@ func dump(t *testing.T, ns string, devs []string) string {
 	var b strings.Builder
 	for _, d := range devs {
 		b.WriteString(tcShow(t, ns, "-d", "qdisc", "show", "dev", d))
-		cls := tcShow(t, ns, "-d", "class", "show", "dev", d)
+		var cls string
+		for _, l := range strings.SplitAfter(tcShow(t, ns, "-d", "class", "show", "dev", d), "\n") {
+			if !flowClasses.MatchString(l) {
+				cls += l
+			}
+		}
 		b.WriteString(cls)
 		b.WriteString(tcShow(t, ns, "-d", "filter", "show", "dev", d))
 		b.WriteString(tcShow(t, ns, "-d", "filter", "show", "dev", d, "ingress"))

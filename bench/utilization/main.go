@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -55,6 +56,9 @@ func main() {
 	secs := flag.Int("seconds", 6, "seconds per measurement (the first is not counted)")
 	out := flag.String("out", "bench/results/utilization.json", "machine-readable results")
 	md := flag.String("md", "docs/benchmarks.md", "markdown page whose utilization table is rewritten")
+	bursts := flag.String("burst-study", "", "instead: the distribution of goodput over -runs runs per rate for each of these burst times (ms, like 1,2,4)")
+	runs := flag.Int("runs", 20, "runs per rate and burst time in the burst study")
+	studyOut := flag.String("burst-out", "bench/results/burst.json", "the burst study's machine-readable results")
 	flag.Parse()
 
 	a, b := fmt.Sprintf("slbench-a%d", os.Getpid()), fmt.Sprintf("slbench-b%d", os.Getpid())
@@ -80,6 +84,10 @@ func main() {
 	}
 	defer conn.Close()
 
+	if *bursts != "" {
+		burstStudy(conn, a, *rates, *bursts, *runs, *secs, *studyOut, *md)
+		return
+	}
 	var points []point
 	for _, rs := range strings.Split(*rates, ",") {
 		mbit, err := strconv.ParseFloat(rs, 64)
@@ -115,8 +123,12 @@ func measure(conn *tc.Conn, ns string, mbit float64, cfg string, secs int) point
 	must("tc", "-n", ns, "qdisc", "add", "dev", "veth0", "root", "handle", "1:", "htb", "default", "10")
 	args := []string{"tc", "-n", ns, "class", "add", "dev", "veth0", "parent", "1:", "classid", "1:10", "htb",
 		"rate", tc.FormatRate(rate), "ceil", tc.FormatRate(rate)}
-	if cfg == "sluice" {
+	if cfg == "sluice" || strings.HasPrefix(cfg, "burst=") {
 		p.Burst, p.Quantum = plan.BurstFor(rate), plan.QuantumFor(rate)
+		if ms, ok := strings.CutPrefix(cfg, "burst="); ok { // the burst study: another burst time
+			t, _ := strconv.ParseFloat(strings.TrimSuffix(ms, "ms"), 64)
+			p.Burst = max(uint32(float64(rate)*t/1000), 2*1514)
+		}
 		args = append(args, "burst", fmt.Sprintf("%db", p.Burst), "cburst", fmt.Sprintf("%db", p.Burst), "quantum", fmt.Sprint(p.Quantum))
 	}
 	if out, err := run(args...); err != nil {
@@ -137,7 +149,7 @@ func measure(conn *tc.Conn, ns string, mbit float64, cfg string, secs int) point
 	// The server stays busy until the previous run's connections are
 	// gone: wait for them, so that no run is refused.
 	for try := 0; try < 100; try++ {
-		if o, _ := run("ip", "netns", "exec", ns, "ss", "-Htn", "state", "connected", "( dport = :5299 )"); strings.TrimSpace(o) == "" {
+		if o, _ := run("ip", "netns", "exec", ns, "ss", "-Htn", "state", "connected", "exclude", "time-wait", "( dport = :5299 )"); strings.TrimSpace(o) == "" {
 			break
 		}
 		time.Sleep(100 * time.Millisecond)
@@ -222,3 +234,75 @@ func rewriteTable(path string, points []point, secs int) error {
 	s = s[:i] + t.String() + s[j+len(endMark):]
 	return os.WriteFile(path, []byte(s), 0o644)
 }
+
+// burstStudy measures, for each rate and burst time, the goodput of runs
+// runs, interleaved (run i of every burst time before run i+1 of any),
+// so that a noisy minute of the machine hits every burst time alike.
+func burstStudy(conn *tc.Conn, ns, rates, bursts string, runs, secs int, out, md string) {
+	type cell struct {
+		RateMbit float64   `json:"rate_mbit"`
+		BurstMs  float64   `json:"burst_ms"`
+		Burst    uint32    `json:"burst_bytes"`
+		Goodput  []float64 `json:"goodput_ratios"`
+	}
+	var cells []*cell
+	for _, rs := range strings.Split(rates, ",") {
+		mbit, _ := strconv.ParseFloat(rs, 64)
+		for _, bs := range strings.Split(bursts, ",") {
+			ms, _ := strconv.ParseFloat(bs, 64)
+			cells = append(cells, &cell{RateMbit: mbit, BurstMs: ms})
+		}
+	}
+	for i := 0; i < runs; i++ {
+		for _, c := range cells {
+			p := measure(conn, ns, c.RateMbit, fmt.Sprintf("burst=%gms", c.BurstMs), secs)
+			c.Burst = p.Burst
+			c.Goodput = append(c.Goodput, p.Goodput)
+			fmt.Printf("run %2d %6.0fmbit burst %gms (%d B): goodput/rate %.4f\n", i+1, c.RateMbit, c.BurstMs, p.Burst, p.Goodput)
+		}
+	}
+	os.MkdirAll(filepath.Dir(out), 0o755)
+	js, _ := json.MarshalIndent(map[string]any{
+		"benchmark": "burst", "taken": time.Now().UTC().Format(time.RFC3339),
+		"kernel": strings.TrimSpace(must("uname", "-r")), "cpus": strings.TrimSpace(must("nproc")),
+		"flows": 4, "seconds": secs, "runs": runs, "cells": cells,
+	}, "", "  ")
+	os.WriteFile(out, append(js, '\n'), 0o644)
+	if md == "" {
+		return
+	}
+	var t strings.Builder
+	fmt.Fprintf(&t, "%s\nMeasured %s on %s, %s CPUs: 4 TCP flows through one class, %d runs of %d s per cell, interleaved.\n\n",
+		burstBegin, time.Now().UTC().Format("2006-01-02"), strings.TrimSpace(must("uname", "-r")), strings.TrimSpace(must("nproc")), runs, secs)
+	t.WriteString("| rate | burst | worst goodput/rate | 10th percentile | median | runs below 0.93 |\n|---:|---:|---:|---:|---:|---:|\n")
+	for _, c := range cells {
+		g := append([]float64(nil), c.Goodput...)
+		sort.Float64s(g)
+		below := 0
+		for _, v := range g {
+			if v < 0.93 {
+				below++
+			}
+		}
+		fmt.Fprintf(&t, "| %s | %g ms (%d B) | %.4f | %.4f | %.4f | %d of %d |\n", tc.FormatRate(uint64(c.RateMbit*1e6/8)),
+			c.BurstMs, c.Burst, g[0], g[len(g)/10], g[len(g)/2], below, len(g))
+	}
+	t.WriteString(burstEnd)
+	b, err := os.ReadFile(md)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return
+	}
+	s := string(b)
+	i, j := strings.Index(s, burstBegin), strings.Index(s, burstEnd)
+	if i < 0 || j < i {
+		fmt.Fprintf(os.Stderr, "%s: no %s ... %s markers\n", md, burstBegin, burstEnd)
+		return
+	}
+	os.WriteFile(md, []byte(s[:i]+t.String()+s[j+len(burstEnd):]), 0o644)
+}
+
+const (
+	burstBegin = "<!-- burst:begin -->"
+	burstEnd   = "<!-- burst:end -->"
+)

@@ -2,7 +2,7 @@
 GO  ?= go
 BIN := bin/sluice
 
-.PHONY: build deps demo test unit fuzz lint bpf bpf-check bench bench-utilization bench-classify bench-apply clean
+.PHONY: build deps demo test unit fuzz lint vmtest vmtest-all bpf bpf-check bench bench-utilization bench-classify bench-apply clean
 
 build:
 	$(GO) build -o $(BIN) ./cmd/sluice
@@ -34,6 +34,17 @@ fuzz:
 		echo "fuzz $$t for $(FUZZTIME)"; \
 		$(GO) test -run '^$$' -fuzz "^$${t#*:}$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 2s ./$${t%%:*} || exit 1; \
 	done
+
+# The stock-kernel lane: the privileged tests inside qemu on Debian's
+# kernel (KERNEL=6.1, 6.12, a package version or a vmlinuz path; see
+# docs/kernels.md). vmtest-all runs both Debian kernels.
+KERNEL ?= 6.1
+vmtest:
+	./vmlane/vmtest.sh $(KERNEL)
+
+vmtest-all:
+	./vmlane/vmtest.sh 6.1
+	./vmlane/vmtest.sh 6.12
 
 lint:
 	$(GO) vet ./...

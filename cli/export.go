@@ -196,6 +196,13 @@ what sluice will therefore do. --json gives the same as a stable object
 	return cmd
 }
 
+func orNone(xs []string) string {
+	if len(xs) == 0 {
+		return "none"
+	}
+	return strings.Join(xs, " ")
+}
+
 func yesNo(m map[string]bool, order []string) string {
 	var have, lack []string
 	for _, k := range order {
@@ -228,6 +235,14 @@ func doctorText(r *kernel.Report) string {
 	}
 	fmt.Fprintf(&b, "tcp cc          %s (current %s)\n", strings.Join(r.CongestionControls, " "), r.CongestionControl)
 	fmt.Fprintf(&b, "default_qdisc   %s\n", r.DefaultQdisc)
+	if m := r.Modules; m.NoModules {
+		b.WriteString("modules         none: this kernel loads no modules; what it has is built in\n")
+	} else {
+		fmt.Fprintf(&b, "modules         loaded before this probe: %s\n", orNone(m.Loaded))
+		fmt.Fprintf(&b, "                loadable on demand: %s\n", orNone(m.Loadable))
+		fmt.Fprintf(&b, "                built in: %s\n", orNone(m.Builtin))
+		fmt.Fprintf(&b, "                absent: %s\n", orNone(m.Absent))
+	}
 	b.WriteString("\nsluice will:\n")
 	for _, p := range r.Plan {
 		fmt.Fprintf(&b, "  - %s\n", p)

@@ -15,6 +15,7 @@ import (
 
 	"sluice/kernel"
 	"sluice/lab"
+	"sluice/vmlane"
 )
 
 func labCmd(g *globals) *cobra.Command {
@@ -70,7 +71,7 @@ func labUpCmd(g *globals) *cobra.Command {
 				return badInput(err)
 			}
 			if lab.NeedsDelayLine(s.Topology) {
-				return badInput(fmt.Errorf("%s: modem delay %s needs netem (sch_netem), which this kernel lacks; sluice lab run emulates it with its own delay line, which lives only as long as the run", s.File, s.Topology.Modem.Delay))
+				return badInput(fmt.Errorf("%s: the modem's delay or loss needs netem (sch_netem), which this kernel lacks (or the scenario asks for emulator line); sluice lab run emulates it with its own delay line, which lives only as long as the run", s.File))
 			}
 			b, err := lab.Up(name, s.Topology)
 			if err != nil {
@@ -130,6 +131,7 @@ type runFlags struct {
 	out      string
 	keep     bool
 	quiet    bool
+	kernel   string
 }
 
 func labRunCmd(g *globals) *cobra.Command {
@@ -141,7 +143,16 @@ func labRunCmd(g *globals) *cobra.Command {
 up), runs each variant in turn, prints the results side by side, writes
 report.json (every series) and report.html (charts) to --out, checks the
 scenario's expectations (exit status 1 if one fails) and removes the test
-bed unless --keep.`,
+bed unless --keep.
+
+With --kernel the whole run happens inside a virtual machine booted with
+that kernel: 6.1 or 6.12 (Debian's, fetched with apt into
+/var/lib/sluice-vm), a Debian package version (6.1.0-56), or the path of
+a vmlinuz whose tree holds lib/modules. An operator proves a policy on
+the kernel the gateway runs. It needs qemu (installed if missing) and
+virtme-ng (installed in a venv); where KVM cannot run the kernel the
+machine is emulated, 5 to 15 times slower (docs/kernels.md). The report
+names the kernel it ran on.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return g.runScenario(args[0], f)
@@ -153,6 +164,7 @@ bed unless --keep.`,
 	cmd.Flags().StringVar(&f.out, "out", "", "directory for report.json and report.html (default sluice-lab-SCENARIO)")
 	cmd.Flags().BoolVar(&f.keep, "keep", false, "leave the test bed up")
 	cmd.Flags().BoolVarP(&f.quiet, "quiet", "q", false, "print only the summary")
+	cmd.Flags().StringVar(&f.kernel, "kernel", "", "run inside a VM booted with this kernel: 6.1, 6.12, a Debian package version, or a vmlinuz path")
 	return cmd
 }
 
@@ -163,6 +175,9 @@ func (g *globals) runScenario(nameOrPath string, f *runFlags) error {
 	}
 	if f.scale <= 0 {
 		return badInput(fmt.Errorf("--scale must be positive"))
+	}
+	if f.kernel != "" {
+		return g.runScenarioInVM(nameOrPath, s, f)
 	}
 	var variants []lab.Variant
 	for _, v := range s.Variants {
@@ -239,6 +254,53 @@ func (g *globals) runScenario(nameOrPath string, f *runFlags) error {
 	}
 	if !report.Passed {
 		return failure(errors.New("some expectations failed"))
+	}
+	return nil
+}
+
+// runScenarioInVM runs the scenario with this very binary inside a VM
+// booted with f.kernel, the report landing in --out on the host.
+func (g *globals) runScenarioInVM(nameOrPath string, s *lab.Scenario, f *runFlags) error {
+	if f.keep {
+		return badInput(errors.New("--keep and --kernel: the test bed lives in the VM, which ends with the run"))
+	}
+	if f.out == "" {
+		f.out = "sluice-lab-" + s.Name
+	}
+	out, err := filepath.Abs(f.out)
+	if err != nil {
+		return badInput(err)
+	}
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		return failure(err)
+	}
+	if _, err := os.Stat(nameOrPath); err == nil {
+		if nameOrPath, err = filepath.Abs(nameOrPath); err != nil {
+			return badInput(err)
+		}
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return failure(err)
+	}
+	cwd, _ := os.Getwd()
+	args := []string{"sluice", "lab", "run", nameOrPath, "--out", out, "--scale", fmt.Sprint(f.scale)}
+	if f.name != "" {
+		args = append(args, "--name", f.name)
+	}
+	for _, v := range f.variants {
+		args = append(args, "--variant", v)
+	}
+	if f.quiet {
+		args = append(args, "--quiet")
+	}
+	fmt.Fprintf(g.stdout, "running %s inside a VM with %s\n", s.Name, vmlane.Describe(f.kernel))
+	code, err := vmlane.Run(f.kernel, vmlane.Quote(args), self, cwd, out, g.stdout)
+	switch {
+	case err != nil:
+		return failure(fmt.Errorf("the VM: %w", err))
+	case code != 0:
+		return &exitError{code, fmt.Errorf("the run inside the VM with %s exited %d", vmlane.Describe(f.kernel), code)}
 	}
 	return nil
 }

@@ -408,22 +408,16 @@ func TestPolicerVsShaper(t *testing.T) {
 	}
 }
 
-// Without netem the modem's delay is sluice's own delay line, which
-// lives only as long as the process: `lab up` refuses it (and creates
-// nothing), `lab run` adds the delay to every round trip.
+// Without netem (or when a scenario asks for it) the modem's delay is
+// sluice's own delay line, which lives only as long as the process:
+// `lab up` refuses it (and creates nothing), `lab run` adds the delay
+// to every round trip. Forced here, so that it runs on every kernel.
 func TestDelayLine(t *testing.T) {
 	testutil.RequireRoot(t)
-	rep, err := kernel.ProbeCached(kernel.StateDir(""))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if rep.Qdiscs["netem"] {
-		t.Skip("this kernel has netem, which the modem's delay uses instead of the delay line")
-	}
 	dir := t.TempDir()
 	file := filepath.Join(dir, "delay.yaml")
 	os.WriteFile(file, []byte(`name: delay
-topology: {clients: 1, modem: {delay: 10ms}}
+topology: {clients: 1, modem: {delay: 10ms, emulator: line}}
 variants: [{name: plain}]
 phases: [{name: run, duration: 2s}]
 settle: 0s
@@ -435,7 +429,7 @@ expect:
   - "probe ping loss <= 0%"
 `), 0o644)
 	name := strings.TrimPrefix(testutil.Unique("dl"), testutil.Prefix)
-	if r := sluice(t, "lab", "up", file, "--name", name); r.code != 2 || !strings.Contains(r.stderr, "needs netem") {
+	if r := sluice(t, "lab", "up", file, "--name", name); r.code != 2 || !strings.Contains(r.stderr, "delay line") {
 		t.Errorf("lab up with a delay: exit %d %s", r.code, r.stderr)
 	}
 	if ns := labNamespaces(t, lab.Prefix+name+"-"); len(ns) != 0 {
@@ -447,5 +441,98 @@ expect:
 	}
 	if ns := labNamespaces(t, lab.Prefix+name+"-"); len(ns) != 0 {
 		t.Errorf("lab run left %v", ns)
+	}
+}
+
+// With netem the modem's delay and loss are netem's, under the modem's
+// rate; the line's loss is tested beside it for the same figures.
+func TestNetemDelayAndLoss(t *testing.T) {
+	testutil.RequireRoot(t)
+	rep, err := kernel.ProbeCached(kernel.StateDir(""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, emu := range []string{"netem", "line"} {
+		t.Run(emu, func(t *testing.T) {
+			if emu == "netem" {
+				testutil.NeedFeature(t, "netem", rep.Qdiscs["netem"])
+			}
+			dir := t.TempDir()
+			file := filepath.Join(dir, "loss.yaml")
+			os.WriteFile(file, []byte(`name: loss
+topology: {clients: 1, modem: {down: 50mbit, up: 50mbit, delay: 10ms, loss: 10%, emulator: `+emu+`}}
+variants: [{name: plain}]
+phases: [{name: run, duration: 4s}]
+settle: 0s
+traffic:
+  - {name: ping, type: ping, from: client1, to: server, interval: 20ms}
+expect:
+  - "probe ping p50 >= 20ms"
+  - "probe ping p50 < 40ms"
+  # A round trip crosses the loss twice: 1 - 0.9^2 = 19% of pings lost.
+  - "probe ping loss >= 9%"
+  - "probe ping loss <= 32%"
+`), 0o644)
+			name := strings.TrimPrefix(testutil.Unique("nl"), testutil.Prefix)
+			r := sluice(t, "lab", "run", file, "--out", dir, "--name", name)
+			if r.code != 0 {
+				t.Fatalf("exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
+			}
+			if emu == "netem" {
+				return
+			}
+			if r := sluice(t, "lab", "up", file, "--name", name); r.code != 2 {
+				t.Errorf("lab up with the delay line: exit %d %s", r.code, r.stderr)
+			}
+		})
+	}
+}
+
+// cc-matrix runs every row the kernel can: each congestion control
+// through each leaf qdisc it has, at the shaped rate; a row is skipped
+// only for a qdisc the kernel lacks (and in the stock-kernel lane, which
+// has them all, none is).
+func TestCCMatrixFillsEveryRow(t *testing.T) {
+	testutil.RequireRoot(t)
+	dir := t.TempDir()
+	name := strings.TrimPrefix(testutil.Unique("cc"), testutil.Prefix)
+	r := sluice(t, "lab", "run", "cc-matrix", "--scale", "0.5", "--out", dir, "--name", name)
+	if r.code != 0 {
+		t.Fatalf("exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "report.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep struct {
+		Kernel  string `json:"kernel"`
+		Results []struct {
+			Variant string            `json:"variant"`
+			Skipped string            `json:"skipped"`
+			Matrix  map[string]string `json:"matrix"`
+			Phases  []struct {
+				Flows map[string]struct {
+					Goodput float64 `json:"goodput_bps"`
+				} `json:"flows"`
+			} `json:"phases"`
+		} `json:"results"`
+	}
+	if err := json.Unmarshal(b, &rep); err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Results) != 18 || rep.Kernel == "" {
+		t.Fatalf("%d rows (want 18), kernel %q", len(rep.Results), rep.Kernel)
+	}
+	for _, res := range rep.Results {
+		t.Run(res.Variant, func(t *testing.T) {
+			if res.Skipped != "" {
+				testutil.NeedFeature(t, res.Matrix["leaf"], false)
+				return
+			}
+			g := res.Phases[len(res.Phases)-1].Flows["flow"].Goodput
+			if g < 8e6 || g > 10e6 {
+				t.Errorf("%s: goodput %.2f Mbit/s through a 10mbit class", res.Variant, g/1e6)
+			}
+		})
 	}
 }

@@ -42,6 +42,9 @@ type Report struct {
 	CongestionControls []string `json:"congestion_controls"`
 	CongestionControl  string   `json:"congestion_control"`
 	DefaultQdisc       string   `json:"default_qdisc"`
+	// Modules is what the kernel had loaded, could load and had built
+	// in before the probe (which loads modules on demand).
+	Modules Modules `json:"modules"`
 	// Plan lists what sluice will therefore do.
 	Plan []string `json:"plan"`
 }
@@ -117,6 +120,7 @@ func Probe() (*Report, error) {
 		Actions:      map[string]bool{},
 		DefaultQdisc: readTrim("/proc/sys/net/core/default_qdisc"),
 	}
+	r.Modules = readModules(r.Kernel)
 	r.CongestionControls = strings.Fields(readTrim("/proc/sys/net/ipv4/tcp_available_congestion_control"))
 	r.CongestionControl = readTrim("/proc/sys/net/ipv4/tcp_congestion_control")
 	// Read before entering the scratch namespace: net.core.bpf_jit_enable
@@ -262,7 +266,7 @@ func probeBPF(r *Report, c *tc.Conn) {
 // explain turns the findings into sluice's decisions.
 func (r *Report) explain() {
 	f := r.Features()
-	leaf := "bfifo of about 50 ms at each class's ceil (no fq_codel or sfq: no AQM)"
+	leaf := "bfifo of about 50 ms at each class's rate (no fq_codel or sfq: no AQM)"
 	switch {
 	case f.Qdiscs["fq_codel"]:
 		leaf = "fq_codel"
@@ -292,10 +296,38 @@ func (r *Report) explain() {
 			r.Plan = append(r.Plan, "ingress: impossible, no mirred action")
 		}
 	}
-	if r.U32Mark {
+	if !r.Modules.NoModules {
+		var load []string
+		need := []string{"sch_htb", "cls_u32", "sch_ingress", "act_mirred", "ifb"}
+		if f.BPF {
+			need = append(need, "cls_bpf")
+		}
+		switch { // leaf auto's pick
+		case f.Qdiscs["fq_codel"]:
+			need = append(need, "sch_fq_codel")
+		case f.Qdiscs["sfq"]:
+			need = append(need, "sch_sfq")
+		}
+		loadable := map[string]bool{}
+		for _, m := range r.Modules.Loadable {
+			loadable[m] = true
+		}
+		for _, m := range need {
+			if loadable[m] {
+				load = append(load, m)
+			}
+		}
+		if len(load) > 0 {
+			r.Plan = append(r.Plan, "modules: apply has the kernel load "+strings.Join(load, " ")+" on demand (not loaded before this probe); an explicit leaf loads its sch_ module")
+		}
+	}
+	switch {
+	case r.U32Mark:
 		r.Plan = append(r.Plan, "match mark: u32 mark")
-	} else {
-		r.Plan = append(r.Plan, "match mark: refused (u32 here ignores marks: CONFIG_CLS_U32_MARK is off)")
+	case f.BPF:
+		r.Plan = append(r.Plan, "match mark: in the BPF classifier (u32 here ignores marks: CONFIG_CLS_U32_MARK is off); a tree with classifier u32 and mark rules is refused")
+	default:
+		r.Plan = append(r.Plan, "match mark: refused (u32 here ignores marks: CONFIG_CLS_U32_MARK is off, and there is no BPF classifier)")
 	}
 	if r.BPF.SchedCLS && r.Classifiers["bpf"] {
 		r.Plan = append(r.Plan, "bpf: sched_cls programs load (BPF classifier, policers and EDT can run)")

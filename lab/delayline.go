@@ -2,7 +2,10 @@ package lab
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"os"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 	"unsafe"
@@ -13,7 +16,8 @@ import (
 	"sluice/tc"
 )
 
-// A delay line stands in for netem where the kernel lacks it: a
+// A delay line stands in for netem where the kernel lacks it (or where a
+// scenario asks for it: modem emulator line): a
 // namespace ("wire") between the router's wan and the server's isp in
 // which every frame is redirected (u32 + mirred) into a TAP device, held
 // by this process for the delay, written back, and redirected on to the
@@ -31,25 +35,58 @@ import (
 // are dropped, as netem's limit does.
 const delayLineLimit = 20000
 
-// relayNeeded says whether m's delay needs the delay line: it asks for a
-// delay and the kernel has no netem.
-func relayNeeded(m Modem) (time.Duration, bool, error) {
-	if m.Delay == "" {
-		return 0, false, nil
+// impairment is what the modem adds to the path besides its rate: a
+// delay each way and a share of frames lost each way.
+type impairment struct {
+	delay time.Duration
+	loss  float64 // 0..1
+}
+
+func (im impairment) none() bool { return im.delay == 0 && im.loss == 0 }
+
+// relayNeeded reads m's delay and loss and says whether they need the
+// delay line: emulator line asks for it, netem for netem (refused on a
+// kernel without it), auto (the default) for netem where the kernel has
+// it.
+func relayNeeded(m Modem) (impairment, bool, error) {
+	var im impairment
+	if m.Delay != "" {
+		d, err := time.ParseDuration(m.Delay)
+		if err != nil || d <= 0 {
+			return im, false, fmt.Errorf("modem delay %q: want a duration like 20ms", m.Delay)
+		}
+		im.delay = d
 	}
-	d, err := time.ParseDuration(m.Delay)
-	if err != nil || d <= 0 {
-		return 0, false, fmt.Errorf("modem delay %q: want a duration like 20ms", m.Delay)
+	if m.Loss != "" {
+		v, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(m.Loss), "%"), 64)
+		if err != nil || !strings.HasSuffix(strings.TrimSpace(m.Loss), "%") || v <= 0 || v >= 100 {
+			return im, false, fmt.Errorf("modem loss %q: want a percentage like 1%%", m.Loss)
+		}
+		im.loss = v / 100
+	}
+	switch m.Emulator {
+	case "", "auto", "netem", "line":
+	default:
+		return im, false, fmt.Errorf("modem emulator %q: want auto, netem or line", m.Emulator)
+	}
+	if im.none() {
+		return im, false, nil
+	}
+	if m.Emulator == "line" {
+		return im, true, nil
 	}
 	rep, err := kernel.ProbeCached(kernel.StateDir(""))
 	if err != nil {
-		return 0, false, err
+		return im, false, err
 	}
-	return d, !rep.Qdiscs["netem"], nil
+	if m.Emulator == "netem" && !rep.Qdiscs["netem"] {
+		return im, false, fmt.Errorf("modem emulator netem: this kernel has no netem qdisc (sch_netem); use emulator auto or line")
+	}
+	return im, !rep.Qdiscs["netem"], nil
 }
 
-// NeedsDelayLine says whether topo's delay would be emulated by this
-// process (no netem here), so that a bed left up could not keep it.
+// NeedsDelayLine says whether topo's delay or loss would be emulated by
+// this process (the delay line), so that a bed left up could not keep it.
 func NeedsDelayLine(topo Topology) bool {
 	_, relay, err := relayNeeded(topo.Modem)
 	return err == nil && relay
@@ -63,7 +100,7 @@ type delayLine struct {
 
 // startDelayLine wires the wire namespace's r and s through two TAPs
 // and starts relaying with delay each way.
-func startDelayLine(ns string, delay time.Duration) (*delayLine, error) {
+func startDelayLine(ns string, im impairment) (*delayLine, error) {
 	dl := &delayLine{}
 	c, err := tc.Open(ns)
 	if err != nil {
@@ -96,8 +133,8 @@ func startDelayLine(ns string, delay time.Duration) (*delayLine, error) {
 			return nil, fmt.Errorf("delay line: redirect %s to %s: %w", hop[0], hop[1], err)
 		}
 	}
-	for _, f := range dl.files {
-		dl.relay(f, delay)
+	for i, f := range dl.files {
+		dl.relay(f, im, int64(i))
 	}
 	return dl, nil
 }
@@ -124,10 +161,13 @@ type heldFrame struct {
 }
 
 // relay reads the frames the TAP transmits and writes each back (the
-// TAP receives it) delay after it was read, in order.
-func (dl *delayLine) relay(f *os.File, delay time.Duration) {
+// TAP receives it) im.delay after it was read, in order, losing each
+// with probability im.loss (independently, as netem's loss does).
+func (dl *delayLine) relay(f *os.File, im impairment, seed int64) {
+	delay := im.delay
 	q := make(chan heldFrame, delayLineLimit)
 	pool := sync.Pool{New: func() any { return make([]byte, 65536) }}
+	rnd := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), uint64(seed)))
 	dl.wg.Add(2)
 	go func() {
 		defer dl.wg.Done()
@@ -137,6 +177,10 @@ func (dl *delayLine) relay(f *os.File, delay time.Duration) {
 			n, err := f.Read(b[:cap(b)])
 			if err != nil {
 				return
+			}
+			if im.loss > 0 && rnd.Float64() < im.loss {
+				pool.Put(b)
+				continue
 			}
 			select {
 			case q <- heldFrame{b[:n], time.Now().Add(delay)}:

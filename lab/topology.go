@@ -40,9 +40,14 @@ type Modem struct {
 	Up     string `yaml:"up"`     // rate toward the server, tc units
 	Down   string `yaml:"down"`   // rate toward the router
 	Buffer string `yaml:"buffer"` // its queue, as time at its rate (default 200ms)
-	// Delay adds a propagation delay each way on the server side (netem;
-	// refused, naming the missing qdisc, on kernels without it).
+	// Delay adds a propagation delay each way on the server side, Loss
+	// (a percentage) loses that share of frames each way, independently.
 	Delay string `yaml:"delay"`
+	Loss  string `yaml:"loss"`
+	// Emulator says what adds them: netem (refused on a kernel without
+	// it), line (sluice's own delay line, which lives only as long as
+	// `lab run`), or auto (the default): netem where the kernel has it.
+	Emulator string `yaml:"emulator"`
 }
 
 // Addresses of the test bed.
@@ -117,7 +122,7 @@ func Up(name string, topo Topology) (b *Bed, err error) {
 	}
 	b = bedNames(name, topo.Clients)
 	b.Topo = topo
-	lineDelay, relay, err := relayNeeded(topo.Modem)
+	im, relay, err := relayNeeded(topo.Modem)
 	if err != nil {
 		return nil, err
 	}
@@ -229,7 +234,7 @@ func Up(name string, topo Topology) (b *Bed, err error) {
 		if err := wire(b.Wire, "s", b.Server, "isp"); err != nil {
 			return nil, err
 		}
-		if b.delay, err = startDelayLine(b.Wire, lineDelay); err != nil {
+		if b.delay, err = startDelayLine(b.Wire, im); err != nil {
 			return nil, err
 		}
 	}
@@ -255,11 +260,11 @@ func Up(name string, topo Topology) (b *Bed, err error) {
 	}); err != nil {
 		return nil, err
 	}
-	netemDelay := lineDelay
+	netem := im
 	if relay {
-		netemDelay = 0 // the delay line carries it
+		netem = impairment{} // the delay line carries it
 	}
-	if err := b.modem(topo.Modem, netemDelay); err != nil {
+	if err := b.modem(topo.Modem, netem); err != nil {
 		return nil, err
 	}
 	return b, nil
@@ -333,10 +338,10 @@ func defaultRoutes(h *netlink.Handle, dev string, gws ...netip.Addr) error {
 // modem emulates the link between the router and the server on the
 // server side: a tbf on the server's egress (downlink) and, through an
 // ifb, on its ingress (uplink), each with a queue of Buffer at its rate,
-// as a modem has; with a delay, a netem under each tbf (or alone). A
-// delay of 0 is none, or the delay line's (b.Wire) to carry.
-func (b *Bed) modem(m Modem, delay time.Duration) error {
-	if m.Up == "" && m.Down == "" && delay == 0 {
+// as a modem has; with a delay or loss, a netem under each tbf (or
+// alone). No impairment is none, or the delay line's (b.Wire) to carry.
+func (b *Bed) modem(m Modem, im impairment) error {
+	if m.Up == "" && m.Down == "" && im.none() {
 		return nil
 	}
 	buf := 200 * time.Millisecond
@@ -373,21 +378,21 @@ func (b *Bed) modem(m Modem, delay time.Duration) error {
 			}
 			parent = netlink.MakeHandle(1, 1)
 		}
-		if delay > 0 {
+		if !im.none() {
 			ne := netlink.NewNetem(netlink.QdiscAttrs{LinkIndex: l.Attrs().Index, Parent: parent, Handle: netlink.MakeHandle(10, 0)},
-				netlink.NetemQdiscAttrs{Latency: uint32(delay.Microseconds()), Limit: 100000})
+				netlink.NetemQdiscAttrs{Latency: uint32(im.delay.Microseconds()), Loss: float32(im.loss * 100), Limit: 100000})
 			if err := c.Links().QdiscAdd(ne); err != nil {
 				return fmt.Errorf("modem delay on %s: %w", dev, err)
 			}
 		}
 		return nil
 	}
-	if m.Down != "" || delay > 0 {
+	if m.Down != "" || !im.none() {
 		if err := shape("isp", m.Down); err != nil {
 			return err
 		}
 	}
-	if m.Up == "" && delay == 0 {
+	if m.Up == "" && im.none() {
 		return nil
 	}
 	// Uplink: redirect the server's ingress to an ifb and shape that.

@@ -134,6 +134,7 @@ func Build(pol *policy.Policy, feats Features, prev map[string]*Alloc) (*Plan, e
 	d := &policy.Diag{File: pol.File}
 	p := &Plan{}
 	for _, in := range pol.Interfaces {
+		in = markClassifier(in, feats)
 		for _, t := range []*policy.Tree{in.Egress, in.Ingress} {
 			if t != nil && t.BPF && !feats.BPF {
 				d.Errorf(t.Pos, "%s %s: needs the BPF classifier, but this kernel cannot run it (sched_cls programs, cls_bpf or clsact missing; see sluice doctor)", in.Name, t.Dir)
@@ -154,6 +155,46 @@ func Build(pol *policy.Policy, feats Features, prev map[string]*Alloc) (*Plan, e
 		return nil, err
 	}
 	return p, nil
+}
+
+// markClassifier gives a tree that matches marks the BPF classifier
+// when its classifier is auto and this kernel's u32 cannot match marks
+// (CONFIG_CLS_U32_MARK off, as on the project's CI machines): u32 would
+// accept the match and silently ignore it. It returns in, or a copy of
+// it with such trees copied and changed (the policy is not modified).
+func markClassifier(in *policy.Interface, feats Features) *policy.Interface {
+	if feats.U32Mark || !feats.BPF {
+		return in
+	}
+	needs := func(t *policy.Tree) bool {
+		return t != nil && !t.BPF && t.Police == nil && t.Classifier == "auto" && matchesMarks(t.Classes)
+	}
+	if !needs(in.Egress) && !needs(in.Ingress) {
+		return in
+	}
+	out := *in
+	for _, t := range []**policy.Tree{&out.Egress, &out.Ingress} {
+		if needs(*t) {
+			bt := **t
+			bt.BPF = true
+			*t = &bt
+		}
+	}
+	return &out
+}
+
+func matchesMarks(cs []*policy.Class) bool {
+	for _, c := range cs {
+		for _, m := range c.Match {
+			if m.Mark != nil {
+				return true
+			}
+		}
+		if matchesMarks(c.Classes) {
+			return true
+		}
+	}
+	return false
 }
 
 type builder struct {
@@ -510,7 +551,7 @@ func (b *builder) rule(parent tc.Handle, prio uint16, c *policy.Class, entries [
 	}
 	for _, e := range entries {
 		if e.Mark != nil && !b.feats.U32Mark {
-			b.d.Errorf(e.Fields["mark"], "class %s: mark: this kernel's u32 cannot match marks (CONFIG_CLS_U32_MARK is not set); it would silently match every packet",
+			b.d.Errorf(e.Fields["mark"], "class %s: mark: this kernel's u32 cannot match marks (CONFIG_CLS_U32_MARK is not set; it would silently match every packet): leave classifier auto, or set classifier bpf, to match marks in sluice's BPF classifier",
 				c.Name)
 			return
 		}

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"sluice/bpf"
 	"sluice/policy"
 	"sluice/tc"
 )
@@ -332,5 +333,40 @@ func TestHostsHashOnTheBestByte(t *testing.T) {
 	}
 	if got := links["IPv6 hosts of subs by dst"]; got != "hoff 28 hmask 0x000000ff" {
 		t.Errorf("IPv6 hosts hash on %s, want byte 8 of the address (hoff 28 hmask 0xff)", got)
+	}
+}
+
+// On a kernel whose u32 ignores marks, a tree with classifier auto that
+// matches marks is classified in BPF instead; classifier u32 is refused
+// with the way out. The policy itself is left as it was.
+func TestMarksGoToBPFWhereU32IgnoresThem(t *testing.T) {
+	src := "interfaces:\n  - name: eth0\n    egress:\n      rate: 20mbit\n      default: b\n%s      classes:\n        - name: a\n          rate: 1mbit\n          match: [{mark: 0x10/0xff}]\n        - name: b\n          rate: 1mbit\n"
+	noMark := Features{BPF: true, Qdiscs: map[string]bool{"bfifo": true}}
+	p, _, err := policy.Parse("p.yaml", []byte(fmt.Sprintf(src, "")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pl, err := Build(p, noMark, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hooks := 0
+	for _, o := range pl.Objects() {
+		switch x := o.(type) {
+		case *bpf.Hook:
+			hooks++
+		case *tc.Filter:
+			t.Errorf("a u32 filter in a tree classified in BPF: %s", x.Describe())
+		}
+	}
+	if hooks != 1 || p.Interfaces[0].Egress.BPF {
+		t.Errorf("%d BPF classifiers (want 1); the policy's tree changed: BPF %v", hooks, p.Interfaces[0].Egress.BPF)
+	}
+	p, _, err = policy.Parse("p.yaml", []byte(fmt.Sprintf(src, "      classifier: u32\n")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Build(p, noMark, nil); err == nil || !strings.Contains(err.Error(), "p.yaml:10:26: class a: mark: this kernel's u32 cannot match marks") || !strings.Contains(err.Error(), "classifier bpf") {
+		t.Fatalf("classifier u32 with marks: %v", err)
 	}
 }

@@ -1,0 +1,73 @@
+#!/bin/bash
+# Runs inside the stock-kernel lane's guest (vmlane/vmtest.sh): loads the
+# modules the tests need, runs the suites built on the host, counts what
+# ran, skipped and failed, and leaves the exit status in $OUT/status.
+. "$1"
+out=$SLUICE_VM_OUT
+exec >>"$out/guest.log" 2>&1
+echo "guest: kernel $(uname -r), $(nproc) CPUs, $(awk '/MemTotal/ {print int($2/1024)}' /proc/meminfo) MB"
+status=0
+fail() { echo "guest: FAIL: $*"; status=1; }
+
+# Every module a test may need, loaded up front so that a missing one is
+# a failure that names it (the kernel would load most on demand).
+declare -A expect
+for f in ${SLUICE_EXPECT_FEATURES//,/ }; do expect[$f]=1; done
+for m in sch_htb sch_tbf sch_ingress cls_u32 cls_bpf act_mirred ifb veth tun bridge \
+         sch_fq:fq sch_fq_codel:fq_codel sch_sfq:sfq sch_cake:cake sch_netem:netem sch_prio:prio \
+         sch_mqprio:mqprio cls_fw:fw act_police:police tcp_bbr:bbr; do
+  mod=${m%%:*} feat=${m#*:}
+  [[ $feat == "$m" ]] && feat=""
+  if ! modprobe "$mod" 2>/dev/null; then
+    if [[ -z $feat || -n ${expect[$feat]:-} ]]; then
+      fail "module $mod missing: the kernel's config has it, /lib/modules/$(uname -r) does not"
+    else
+      echo "guest: $mod not in this kernel (its config says so)"
+    fi
+  fi
+done
+sysctl -qw net.ipv4.tcp_available_congestion_control >/dev/null 2>&1 || true
+echo "guest: congestion controls: $(cat /proc/sys/net/ipv4/tcp_available_congestion_control)"
+
+export CI=true
+export SLUICE_TEST_BIN=$out/sluice SLUICE_TEST_FAULT_BIN=$out/sluice-faults
+export PATH=$out:$PATH
+export TMPDIR=/tmp GOTMPDIR=/tmp
+
+if [[ -n $SLUICE_VM_RUN_ONLY ]]; then
+  cd "$SLUICE_VM_REPO"
+  bash -c "$SLUICE_VM_RUN_ONLY"
+  echo $? >"$out/status"
+  exit 0
+fi
+
+# The lane runs what differs on a stock kernel: the kernel layer and BPF
+# in full, and the end-to-end tests that use a feature the host lacks
+# (leaves, marks, netem, congestion controls) or that check kernel
+# semantics (classification, rollback, ownership, export).
+e2e_lane='^(TestFeaturesTheKernelMayLack|TestDoctorAgreesWithTC|TestPlanApplyShowReset|TestExportReproducesApply|TestExportBPFTreeAsU32|TestCraftedPacketsLandInTheirClass|TestBPF[A-Za-z]*|TestMarkedPacketsReachTheirClass|TestSharedClsactAndForeignFilters|TestKilledApplyIsRecovered|TestReplacedRootIsForeign|TestMissingShardIsRepaired|TestDelayLine|TestNetemDelayAndLoss|TestMatrixSkipsMissingLeaves|TestEgressLimit20mbit|TestIngressLimit20mbit|TestCCMatrixFillsEveryRow|TestDemoOnStockKernel)$'
+suites=${SLUICE_VM_SUITES:-kernel bpf e2e}
+total_run=0 total_skip=0 total_fail=0
+for s in $suites; do
+  run=()
+  [[ $s == e2e ]] && run=(-test.run "$e2e_lane")
+  echo "guest: === suite $s"
+  start=$(date +%s)
+  (cd "$SLUICE_VM_REPO/$s" && "$out/$s.test" -test.v -test.count=1 -test.timeout=40m "${run[@]}") >"$out/$s.log" 2>&1
+  rc=$?
+  grep -E '^\s*--- (PASS|FAIL|SKIP)|^(PASS|FAIL|ok)|^panic:' "$out/$s.log"
+  n=$(grep -cE '^\s*--- (PASS|FAIL)' "$out/$s.log" || true)
+  k=$(grep -cE '^\s*--- SKIP' "$out/$s.log" || true)
+  f=$(grep -cE '^\s*--- FAIL' "$out/$s.log" || true)
+  total_run=$((total_run + n)) total_skip=$((total_skip + k)) total_fail=$((total_fail + f))
+  echo "guest: suite $s: $n ran, $k skipped, $f failed, $(( $(date +%s) - start ))s"
+  if ((k > 0)); then
+    grep -E -A2 '^\s*--- SKIP' "$out/$s.log" | grep -vE '^\s*--- |^--$' | sed 's/^/guest:   skipped: /'
+  fi
+  if [[ $rc != 0 ]]; then
+    fail "suite $s (exit $rc)"
+    grep -E -B2 -A30 '^\s*--- FAIL|^panic:' "$out/$s.log" | head -150
+  fi
+done
+echo "guest: kernel $(uname -r): $total_run tests ran, $total_skip skipped, $total_fail failed"
+echo $status >"$out/status"

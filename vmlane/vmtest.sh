@@ -1,0 +1,188 @@
+#!/usr/bin/env bash
+# The stock-kernel lane: runs sluice's privileged tests inside qemu on a
+# Debian kernel, the kernels users run (every qdisc a module), with this
+# checkout and the host's root filesystem shared (virtme-ng). `make
+# vmtest` runs it; `sluice lab run --kernel` runs a scenario the same way
+# (this script is embedded in the binary, package vmlane).
+#
+#   vmlane/vmtest.sh [KERNEL]       KERNEL: 6.1 (default: Debian 12's),
+#                                   6.12 (bookworm's backport), a package
+#                                   version (6.1.0-56), or a vmlinuz path
+#                                   whose tree holds lib/modules/VERSION
+#
+# Environment: VM_CACHE (default /var/lib/sluice-vm: kernels and the
+# virtme-ng venv; never /boot, never the host's initramfs), VM_TIMEOUT
+# (seconds for the whole guest run, default 1800), VM_CPUS (2), VM_MEM
+# (4G), VM_KVM (auto | 0 | 1), VM_SUITES (which suites the guest runs,
+# see vmlane/vmtest-guest.sh), VM_RUN_ONLY (a command to run in the
+# guest instead of the suites, for `sluice lab run --kernel`, with
+# SLUICE_VM_BIN the sluice binary to use, VM_CWD its directory and
+# VM_RWDIR a directory the guest may write).
+#
+# Exit status: the guest's (0 only when every suite passed and no test
+# skipped for a feature the kernel has), 1 on a panic, a missing module
+# or a stalled VM, each said plainly. Output passes through as it comes.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+if [[ -z ${VM_RUN_ONLY:-} ]]; then
+  cd "$here/.."
+  repo=$(pwd)
+else
+  repo=${VM_CWD:-$(pwd)}
+fi
+kernel=${1:-${KERNEL:-6.1}}
+cache=${VM_CACHE:-/var/lib/sluice-vm}
+timeout_s=${VM_TIMEOUT:-1800}
+cpus=${VM_CPUS:-2}
+mem=${VM_MEM:-4G}
+say() { echo "vmtest: $*" >&2; }
+die() { say "$*"; exit 1; }
+
+[[ $(id -u) -eq 0 ]] || die "needs root (network namespaces inside the guest, apt-get for what is missing)"
+
+# --- what the lane needs on the host -------------------------------------
+need=()
+command -v qemu-system-x86_64 >/dev/null || need+=(qemu-system-x86)
+command -v depmod >/dev/null || need+=(kmod)
+command -v file >/dev/null || need+=(file)
+command -v busybox >/dev/null || need+=(busybox-static)
+command -v dpkg-deb >/dev/null || need+=(dpkg)
+if ((${#need[@]})); then
+  say "installing ${need[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+mkdir -p "$cache"
+# virtme-ng mounts a tmpfs on /var/cache, /var/tmp and /var/log in the
+# guest: the kernels must live elsewhere to be seen there.
+case "$cache" in /var/cache/*|/var/tmp/*|/var/log/*|/tmp/*) die "VM_CACHE=$cache is hidden inside the guest; use another directory";; esac
+venv=$cache/venv
+if [[ ! -x $venv/bin/vng ]]; then
+  say "installing virtme-ng in $venv"
+  python3 -m venv "$venv" 2>/dev/null || { apt-get install -y -qq python3-venv >/dev/null; python3 -m venv "$venv"; }
+  "$venv/bin/pip" install -q "virtme-ng==1.42"
+fi
+
+# --- the kernel ------------------------------------------------------------
+if [[ -f $kernel ]]; then
+  vmlinuz=$(readlink -f "$kernel")
+else
+  case $kernel in
+    6.1) meta=linux-image-amd64 ;;
+    6.12) meta=linux-image-6.12-amd64 ;;
+    *) meta="" ; pkg=linux-image-$kernel-amd64 ;;
+  esac
+  if [[ -n $meta ]]; then
+    pkg=$(apt-cache show "$meta" 2>/dev/null | awk -F': ' '/^Depends:/ {print $2; exit}' | sed 's/ (.*//; s/,.*//')
+    if [[ -z $pkg ]]; then
+      apt-get update -qq
+      pkg=$(apt-cache show "$meta" | awk -F': ' '/^Depends:/ {print $2; exit}' | sed 's/ (.*//; s/,.*//')
+    fi
+  fi
+  [[ -n $pkg ]] || die "no Debian kernel package for $kernel"
+  ver=${pkg#linux-image-}
+  dir=$cache/$ver
+  if [[ ! -f $dir/boot/vmlinuz-$ver ]]; then
+    say "fetching $pkg"
+    (cd "$cache" && rm -f "$pkg"_*.deb && apt-get download -q "$pkg" 2>&1 | grep -v '^W: Download is performed unsandboxed' || true)
+    deb=$(ls "$cache/$pkg"_*.deb 2>/dev/null | head -1)
+    [[ -n $deb ]] || die "could not download $pkg"
+    rm -rf "$dir.tmp" && mkdir -p "$dir.tmp"
+    dpkg-deb -x "$deb" "$dir.tmp"
+    rm -rf "$dir" && mv "$dir.tmp" "$dir" && rm -f "$deb"
+  fi
+  vmlinuz=$dir/boot/vmlinuz-$ver
+fi
+kver=$(file -b "$vmlinuz" | sed -n 's/.*version \([^ ,]*\).*/\1/p')
+[[ -n $kver ]] || die "$vmlinuz: not a kernel image file(1) can read"
+root=$(dirname "$(dirname "$vmlinuz")")
+config=$root/boot/config-$kver
+[[ -f $config ]] || config=""
+say "kernel $kver ($vmlinuz)"
+
+# What the kernel has, from its own config: the guest fails a test that
+# skips for one of these (scripts/vmtest-guest.sh, testutil.Feature).
+features=""
+if [[ -n $config ]]; then
+  for f in fq:NET_SCH_FQ fq_codel:NET_SCH_FQ_CODEL sfq:NET_SCH_SFQ cake:NET_SCH_CAKE netem:NET_SCH_NETEM \
+           prio:NET_SCH_PRIO mqprio:NET_SCH_MQPRIO fw:NET_CLS_FW police:NET_ACT_POLICE u32mark:CLS_U32_MARK \
+           bbr:TCP_CONG_BBR; do
+    grep -Eq "^CONFIG_${f#*:}=(y|m)" "$config" && features+="${f%%:*},"
+  done
+fi
+features=${features%,}
+say "features per its config: ${features:-unknown (no config beside the image)}"
+
+# --- build on the host (the guest cannot link Go programs on 9p) ----------
+if [[ -z ${VM_RUN_ONLY:-} ]]; then
+  out=$repo/out/vm/$kver
+  rm -rf "$out" && mkdir -p "$out"
+  say "building tests"
+  for p in kernel bpf e2e; do go test -c -o "$out/$p.test" "./$p"; done
+  go build -o "$out/sluice" ./cmd/sluice
+  go build -tags faults -o "$out/sluice-faults" ./cmd/sluice
+else
+  out=$cache/run/$kver-$$
+  rm -rf "$out" && mkdir -p "$out"
+  cp "${SLUICE_VM_BIN:?the sluice binary to run in the guest}" "$out/sluice"
+fi
+
+{
+  for v in "SLUICE_VM_OUT=$out" "SLUICE_VM_REPO=$repo" "SLUICE_VM_KERNEL=$kver" "SLUICE_EXPECT_FEATURES=$features" \
+           "SLUICE_VM_SUITES=${VM_SUITES:-}" "SLUICE_VM_RUN_ONLY=${VM_RUN_ONLY:-}"; do
+    printf 'export %s=%q\n' "${v%%=*}" "${v#*=}"
+  done
+} >"$out/env"
+
+export PATH=$venv/bin:$PATH
+vng_args=(--run "$vmlinuz" --cpus "$cpus" --memory "$mem" --rwdir="$out")
+# Lab reports (lab run --kernel) land in a directory of the caller's.
+[[ -n ${VM_RWDIR:-} ]] && vng_args+=(--rwdir="$VM_RWDIR")
+
+# --- KVM when it works, TCG otherwise ---------------------------------------
+# Nested KVM on this project's VMs cannot run a stock kernel (qemu aborts
+# on MSR 0x10a with -cpu host; other models hang before the first line):
+# a short boot decides.
+kvm=${VM_KVM:-auto}
+if [[ $kvm == auto ]]; then
+  kvm=0
+  if [[ -w /dev/kvm ]]; then
+    rm -f "$out/kvm-ok"
+    timeout 45 vng "${vng_args[@]}" --qemu-opts="-cpu host,-arch-capabilities" --exec "touch $out/kvm-ok" >/dev/null 2>&1 || true
+    [[ -f $out/kvm-ok ]] && kvm=1
+    pkill -f "qemu-system-x86_64.*$vmlinuz" 2>/dev/null || true
+  fi
+  say "KVM $([[ $kvm == 1 ]] && echo works || echo 'does not boot this kernel here: emulating (TCG), expect 5-15x the host times')"
+fi
+[[ $kvm == 1 ]] && vng_args+=(--qemu-opts="-cpu host,-arch-capabilities") || vng_args+=(--disable-kvm)
+
+# --- run ---------------------------------------------------------------------
+log=$out/guest.log
+: > "$log"
+tail -n +1 -f "$log" &
+tailer=$!
+trap 'kill $tailer 2>/dev/null || true' EXIT
+start=$(date +%s)
+set +e
+cp "$here/vmtest-guest.sh" "$out/guest.sh"
+timeout --kill-after=10 "$timeout_s" vng "${vng_args[@]}" --exec "bash $out/guest.sh $out/env" >"$out/console.log" 2>&1
+rc=$?
+set -e
+sleep 1
+kill $tailer 2>/dev/null || true
+took=$(( $(date +%s) - start ))
+if grep -q "Kernel panic" "$out/console.log" "$log" 2>/dev/null; then
+  grep -h -A20 "Kernel panic" "$out/console.log" "$log" | head -40 >&2
+  die "kernel $kver panicked (after ${took}s)"
+fi
+if [[ $rc == 124 || $rc == 137 ]]; then
+  die "the VM stalled: killed after ${timeout_s}s (VM_TIMEOUT); the guest's log is $log"
+fi
+if [[ ! -f $out/status ]]; then
+  tail -30 "$out/console.log" >&2
+  die "the guest ended without a status (qemu exit $rc after ${took}s): see $out/console.log"
+fi
+status=$(cat "$out/status")
+say "kernel $kver: guest done in ${took}s, status $status"
+exit "$status"

@@ -231,8 +231,8 @@ func TestMarkedPacketsReachTheirClass(t *testing.T) {
           rate: 10mbit
 `))
 	must(t, "--netns", p.A, "apply", "-q", pol)
-	testutil.NS(t, p.A, "ping", "-m", "0x110", "-c", "20", "-i", "0.01", "-q", testutil.AddrB) // 0x110 & 0xff = 0x10
-	testutil.NS(t, p.A, "ping", "-m", "0x11", "-c", "10", "-i", "0.01", "-q", testutil.AddrB)
+	testutil.NS(t, p.A, "ping", "-m", "272", "-c", "20", "-i", "0.01", "-q", testutil.AddrB) // 272 = 0x110: & 0xff = 0x10
+	testutil.NS(t, p.A, "ping", "-m", "17", "-c", "10", "-i", "0.01", "-q", testutil.AddrB)
 	testutil.NS(t, p.A, "ping", "-c", "10", "-i", "0.01", "-q", testutil.AddrB)
 	got := map[string]uint64{}
 	for _, c := range showJSON(t, p.A).Trees[0].Classes {

@@ -536,3 +536,102 @@ func TestCCMatrixFillsEveryRow(t *testing.T) {
 		})
 	}
 }
+
+// The demo on a stock kernel (the lane), where auto leaves are fq_codel.
+// It must pass; where it fails only on latency, the test proves that
+// emulation (no KVM: qemu emulates every instruction) is the cause and
+// not fq_codel under HTB and ifb: the machine's CPUs were saturated, a
+// bare veth pair (no shaping at all) cannot meet the threshold idle, and
+// the same scenario with bfifo leaves (the host kernel's) fails alike.
+func TestDemoOnStockKernel(t *testing.T) {
+	testutil.RequireRoot(t)
+	if os.Getenv("SLUICE_VM_KERNEL") == "" {
+		t.Skip("runs in the stock-kernel lane (make vmtest); TestDemo runs the demo on this kernel")
+	}
+	var demo result
+	busy := cpuBusy(t, func() { demo = sluice(t, "demo", "--out", t.TempDir()) })
+	t.Logf("demo, exit %d:\n%s", demo.code, demo.stdout)
+	if demo.code == 0 {
+		return
+	}
+	failed := failedExpectations(demo.stdout)
+	for _, f := range failed {
+		if !strings.Contains(f, " probe ") {
+			t.Fatalf("the demo failed on more than latency: %s", f)
+		}
+	}
+	// Evidence 1: the CPUs during the demo.
+	t.Logf("CPU busy during the demo: %.0f%%", busy*100)
+	// Evidence 2: idle ping over a bare veth pair, nothing shaped.
+	p := testutil.NewPair(t)
+	out2 := testutil.NS(t, p.A, "ping", "-c", "50", "-i", "0.02", "-q", testutil.AddrB)
+	t.Logf("bare veth, idle: %s", strings.TrimSpace(out2[strings.LastIndex(out2, "rtt"):]))
+	bareMax := pingMax(t, out2)
+	// Evidence 3: bfifo leaves instead of fq_codel.
+	src, err := os.ReadFile("../lab/scenarios/home.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bfifo := strings.ReplaceAll(string(src), "            default: bulk\n", "            default: bulk\n            leaf: bfifo\n")
+	file := filepath.Join(t.TempDir(), "home-bfifo.yaml")
+	os.WriteFile(file, []byte(bfifo), 0o644)
+	r := sluice(t, "lab", "run", file, "--variant", "shaped", "--scale", "0.5", "--quiet", "--out", t.TempDir(),
+		"--name", strings.TrimPrefix(testutil.Unique("hb"), testutil.Prefix))
+	bfFailed := failedExpectations(r.stdout)
+	t.Logf("the same with bfifo leaves: exit %d, failed %v", r.code, bfFailed)
+	switch {
+	case busy < 0.85 && bareMax < 5:
+		t.Fatalf("the demo failed (%v) on an idle machine (CPU %.0f%% busy) that pings under 5 ms bare: not emulation", failed, busy*100)
+	case r.code == 0:
+		t.Fatalf("the demo failed (%v) with fq_codel leaves but passes with bfifo leaves: fq_codel under HTB and ifb is the cause", failed)
+	}
+	t.Logf("emulation, not sluice: CPU %.0f%% busy, a bare veth's idle ping max %.1f ms, bfifo leaves fail alike", busy*100, bareMax)
+}
+
+// failedExpectations lists the FAIL lines of a lab summary.
+func failedExpectations(out string) []string {
+	var f []string
+	for _, l := range strings.Split(out, "\n") {
+		if strings.HasPrefix(l, "FAIL ") {
+			f = append(f, strings.TrimSpace(strings.TrimPrefix(l, "FAIL ")))
+		}
+	}
+	return f
+}
+
+// pingMax reads ping -q's "rtt min/avg/max/mdev" line.
+func pingMax(t *testing.T, out string) float64 {
+	m := regexp.MustCompile(`= [\d.]+/[\d.]+/([\d.]+)/`).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("no rtt in %q", out)
+	}
+	v, _ := strconv.ParseFloat(m[1], 64)
+	return v
+}
+
+// cpuBusy runs f and returns the share of CPU time the machine spent
+// busy meanwhile (from /proc/stat).
+func cpuBusy(t *testing.T, f func()) float64 {
+	read := func() (busy, total uint64) {
+		b, err := os.ReadFile("/proc/stat")
+		if err != nil {
+			t.Fatal(err)
+		}
+		fs := strings.Fields(strings.SplitN(string(b), "\n", 2)[0])[1:]
+		for i, x := range fs {
+			v, _ := strconv.ParseUint(x, 10, 64)
+			total += v
+			if i != 3 && i != 4 { // idle, iowait
+				busy += v
+			}
+		}
+		return
+	}
+	b0, t0 := read()
+	f()
+	b1, t1 := read()
+	if t1 == t0 {
+		return 0
+	}
+	return float64(b1-b0) / float64(t1-t0)
+}

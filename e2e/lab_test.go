@@ -414,20 +414,19 @@ func TestPolicerVsShaper(t *testing.T) {
 // to every round trip. Forced here, so that it runs on every kernel.
 func TestDelayLine(t *testing.T) {
 	testutil.RequireRoot(t)
-	dir := t.TempDir()
-	file := filepath.Join(dir, "delay.yaml")
-	os.WriteFile(file, []byte(`name: delay
-topology: {clients: 1, modem: {delay: 10ms, emulator: line}}
+	scenario := func(modem string) string {
+		file := filepath.Join(t.TempDir(), "delay.yaml")
+		os.WriteFile(file, []byte(`name: delay
+topology: {clients: 1, modem: {`+modem+`}}
 variants: [{name: plain}]
 phases: [{name: run, duration: 2s}]
 settle: 0s
 traffic:
   - {name: ping, type: ping, from: client1, to: server, interval: 50ms}
-expect:
-  - "probe ping p50 >= 20ms"
-  - "probe ping p95 < 30ms"
-  - "probe ping loss <= 0%"
 `), 0o644)
+		return file
+	}
+	file := scenario("delay: 10ms, emulator: line")
 	name := strings.TrimPrefix(testutil.Unique("dl"), testutil.Prefix)
 	if r := sluice(t, "lab", "up", file, "--name", name); r.code != 2 || !strings.Contains(r.stderr, "delay line") {
 		t.Errorf("lab up with a delay: exit %d %s", r.code, r.stderr)
@@ -435,13 +434,45 @@ expect:
 	if ns := labNamespaces(t, lab.Prefix+name+"-"); len(ns) != 0 {
 		t.Errorf("lab up left %v", ns)
 	}
-	r := sluice(t, "lab", "run", file, "--out", dir, "--name", name)
-	if r.code != 0 {
-		t.Fatalf("exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
+	// The same bed without a delay is the reference: the line adds 20 ms
+	// to a round trip and, of its own, at most 10 ms more at the 95th
+	// percentile than the machine's own jitter (an emulated machine, the
+	// stock-kernel lane's, has plenty).
+	base := pingLatency(t, scenario(""), name)
+	line := pingLatency(t, file, name)
+	t.Logf("ping without a delay: p50 %.2f p95 %.2f ms; over the delay line: p50 %.2f p95 %.2f ms, %d of %d lost",
+		base.P50, base.P95, line.P50, line.P95, line.Lost, line.N)
+	if line.P50 < base.P50+19 || line.P95 > base.P95+30 || line.Lost > 0 || line.N < 30 {
+		t.Errorf("delay line: p50 %.2f ms (want at least %.2f), p95 %.2f ms (want under %.2f), %d lost",
+			line.P50, base.P50+19, line.P95, base.P95+30, line.Lost)
 	}
 	if ns := labNamespaces(t, lab.Prefix+name+"-"); len(ns) != 0 {
 		t.Errorf("lab run left %v", ns)
 	}
+}
+
+// pingLatency runs a scenario with one phase and a probe named ping and
+// returns the probe's latency.
+func pingLatency(t *testing.T, file, name string) lab.Latency {
+	t.Helper()
+	dir := t.TempDir()
+	r := sluice(t, "lab", "run", file, "--out", dir, "--name", name)
+	if r.code != 0 {
+		t.Fatalf("exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "report.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep lab.Report
+	if err := json.Unmarshal(b, &rep); err != nil {
+		t.Fatal(err)
+	}
+	l := rep.Results[0].Phases[0].Probes["ping"]
+	if l == nil {
+		t.Fatalf("no ping probe in %s", file)
+	}
+	return *l
 }
 
 // With netem the modem's delay and loss are netem's, under the modem's
@@ -496,7 +527,7 @@ func TestCCMatrixFillsEveryRow(t *testing.T) {
 	testutil.RequireRoot(t)
 	dir := t.TempDir()
 	name := strings.TrimPrefix(testutil.Unique("cc"), testutil.Prefix)
-	r := sluice(t, "lab", "run", "cc-matrix", "--scale", "0.5", "--out", dir, "--name", name)
+	r := sluice(t, "lab", "run", "cc-matrix", "--out", dir, "--name", name)
 	if r.code != 0 {
 		t.Fatalf("exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
 	}

@@ -815,6 +815,12 @@ func (c *Conn) ProbeFilter(dev string, parent Handle, prio uint16, kind string) 
 	req.AddData(tcmsg(idx, 0, uint32(parent), filterInfo(prio, ProtoAll)))
 	req.AddData(nl.NewRtAttr(tcaKind, nl.ZeroTerminated(kind)))
 	_, err = req.Execute(unix.NETLINK_ROUTE, 0)
+	// Whatever was created goes again: an fw instance without filters
+	// cannot even be dumped ("Buffer too small for object" on Debian's
+	// 6.1), and would spoil every later dump of the hook.
+	del := c.request(unix.RTM_DELTFILTER, unix.NLM_F_ACK)
+	del.AddData(tcmsg(idx, 0, uint32(parent), filterInfo(prio, ProtoAll)))
+	del.Execute(unix.NETLINK_ROUTE, 0)
 	return !errors.Is(err, syscall.ENOENT), nil
 }
 

@@ -18,7 +18,7 @@ deps:
 # network namespaces, real traffic). Packages run one at a time so that
 # traffic measurements do not compete for the CPUs.
 test: deps lint
-	$(GO) test -count=1 -p 1 ./...
+	GO=$(GO) ./scripts/gotest.sh -count=1 -p 1 ./...
 
 # Unit tests only (no root needed).
 unit:

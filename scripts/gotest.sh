@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Runs go test verbosely into out/test.log and prints what matters: each
+# package's result, every failure with its output, every skip with its
+# reason, and how many tests ran, skipped and failed. The exit status is
+# go test's. Arguments go to go test.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+mkdir -p out
+log=out/test.log
+${GO:-go} test -v "$@" >"$log" 2>&1
+rc=$?
+grep -E '^(ok|FAIL|---|panic:)|^\?' "$log" | grep -vE '^\s*--- (PASS|SKIP)' | grep -v '^?' || true
+if ((rc != 0)); then
+  echo "--- output of the failures:"
+  grep -E -B3 -A40 '^\s*--- FAIL|^panic:' "$log" | head -400
+fi
+ran=$(grep -cE '^\s*--- (PASS|FAIL)' "$log")
+skipped=$(grep -cE '^\s*--- SKIP' "$log")
+failed=$(grep -cE '^\s*--- FAIL' "$log")
+echo "host kernel $(uname -r): $ran tests ran, $skipped skipped, $failed failed"
+if ((skipped > 0)); then
+  grep -E -A1 '^\s*--- SKIP' "$log" | grep -vE '^\s*--- |^--$' | sed 's/^\s*/  skipped: /' | sort | uniq -c | sort -rn
+fi
+exit $rc

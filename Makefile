@@ -2,7 +2,7 @@
 GO  ?= go
 BIN := bin/sluice
 
-.PHONY: build deps demo test unit fuzz lint vmtest vmtest-all bpf bpf-check bench bench-utilization bench-classify bench-apply clean
+.PHONY: build deps demo test test-host unit fuzz lint vmtest vmtest-all bpf bpf-check bench bench-utilization bench-classify bench-apply clean
 
 build:
 	$(GO) build -o $(BIN) ./cmd/sluice
@@ -14,10 +14,13 @@ demo: deps build
 deps:
 	./scripts/install-deps.sh
 
-# Everything: unit tests, then the kernel and end-to-end tests (root,
-# network namespaces, real traffic). Packages run one at a time so that
-# traffic measurements do not compete for the CPUs.
-test: deps lint
+# Everything: on this kernel the unit, kernel and end-to-end tests (root,
+# network namespaces, real traffic), then the stock-kernel lane (Debian's
+# 6.1 in qemu). Packages run one at a time so that traffic measurements
+# do not compete for the CPUs.
+test: test-host vmtest
+
+test-host: deps lint
 	GO=$(GO) ./scripts/gotest.sh -count=1 -p 1 ./...
 
 # Unit tests only (no root needed).

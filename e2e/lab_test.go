@@ -571,8 +571,9 @@ func TestCCMatrixFillsEveryRow(t *testing.T) {
 // The demo on a stock kernel (the lane), where auto leaves are fq_codel.
 // It must pass. Where it does not, the test finds out why, with the
 // evidence the same run gives: if the machine cannot carry the modem's
-// rates even without sluice (the unshaped variant's download), it is the
-// machine (qemu emulating every instruction, no KVM), and the same
+// rates even without sluice (the unshaped variant's download gets less
+// than 0.9 of them), it is the machine (qemu emulating every
+// instruction, no KVM), and the same
 // scenario, policy and expectations at a fifth of the rates must pass
 // there, fq_codel leaves under HTB and ifb included.
 func TestDemoOnStockKernel(t *testing.T) {
@@ -607,7 +608,9 @@ func TestDemoOnStockKernel(t *testing.T) {
 			}
 		}
 	}
-	if carried >= 0.8*100e6 {
+	// A machine that keeps up gets 0.95 of an unshaped 100 Mbit/s link
+	// as goodput (TCP/IP headers take the rest: TestEgressLimit20mbit).
+	if carried >= 0.9*100e6 {
 		t.Fatalf("the demo failed (%v) on a machine that carries %.1f Mbit/s of the modem's 100 unshaped: not the machine", failed, carried/1e6)
 	}
 	t.Logf("the machine, not sluice: unshaped it carried %.1f of the modem's 100 Mbit/s down (CPU %.0f%% busy over the demo); failed: %v",

@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -181,8 +182,9 @@ func TestDoctorAgreesWithTC(t *testing.T) {
 }
 
 // Leaf qdiscs and u32 mark matching end to end, where the kernel has
-// them; where it does not, the test says which feature is missing (the
-// planner's refusal is tested in plan/plan_test.go).
+// them (apply, read back, export, reset); where it does not, the test
+// says which feature is missing (the planner's refusal is tested in
+// plan/plan_test.go).
 func TestFeaturesTheKernelMayLack(t *testing.T) {
 	rep := doctorJSON(t)
 	for _, leaf := range []string{"fq_codel", "sfq", "fq", "cake", "pfifo", "bfifo"} {
@@ -196,6 +198,21 @@ func TestFeaturesTheKernelMayLack(t *testing.T) {
 			}
 			if out := must(t, "--netns", ns, "plan", pol); strings.TrimSpace(out) != "no changes" {
 				t.Fatalf("%s leaf not idempotent: %s", leaf, out)
+			}
+			// The export builds the same on a fresh device.
+			other := devNS(t, "eth0")
+			path := filepath.Join(t.TempDir(), "export.sh")
+			os.WriteFile(path, []byte(must(t, "--netns", ns, "export", pol, "--format", "sh")), 0o755)
+			if out, err := exec.Command("ip", "netns", "exec", other, "sh", path).CombinedOutput(); err != nil {
+				t.Fatalf("running the export: %v\n%s", err, out)
+			}
+			if a, b := dump(t, ns, []string{"eth0"}), dump(t, other, []string{"eth0"}); a != b {
+				t.Fatalf("%s leaf: export differs from apply:\n%s\n---\n%s", leaf, a, b)
+			}
+			// Reset leaves the kernel's default.
+			must(t, "--netns", ns, "reset", "eth0")
+			if q := tcShow(t, ns, "qdisc", "show", "dev", "eth0"); strings.Contains(q, leaf+" 10:") || strings.Contains(q, "htb") {
+				t.Fatalf("%s leaf after reset: %s", leaf, q)
 			}
 		})
 	}

@@ -50,7 +50,9 @@ suites=${SLUICE_VM_SUITES:-kernel bpf e2e}
 total_run=0 total_skip=0 total_fail=0
 for s in $suites; do
   run=()
-  [[ $s == e2e ]] && run=(-test.run "$e2e_lane")
+  # The delay line's loss runs on the host (its kernel lacks netem); here
+  # netem carries loss, and TestDelayLine covers the line's delay.
+  [[ $s == e2e ]] && run=(-test.run "$e2e_lane" -test.skip 'TestNetemDelayAndLoss/line')
   echo "guest: === suite $s"
   start=$(date +%s)
   (cd "$SLUICE_VM_REPO/$s" && "$out/$s.test" -test.v -test.count=1 -test.timeout=40m "${run[@]}") >"$out/$s.log" 2>&1

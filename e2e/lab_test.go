@@ -691,7 +691,6 @@ func failedExpectations(out string) []string {
 	return f
 }
 
-
 // lab run --kernel runs a scenario in a VM booted with Debian's 6.1
 // kernel, with this very binary, and the report lands on the host naming
 // that kernel (emulated: VM_KVM=0 skips the trial boot that finds KVM

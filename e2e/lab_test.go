@@ -129,7 +129,7 @@ traffic:
   - {name: bulk, type: tcp, from: client1, to: server}
   - {name: ping, type: ping, from: client1, to: server, interval: 50ms}
 expect:
-  - "shaped: link goodput >= 9mbit"
+  - "shaped: link goodput >= 5mbit"
   - "shaped: probe ping p50 < 0.000001ms"
 `
 
@@ -139,7 +139,7 @@ func TestLabRunExpectationsAndExitCodes(t *testing.T) {
 	file := filepath.Join(dir, "tiny.yaml")
 	os.WriteFile(file, []byte(tinyScenario), 0o644)
 	r := sluice(t, "lab", "run", file, "--out", dir, "--name", strings.TrimPrefix(testutil.Unique("x"), testutil.Prefix))
-	if r.code != 1 || !strings.Contains(r.stdout, "PASS  shaped: link goodput >= 9mbit") || !strings.Contains(r.stdout, "FAIL  shaped: probe ping p50") {
+	if r.code != 1 || !strings.Contains(r.stdout, "PASS  shaped: link goodput >= 5mbit") || !strings.Contains(r.stdout, "FAIL  shaped: probe ping p50") {
 		t.Fatalf("exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
 	}
 	if _, err := os.Stat(filepath.Join(dir, "report.html")); err != nil {

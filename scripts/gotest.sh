@@ -19,6 +19,9 @@ skipped=$(grep -cE '^\s*--- SKIP' "$log")
 failed=$(grep -cE '^\s*--- FAIL' "$log")
 echo "host kernel $(uname -r): $ran tests ran, $skipped skipped, $failed failed"
 if ((skipped > 0)); then
-  grep -E -A1 '^\s*--- SKIP' "$log" | grep -vE '^\s*--- |^--$' | sed 's/^\s*/  skipped: /' | sort | uniq -c | sort -rn
+  # A skip's reason is the last line its test logged before it ended.
+  awk '/^=== (RUN|CONT)/ {cur = $3}
+       /^[ \t]+[A-Za-z0-9_]+\.go:[0-9]+: / {m = $0; sub(/^[ \t]+/, "", m); msg[cur] = m}
+       /--- SKIP: / {print "  skipped: " $3 ": " msg[$3]}' "$log"
 fi
 exit $rc

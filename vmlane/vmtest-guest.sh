@@ -64,7 +64,9 @@ for s in $suites; do
   total_run=$((total_run + n)) total_skip=$((total_skip + k)) total_fail=$((total_fail + f))
   echo "guest: suite $s: $n ran, $k skipped, $f failed, $(( $(date +%s) - start ))s"
   if ((k > 0)); then
-    grep -E -A2 '^\s*--- SKIP' "$out/$s.log" | grep -vE '^\s*--- |^--$' | sed 's/^/guest:   skipped: /'
+    awk '/^=== (RUN|CONT)/ {cur = $3}
+         /^[ \t]+[A-Za-z0-9_]+\.go:[0-9]+: / {m = $0; sub(/^[ \t]+/, "", m); msg[cur] = m}
+         /--- SKIP: / {print "guest:   skipped: " $3 ": " msg[$3]}' "$out/$s.log"
   fi
   if [[ $rc != 0 ]]; then
     fail "suite $s (exit $rc)"

@@ -463,14 +463,7 @@ func pingLatency(t *testing.T, file, name string) lab.Latency {
 	if r.code != 0 {
 		t.Fatalf("exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
 	}
-	b, err := os.ReadFile(filepath.Join(dir, "report.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var rep lab.Report
-	if err := json.Unmarshal(b, &rep); err != nil {
-		t.Fatal(err)
-	}
+	rep := readReport(t, dir)
 	l := rep.Results[0].Phases[0].Probes["ping"]
 	if l == nil {
 		t.Fatalf("no ping probe in %s", file)
@@ -534,26 +527,7 @@ func TestCCMatrixFillsEveryRow(t *testing.T) {
 	if r.code != 0 {
 		t.Fatalf("exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
 	}
-	b, err := os.ReadFile(filepath.Join(dir, "report.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var rep struct {
-		Kernel  string `json:"kernel"`
-		Results []struct {
-			Variant string            `json:"variant"`
-			Skipped string            `json:"skipped"`
-			Matrix  map[string]string `json:"matrix"`
-			Phases  []struct {
-				Flows map[string]struct {
-					Goodput float64 `json:"goodput_bps"`
-				} `json:"flows"`
-			} `json:"phases"`
-		} `json:"results"`
-	}
-	if err := json.Unmarshal(b, &rep); err != nil {
-		t.Fatal(err)
-	}
+	rep := readReport(t, dir)
 	if len(rep.Results) != 18 || rep.Kernel == "" {
 		t.Fatalf("%d rows (want 18), kernel %q", len(rep.Results), rep.Kernel)
 	}
@@ -661,6 +635,12 @@ func runHome(t *testing.T, leaf string) *lab.Report {
 	os.WriteFile(file, []byte(text), 0o644)
 	r := sluice(t, "lab", "run", file, "--scale", "0.5", "--quiet", "--out", dir, "--name", strings.TrimPrefix(testutil.Unique("h"), testutil.Prefix))
 	t.Logf("home, leaves %q: exit %d\n%s", leaf, r.code, r.stdout)
+	return readReport(t, dir)
+}
+
+// readReport reads the report.json a lab run wrote into dir.
+func readReport(t *testing.T, dir string) *lab.Report {
+	t.Helper()
 	b, err := os.ReadFile(filepath.Join(dir, "report.json"))
 	if err != nil {
 		t.Fatal(err)
@@ -726,14 +706,7 @@ expect:
 	if r.code != 0 || !strings.Contains(r.stdout, "inside a VM with Debian's 6.1 kernel") {
 		t.Fatalf("exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
 	}
-	b, err := os.ReadFile(filepath.Join(dir, "report.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var rep lab.Report
-	if err := json.Unmarshal(b, &rep); err != nil {
-		t.Fatal(err)
-	}
+	rep := readReport(t, dir)
 	if !strings.HasPrefix(rep.Kernel, "6.1.") || !rep.Passed {
 		t.Fatalf("report: kernel %q, passed %v", rep.Kernel, rep.Passed)
 	}

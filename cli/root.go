@@ -65,7 +65,7 @@ every class is doing.`,
 	})
 	root.AddCommand(
 		validateCmd(g), planCmd(g), applyCmd(g), showCmd(g), resetCmd(g), exportCmd(g), doctorCmd(g),
-		labCmd(g), demoCmd(g),
+		labCmd(g), demoCmd(g), agentCmd(g), muninCmd(g),
 	)
 	return root
 }

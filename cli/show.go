@@ -9,11 +9,12 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"sluice/agent"
 	"sluice/stats"
 )
 
 func showCmd(g *globals) *cobra.Command {
-	var asJSON, watch bool
+	var asJSON, watch, local bool
 	var interval time.Duration
 	cmd := &cobra.Command{
 		Use:   "show [DEV...]",
@@ -22,8 +23,20 @@ func showCmd(g *globals) *cobra.Command {
 interface includes its ingress ifb) twice, --interval apart, and prints
 each class's configured rate and ceil, its measured rate over that
 interval, and its counters. --watch repeats until interrupted. --json
-prints the documented object of docs/json.md (one per line with --watch).`,
+prints the documented object of docs/json.md (one per line with --watch).
+
+When a sluice agent runs in the namespace, show prints the agent's own
+last reading instead (the numbers its dashboard and metrics show, its
+rates over its interval); --local reads the kernel regardless.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if interval < 0 {
+				return badInput(fmt.Errorf("--interval must not be negative"))
+			}
+			if !local {
+				if done, err := g.showFromAgent(args, asJSON, watch, interval); done {
+					return err
+				}
+			}
 			k, err := g.openKernel(cmd)
 			if err != nil {
 				return err
@@ -33,9 +46,6 @@ prints the documented object of docs/json.md (one per line with --watch).`,
 				if !k.Conn.LinkExists(d) {
 					return badInput(fmt.Errorf("device %s does not exist", d))
 				}
-			}
-			if interval < 0 {
-				return badInput(fmt.Errorf("--interval must not be negative"))
 			}
 			prev, err := stats.Collect(k, args)
 			if err != nil {
@@ -79,5 +89,70 @@ prints the documented object of docs/json.md (one per line with --watch).`,
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON (see docs/json.md)")
 	cmd.Flags().BoolVarP(&watch, "watch", "w", false, "refresh every interval until interrupted")
 	cmd.Flags().DurationVar(&interval, "interval", time.Second, "measurement interval (0: counters only)")
+	cmd.Flags().BoolVar(&local, "local", false, "read the kernel even when an agent runs")
 	return cmd
+}
+
+// showFromAgent prints a running agent's readings; done is false when no
+// agent answers (show then reads the kernel).
+func (g *globals) showFromAgent(devs []string, asJSON, watch bool, interval time.Duration) (done bool, err error) {
+	st, ok := agent.ReadStatus(g.netns, 2*time.Second)
+	if !ok {
+		return false, nil
+	}
+	known := map[string]bool{}
+	for _, t := range st.Sample.Trees {
+		known[t.Device], known[t.Interface] = true, true
+	}
+	for _, d := range devs {
+		if !known[d] {
+			return true, badInput(fmt.Errorf("device %s: the agent shapes no tree on it", d))
+		}
+	}
+	stop := make(chan os.Signal, 1)
+	signal.Notify(stop, os.Interrupt)
+	defer signal.Stop(stop)
+	for first := true; ; first = false {
+		s := filterTrees(st.Sample, devs)
+		switch {
+		case asJSON && watch:
+			b, _ := json.Marshal(s)
+			fmt.Fprintln(g.stdout, string(b))
+		case asJSON:
+			s.WriteJSON(g.stdout)
+		default:
+			if watch && !first {
+				fmt.Fprint(g.stdout, "\033[H\033[2J")
+			}
+			fmt.Fprintf(g.stdout, "(from the sluice agent: its reading of %s)\n", s.At.Local().Format(time.TimeOnly))
+			s.WriteText(g.stdout)
+		}
+		if !watch || interval == 0 {
+			return true, nil
+		}
+		select {
+		case <-time.After(interval):
+		case <-stop:
+			return true, nil
+		}
+		if st, ok = agent.ReadStatus(g.netns, 2*time.Second); !ok {
+			return true, failure(fmt.Errorf("the agent stopped answering"))
+		}
+	}
+}
+
+func filterTrees(s *stats.Sample, devs []string) *stats.Sample {
+	if len(devs) == 0 {
+		return s
+	}
+	out := &stats.Sample{At: s.At}
+	for _, t := range s.Trees {
+		for _, d := range devs {
+			if t.Device == d || t.Interface == d {
+				out.Trees = append(out.Trees, t)
+				break
+			}
+		}
+	}
+	return out
 }

@@ -35,6 +35,11 @@ type Options struct {
 	// LockTimeout bounds the wait for another sluice acting on the same
 	// namespace.
 	LockTimeout time.Duration
+	// SkipMissing plans only the policy's interfaces that exist now,
+	// instead of refusing the policy (Prepared.Missing names the
+	// others): a daemon shapes the devices it has and waits for the
+	// rest.
+	SkipMissing bool
 	// Warn receives warnings: the policy's, records set aside, an
 	// interrupted apply found (nil: dropped).
 	Warn func(string)
@@ -67,6 +72,9 @@ type Prepared struct {
 	Touched bool
 	// Phases time the steps, for --timings.
 	Phases Phases
+	// Missing names the policy's interfaces left out because they do not
+	// exist (Options.SkipMissing).
+	Missing []string
 
 	k    *kernel.Kernel
 	file string
@@ -175,7 +183,10 @@ func prepare(file string, pol *policy.Policy, opts Options, lock bool) (*Prepare
 		opts.warn("an earlier apply (pid %d, started %s) did not finish: reading every tree back to complete it", j.PID, j.Started.Local().Format(time.DateTime))
 	}
 	p.Phases.mark("open")
-	if err := k.CheckInterfaces(pol); err != nil {
+	if opts.SkipMissing {
+		pol, p.Missing = presentOnly(k, pol)
+		p.Policy = pol
+	} else if err := k.CheckInterfaces(pol); err != nil {
 		return fail(input(err))
 	}
 	rep, err := kernel.ProbeCached(kernel.StateDir(""))
@@ -218,6 +229,22 @@ func prepare(file string, pol *policy.Policy, opts Options, lock bool) (*Prepare
 		}
 	}
 	return p, nil
+}
+
+// presentOnly returns pol without its interfaces missing from k's
+// namespace, and their names.
+func presentOnly(k *kernel.Kernel, pol *policy.Policy) (*policy.Policy, []string) {
+	out := *pol
+	out.Interfaces = nil
+	var missing []string
+	for _, in := range pol.Interfaces {
+		if k.Conn.LinkExists(in.Name) {
+			out.Interfaces = append(out.Interfaces, in)
+		} else {
+			missing = append(missing, in.Name)
+		}
+	}
+	return &out, missing
 }
 
 // Prepare plans file for an apply: it takes the namespace's lock, which

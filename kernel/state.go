@@ -530,12 +530,71 @@ var ErrLocked = errors.New("another sluice is changing this network namespace")
 
 // AcquireLock takes the lock, waiting up to timeout.
 func AcquireLock(dir string, timeout time.Duration) (*Lock, error) {
+	return acquire(dir, "lock", ErrLocked, timeout)
+}
+
+// ErrAgentRunning means another sluice agent keeps this namespace.
+var ErrAgentRunning = errors.New("another sluice agent runs in this network namespace")
+
+// AcquireAgentLock takes the agent's lock on the namespace's state
+// directory, held for the agent's life: a second agent is refused at
+// once. It is apart from the apply lock, which the agent takes for each
+// pass, so that the command line still works beside it.
+func AcquireAgentLock(dir string) (*Lock, error) {
+	return acquire(dir, "agent.lock", ErrAgentRunning, 0)
+}
+
+// AgentRunning reports whether an agent holds dir's agent lock.
+func AgentRunning(dir string) bool {
+	d, err := openStateDir(dir, false)
+	if err != nil {
+		return false
+	}
+	defer d.Close()
+	if _, err := d.Stat("agent.lock"); err != nil {
+		return false
+	}
+	f, err := d.OpenLock("agent.lock")
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	// A shared lock is refused only while the agent holds its exclusive one.
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_SH|syscall.LOCK_NB); err != nil {
+		return errors.Is(err, syscall.EWOULDBLOCK)
+	}
+	syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+	return false
+}
+
+// WriteAgentFile writes a small file about the running agent (where it
+// listens) into the state directory, privately and atomically.
+func WriteAgentFile(dir, name string, b []byte) error {
+	d, err := openStateDir(dir, true)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.WriteAtomic(name, b)
+}
+
+// ReadAgentFile reads what WriteAgentFile wrote (at most 64 KB).
+func ReadAgentFile(dir, name string) ([]byte, error) {
+	d, err := openStateDir(dir, false)
+	if err != nil {
+		return nil, err
+	}
+	defer d.Close()
+	return d.ReadFile(name, 64<<10)
+}
+
+func acquire(dir, name string, locked error, timeout time.Duration) (*Lock, error) {
 	d, err := openStateDir(dir, true)
 	if err != nil {
 		return nil, err
 	}
 	defer d.Close()
-	f, err := d.OpenLock("lock")
+	f, err := d.OpenLock(name)
 	if err != nil {
 		return nil, err
 	}
@@ -554,9 +613,9 @@ func AcquireLock(dir string, timeout time.Duration) (*Lock, error) {
 			n, _ := f.ReadAt(holder, 0)
 			f.Close()
 			if pid := strings.TrimSpace(string(holder[:n])); pid != "" {
-				return nil, fmt.Errorf("%w (pid %s holds %s)", ErrLocked, pid, f.Name())
+				return nil, fmt.Errorf("%w (pid %s holds %s)", locked, pid, f.Name())
 			}
-			return nil, ErrLocked
+			return nil, locked
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

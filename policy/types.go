@@ -9,7 +9,10 @@
 // per second (RateBps, CeilBps) and ranges are in bounds.
 package policy
 
-import "net/netip"
+import (
+	"net/netip"
+	"path/filepath"
+)
 
 // Policy is a whole policy file.
 type Policy struct {
@@ -246,4 +249,36 @@ type Match struct {
 	Mark   *Masked32
 	// Fields records where each field was written.
 	Fields map[string]Pos
+}
+
+// Files lists the files the policy was read from: the policy file, then
+// every hosts_file (resolved against the policy file's directory), each
+// once. A daemon watches them to reload.
+func (p *Policy) Files() []string {
+	out := []string{p.File}
+	seen := map[string]bool{p.File: true}
+	var walk func(cs []*Class)
+	walk = func(cs []*Class) {
+		for _, c := range cs {
+			if c.PerHost != nil && c.PerHost.HostsFile != "" {
+				f := c.PerHost.HostsFile
+				if !filepath.IsAbs(f) {
+					f = filepath.Join(filepath.Dir(p.File), f)
+				}
+				if !seen[f] {
+					seen[f] = true
+					out = append(out, f)
+				}
+			}
+			walk(c.Classes)
+		}
+	}
+	for _, in := range p.Interfaces {
+		for _, t := range []*Tree{in.Egress, in.Ingress} {
+			if t != nil {
+				walk(t.Classes)
+			}
+		}
+	}
+	return out
 }

@@ -149,6 +149,26 @@ func readBPF(k *kernel.Kernel, t *Tree, dev string, ingress bool, rec *kernel.De
 // Collect reads the trees recorded for the namespace, all or those on
 // the named devices (an interface name includes its ingress ifb).
 func Collect(k *kernel.Kernel, devs []string) (*Sample, error) {
+	return collect(k, devs, nil)
+}
+
+// CollectFrom is Collect from the objects of a full read that found
+// nothing to change (engine.Prepared.Live): the classes' counters come
+// with them, so the daemon reads the kernel once per pass, not twice.
+// Only the BPF counters are read here.
+func CollectFrom(k *kernel.Kernel, live []tc.Object) (*Sample, error) {
+	byDev := map[string][]*tc.Class{}
+	for _, o := range live {
+		if c, ok := o.(*tc.Class); ok {
+			byDev[c.Dev] = append(byDev[c.Dev], c)
+		}
+	}
+	return collect(k, nil, byDev)
+}
+
+// collect reads the trees; classes, when not nil, holds every tree
+// device's classes as already read.
+func collect(k *kernel.Kernel, devs []string, classes map[string][]*tc.Class) (*Sample, error) {
 	s := &Sample{At: time.Now()}
 	for _, name := range k.State.Names() {
 		rec := k.State.Devices[name]
@@ -170,21 +190,23 @@ func Collect(k *kernel.Kernel, devs []string) (*Sample, error) {
 			continue
 		}
 		root, err := tc.ParseHandle(rec.Root)
-		if err != nil || !k.Conn.LinkExists(name) {
+		if err != nil || classes == nil && !k.Conn.LinkExists(name) {
 			t.Missing = true
 			continue
 		}
-		qs, err := k.Conn.Qdiscs(name)
-		if err != nil {
-			return nil, err
-		}
-		var live []*tc.Class
-		for _, q := range kernel.TreeQdiscs(qs) {
-			cs, err := k.Conn.Classes(name, q.Handle)
+		live := classes[name]
+		if classes == nil {
+			qs, err := k.Conn.Qdiscs(name)
 			if err != nil {
 				return nil, err
 			}
-			live = append(live, cs...)
+			for _, q := range kernel.TreeQdiscs(qs) {
+				cs, err := k.Conn.Classes(name, q.Handle)
+				if err != nil {
+					return nil, err
+				}
+				live = append(live, cs...)
+			}
 		}
 		if len(live) == 0 {
 			t.Missing = true

@@ -1,0 +1,545 @@
+// Package agent keeps a policy applied for as long as it runs, and shows
+// it working.
+//
+// Every interval the agent plans its policy against the kernel, reading
+// every tree back (engine.Options.Full), and applies the difference: a
+// class changed with tc, a root qdisc replaced, a device that went and
+// came back, a detached BPF program are each repaired, logged and
+// counted. An edit of the policy file (or a hosts_file), or SIGHUP,
+// reloads it with exactly the semantics of `sluice apply`; a policy that
+// does not validate is refused and the one in force stays. Devices that
+// do not exist are waited for while the others are shaped.
+//
+// The same pass reads the class counters once (stats.Collect), and
+// everything the agent serves comes from that reading: Prometheus
+// metrics at /metrics, JSON at /api/v1/status, a live dashboard at /.
+package agent
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"sluice/engine"
+	"sluice/kernel"
+	"sluice/policy"
+	"sluice/safefile"
+	"sluice/stats"
+)
+
+// Config says what the agent keeps applied and where it listens.
+type Config struct {
+	// Policy is the policy file.
+	Policy string
+	// Netns is the network namespace to shape ("": the agent's own).
+	Netns string
+	// Listen is the HTTP address for metrics, the API and the dashboard
+	// ("": none).
+	Listen string
+	// Interval between reconcile passes (default 1 s).
+	Interval time.Duration
+	// ResetOnExit removes what the agent applied when it stops.
+	ResetOnExit bool
+	// HostMetrics labels per-host classes with `host` in the metrics;
+	// without it they are left out (their parent class counts them), to
+	// bound the number of series.
+	HostMetrics bool
+	// History is how many passes the dashboard's charts keep (default
+	// 300: five minutes at 1 s).
+	History int
+	// Log receives the agent's log (default: slog.Default()).
+	Log *slog.Logger
+}
+
+// AgentFile is the file in the namespace's state directory that says
+// where a running agent listens (for `sluice show`).
+const AgentFile = "agent.json"
+
+// Info is what AgentFile holds.
+type Info struct {
+	PID    int    `json:"pid"`
+	Listen string `json:"listen"`
+	Policy string `json:"policy"`
+}
+
+// Agent is a running agent. Its exported methods are safe for
+// concurrent use.
+type Agent struct {
+	cfg     Config
+	log     *slog.Logger
+	lock    *kernel.Lock
+	opts    engine.Options
+	metrics *metrics
+	reload  chan bool // true: forced (SIGHUP)
+
+	// Owned by the loop.
+	pol        *policy.Policy
+	sum        [32]byte // of the files pol was read from
+	recorded   bool     // the records say what pol plans
+	prevSample *stats.Sample
+	// failures are the last failures logged, by message.
+	failures map[string]failure
+
+	mu      sync.RWMutex
+	health  Health
+	sample  *stats.Sample
+	hist    *history
+	started time.Time
+}
+
+type failure struct {
+	err string
+	at  time.Time
+}
+
+// Health is the agent's own state, as /api/v1/status shows it.
+type Health struct {
+	Policy        string    `json:"policy"`
+	Netns         string    `json:"netns,omitzero"`
+	Started       time.Time `json:"started"`
+	IntervalS     float64   `json:"interval_s"`
+	LastReconcile time.Time `json:"last_reconcile"`
+	// LastResult is ok (nothing to do), repaired (drift undone),
+	// applied (a new or reloaded policy) or error.
+	LastResult  string    `json:"last_result"`
+	LastError   string    `json:"last_error,omitzero"`
+	Reconciles  uint64    `json:"reconciles"`
+	Repairs     uint64    `json:"repairs"`
+	LastRepair  time.Time `json:"last_repair,omitzero"`
+	LastReload  time.Time `json:"last_reload,omitzero"`
+	ReloadError string    `json:"reload_error,omitzero"`
+	// Waiting names interfaces of the policy that do not exist now.
+	Waiting []string `json:"waiting,omitzero"`
+	// ApplySeconds is how long the last pass took.
+	ApplySeconds float64 `json:"apply_seconds"`
+}
+
+// InputError is a bad configuration or starting policy.
+type InputError = engine.InputError
+
+// New checks cfg, loads the policy and takes the namespace's agent lock.
+// A policy that does not validate is an *InputError.
+func New(cfg Config) (*Agent, error) {
+	if cfg.Interval == 0 {
+		cfg.Interval = time.Second
+	}
+	if cfg.Interval < 100*time.Millisecond || cfg.Interval > time.Hour {
+		return nil, &InputError{Err: fmt.Errorf("--interval %s: must be between 100ms and 1h", cfg.Interval)}
+	}
+	if cfg.History == 0 {
+		cfg.History = 300
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	if cfg.Listen != "" {
+		if err := checkListen(cfg.Listen); err != nil {
+			return nil, &InputError{Err: fmt.Errorf("--listen %q: %w", cfg.Listen, err)}
+		}
+	}
+	if cfg.Netns != "" {
+		if err := kernel.ValidNetnsName(cfg.Netns); err != nil {
+			return nil, &InputError{Err: fmt.Errorf("--netns: %w", err)}
+		}
+	}
+	a := &Agent{cfg: cfg, log: cfg.Log, reload: make(chan bool, 1), failures: map[string]failure{}, hist: newHistory(cfg.History), started: time.Now()}
+	a.opts = engine.Options{Netns: cfg.Netns, Full: true, SkipMissing: true, LockTimeout: 30 * time.Second,
+		Warn: func(s string) { a.log.Warn(s) }}
+	pol, err := engine.Load(cfg.Policy, a.opts)
+	if err != nil {
+		return nil, err
+	}
+	a.pol = pol
+	if a.sum, err = a.fileSum(pol, cfg.Policy); err != nil {
+		return nil, &InputError{Err: err}
+	}
+	if a.lock, err = kernel.AcquireAgentLock(kernel.StateDir(cfg.Netns)); err != nil {
+		return nil, err
+	}
+	a.metrics = newMetrics(a)
+	a.health = Health{Policy: cfg.Policy, Netns: cfg.Netns, Started: a.started, IntervalS: cfg.Interval.Seconds()}
+	return a, nil
+}
+
+// checkListen checks an HTTP address: HOST:PORT with HOST empty, an IP
+// address or a name, PORT 0 to 65535.
+func checkListen(addr string) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return err
+	}
+	if _, err := strconv.ParseUint(port, 10, 16); err != nil {
+		return fmt.Errorf("port %q is not a number from 0 to 65535", port)
+	}
+	if strings.ContainsAny(host, ":") && net.ParseIP(host) == nil {
+		return fmt.Errorf("host %q is not an IP address", host)
+	}
+	if ip := net.ParseIP(host); ip == nil && host != "" {
+		for _, r := range host {
+			if !(r == '.' || r == '-' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9') {
+				return fmt.Errorf("host %q is neither an IP address nor a host name", host)
+			}
+		}
+		if strings.Trim(host, "0123456789.") == "" {
+			return fmt.Errorf("host %q is not an IP address", host)
+		}
+	}
+	return nil
+}
+
+// fileSum hashes the policy file and the hosts files pol reads (with a
+// nil pol, only file).
+func (a *Agent) fileSum(pol *policy.Policy, file string) ([32]byte, error) {
+	files := []string{file}
+	if pol != nil {
+		files = pol.Files()
+	}
+	h := sha256.New()
+	for _, f := range files {
+		b, err := safefile.ReadRegular(f, "policy file", policy.MaxHostsFileBytes)
+		if err != nil {
+			return [32]byte{}, err
+		}
+		fmt.Fprintf(h, "%s\x00%d\x00", f, len(b))
+		h.Write(b)
+	}
+	var out [32]byte
+	copy(out[:], h.Sum(nil))
+	return out, nil
+}
+
+// Reload asks the loop to re-read the policy now (SIGHUP), even if its
+// files look unchanged.
+func (a *Agent) Reload() {
+	select {
+	case a.reload <- true:
+	default:
+	}
+}
+
+// Run serves HTTP (when configured) and reconciles until ctx ends, then
+// leaves the shaping in place, or removes it with ResetOnExit. It
+// releases the agent lock on return.
+func (a *Agent) Run(ctx context.Context) error {
+	defer a.lock.Release()
+	dir := kernel.StateDir(a.cfg.Netns)
+	var srv *http.Server
+	if a.cfg.Listen != "" {
+		ln, err := net.Listen("tcp", a.cfg.Listen)
+		if err != nil {
+			return fmt.Errorf("--listen: %w", err)
+		}
+		srv = &http.Server{Handler: a.Handler(), ReadHeaderTimeout: 5 * time.Second}
+		go srv.Serve(ln)
+		info, _ := json.Marshal(Info{PID: os.Getpid(), Listen: ln.Addr().String(), Policy: a.cfg.Policy})
+		if err := kernel.WriteAgentFile(dir, AgentFile, info); err != nil {
+			a.log.Warn("cannot write the agent file; sluice show will read the kernel itself", "err", err)
+		}
+		a.log.Info("listening", "addr", ln.Addr().String())
+	}
+	a.log.Info("agent started", "policy", a.cfg.Policy, "netns", a.cfg.Netns, "interval", a.cfg.Interval.String())
+	a.pass("start")
+
+	tick := time.NewTicker(a.cfg.Interval)
+	defer tick.Stop()
+	// Files are checked at least twice a second, so that an edit is in
+	// force within a second whatever the interval.
+	watch := time.NewTicker(min(a.cfg.Interval, 500*time.Millisecond))
+	defer watch.Stop()
+loop:
+	for {
+		select {
+		case <-ctx.Done():
+			break loop
+		case <-tick.C:
+			a.pass("interval")
+		case <-watch.C:
+			if a.filesChanged() {
+				a.reloadPolicy(false)
+			}
+		case <-a.reload:
+			a.reloadPolicy(true)
+		}
+	}
+	if srv != nil {
+		sctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+		srv.Shutdown(sctx)
+		cancel()
+	}
+	if a.cfg.ResetOnExit {
+		var names []string
+		for _, in := range a.pol.Interfaces {
+			names = append(names, in.Name)
+		}
+		o := a.opts
+		o.LockTimeout = time.Second
+		r, err := engine.Reset(names, false, o, nil)
+		if err != nil {
+			a.log.Error("reset on exit failed", "err", err)
+			return err
+		}
+		a.log.Info("reset on exit", "devices", strings.Join(r.Devices, ","))
+	} else {
+		a.log.Info("stopped; shaping left in place")
+	}
+	return nil
+}
+
+// filesChanged reports whether the policy's files differ from those in
+// force. A file that cannot be read counts as changed: the reload says
+// why.
+func (a *Agent) filesChanged() bool {
+	sum, err := a.fileSum(a.pol, a.cfg.Policy)
+	return err != nil || sum != a.sum
+}
+
+// reloadPolicy reads the policy again; a bad one is refused and the one
+// in force stays.
+func (a *Agent) reloadPolicy(forced bool) {
+	pol, err := engine.Load(a.cfg.Policy, a.opts)
+	sum, serr := a.fileSum(pol, a.cfg.Policy)
+	if pol == nil || serr != nil {
+		sum, _ = a.fileSum(nil, a.cfg.Policy)
+	}
+	if !forced && err == nil && sum == a.sum {
+		return
+	}
+	a.sum = sum // a bad edit is reported once, not every poll
+	now := time.Now()
+	if err != nil {
+		a.log.Error("policy refused; the one in force stays", "policy", a.cfg.Policy, "err", err.Error())
+		a.metrics.reloads.WithLabelValues("refused").Inc()
+		a.mu.Lock()
+		a.health.LastReload, a.health.ReloadError = now, err.Error()
+		a.mu.Unlock()
+		return
+	}
+	a.log.Info("policy reloaded", "policy", a.cfg.Policy, "forced", forced)
+	a.metrics.reloads.WithLabelValues("ok").Inc()
+	a.pol, a.recorded = pol, false
+	a.mu.Lock()
+	a.health.LastReload, a.health.ReloadError = now, ""
+	a.mu.Unlock()
+	a.pass("reload")
+}
+
+// pass is one reconcile: plan, read everything back, apply the
+// difference, then read the counters.
+func (a *Agent) pass(why string) {
+	start := time.Now()
+	result, changes, waiting, sample, serr, err := a.reconcile(why)
+	took := time.Since(start)
+	a.metrics.applySeconds.Observe(took.Seconds())
+	a.metrics.reconciles.WithLabelValues(result).Inc()
+	if result == "repaired" {
+		a.metrics.repairs.Add(float64(changes))
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	h := &a.health
+	h.LastReconcile, h.LastResult, h.Reconciles, h.ApplySeconds = start, result, h.Reconciles+1, took.Seconds()
+	h.Waiting = waiting
+	h.LastError = ""
+	if err != nil {
+		h.LastError = err.Error()
+	}
+	if result == "repaired" {
+		h.Repairs += uint64(changes)
+		h.LastRepair = start
+	}
+	if serr != nil {
+		a.logFailure("reading counters failed", why, serr)
+		return
+	}
+	stats.Rates(a.prevSample, sample)
+	a.prevSample = sample
+	a.sample = sample
+	a.hist.add(sample)
+}
+
+// reconcile applies the policy's difference from the kernel, and reads
+// the counters after (serr: why they could not be read).
+func (a *Agent) reconcile(why string) (result string, changes int, waiting []string, sample *stats.Sample, serr, err error) {
+	p, err := engine.PreparePolicy(a.pol, a.opts)
+	if err != nil {
+		a.logFailure("reconcile failed", why, err)
+		sample, serr = a.collect()
+		return "error", 0, nil, sample, serr, err
+	}
+	defer p.Close()
+	result, changes, err = a.apply(p, why)
+	t0 := time.Now()
+	if result == "ok" && changes == 0 {
+		sample, serr = stats.CollectFrom(p.Kernel(), p.Live.Objects)
+	} else {
+		sample, serr = stats.Collect(p.Kernel(), nil)
+	}
+	a.log.Debug("pass", "why", why, "timings", p.Phases.String(), "counters_ms", time.Since(t0).Milliseconds())
+	return result, changes, p.Missing, sample, serr, err
+}
+
+func (a *Agent) apply(p *engine.Prepared, why string) (string, int, error) {
+	if len(p.Missing) > 0 {
+		a.log.Debug("waiting for interfaces", "missing", strings.Join(p.Missing, ","))
+	}
+	if p.Diff.Empty() && a.recorded && p.Kernel().State.Journal == nil {
+		return "ok", 0, nil // the records are current: no write
+	}
+	drift := why == "interval" && a.recorded && !p.Diff.Empty()
+	for _, c := range p.Diff.Changes {
+		if drift {
+			a.log.Warn("drift repaired", "change", c.Verb.String(), "object", c.Obj.Key())
+		} else {
+			a.log.Info("change", "why", why, "change", c.Verb.String(), "object", c.Obj.Key())
+		}
+	}
+	res, err := p.Apply()
+	if err != nil {
+		a.logFailure("apply failed", why, err)
+		return "error", 0, err
+	}
+	a.recorded = true
+	clear(a.failures)
+	n := len(p.Diff.Changes)
+	switch {
+	case n == 0:
+		return "ok", 0, nil
+	case drift:
+		a.log.Info("repaired drift", "changes", n, "writes", res.Writes)
+		return "repaired", n, nil
+	default:
+		a.log.Info("applied", "why", why, "changes", n, "writes", res.Writes)
+		return "applied", n, nil
+	}
+}
+
+// logFailure logs a failed pass; the same failure again is logged at
+// debug level, and at error level once a minute, so that a condition
+// that lasts (a foreign root qdisc) does not flood the log.
+func (a *Agent) logFailure(msg, why string, err error) {
+	now := time.Now()
+	last := a.failures[msg]
+	if err.Error() == last.err && now.Sub(last.at) < time.Minute {
+		a.log.Debug(msg, "why", why, "err", err.Error(), "repeated", true)
+		return
+	}
+	a.failures[msg] = failure{err.Error(), now}
+	a.log.Error(msg, "why", why, "err", err.Error())
+}
+
+// collect reads the counters without a plan (when planning failed).
+func (a *Agent) collect() (*stats.Sample, error) {
+	k, err := engine.Open(engine.Options{Netns: a.cfg.Netns})
+	if err != nil {
+		return nil, err
+	}
+	defer k.Close()
+	return stats.Collect(k, nil)
+}
+
+// Status is what /api/v1/status returns.
+type Status struct {
+	Health Health        `json:"health"`
+	Sample *stats.Sample `json:"sample"`
+	// HostClasses counts the per-host classes left out of Sample when
+	// asked (?hosts=0).
+	HostClasses int `json:"host_classes_omitted,omitzero"`
+}
+
+// Status returns the agent's health and its last reading; withHosts
+// false leaves per-host classes out.
+func (a *Agent) Status(withHosts bool) Status {
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	st := Status{Health: a.health, Sample: a.sample}
+	st.Health.Waiting = append([]string(nil), a.health.Waiting...)
+	if a.sample != nil && !withHosts {
+		cp := &stats.Sample{At: a.sample.At}
+		for _, t := range a.sample.Trees {
+			tc := *t
+			tc.Classes = nil
+			for _, c := range t.Classes {
+				if IsHostClass(c.Name) {
+					st.HostClasses++
+					continue
+				}
+				tc.Classes = append(tc.Classes, c)
+			}
+			cp.Trees = append(cp.Trees, &tc)
+		}
+		st.Sample = cp
+	}
+	return st
+}
+
+// IsHostClass reports whether a class name is a per-host class's
+// (PARENT/HOST: policy class names cannot hold a slash).
+func IsHostClass(name string) bool { return strings.Contains(name, "/") }
+
+// Healthy reports whether the last pass worked.
+func (a *Agent) Healthy() (bool, string) {
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	if a.health.LastResult == "error" {
+		return false, a.health.LastError
+	}
+	if a.health.Reconciles == 0 {
+		return false, "starting"
+	}
+	return true, "ok"
+}
+
+// ReadStatus asks the agent running in netns (if any) for its status;
+// ok is false when none answers.
+func ReadStatus(netns string, timeout time.Duration) (*Status, bool) {
+	dir := kernel.StateDir(netns)
+	if !kernel.AgentRunning(dir) {
+		return nil, false
+	}
+	b, err := kernel.ReadAgentFile(dir, AgentFile)
+	if err != nil {
+		return nil, false
+	}
+	var info Info
+	if json.Unmarshal(b, &info) != nil || info.Listen == "" {
+		return nil, false
+	}
+	host, port, err := net.SplitHostPort(info.Listen)
+	if err != nil {
+		return nil, false
+	}
+	if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
+		host = "127.0.0.1"
+		if ip != nil && ip.To4() == nil {
+			host = "::1"
+		}
+	}
+	c := http.Client{Timeout: timeout}
+	resp, err := c.Get("http://" + net.JoinHostPort(host, port) + "/api/v1/status")
+	if err != nil {
+		return nil, false
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, false
+	}
+	var st Status
+	body := &bytes.Buffer{}
+	if _, err := body.ReadFrom(http.MaxBytesReader(nil, resp.Body, 512<<20)); err != nil {
+		return nil, false
+	}
+	if err := json.Unmarshal(body.Bytes(), &st); err != nil || st.Sample == nil {
+		return nil, false
+	}
+	return &st, true
+}

@@ -1,0 +1,95 @@
+package agent
+
+import (
+	"sync"
+	"time"
+
+	"sluice/stats"
+)
+
+// maxCharted bounds the classes per tree whose rate is kept for the
+// charts: a tree of 10,000 hosts charts its named classes, not each host.
+const maxCharted = 64
+
+// history keeps the measured rate of every charted class over the last
+// passes, for the dashboard's charts (a page opened late still sees the
+// last minutes).
+type history struct {
+	mu   sync.Mutex
+	max  int
+	at   []time.Time
+	rate [][]point
+}
+
+type seriesKey struct {
+	Interface, Direction, Class string
+}
+
+type point struct {
+	key seriesKey
+	bps float64
+}
+
+func newHistory(max int) *history { return &history{max: max} }
+
+func (h *history) add(s *stats.Sample) {
+	var m []point
+	for _, t := range s.Trees {
+		n := 0
+		for _, c := range t.Classes {
+			if IsHostClass(c.Name) || n >= maxCharted {
+				continue
+			}
+			n++
+			m = append(m, point{seriesKey{t.Interface, t.Direction, c.Name}, c.Measured})
+		}
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.at = append(h.at, s.At)
+	h.rate = append(h.rate, m)
+	if len(h.at) > h.max {
+		// Shift rather than ring: max is a few hundred small maps.
+		h.at = append(h.at[:0:0], h.at[len(h.at)-h.max:]...)
+		h.rate = append(h.rate[:0:0], h.rate[len(h.rate)-h.max:]...)
+	}
+}
+
+// History is what /api/v1/history returns: the time of each pass (Unix
+// seconds) and, per class, its measured rate in bits/s at each (null
+// where the class did not exist).
+type History struct {
+	At     []float64 `json:"at"`
+	Series []Series  `json:"series"`
+}
+
+// Series is one class's rates over the history.
+type Series struct {
+	Interface string     `json:"interface"`
+	Direction string     `json:"direction"`
+	Class     string     `json:"class"`
+	BPS       []*float64 `json:"bps"`
+}
+
+func (h *history) snapshot() History {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := History{At: make([]float64, len(h.at)), Series: []Series{}}
+	index := map[seriesKey]int{}
+	for i, at := range h.at {
+		out.At[i] = float64(at.UnixMilli()) / 1000
+		for _, p := range h.rate[i] {
+			k := p.key
+			j, ok := index[k]
+			if !ok {
+				j = len(out.Series)
+				index[k] = j
+				out.Series = append(out.Series, Series{Interface: k.Interface, Direction: k.Direction, Class: k.Class,
+					BPS: make([]*float64, len(h.at))})
+			}
+			v := p.bps
+			out.Series[j].BPS[i] = &v
+		}
+	}
+	return out
+}

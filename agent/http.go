@@ -1,0 +1,95 @@
+package agent
+
+import (
+	"embed"
+	"encoding/json"
+	"fmt"
+	"io/fs"
+	"net/http"
+	"strconv"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// web holds the dashboard: one page, its script, and dygraphs 2.2.1
+// (MIT, vendored from Debian's libjs-dygraphs; see docs/agent.md for why
+// that library). Nothing is fetched from outside the agent.
+//
+//go:embed web
+var web embed.FS
+
+// Handler serves the dashboard (/), its files (/static/), metrics
+// (/metrics), the JSON API (/api/v1/status, /api/v1/history) and
+// /healthz.
+func (a *Agent) Handler() http.Handler {
+	static, _ := fs.Sub(web, "web")
+	mux := http.NewServeMux()
+	mux.Handle("GET /static/", http.StripPrefix("/static/", http.FileServer(http.FS(static))))
+	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
+		b, _ := fs.ReadFile(static, "index.html")
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		w.Write(b)
+	})
+	mux.Handle("GET /metrics", promhttp.HandlerFor(a.metrics.gatherer, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /api/v1/status", func(w http.ResponseWriter, r *http.Request) {
+		hosts := true
+		if v := r.URL.Query().Get("hosts"); v != "" {
+			b, err := strconv.ParseBool(v)
+			if err != nil {
+				apiError(w, http.StatusBadRequest, fmt.Sprintf("hosts=%q: want true or false (1 or 0)", v))
+				return
+			}
+			hosts = b
+		}
+		for k := range r.URL.Query() {
+			if k != "hosts" {
+				apiError(w, http.StatusBadRequest, fmt.Sprintf("unknown parameter %q (known: hosts)", k))
+				return
+			}
+		}
+		writeJSON(w, http.StatusOK, a.Status(hosts))
+	})
+	mux.HandleFunc("GET /api/v1/history", func(w http.ResponseWriter, r *http.Request) {
+		if len(r.URL.Query()) > 0 {
+			apiError(w, http.StatusBadRequest, "history takes no parameters")
+			return
+		}
+		writeJSON(w, http.StatusOK, a.hist.snapshot())
+	})
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		ok, why := a.Healthy()
+		code := http.StatusOK
+		if !ok {
+			code = http.StatusServiceUnavailable
+		}
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.WriteHeader(code)
+		fmt.Fprintln(w, why)
+	})
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		apiError(w, http.StatusNotFound, fmt.Sprintf("%s %s: no such endpoint (see /api/v1/status, /api/v1/history, /metrics, /healthz)", r.Method, r.URL.Path))
+	})
+	return headers(mux)
+}
+
+// headers forbids the page anything from elsewhere: the dashboard works
+// offline and cannot be made to load a foreign script.
+func headers(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; style-src 'self' 'unsafe-inline'")
+		w.Header().Set("X-Content-Type-Options", "nosniff")
+		w.Header().Set("Cache-Control", "no-store")
+		h.ServeHTTP(w, r)
+	})
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	enc := json.NewEncoder(w)
+	enc.Encode(v)
+}
+
+func apiError(w http.ResponseWriter, code int, msg string) {
+	writeJSON(w, code, map[string]string{"error": msg})
+}

@@ -1,0 +1,193 @@
+package agent
+
+import (
+	"sort"
+	"strings"
+	"sync"
+
+	dto "github.com/prometheus/client_model/go"
+	"sluice/stats"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+)
+
+// metrics holds the agent's own counters and collects the classes'
+// from the last pass's reading: a scrape never reads the kernel, so a
+// 10,000-host tree costs one dump per interval however often it is
+// scraped.
+type metrics struct {
+	a *Agent
+	// registry holds the agent's own metrics (and the Go and process
+	// collectors); classes the class metrics, whose gathering is kept
+	// until the next reading (gatherer).
+	registry *prometheus.Registry
+	classes  *prometheus.Registry
+	gatherer prometheus.Gatherers
+
+	mu      sync.Mutex
+	cacheOf *stats.Sample
+	cache   []*dto.MetricFamily
+
+	reconciles   *prometheus.CounterVec
+	reloads      *prometheus.CounterVec
+	repairs      prometheus.Counter
+	applySeconds prometheus.Histogram
+
+	sentBytes, sentPackets, dropped, overlimits *prometheus.Desc
+	backlog, rate, ceil, policer                *prometheus.Desc
+}
+
+func newMetrics(a *Agent) *metrics {
+	labels := []string{"device", "direction", "class"}
+	if a.cfg.HostMetrics {
+		labels = append(labels, "host")
+	}
+	desc := func(name, help string, extra ...string) *prometheus.Desc {
+		return prometheus.NewDesc(name, help, append(append([]string(nil), labels...), extra...), nil)
+	}
+	m := &metrics{a: a, registry: prometheus.NewRegistry(), classes: prometheus.NewRegistry(),
+		reconciles: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_reconcile_total",
+			Help: "Reconcile passes by result: ok (nothing to do), repaired (drift undone), applied (new or reloaded policy), error."}, []string{"result"}),
+		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_reload_total",
+			Help: "Policy reloads by result: ok, or refused (the policy did not validate; the one in force stays)."}, []string{"result"}),
+		repairs: prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_drift_repairs_total",
+			Help: "Kernel objects changed behind the agent's back and put back (one per object)."}),
+		applySeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "sluice_apply_duration_seconds",
+			Help:    "Duration of a reconcile pass: plan, read every tree back, apply the difference.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2.5, 12)}),
+		sentBytes:   desc("sluice_class_sent_bytes_total", "Bytes the class sent (HTB class counter)."),
+		sentPackets: desc("sluice_class_sent_packets_total", "Packets the class sent."),
+		dropped:     desc("sluice_class_dropped_packets_total", "Packets dropped in the class (its leaf queue's drops included)."),
+		overlimits:  desc("sluice_class_overlimits_total", "Times the class was over its rate and had to wait or borrow."),
+		backlog:     desc("sluice_class_backlog_bytes", "Bytes queued in the class now."),
+		rate:        desc("sluice_class_rate_bytes", "Configured guaranteed rate, bytes per second."),
+		ceil:        desc("sluice_class_ceil_bytes", "Configured ceiling, bytes per second."),
+		policer:     desc("sluice_policer_packets_total", "Packets a BPF policer metered, by colour (red is dropped).", "color"),
+	}
+	m.registry.MustRegister(m.reconciles, m.reloads, m.repairs, m.applySeconds,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m.classes.MustRegister(m)
+	m.gatherer = prometheus.Gatherers{m.registry, prometheus.GathererFunc(m.gatherClasses)}
+	return m
+}
+
+// gatherClasses gathers the class metrics once per reading: with
+// per-host series a 10,000-host tree is 70,000 of them, and scrapes
+// between two passes share the work.
+func (m *metrics) gatherClasses() ([]*dto.MetricFamily, error) {
+	m.a.mu.RLock()
+	s := m.a.sample
+	m.a.mu.RUnlock()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if s != nil && s == m.cacheOf {
+		return m.cache, nil
+	}
+	fams, err := m.classes.Gather()
+	if err != nil {
+		return nil, err
+	}
+	m.cacheOf, m.cache = s, fams
+	return fams, nil
+}
+
+// Describe sends the class metrics' descriptions.
+func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{m.sentBytes, m.sentPackets, m.dropped, m.overlimits, m.backlog, m.rate, m.ceil, m.policer} {
+		ch <- d
+	}
+}
+
+// Collect sends the class metrics of the last reading.
+func (m *metrics) Collect(ch chan<- prometheus.Metric) {
+	m.a.mu.RLock()
+	s := m.a.sample
+	m.a.mu.RUnlock()
+	if s == nil {
+		return
+	}
+	hosts := m.a.cfg.HostMetrics
+	// Sharded trees hold a copy of a named class per shard: their
+	// counters add up into one series.
+	type sum struct {
+		lv                                  []string
+		bytes, packets, drops, over, backlg float64
+		rate, ceil                          float64
+	}
+	var order []string
+	sums := map[string]*sum{}
+	for _, t := range s.Trees {
+		if t.Missing {
+			continue
+		}
+		for _, c := range t.Classes {
+			class, host := c.Name, ""
+			if c.Name == "?" {
+				continue // not sluice's (a class added by hand): no stable name
+			}
+			if IsHostClass(c.Name) {
+				if !hosts {
+					continue
+				}
+				i := strings.LastIndexByte(c.Name, '/')
+				class, host = c.Name[:i], c.Name[i+1:]
+			}
+			lv := []string{t.Interface, t.Direction, class}
+			if hosts {
+				lv = append(lv, host)
+			}
+			// The registry sorts each family by label values (in label
+			// name order: class, device, direction, host); handed over
+			// sorted, that sort is linear, which matters at 70,000 series.
+			key := class + "\x00" + t.Interface + "\x00" + t.Direction + "\x00" + host
+			x := sums[key]
+			if x == nil {
+				x = &sum{lv: lv, rate: float64(c.Rate / 8), ceil: float64(c.Ceil / 8)}
+				sums[key] = x
+				order = append(order, key)
+			}
+			x.bytes += float64(c.Bytes)
+			x.packets += float64(c.Packets)
+			x.drops += float64(c.Drops)
+			x.over += float64(c.Overlimits)
+			x.backlg += float64(c.Backlog)
+		}
+	}
+	sort.Strings(order)
+	for _, key := range order {
+		x := sums[key]
+		for _, v := range []struct {
+			d   *prometheus.Desc
+			t   prometheus.ValueType
+			val float64
+		}{
+			{m.sentBytes, prometheus.CounterValue, x.bytes},
+			{m.sentPackets, prometheus.CounterValue, x.packets},
+			{m.dropped, prometheus.CounterValue, x.drops},
+			{m.overlimits, prometheus.CounterValue, x.over},
+			{m.backlog, prometheus.GaugeValue, x.backlg},
+			{m.rate, prometheus.GaugeValue, x.rate},
+			{m.ceil, prometheus.GaugeValue, x.ceil},
+		} {
+			ch <- prometheus.MustNewConstMetric(v.d, v.t, v.val, x.lv...)
+		}
+	}
+	for _, t := range s.Trees {
+		if t.Missing {
+			continue
+		}
+		for _, p := range t.Policers {
+			lv := []string{t.Interface, t.Direction, p.Class}
+			if hosts {
+				lv = append(lv, "")
+			}
+			for _, col := range []struct {
+				name string
+				n    uint64
+			}{{"green", p.Green.Packets}, {"yellow", p.Yellow.Packets}, {"red", p.Red.Packets}} {
+				ch <- prometheus.MustNewConstMetric(m.policer, prometheus.CounterValue, float64(col.n), append(lv, col.name)...)
+			}
+		}
+	}
+}

@@ -1,0 +1,743 @@
+package e2e
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"sluice/agent"
+	"sluice/testutil"
+)
+
+// agentProc is a `sluice agent` the test started.
+type agentProc struct {
+	t    *testing.T
+	cmd  *exec.Cmd
+	addr string // host:port it listens on
+	mu   sync.Mutex
+	log  bytes.Buffer
+	done chan struct{}
+	err  error // Wait's, once done is closed
+}
+
+func (a *agentProc) Write(b []byte) (int, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.log.Write(b)
+}
+
+// Log is everything the agent logged so far.
+func (a *agentProc) Log() string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.log.String()
+}
+
+// startAgent runs the agent on ns with a private state directory,
+// listening on a free port, and waits for its first pass.
+func startAgent(t *testing.T, ns, pol string, extra ...string) *agentProc {
+	t.Helper()
+	args := append([]string{"--netns", ns, "agent", pol, "--listen", "127.0.0.1:0", "--log-format", "json"}, extra...)
+	a := &agentProc{t: t, cmd: exec.Command(bin, args...), done: make(chan struct{})}
+	a.cmd.Env = append(os.Environ(), "SLUICE_STATE_DIR="+stateDir(t))
+	a.cmd.Stdout, a.cmd.Stderr = a, a
+	if err := a.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { a.err = a.cmd.Wait(); close(a.done) }()
+	t.Cleanup(func() {
+		a.cmd.Process.Kill()
+		<-a.done
+		if t.Failed() {
+			t.Logf("agent log:\n%s", a.Log())
+		}
+	})
+	info := filepath.Join(stateDir(t), "netns", ns, agent.AgentFile)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		select {
+		case <-a.done:
+			t.Fatalf("agent exited: %v\n%s", a.err, a.Log())
+		default:
+		}
+		if b, err := os.ReadFile(info); err == nil {
+			var i agent.Info
+			if json.Unmarshal(b, &i) == nil && i.PID == a.cmd.Process.Pid {
+				a.addr = i.Listen
+				if code, _ := a.get("/healthz"); code == 200 {
+					return a
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("agent not healthy within 10 s:\n%s", a.Log())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func (a *agentProc) get(path string) (int, string) {
+	c := http.Client{Timeout: 5 * time.Second}
+	resp, err := c.Get("http://" + a.addr + path)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+func (a *agentProc) status() agent.Status {
+	a.t.Helper()
+	code, body := a.get("/api/v1/status")
+	var st agent.Status
+	if code != 200 || json.Unmarshal([]byte(body), &st) != nil {
+		a.t.Fatalf("status: %d %.300s", code, body)
+	}
+	return st
+}
+
+// metric returns the value of the series whose name and labels start
+// with prefix (e.g. `sluice_class_sent_bytes_total{class="bulk"`).
+func (a *agentProc) metric(name string, labels ...string) (float64, bool) {
+	_, body := a.get("/metrics")
+	for _, l := range strings.Split(body, "\n") {
+		if !strings.HasPrefix(l, name+"{") && !strings.HasPrefix(l, name+" ") {
+			continue
+		}
+		ok := true
+		for _, lv := range labels {
+			if !strings.Contains(l, lv) {
+				ok = false
+			}
+		}
+		if !ok {
+			continue
+		}
+		v, err := strconv.ParseFloat(l[strings.LastIndexByte(l, ' ')+1:], 64)
+		return v, err == nil
+	}
+	return 0, false
+}
+
+// stop signals the agent and returns how long it took to exit and its
+// exit code.
+func (a *agentProc) stop(sig syscall.Signal) (time.Duration, int) {
+	a.t.Helper()
+	start := time.Now()
+	a.cmd.Process.Signal(sig)
+	select {
+	case <-a.done:
+	case <-time.After(10 * time.Second):
+		a.t.Fatalf("agent still running 10 s after %v", sig)
+	}
+	return time.Since(start), a.cmd.ProcessState.ExitCode()
+}
+
+// within polls cond every 50 ms for up to d and reports how long it took.
+func within(d time.Duration, cond func() bool) (time.Duration, bool) {
+	start := time.Now()
+	for time.Since(start) < d {
+		if cond() {
+			return time.Since(start), true
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return d, cond()
+}
+
+const agentPolicy = `interfaces:
+  - name: eth0
+    egress:
+      rate: 20mbit
+      default: bulk
+      classes:
+        - name: interactive
+          rate: 5mbit
+          prio: 0
+          leaf: pfifo
+          match:
+            - { proto: tcp, dport: 22 }
+        - name: bulk
+          rate: %s
+          leaf: pfifo
+`
+
+// The agent keeps the policy applied: a class changed by hand and a
+// deleted root qdisc are put back within two intervals, an edit of the
+// policy is applied within 2 s as one class change, a broken edit is
+// refused (logged and shown by the API) while the old policy stays, a
+// second agent is refused, and SIGTERM leaves the shaping in place.
+func TestAgentRepairsDriftAndReloads(t *testing.T) {
+	ns := devNS(t, "eth0")
+	pol := writePolicy(t, "p.yaml", fmt.Sprintf(agentPolicy, "15mbit"))
+	a := startAgent(t, ns, pol)
+	classRate := func(id string) string {
+		m := regexp.MustCompile(`class htb ` + regexp.QuoteMeta(id) + ` .* rate (\S+) `).FindStringSubmatch(tcShow(t, ns, "class", "show", "dev", "eth0"))
+		if m == nil {
+			return ""
+		}
+		return m[1]
+	}
+	if r := classRate("1:11"); r != "15Mbit" {
+		t.Fatalf("bulk rate %q after start\n%s", r, a.Log())
+	}
+
+	testutil.NS(t, ns, "tc", "class", "change", "dev", "eth0", "parent", "1:1", "classid", "1:11", "htb", "rate", "1mbit", "ceil", "20mbit")
+	if took, ok := within(2500*time.Millisecond, func() bool { return classRate("1:11") == "15Mbit" }); !ok {
+		t.Fatalf("class changed by hand not repaired in 2.5 s (two intervals): %s", classRate("1:11"))
+	} else {
+		t.Logf("class change repaired in %v", took)
+	}
+	if v, ok := a.metric("sluice_drift_repairs_total"); !ok || v < 1 {
+		t.Errorf("sluice_drift_repairs_total = %v (%v)", v, ok)
+	}
+	if !strings.Contains(a.Log(), `"msg":"drift repaired","change":"change","object":"class/eth0/1:11"`) {
+		t.Errorf("the repair is not logged:\n%s", a.Log())
+	}
+
+	testutil.NS(t, ns, "tc", "qdisc", "del", "dev", "eth0", "root")
+	if took, ok := within(2500*time.Millisecond, func() bool { return classRate("1:11") == "15Mbit" && classRate("1:10") == "5Mbit" }); !ok {
+		t.Fatalf("deleted root qdisc not repaired in 2.5 s:\n%s", tcShow(t, ns, "qdisc", "show", "dev", "eth0"))
+	} else {
+		t.Logf("root qdisc deletion repaired in %v", took)
+	}
+	if st := a.status(); st.Health.Repairs < 2 || st.Health.LastRepair.IsZero() {
+		t.Errorf("status health after two repairs: %+v", st.Health)
+	}
+
+	// An edit: one class's rate. pfifo leaves do not depend on the rate,
+	// so it is exactly one class change.
+	before := a.Log()
+	os.WriteFile(pol, []byte(fmt.Sprintf(agentPolicy, "12mbit")), 0o644)
+	if took, ok := within(2*time.Second, func() bool { return classRate("1:11") == "12Mbit" }); !ok {
+		t.Fatalf("edited policy not applied within 2 s: %s", classRate("1:11"))
+	} else {
+		t.Logf("policy edit applied in %v", took)
+	}
+	time.Sleep(200 * time.Millisecond)
+	reload := strings.TrimPrefix(a.Log(), before)
+	if n := strings.Count(reload, `"msg":"change","why":"reload"`); n != 1 || !strings.Contains(reload, `"change":"change","object":"class/eth0/1:11"`) {
+		t.Errorf("reload made %d changes, want one class change:\n%s", n, reload)
+	}
+
+	// A broken edit: refused, logged with its position, shown by the
+	// API; the kernel keeps the policy in force.
+	os.WriteFile(pol, []byte(fmt.Sprintf(agentPolicy, "12mbitz")), 0o644)
+	var st agent.Status
+	if _, ok := within(2*time.Second, func() bool { st = a.status(); return st.Health.ReloadError != "" }); !ok {
+		t.Fatalf("broken edit not reported: %+v", st.Health)
+	}
+	if !strings.Contains(st.Health.ReloadError, "p.yaml:14:17") || !strings.Contains(a.Log(), `policy refused; the one in force stays`) {
+		t.Errorf("reload error %q; log:\n%s", st.Health.ReloadError, a.Log())
+	}
+	time.Sleep(1500 * time.Millisecond)
+	if r := classRate("1:11"); r != "12Mbit" {
+		t.Errorf("after a broken edit the bulk rate is %s", r)
+	}
+	if code, _ := a.get("/healthz"); code != 200 {
+		t.Errorf("healthz %d while the old policy is in force", code)
+	}
+	// Fixing it clears the error.
+	os.WriteFile(pol, []byte(fmt.Sprintf(agentPolicy, "10mbit")), 0o644)
+	if _, ok := within(2*time.Second, func() bool {
+		st = a.status()
+		return st.Health.ReloadError == "" && classRate("1:11") == "10Mbit"
+	}); !ok {
+		t.Errorf("fixed edit: %+v, rate %s", st.Health, classRate("1:11"))
+	}
+
+	// One agent per namespace.
+	r := runSluice(t, bin, []string{"SLUICE_STATE_DIR=" + stateDir(t)}, "--netns", ns, "agent", pol, "--listen", "127.0.0.1:0")
+	if r.code != 1 || !strings.Contains(r.stderr, "another sluice agent runs in this network namespace") {
+		t.Errorf("second agent: exit %d %s", r.code, r.stderr)
+	}
+	// The command line still works beside it.
+	if out := must(t, "--netns", ns, "plan", pol); strings.TrimSpace(out) != "no changes" {
+		t.Errorf("plan beside the agent:\n%s", out)
+	}
+
+	took, code := a.stop(syscall.SIGTERM)
+	if code != 0 || took > 2*time.Second {
+		t.Errorf("SIGTERM: exit %d after %v (want 0 within 2 s)", code, took)
+	}
+	if r := classRate("1:11"); r != "10Mbit" {
+		t.Errorf("after SIGTERM the tree is gone (bulk rate %q); it must stay", r)
+	}
+
+	// --reset-on-exit removes what it applied, and only that.
+	b := startAgent(t, ns, pol, "--reset-on-exit")
+	took, code = b.stop(syscall.SIGINT)
+	if code != 0 || took > 2*time.Second {
+		t.Errorf("SIGINT with --reset-on-exit: exit %d after %v", code, took)
+	}
+	if q := tcShow(t, ns, "qdisc", "show", "dev", "eth0"); strings.Contains(q, "htb") {
+		t.Errorf("--reset-on-exit left:\n%s", q)
+	}
+}
+
+// A device that is missing is waited for while the others are shaped;
+// when it appears, it is shaped.
+func TestAgentWaitsForMissingDevice(t *testing.T) {
+	ns := devNS(t, "eth0")
+	pol := writePolicy(t, "p.yaml", fmt.Sprintf(agentPolicy, "15mbit")+"  - name: eth1\n    egress: {rate: 7mbit}\n")
+	a := startAgent(t, ns, pol)
+	st := a.status()
+	if len(st.Health.Waiting) != 1 || st.Health.Waiting[0] != "eth1" || st.Health.LastResult == "error" {
+		t.Fatalf("health with eth1 missing: %+v", st.Health)
+	}
+	if !strings.Contains(tcShow(t, ns, "class", "show", "dev", "eth0"), "rate 15Mbit") {
+		t.Fatal("eth0 not shaped while eth1 is missing")
+	}
+	testutil.NS(t, ns, "ip", "link", "add", "eth1", "type", "veth", "peer", "name", "eth1p")
+	testutil.NS(t, ns, "ip", "link", "set", "eth1", "up")
+	if _, ok := within(3*time.Second, func() bool {
+		return strings.Contains(tcShow(t, ns, "class", "show", "dev", "eth1"), "rate 7Mbit")
+	}); !ok {
+		t.Fatalf("eth1 not shaped after it appeared:\n%s", a.Log())
+	}
+	// Deleted and made again: a new device, shaped again.
+	testutil.NS(t, ns, "ip", "link", "del", "eth1")
+	testutil.NS(t, ns, "ip", "link", "add", "eth1", "type", "veth", "peer", "name", "eth1p")
+	if _, ok := within(3*time.Second, func() bool {
+		return strings.Contains(tcShow(t, ns, "class", "show", "dev", "eth1"), "rate 7Mbit")
+	}); !ok {
+		t.Fatalf("eth1 not shaped after it was made again:\n%s", a.Log())
+	}
+	if st := a.status(); len(st.Health.Waiting) != 0 || st.Health.LastResult == "error" {
+		t.Errorf("health: %+v", st.Health)
+	}
+}
+
+// udpSend sends n datagrams of size bytes from ns to addr:port at about
+// rate bits/s and returns how many bytes of payload it sent.
+func udpSend(t *testing.T, ns, addr string, port, n, size int, rate float64) int {
+	t.Helper()
+	var conn net.Conn
+	if err := testutil.InNetns(ns, func() (err error) {
+		conn, err = net.Dial("udp", net.JoinHostPort(addr, strconv.Itoa(port)))
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	buf := make([]byte, size)
+	gap := time.Duration(float64(size*8) / rate * float64(time.Second))
+	start := time.Now()
+	sent := 0
+	for i := 0; i < n; i++ {
+		if d := time.Until(start.Add(time.Duration(i) * gap)); d > 0 {
+			time.Sleep(d)
+		}
+		if _, err := conn.Write(buf); err == nil {
+			sent += size
+		}
+	}
+	return sent
+}
+
+// tcClassBytes reads a class's sent bytes with tc -s.
+func tcClassBytes(t *testing.T, ns, dev, id string) float64 {
+	t.Helper()
+	out := tcShow(t, ns, "-s", "class", "show", "dev", dev, "classid", id)
+	m := regexp.MustCompile(`Sent (\d+) bytes`).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("no counters for %s:\n%s", id, out)
+	}
+	v, _ := strconv.ParseFloat(m[1], 64)
+	return v
+}
+
+// The counters on /metrics are the kernel's (tc -s agrees) and count
+// what the generator sent (its payload plus UDP, IP and Ethernet
+// headers), within 2%; `sluice show` prints the agent's reading and
+// `sluice munin` its counters.
+func TestAgentMetricsMatchTraffic(t *testing.T) {
+	p := testutil.NewPair(t)
+	pol := writePolicy(t, "p.yaml", policyFor(p.DevA, `    egress:
+      rate: 20mbit
+      default: other
+      classes:
+        - name: udp
+          rate: 10mbit
+          match:
+            - { proto: udp, dport: 9000 }
+        - name: other
+          rate: 10mbit
+`))
+	a := startAgent(t, p.A, pol, "--interval", "500ms")
+	const n, size = 3000, 1000
+	payload := udpSend(t, p.A, testutil.AddrB, 9000, n, size, 8e6)
+	time.Sleep(1500 * time.Millisecond) // three passes
+	wire := float64(payload) * float64(size+8+20+14) / size
+	got, ok := a.metric("sluice_class_sent_bytes_total", `class="udp"`, `direction="egress"`, `device="veth0"`)
+	kern := tcClassBytes(t, p.A, p.DevA, "1:10")
+	t.Logf("generator: %d datagrams, %.0f bytes on the wire; metrics %.0f; tc -s %.0f", n, wire, got, kern)
+	if !ok || got < wire*0.98 || got > wire*1.02 {
+		t.Errorf("sluice_class_sent_bytes_total %.0f, want %.0f within 2%%", got, wire)
+	}
+	if kern < got*0.98 || kern > got*1.02 {
+		t.Errorf("tc -s says %.0f, metrics %.0f", kern, got)
+	}
+	if pk, _ := a.metric("sluice_class_sent_packets_total", `class="udp"`); pk < n*0.98 || pk > n*1.02 {
+		t.Errorf("packets %.0f, want %d", pk, n)
+	}
+	if v, ok := a.metric("sluice_class_rate_bytes", `class="udp"`); !ok || v != 10e6/8 {
+		t.Errorf("sluice_class_rate_bytes %v", v)
+	}
+	if v, ok := a.metric("sluice_class_ceil_bytes", `class="udp"`); !ok || v != 20e6/8 {
+		t.Errorf("sluice_class_ceil_bytes %v", v)
+	}
+	if v, ok := a.metric("sluice_reconcile_total", `result="ok"`); !ok || v < 2 {
+		t.Errorf("sluice_reconcile_total{result=ok} %v", v)
+	}
+	for _, m := range []string{"sluice_class_dropped_packets_total", "sluice_class_overlimits_total", "sluice_class_backlog_bytes",
+		"sluice_apply_duration_seconds_count", "go_goroutines", "process_open_fds"} {
+		if _, ok := a.metric(m); !ok {
+			t.Errorf("no %s on /metrics", m)
+		}
+	}
+
+	// show asks the agent: the same reading.
+	out := must(t, "--netns", p.A, "show", "--json")
+	var s struct {
+		Trees []struct {
+			Classes []struct {
+				Name  string `json:"name"`
+				Bytes uint64 `json:"bytes"`
+			} `json:"classes"`
+		} `json:"trees"`
+	}
+	if err := json.Unmarshal([]byte(out), &s); err != nil || len(s.Trees) != 1 {
+		t.Fatalf("show --json: %v\n%s", err, out)
+	}
+	for _, c := range s.Trees[0].Classes {
+		if c.Name == "udp" && (float64(c.Bytes) < got*0.98 || float64(c.Bytes) > got*1.02) {
+			t.Errorf("show says %d bytes, metrics %.0f", c.Bytes, got)
+		}
+	}
+	if text := must(t, "--netns", p.A, "show"); !strings.Contains(text, "from the sluice agent") {
+		t.Errorf("show did not ask the agent:\n%s", text)
+	}
+	if text := must(t, "--netns", p.A, "show", "--local", "--interval", "0"); strings.Contains(text, "from the sluice agent") {
+		t.Errorf("show --local asked the agent:\n%s", text)
+	}
+
+	// munin: a graph per device and direction, a DERIVE line per class,
+	// values in bits.
+	cfg := must(t, "--netns", p.A, "munin", "config")
+	for _, want := range []string{"multigraph sluice_veth0_egress", "graph_title sluice veth0 egress", "c_udp.label udp", "c_udp.type DERIVE", "c_other.min 0"} {
+		if !strings.Contains(cfg, want) {
+			t.Errorf("munin config lacks %q:\n%s", want, cfg)
+		}
+	}
+	vals := must(t, "--netns", p.A, "munin")
+	m := regexp.MustCompile(`(?m)^c_udp\.value (\d+)$`).FindStringSubmatch(vals)
+	if m == nil {
+		t.Fatalf("munin values:\n%s", vals)
+	}
+	if v, _ := strconv.ParseFloat(m[1], 64); v < got*8*0.98 || v > got*8*1.02 {
+		t.Errorf("munin says %s bits, metrics %.0f bytes", m[1], got)
+	}
+	if r := sluice(t, "--netns", p.A, "munin", "bogus"); r.code != 2 {
+		t.Errorf("munin bogus: exit %d", r.code)
+	}
+}
+
+// The API refuses what it does not know with a clear JSON error, and
+// the agent refuses bad flags and a bad policy at start (exit 2).
+func TestAgentBadInput(t *testing.T) {
+	ns := devNS(t, "eth0")
+	pol := writePolicy(t, "p.yaml", fmt.Sprintf(agentPolicy, "15mbit"))
+	env := []string{"SLUICE_STATE_DIR=" + stateDir(t)}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--netns", ns, "agent", writePolicy(t, "bad.yaml", fmt.Sprintf(agentPolicy, "15mbitz"))}, "bad.yaml:14:17"},
+		{[]string{"--netns", ns, "agent", pol, "--interval", "1ms"}, "--interval 1ms: must be between 100ms and 1h"},
+		{[]string{"--netns", ns, "agent", pol, "--log-format", "xml"}, `--log-format "xml"`},
+		{[]string{"--netns", "", "agent", pol}, "--netns"},
+		{[]string{"--netns", ns, "agent", pol, "--listen", "256.0.0.1:x"}, "--listen"},
+	} {
+		r := runSluice(t, bin, env, c.args...)
+		if r.code != 2 || !strings.Contains(r.stderr, c.want) {
+			t.Errorf("%v: exit %d, stderr %s", c.args, r.code, r.stderr)
+		}
+	}
+	if q := tcShow(t, ns, "qdisc", "show", "dev", "eth0"); strings.Contains(q, "htb") {
+		t.Errorf("refused agents changed the kernel:\n%s", q)
+	}
+	a := startAgent(t, ns, pol)
+	for path, want := range map[string]int{
+		"/api/v1/status?hosts=maybe": 400, "/api/v1/status?x=1": 400, "/api/v1/history?x=1": 400,
+		"/nope": 404, "/api/v1/status?hosts=0": 200, "/static/dygraph.min.js": 200, "/": 200,
+	} {
+		code, body := a.get(path)
+		if code != want {
+			t.Errorf("GET %s: %d (want %d) %.200s", path, code, want, body)
+		}
+		if want >= 400 && !strings.Contains(body, `"error"`) {
+			t.Errorf("GET %s: no JSON error: %s", path, body)
+		}
+	}
+}
+
+// chromium finds a headless Chromium.
+func chromium(t *testing.T) string {
+	for _, name := range []string{"chromium", "chromium-headless-shell", "chromium-browser", "google-chrome"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	if os.Getenv("CI") != "" {
+		t.Fatal("no headless Chromium (scripts/install-deps.sh installs it)")
+	}
+	t.Skip("no headless Chromium")
+	return ""
+}
+
+// The dashboard, opened in headless Chromium while traffic flows,
+// renders a chart per tree and the class table, its values change from
+// one screenshot to the next, and the page requests nothing from
+// anywhere but the agent.
+func TestDashboardInChromium(t *testing.T) {
+	browser := chromium(t)
+	p := testutil.NewPair(t)
+	pol := writePolicy(t, "p.yaml", policyFor(p.DevA, `    egress:
+      rate: 20mbit
+      default: other
+      classes:
+        - name: video
+          rate: 12mbit
+          match:
+            - { proto: udp, dport: 9000 }
+        - name: other
+          rate: 8mbit
+          match:
+            - { proto: udp, dport: 9001 }
+`))
+	a := startAgent(t, p.A, pol)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for i, port := range []int{9000, 9001} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for k := 0; ; k++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				// Rates that change every second, so the chart moves.
+				udpSend(t, p.A, testutil.AddrB, port, 100, 1000, float64(2+(k+i)%4)*1e6)
+			}
+		}()
+	}
+	defer func() { close(stop); wg.Wait() }()
+	time.Sleep(3 * time.Second) // a few points of history
+
+	dir := t.TempDir()
+	url := "http://" + a.addr + "/"
+	run := func(args ...string) string {
+		t.Helper()
+		base := []string{"--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--window-size=1200,1100",
+			"--user-data-dir=" + filepath.Join(dir, "profile"), "--no-first-run", "--disable-background-networking",
+			"--disable-component-update", "--disable-sync", "--virtual-time-budget=4000"}
+		cmd := exec.Command(browser, append(append(base, args...), url)...)
+		var out bytes.Buffer
+		cmd.Stdout = &out
+		cmd.Stderr = io.Discard
+		done := make(chan error, 1)
+		cmd.Start()
+		go func() { done <- cmd.Wait() }()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("chromium %v: %v", args, err)
+			}
+		case <-time.After(60 * time.Second):
+			cmd.Process.Kill()
+			t.Fatalf("chromium %v: no result in 60 s", args)
+		}
+		return out.String()
+	}
+	netlog := filepath.Join(dir, "netlog.json")
+	dom := run("--dump-dom", "--log-net-log="+netlog)
+	for _, want := range []string{`id="chart-veth0-egress"`, `data-class="video"`, `data-class="other"`, `id="last-result"`} {
+		if !strings.Contains(dom, want) {
+			t.Errorf("rendered page lacks %s", want)
+		}
+	}
+	if m := regexp.MustCompile(`<body data-updates="(\d+)"`).FindStringSubmatch(dom); m == nil || m[1] == "0" {
+		t.Errorf("the page never updated: %v", m)
+	}
+	// dygraphs draws on canvases inside the chart's div.
+	chart := dom[strings.Index(dom, `id="chart-veth0-egress"`):]
+	if i := strings.Index(chart, `id="legend-`); i > 0 {
+		chart = chart[:i]
+	}
+	if strings.Count(chart, "<canvas") < 1 || !regexp.MustCompile(`data-series="2"`).MatchString(chart) {
+		t.Errorf("no chart with two series drawn:\n%.1500s", chart)
+	}
+	// Every request the page made went to the agent. The net log holds
+	// the browser's own requests too (updates, accounts): those have no
+	// initiator; the page's name the agent's origin as theirs.
+	origin := "http://" + a.addr
+	var requests int
+	for _, r := range netLogRequests(t, netlog) {
+		if r.initiator != origin {
+			continue
+		}
+		requests++
+		if !strings.HasPrefix(r.url, origin+"/") {
+			t.Errorf("the page requested %s, outside the agent", r.url)
+		}
+	}
+	if requests < 5 { // two style sheets, two scripts, the API
+		t.Errorf("the net log holds %d requests from the page", requests)
+	}
+
+	// Two screenshots two seconds apart differ: the page is live.
+	shots := []string{filepath.Join(dir, "a.png"), filepath.Join(dir, "b.png")}
+	for i, s := range shots {
+		if i > 0 {
+			time.Sleep(2 * time.Second)
+		}
+		run("--screenshot=" + s)
+	}
+	pa, _ := os.ReadFile(shots[0])
+	pb, _ := os.ReadFile(shots[1])
+	if len(pa) < 20000 || len(pb) < 20000 {
+		t.Errorf("screenshots of %d and %d bytes: blank?", len(pa), len(pb))
+	}
+	if bytes.Equal(pa, pb) {
+		t.Error("two screenshots 2 s apart are identical: the page does not update")
+	}
+	if out := os.Getenv("SLUICE_SCREENSHOT"); out != "" {
+		os.WriteFile(out, pb, 0o644)
+	}
+}
+
+type netRequest struct{ url, initiator string }
+
+// netLogRequests lists the requests in a Chromium net log
+// (--log-net-log): each URL_REQUEST_START_JOB's url and initiator.
+func netLogRequests(t *testing.T, file string) []netRequest {
+	t.Helper()
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var nl struct {
+		Constants struct {
+			Types map[string]int `json:"logEventTypes"`
+		} `json:"constants"`
+		Events []struct {
+			Type   int `json:"type"`
+			Params struct {
+				URL       string `json:"url"`
+				Initiator string `json:"initiator"`
+			} `json:"params"`
+		} `json:"events"`
+	}
+	if err := json.Unmarshal(b, &nl); err != nil {
+		t.Fatalf("net log: %v", err)
+	}
+	start, ok := nl.Constants.Types["URL_REQUEST_START_JOB"]
+	if !ok {
+		t.Fatal("net log without URL_REQUEST_START_JOB events")
+	}
+	var out []netRequest
+	for _, e := range nl.Events {
+		if e.Type == start && e.Params.URL != "" {
+			out = append(out, netRequest{e.Params.URL, e.Params.Initiator})
+		}
+	}
+	return out
+}
+
+// The systemd unit in deploy/ is valid (systemd-analyze verify), and the
+// agent does its whole job, BPF classifier included, with no capability
+// beyond the unit's CapabilityBoundingSet.
+func TestSystemdUnit(t *testing.T) {
+	unit, err := os.ReadFile("../deploy/sluice-agent.service")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^CapabilityBoundingSet=(.+)$`).FindSubmatch(unit)
+	if m == nil {
+		t.Fatal("the unit sets no CapabilityBoundingSet")
+	}
+	var caps []string
+	for _, c := range strings.Fields(string(m[1])) {
+		caps = append(caps, "+"+strings.ToLower(strings.TrimPrefix(c, "CAP_")))
+	}
+	if sa, err := exec.LookPath("systemd-analyze"); err == nil {
+		dir := t.TempDir()
+		fixed := strings.ReplaceAll(string(unit), "/usr/local/bin/sluice", bin)
+		os.WriteFile(filepath.Join(dir, "sluice-agent.service"), []byte(fixed), 0o644)
+		if out, err := exec.Command(sa, "verify", filepath.Join(dir, "sluice-agent.service")).CombinedOutput(); err != nil || len(bytes.TrimSpace(out)) > 0 {
+			t.Errorf("systemd-analyze verify: %v\n%s", err, out)
+		}
+	}
+	setpriv, err := exec.LookPath("setpriv")
+	if err != nil {
+		t.Skip("no setpriv")
+	}
+	ns := devNS(t, "eth0")
+	pol := writePolicy(t, "p.yaml", `interfaces:
+  - name: eth0
+    egress:
+      rate: 20mbit
+      classifier: bpf
+      default: bulk
+      classes:
+        - name: voip
+          rate: 5mbit
+          prio: 0
+          match: [{proto: udp, dport: 5060}]
+        - name: bulk
+          rate: 15mbit
+`)
+	args := []string{"--bounding-set", "-all," + strings.Join(caps, ","), "--inh-caps", "-all", "--", bin,
+		"--netns", ns, "agent", pol, "--listen", "127.0.0.1:0"}
+	cmd := exec.Command(setpriv, args...)
+	cmd.Env = append(os.Environ(), "SLUICE_STATE_DIR="+stateDir(t))
+	var log bytes.Buffer
+	cmd.Stderr = &log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	ok := func() bool {
+		return strings.Contains(tcShow(t, ns, "filter", "show", "dev", "eth0", "egress"), "bpf") &&
+			strings.Contains(tcShow(t, ns, "class", "show", "dev", "eth0"), "rate 5Mbit")
+	}
+	if _, done := within(10*time.Second, ok); !done {
+		t.Fatalf("with the unit's capabilities (%v) the agent did not apply the policy:\n%s", caps, log.String())
+	}
+	// Reading the tree back (BPF program by id) works too: a detached
+	// program is put back.
+	testutil.NS(t, ns, "tc", "filter", "del", "dev", "eth0", "egress")
+	if _, done := within(3*time.Second, ok); !done {
+		t.Fatalf("detached classifier not repaired with the unit's capabilities:\n%s", log.String())
+	}
+	if strings.Contains(log.String(), "level=ERROR") {
+		t.Errorf("errors with the unit's capabilities:\n%s", log.String())
+	}
+}

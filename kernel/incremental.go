@@ -175,7 +175,7 @@ func (k *Kernel) ReadTouched(p *plan.Plan) (l *Live, desired []tc.Object, ok boo
 			}
 		}
 	}
-	k.deltas, k.deltaPlan = deltas, p
+	l.deltas, l.deltaPlan = deltas, p
 	return l, desired, true, nil
 }
 

@@ -1,0 +1,124 @@
+package kernel
+
+import (
+	"fmt"
+
+	"sluice/bpf"
+	"sluice/plan"
+	"sluice/tc"
+)
+
+// The BPF hook: sluice's classifier and policers on clsact, loaded
+// beside the tree's writes and attached after them.
+
+func hookFilter(h *bpf.Hook) *tc.Filter {
+	parent := tc.HandleEgressHook
+	if h.Ingress {
+		parent = tc.HandleIngressHook
+	}
+	return &tc.Filter{Dev: h.Dev, Parent: parent, Prio: h.Prio, Proto: tc.ProtoAll, Kind: "bpf"}
+}
+
+// attachHook loads the classifier, fills its maps, and only then
+// attaches it, so that no packet sees it half-filled.
+func (k *Kernel) attachHook(h *bpf.Hook) error {
+	if err := k.Conn.CountWrite("load bpf classifier for " + h.Dev); err != nil {
+		return err
+	}
+	var prog *bpf.Program
+	var err error
+	if p := k.loads[h]; p != nil {
+		delete(k.loads, h)
+		<-p.done
+		prog, err = p.prog, p.err
+	} else {
+		prog, err = bpf.Load(h.Content)
+	}
+	if err != nil {
+		return fmt.Errorf("%s: %w", h.Dev, err)
+	}
+	defer prog.Close() // the filter keeps its own reference
+	f := hookFilter(h)
+	f.Handle = 1
+	f.BPF = &tc.BPF{FD: prog.FD(), Name: bpf.FilterName(), DA: true}
+	return k.Conn.FilterAdd(f)
+}
+
+// A preload is a classifier loaded and filled in the background.
+type preload struct {
+	done chan struct{}
+	prog *bpf.Program
+	err  error
+}
+
+// preloadHooks starts loading the classifiers d attaches: verifying
+// the program and filling the maps of 10,000 hosts takes as long as
+// writing a few thousand classes, and needs no lock the writes take.
+func (k *Kernel) preloadHooks(d *Diff) {
+	for _, c := range d.Changes {
+		h, ok := c.Obj.(*bpf.Hook)
+		if !ok || c.Verb != tc.Add {
+			continue
+		}
+		p := &preload{done: make(chan struct{})}
+		if k.loads == nil {
+			k.loads = map[*bpf.Hook]*preload{}
+		}
+		k.loads[h] = p
+		go func() {
+			defer close(p.done)
+			p.prog, p.err = bpf.Load(h.Content)
+		}()
+	}
+}
+
+// dropPreloads closes the classifiers an apply loaded but did not
+// attach (it failed before).
+func (k *Kernel) dropPreloads() {
+	for h, p := range k.loads {
+		<-p.done
+		if p.prog != nil {
+			p.prog.Close()
+		}
+		delete(k.loads, h)
+	}
+}
+
+// syncHook makes the live classifier with program id (from the
+// readback) hold want, writing only what differs from base (nil:
+// everything).
+func (k *Kernel) syncHook(id uint32, want, base *bpf.Content) error {
+	if err := k.Conn.CountWrite("update bpf classifier maps"); err != nil {
+		return err
+	}
+	prog, err := bpf.Open(id)
+	if err != nil {
+		return err
+	}
+	defer prog.Close()
+	return prog.Write(want, base)
+}
+
+// OpenHook opens sluice's classifier on dev's hook, or returns nil if
+// there is none.
+func (k *Kernel) OpenHook(dev string, ingress bool) (*bpf.Program, error) {
+	f := hookFilter(&bpf.Hook{Dev: dev, Ingress: ingress, Prio: plan.HookPrio})
+	fs, err := k.Conn.Filters(f.Dev, f.Parent)
+	if err != nil {
+		return nil, err
+	}
+	if g := ourFilter(fs); g != nil {
+		return bpf.Open(g.BPF.ID)
+	}
+	return nil, nil
+}
+
+// ourFilter finds sluice's classifier among a hook's filters.
+func ourFilter(fs []*tc.Filter) *tc.Filter {
+	for _, f := range fs {
+		if (f.Prio == plan.HookPrio || f.Prio == plan.LegacyHookPrio) && f.Kind == "bpf" && f.BPF != nil && bpf.IsOurs(f.BPF.Name) {
+			return f
+		}
+	}
+	return nil
+}

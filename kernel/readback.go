@@ -1,0 +1,376 @@
+package kernel
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	"sluice/bpf"
+	"sluice/plan"
+	"sluice/policy"
+	"sluice/tc"
+)
+
+// Reading back: the objects of the trees sluice plans or remembers, as
+// the kernel holds them now.
+
+// treeRef is a device whose tree sluice plans or remembers.
+type treeRef struct {
+	dev, iface string
+	ifb        bool
+	police     bool // a policer without a tree, on iface's hook in dir
+	dir        string
+	planned    bool
+	rec        *DevState
+}
+
+func (k *Kernel) refs(p *plan.Plan, only map[string]bool) []treeRef {
+	var out []treeRef
+	seen := map[string]bool{}
+	if p != nil {
+		for _, d := range p.Devices {
+			seen[d.Record()] = true
+			out = append(out, treeRef{dev: d.Name, iface: d.Interface, ifb: d.Ifb, police: d.PoliceOnly, dir: d.Dir,
+				planned: true, rec: k.State.Devices[d.Record()]})
+		}
+	}
+	for _, name := range k.State.Names() {
+		if seen[name] || only != nil && !only[name] {
+			continue
+		}
+		r := k.State.Devices[name]
+		dev := name
+		if r.PoliceOnly {
+			dev = r.Interface
+		}
+		out = append(out, treeRef{dev: dev, iface: r.Interface, ifb: r.IsIfb(), police: r.PoliceOnly, dir: r.Dir, rec: r})
+	}
+	return out
+}
+
+// Live is the part of the kernel sluice manages, as read now.
+type Live struct {
+	Objects []tc.Object
+	Opt     Options
+	// Adopted names ifb devices that existed before sluice used them.
+	Adopted map[string]bool
+	// HookShared names interfaces whose ingress qdisc sluice did not create.
+	HookShared map[string]bool
+	// deltas hold, per tree, how deltaPlan's fingerprints differ from
+	// the recorded ones, when ReadTouched read only what the edit
+	// touches: the records of that apply are the old ones plus these
+	// (newRecords), not a fingerprint of every object again.
+	deltas    map[string]*fpDelta
+	deltaPlan *plan.Plan
+}
+
+// ReadLive reads the objects of every tree p plans or the records name
+// (restricted to only, when non-nil). force allows taking over foreign
+// root qdiscs on planned devices.
+func (k *Kernel) ReadLive(p *plan.Plan, only map[string]bool, force bool) (*Live, error) {
+	defer k.Conn.Pin()()
+	l := &Live{Opt: Options{Replace: map[string]bool{}, Shared: map[string]bool{}},
+		Adopted: map[string]bool{}, HookShared: map[string]bool{}}
+	for _, r := range k.refs(p, only) {
+		if r.police {
+			if !k.Conn.LinkExists(r.dev) {
+				continue
+			}
+			qs, err := k.Conn.Qdiscs(r.dev)
+			if err != nil {
+				return nil, err
+			}
+			if err := k.readBPF(l, r.dev, qs, r.dir == policy.Ingress); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		qs, err := k.readTree(l, r, force)
+		if err != nil {
+			return nil, err
+		}
+		if err := k.readBPF(l, r.dev, qs, false); err != nil {
+			return nil, err
+		}
+		if r.ifb {
+			if err := k.readHook(l, r); err != nil {
+				return nil, err
+			}
+		}
+	}
+	// A clsact two trees use (an ingress redirect and a BPF
+	// classifier on one interface) was read twice.
+	seen := make(map[string]bool, len(l.Objects))
+	out := l.Objects[:0]
+	for _, o := range l.Objects {
+		if q, ok := o.(*tc.Qdisc); ok {
+			key := q.Key()
+			if seen[key] {
+				continue
+			}
+			seen[key] = true
+		}
+		out = append(out, o)
+	}
+	l.Objects = out
+	return l, nil
+}
+
+// readTree reads the tree on r's device and returns the device's qdiscs
+// (nil when the device is missing), which readBPF reads on.
+func (k *Kernel) readTree(l *Live, r treeRef, force bool) ([]*tc.Qdisc, error) {
+	if r.ifb {
+		link := k.Conn.GetLink(r.dev)
+		if link == nil {
+			return nil, nil
+		}
+		if link.Kind != "ifb" {
+			return nil, fmt.Errorf("device %s exists and is a %s, not an ifb; set ingress.ifb to another name", r.dev, link.Kind)
+		}
+		link.Kind = "ifb"
+		l.Objects = append(l.Objects, link)
+		if r.rec == nil || !r.rec.IfbCreated {
+			l.Opt.Shared[link.Key()] = true
+			l.Adopted[r.dev] = true
+		}
+	} else if !k.Conn.LinkExists(r.dev) {
+		return nil, nil
+	}
+	qs, err := k.Conn.Qdiscs(r.dev)
+	if err != nil {
+		return nil, err
+	}
+	var root *tc.Qdisc
+	for _, q := range qs {
+		if q.Parent == tc.HandleRoot && q.Handle != 0 {
+			root = q
+		}
+	}
+	if root == nil {
+		return qs, nil // the kernel's default qdisc: nothing of ours
+	}
+	owned := r.rec != nil && r.rec.Root == root.Handle.String() && tagged(qs, root, r.rec.R2Q())
+	if !owned {
+		switch {
+		case !r.planned:
+			return qs, nil // a stale record: the tree is gone, someone else's now
+		case !force:
+			return nil, &ForeignRootError{Dev: r.dev, Kind: root.Kind, At: root.Handle}
+		}
+		l.Objects = append(l.Objects, root)
+		l.Opt.Replace[root.Key()] = true
+		return qs, nil
+	}
+	l.Objects = append(l.Objects, root)
+	var blocks []tc.Handle
+	isClass := map[tc.Handle]bool{}
+	for _, h := range TreeQdiscs(qs) {
+		if h != root {
+			l.Objects = append(l.Objects, h) // a shard
+		}
+		classes, err := k.Conn.Classes(r.dev, h.Handle)
+		if err != nil {
+			return nil, err
+		}
+		blocks = append(blocks, h.Handle)
+		for _, c := range classes {
+			l.Objects = append(l.Objects, c)
+			isClass[c.Handle] = true
+			if c.Level > 0 {
+				blocks = append(blocks, c.Handle)
+			}
+		}
+	}
+	for _, q := range qs {
+		// Leaves sluice made; HTB's own default pfifos have automatic
+		// handles (majors from 0x8000) and count as "no leaf".
+		if isClass[q.Parent] && q.Handle.Major() < 0x8000 {
+			l.Objects = append(l.Objects, q)
+		}
+	}
+	for _, b := range blocks {
+		fs, err := k.Conn.Filters(r.dev, b)
+		if err != nil {
+			return nil, err
+		}
+		for _, f := range fs {
+			l.Objects = append(l.Objects, f)
+		}
+	}
+	return qs, nil
+}
+
+// TreeQdiscs returns the HTB qdiscs of the tree in a device's qdiscs
+// qs: the root, or, for a tree sharded under mq, the HTB on each of
+// mq's queues.
+func TreeQdiscs(qs []*tc.Qdisc) []*tc.Qdisc {
+	var root *tc.Qdisc
+	for _, q := range qs {
+		if q.Parent == tc.HandleRoot && q.Handle != 0 {
+			root = q
+		}
+	}
+	switch {
+	case root == nil:
+		return nil
+	case root.Kind != "mq":
+		return []*tc.Qdisc{root}
+	}
+	var out []*tc.Qdisc
+	for _, q := range qs {
+		if q.Kind == "htb" && q.Parent != tc.HandleRoot && q.Parent.Major() == root.Handle.Major() {
+			out = append(out, q)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Parent < out[j].Parent })
+	return out
+}
+
+// tagged reports whether root (of a device whose qdiscs are qs) is the
+// root of a tree that carries r2q: an HTB with it, or an mq whose HTB
+// shards all carry it. Anything else, whatever its handle, was made by
+// someone else.
+func tagged(qs []*tc.Qdisc, root *tc.Qdisc, r2q uint32) bool {
+	switch root.Kind {
+	case "htb":
+		return root.HTB != nil && root.HTB.R2Q == r2q
+	case "mq":
+		shards := TreeQdiscs(qs)
+		for _, q := range shards {
+			if q.HTB == nil || q.HTB.R2Q != r2q {
+				return false
+			}
+		}
+		return len(shards) > 0
+	}
+	return false
+}
+
+// clsactOwned reports whether a record says sluice created the clsact
+// qdisc on dev: as the ingress hook of an ifb tree, for a BPF
+// classifier, or for a policer. Ownership belongs to the qdisc, not to
+// one record: two trees may use one clsact.
+func (k *Kernel) clsactOwned(dev string) bool {
+	for name, r := range k.State.Devices {
+		if r.HookCreated && r.Interface == dev || r.ClsactCreated && r.device(name) == dev {
+			return true
+		}
+	}
+	return false
+}
+
+func (k *Kernel) readHook(l *Live, r treeRef) error {
+	if !k.Conn.LinkExists(r.iface) {
+		return nil
+	}
+	qs, err := k.Conn.Qdiscs(r.iface)
+	if err != nil {
+		return err
+	}
+	var hook *tc.Qdisc
+	for _, q := range qs {
+		if q.Parent == tc.HandleIngress {
+			hook = q
+		}
+	}
+	if hook == nil {
+		return nil
+	}
+	l.Objects = append(l.Objects, hook)
+	if !k.clsactOwned(r.iface) {
+		l.Opt.Shared[hook.Key()] = true
+		l.HookShared[r.iface] = true
+	}
+	fs, err := k.Conn.Filters(r.iface, tc.HandleIngressHook)
+	if err != nil {
+		return err
+	}
+	// sluice's redirect is node 1 of the u32 instance at HookPrio (or,
+	// left by an earlier sluice, at LegacyHookPrio), pointing at this
+	// tree's ifb. Another tool's filter at the same prio shares the
+	// instance: it is left alone, and so is the instance, which
+	// deleting would take the other filter with it.
+	for _, prio := range []uint16{plan.HookPrio, plan.LegacyHookPrio} {
+		var mine []*tc.Filter
+		var tp *tc.Filter
+		foreign := false
+		for _, f := range fs {
+			switch {
+			case f.Prio != prio:
+			case f.IsTP():
+				tp = f
+			case f.Kind == "u32" && f.U32 != nil && f.Handle == 1 && f.U32.RedirectDev == r.dev:
+				mine = append(mine, f)
+			default:
+				foreign = true
+			}
+		}
+		if tp == nil || len(mine) == 0 && prio == plan.LegacyHookPrio {
+			continue // nothing, or someone else's at tc's default prio
+		}
+		if len(mine) == 0 && foreign && (tp.Kind != "u32" || tp.Proto != tc.ProtoAll) {
+			return fmt.Errorf("%s: the ingress hook's prio %d holds another tool's %s filter; sluice puts its redirect to %s there (move that filter to another prio)", r.iface, prio, tp.Kind, r.dev)
+		}
+		l.Objects = append(l.Objects, tp)
+		if foreign {
+			l.Opt.Shared[tp.Key()] = true
+		}
+		for _, f := range mine {
+			l.Objects = append(l.Objects, f)
+		}
+	}
+	return nil
+}
+
+// readBPF reads sluice's classifier on a hook of dev (and the clsact
+// qdisc carrying it, shared unless the record says sluice created it).
+func (k *Kernel) readBPF(l *Live, dev string, qs []*tc.Qdisc, ingress bool) error {
+	var hook *tc.Qdisc
+	for _, q := range qs {
+		if q.Parent == tc.HandleIngress && q.Kind == "clsact" {
+			hook = q
+		}
+	}
+	if hook == nil {
+		return nil
+	}
+	parent := tc.HandleEgressHook
+	if ingress {
+		parent = tc.HandleIngressHook
+	}
+	fs, err := k.Conn.Filters(dev, parent)
+	if err != nil {
+		return err
+	}
+	found := ourFilter(fs)
+	// An existing clsact serves the plan whoever made it; only one
+	// sluice made may go when no tree needs it.
+	l.Objects = append(l.Objects, hook)
+	if !k.clsactOwned(dev) {
+		l.Opt.Shared[hook.Key()] = true
+	}
+	if found == nil {
+		return nil
+	}
+	h, err := readHookProgram(dev, ingress, found)
+	if err != nil {
+		return err
+	}
+	l.Objects = append(l.Objects, h)
+	return nil
+}
+
+func readHookProgram(dev string, ingress bool, f *tc.Filter) (*bpf.Hook, error) {
+	h := &bpf.Hook{Dev: dev, Ingress: ingress, Prio: f.Prio, ProgID: f.BPF.ID,
+		Version: strings.TrimPrefix(f.BPF.Name, bpf.NamePrefix)}
+	prog, err := bpf.Open(f.BPF.ID)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", dev, err)
+	}
+	defer prog.Close()
+	h.Capacity = prog.CounterCap
+	if h.Content, err = prog.Read(); err != nil {
+		return nil, fmt.Errorf("%s: %w", dev, err)
+	}
+	return h, nil
+}

@@ -1,0 +1,245 @@
+package kernel
+
+import (
+	"os"
+	"time"
+
+	"sluice/bpf"
+	"sluice/plan"
+	"sluice/tc"
+)
+
+// Records: what sluice made, written under a journal around each apply
+// and dropped by reset.
+
+// newRecords computes the records of p's devices once d has been
+// applied to the kernel as l read it.
+func (k *Kernel) newRecords(p *plan.Plan, d *Diff, l *Live, policyFile string) map[string]*DevState {
+	added := map[string]bool{}
+	for _, c := range d.Changes {
+		if c.Verb == tc.Add {
+			added[c.Obj.Key()] = true
+		}
+	}
+	// A clsact is sluice's if this apply adds it, or a record says
+	// sluice made it (whichever tree used it then) and the read did
+	// not find it to be someone else's.
+	ownsClsact := func(dev string) bool {
+		ck := qdiscKey(dev, tc.HandleIngress)
+		return added[ck] || k.clsactOwned(dev) && !l.Opt.Shared[ck]
+	}
+	index := func(dev string) int {
+		if lk := k.Conn.GetLink(dev); lk != nil {
+			return lk.Index
+		}
+		return 0
+	}
+	now := time.Now().UTC()
+	out := make(map[string]*DevState, len(p.Devices))
+	for _, dev := range p.Devices {
+		old := k.State.Devices[dev.Record()]
+		rec := &DevState{Interface: dev.Interface, Dir: dev.Dir, Root: plan.RootHandle.String(),
+			Policy: policyFile, AppliedAt: now, Alloc: dev.Alloc, Classes: dev.Classes, PoliceOnly: dev.PoliceOnly,
+			Ifindex: index(dev.Name), IfaceIndex: index(dev.Interface)}
+		if dev.PoliceOnly {
+			rec.Root = ""
+		}
+		if delta := l.deltas[dev.Record()]; l.deltaPlan == p && delta != nil && old != nil {
+			rec.Objects = old.Objects // replaced here, so changed in place
+			for key, fp := range delta.set {
+				rec.Objects[key] = fp
+			}
+			for _, key := range delta.del {
+				delete(rec.Objects, key)
+			}
+		}
+		if rec.Objects == nil {
+			rec.Objects = fingerprints(dev.Objects)
+		}
+		for _, o := range dev.Objects {
+			if h, ok := o.(*bpf.Hook); ok {
+				rec.ClsactCreated = ownsClsact(h.Dev)
+			}
+		}
+		if dev.Ifb {
+			rec.IfbCreated = added[(&tc.Link{Name: dev.Name}).Key()] || old != nil && old.IfbCreated && !l.Adopted[dev.Name]
+			rec.HookCreated = ownsClsact(dev.Interface)
+		}
+		out[dev.Record()] = rec
+	}
+	return out
+}
+
+// Record updates the ownership records after p was applied with d (or
+// found in place: d empty), without a journal.
+func (k *Kernel) Record(p *plan.Plan, d *Diff, l *Live, policyFile string) error {
+	k.State.Devices = k.newRecords(p, d, l, policyFile)
+	k.State.Netns = &k.netns
+	return k.State.Save(k.StateDir)
+}
+
+// Begin journals the apply of d (planned as p, read as l) before it
+// touches the kernel: the records in force become a superset of what
+// the apply may leave, whenever it stops, and the records it ends with
+// (Commit) or started from (Abort) are written, ready to be put in
+// place. An error means the records cannot be written (a full disk, a
+// planted file): the kernel must not be touched.
+func (k *Kernel) Begin(p *plan.Plan, d *Diff, l *Live, policyFile string) (*Txn, error) {
+	final := k.newRecords(p, d, l, policyFile)
+	union := &State{Version: recordsVersion, Netns: &k.netns, Devices: make(map[string]*DevState, len(final))}
+	var names []string
+	for name, rec := range final {
+		union.Devices[name] = rec
+		names = append(names, name)
+	}
+	for name, rec := range k.State.Devices {
+		if final[name] == nil {
+			union.Devices[name] = rec // removed by this apply: ours until it is gone
+		}
+	}
+	tx, err := k.State.Begin(k.StateDir, union, names, &Journal{PID: os.Getpid(), Started: time.Now().UTC(), Policy: policyFile})
+	if err != nil {
+		return nil, err
+	}
+	k.State.Journal = &Journal{}
+	faultPoint("after-journal")
+	return &Txn{k: k, tx: tx, final: final}, nil
+}
+
+// Txn is a journaled apply (Kernel.Begin).
+type Txn struct {
+	k     *Kernel
+	tx    *Tx
+	final map[string]*DevState
+}
+
+// Commit makes the records say what the finished apply left. It is a
+// rename of a file Begin wrote; should it fail, the journal stays in
+// force, and it too claims everything the apply made.
+func (t *Txn) Commit() error {
+	faultPoint("before-commit")
+	k := t.k
+	if err := t.tx.Commit(k.State, t.final); err != nil {
+		return err
+	}
+	// Devices the apply created have their indexes only now; writing
+	// them is best effort (0 reads as "not known").
+	learned := false
+	for name, rec := range t.final {
+		if l := k.Conn.GetLink(rec.device(name)); l != nil && rec.Ifindex == 0 {
+			rec.Ifindex, learned = l.Index, true
+		}
+		if l := k.Conn.GetLink(rec.Interface); l != nil && rec.IfaceIndex == 0 {
+			rec.IfaceIndex, learned = l.Index, true
+		}
+	}
+	if learned {
+		k.State.Save(k.StateDir)
+	}
+	return nil
+}
+
+// Abort puts back the records the apply started from, after a rollback
+// that restored the kernel.
+func (t *Txn) Abort() error {
+	if err := t.tx.Abort(); err != nil {
+		return err
+	}
+	s, err := LoadState(t.k.StateDir)
+	if err != nil {
+		return err
+	}
+	t.k.State = s
+	t.k.checkRecords()
+	return nil
+}
+
+// ResetPlan computes the diff that removes sluice's trees on the named
+// devices (an interface name covers its egress tree and its ifb's
+// ingress tree). It returns the tree devices concerned.
+func (k *Kernel) ResetPlan(devs []string, all bool) (*Diff, []string, error) {
+	only := map[string]bool{}
+	var names []string
+	for _, name := range k.State.Names() {
+		r := k.State.Devices[name]
+		match := all
+		for _, d := range devs {
+			match = match || name == d || r.Interface == d
+		}
+		if match {
+			only[name] = true
+			names = append(names, name)
+		}
+	}
+	if len(names) == 0 {
+		return &Diff{}, nil, nil
+	}
+	l, err := k.ReadLive(nil, only, false)
+	if err != nil {
+		return nil, nil, err
+	}
+	// A clsact a tree that stays uses stays too.
+	for name, r := range k.State.Devices {
+		if only[name] {
+			continue
+		}
+		for _, dev := range []string{r.device(name), r.Interface} {
+			if r.usesClsact(name, dev) {
+				l.Opt.Shared[qdiscKey(dev, tc.HandleIngress)] = true
+			}
+		}
+	}
+	return Compute(l.Objects, nil, l.Opt), names, nil
+}
+
+// Forget drops the records of the named tree devices. A clsact they
+// say sluice made and a remaining tree still uses stays sluice's: the
+// remaining tree's record takes the claim over.
+func (k *Kernel) Forget(names []string) error {
+	gone := map[string]bool{}
+	for _, n := range names {
+		gone[n] = true
+	}
+	owned := map[string]bool{}
+	for _, n := range names {
+		r := k.State.Devices[n]
+		if r.HookCreated {
+			owned[r.Interface] = true
+		}
+		if r.ClsactCreated {
+			owned[r.device(n)] = true
+		}
+	}
+	for name, r := range k.State.Devices {
+		if gone[name] {
+			continue
+		}
+		for dev := range owned {
+			if r.usesClsact(name, dev) {
+				if r.IsIfb() && r.Interface == dev {
+					r.HookCreated = true
+				} else {
+					r.ClsactCreated = true
+				}
+			}
+		}
+	}
+	for _, n := range names {
+		delete(k.State.Devices, n)
+	}
+	k.State.Netns = &k.netns
+	return k.State.Save(k.StateDir)
+}
+
+// usesClsact reports whether the tree recorded as name has an object
+// on dev's clsact (its BPF classifier, a policer, its ingress redirect).
+func (d *DevState) usesClsact(name, dev string) bool {
+	if d.IsIfb() && d.Interface == dev {
+		return true
+	}
+	if d.device(name) != dev {
+		return false
+	}
+	_, ok := d.Objects[qdiscKey(dev, tc.HandleIngress)]
+	return ok || d.PoliceOnly
+}

@@ -6,11 +6,9 @@
 package kernel
 
 import (
-	"fmt"
 	"reflect"
 	"sort"
 
-	"sluice/bpf"
 	"sluice/tc"
 )
 
@@ -143,45 +141,8 @@ func tpKey(f *tc.Filter) string {
 // it; within a layer, objects are grouped by device and filter block.
 func (g *graph) rank(o tc.Object) []int {
 	dev := g.devs[o.Device()]
-	switch x := o.(type) {
-	case *tc.Link:
-		return []int{0, dev}
-	case *tc.Qdisc:
-		switch x.Parent {
-		case tc.HandleRoot:
-			return []int{1, dev}
-		case tc.HandleIngress:
-			return []int{5, dev}
-		}
-		if x.Kind == "htb" { // a shard of a tree under mq
-			return []int{1, dev, 1, int(x.Parent)}
-		}
-		return []int{3, dev, int(x.Parent)}
-	case *tc.Class:
-		return []int{2, dev, g.depth[x.Key()], int(x.Handle)}
-	case *bpf.Hook:
-		parent := tc.HandleEgressHook
-		if x.Ingress {
-			parent = tc.HandleIngressHook
-		}
-		return []int{6, dev, int(parent), int(x.Prio)}
-	case *tc.Filter:
-		layer := 4
-		if x.Parent == tc.HandleIngressHook || x.Parent == tc.HandleEgressHook {
-			layer = 6
-		}
-		head := []int{layer, dev, int(x.Parent), int(x.Prio)}
-		switch {
-		case x.IsTP():
-			return append(head, 0)
-		case x.IsTable():
-			return append(head, 1, -g.depth[x.Key()])
-		}
-		td := 0
-		if t := tc.U32HTID(x.Handle); t != 0 {
-			td = g.depth[tableKey(x, t)]
-		}
-		return append(head, 2, -td, int(x.Handle))
+	if k := kindOf(o); k != nil {
+		return k.rank(g, o, dev)
 	}
 	return []int{9}
 }
@@ -197,63 +158,16 @@ func lessRank(a, b []int) bool {
 
 // containers are the objects whose deletion makes the kernel delete o.
 func containers(o tc.Object, g *graph) []string {
-	switch x := o.(type) {
-	case *tc.Qdisc:
-		switch x.Parent {
-		case tc.HandleRoot:
-			return []string{(&tc.Link{Name: x.Dev}).Key()}
-		case tc.HandleIngress:
-			return nil
-		}
-		return []string{classKey(x.Dev, x.Parent), qdiscKey(x.Dev, tc.HandleRoot)}
-	case *tc.Class:
-		if q, ok := g.qdiscs[handleKey(x.Dev, tc.MakeHandle(x.Handle.Major(), 0))]; ok && q != qdiscKey(x.Dev, tc.HandleRoot) {
-			return []string{q, qdiscKey(x.Dev, tc.HandleRoot)} // a shard's class
-		}
-		return []string{qdiscKey(x.Dev, tc.HandleRoot)}
-	case *bpf.Hook:
-		return []string{qdiscKey(x.Dev, tc.HandleIngress)}
-	case *tc.Filter:
-		if x.Parent == tc.HandleIngressHook || x.Parent == tc.HandleEgressHook {
-			return []string{qdiscKey(x.Dev, tc.HandleIngress)}
-		}
-		out := []string{qdiscKey(x.Dev, tc.HandleRoot)}
-		if t := tc.U32HTID(x.Handle); t != 0 && !x.IsTable() {
-			out = append(out, tableKey(x, t))
-		}
-		return out
+	if k := kindOf(o); k != nil {
+		return k.containers(g, o)
 	}
 	return nil
 }
 
 // needs are the objects o must be deleted before and re-created after.
 func needs(o tc.Object) []string {
-	switch x := o.(type) {
-	case *tc.Class:
-		if x.Parent.Minor() != 0 {
-			return []string{classKey(x.Dev, x.Parent)}
-		}
-	case *tc.Filter:
-		var out []string
-		if x.Parent.Minor() != 0 && x.Parent != tc.HandleIngressHook && x.Parent != tc.HandleEgressHook {
-			out = append(out, classKey(x.Dev, x.Parent)) // a class's filter block
-		}
-		if x.IsTP() {
-			return out
-		}
-		out = append(out, tpKey(x))
-		if x.U32 != nil {
-			if x.U32.Link != 0 {
-				out = append(out, tableKey(x, x.U32.Link))
-			}
-			if x.U32.ClassID != 0 {
-				out = append(out, classKey(x.Dev, x.U32.ClassID))
-			}
-			if x.U32.RedirectDev != "" {
-				out = append(out, (&tc.Link{Name: x.U32.RedirectDev}).Key())
-			}
-		}
-		return out
+	if k := kindOf(o); k != nil {
+		return k.needs(o)
 	}
 	return nil
 }
@@ -396,57 +310,8 @@ func Compute(live, desired []tc.Object, opt Options) *Diff {
 // compare says whether live already is desired, and if not, whether the
 // kernel can change it in place.
 func compare(live, want tc.Object, D *graph) (equal, changeable bool, why string) {
-	switch w := want.(type) {
-	case *tc.Link:
-		l := live.(*tc.Link)
-		if l.Kind != w.Kind {
-			return false, false, fmt.Sprintf("is a %s device, not %s", l.Kind, w.Kind)
-		}
-		return !w.Up || l.Up, true, ""
-	case *tc.Qdisc:
-		l := live.(*tc.Qdisc)
-		if w.Parent == tc.HandleIngress && (l.Kind == "clsact" || l.Kind == "ingress") {
-			return true, false, "" // any ingress hook will do, and is shared
-		}
-		if l.Kind != w.Kind || l.Handle != w.Handle {
-			return false, false, fmt.Sprintf("%s %s becomes %s %s", l.Kind, l.Handle, w.Kind, w.Handle)
-		}
-		if qdiscOptionsEqual(l, w) {
-			return true, false, ""
-		}
-		if w.Kind == "htb" {
-			return false, false, "HTB cannot change its default class in place"
-		}
-		return false, true, ""
-	case *tc.Class:
-		l := live.(*tc.Class)
-		if l.Parent != w.Parent {
-			return false, false, fmt.Sprintf("moves from parent %s to %s", l.Parent, w.Parent)
-		}
-		eq := l.Rate == w.Rate && l.Ceil == w.Ceil &&
-			l.BufferTicks == tc.XmitTicks(w.Rate, w.Burst) && l.CbufferTicks == tc.XmitTicks(w.Ceil, w.Cburst)
-		if !D.parent[w.Key()] { // HTB applies prio and quantum to leaves only
-			eq = eq && l.Prio == w.Prio && l.Quantum == w.Quantum
-		}
-		return eq, true, ""
-	case *bpf.Hook:
-		l := live.(*bpf.Hook)
-		if why := l.Replaceable(w); why != "" {
-			return false, false, why
-		}
-		return l.Content.Equal(w.Content), true, ""
-	case *tc.Filter:
-		l := live.(*tc.Filter)
-		if l.Kind != w.Kind || l.Proto != w.Proto {
-			return false, false, "kind or protocol differs"
-		}
-		if w.IsTP() {
-			return true, false, ""
-		}
-		if filterEqual(l.U32, w.U32) {
-			return true, false, ""
-		}
-		return false, false, "u32 cannot change a node's keys in place"
+	if k := kindOf(want); k != nil {
+		return k.compare(live, want, D)
 	}
 	return false, false, "unknown object"
 }

@@ -167,11 +167,8 @@ type pendingChange struct {
 // holdable reports whether c is one netlink write (or none) that may
 // wait in a send: links and BPF programs go at once.
 func holdable(c Change) bool {
-	switch c.Obj.(type) {
-	case *tc.Qdisc, *tc.Class, *tc.Filter:
-		return true
-	}
-	return false
+	k := kindOf(c.Obj)
+	return k != nil && k.holdable()
 }
 
 // rollback undoes, in reverse, what an apply did. Undo steps on a
@@ -245,48 +242,8 @@ func (k *Kernel) exec(c Change) ([]tc.Op, error) {
 
 // do performs one operation.
 func (k *Kernel) do(op tc.Op) error {
-	c := k.Conn
-	switch o := op.Obj.(type) {
-	case *tc.Link:
-		switch op.Verb {
-		case tc.Add:
-			return c.LinkAdd(o)
-		case tc.Change:
-			return c.LinkUp(o.Name)
-		}
-		return c.LinkDel(o.Name)
-	case *tc.Qdisc:
-		switch op.Verb {
-		case tc.Add:
-			return c.QdiscAdd(o, o.Parent != tc.HandleRoot && o.Parent != tc.HandleIngress || op.Force)
-		case tc.Change:
-			return c.QdiscChange(o)
-		}
-		return c.QdiscDel(o)
-	case *tc.Class:
-		switch op.Verb {
-		case tc.Add:
-			return c.ClassAdd(o)
-		case tc.Change:
-			return c.ClassChange(o)
-		}
-		return c.ClassDel(o)
-	case *tc.Filter:
-		if op.Verb == tc.Add {
-			if o.IsTP() {
-				return nil // created with its first table or node
-			}
-			return c.FilterAdd(o)
-		}
-		return c.FilterDel(o)
-	case *bpf.Hook:
-		switch op.Verb {
-		case tc.Add:
-			return k.attachHook(o)
-		case tc.Change:
-			return k.syncHook(o.ProgID, o.Content, o.Base)
-		}
-		return c.FilterDel(hookFilter(o))
+	if kd := kindOf(op.Obj); kd != nil {
+		return kd.do(k, op)
 	}
 	return fmt.Errorf("cannot %s %s", op.Verb, op.Obj.Describe())
 }

@@ -1,6 +1,8 @@
 package agent
 
 import (
+	"sluice/units"
+
 	"sort"
 	"strings"
 	"sync"
@@ -143,7 +145,7 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 			key := class + "\x00" + t.Interface + "\x00" + t.Direction + "\x00" + host
 			x := sums[key]
 			if x == nil {
-				x = &sum{lv: lv, rate: float64(c.Rate / 8), ceil: float64(c.Ceil / 8)}
+				x = &sum{lv: lv, rate: float64(units.FromBits(float64(c.Rate))), ceil: float64(units.FromBits(float64(c.Ceil)))}
 				sums[key] = x
 				order = append(order, key)
 			}

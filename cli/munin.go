@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"sluice/units"
+
 	"fmt"
 	"io"
 	"strings"
@@ -128,7 +130,7 @@ func writeMunin(w io.Writer, s *stats.Sample, config bool) {
 				fmt.Fprintf(w, "%s.info class %s, rate %d bit/s, ceil %d bit/s\n", f, c.ID, c.Rate, c.Ceil)
 				continue
 			}
-			fmt.Fprintf(w, "%s.value %d\n", f, sum[name]*8)
+			fmt.Fprintf(w, "%s.value %d\n", f, units.BitsOf(sum[name]))
 		}
 	}
 }

@@ -1,6 +1,8 @@
 package kernel
 
 import (
+	"sluice/units"
+
 	"encoding/binary"
 	"errors"
 	"io"
@@ -89,8 +91,8 @@ func pack(w io.Writer, a *plan.Alloc, classes []plan.ClassInfo, objects map[stri
 		p.str(c.Name)
 		p.uv(uint64(c.Handle))
 		p.uv(uint64(c.Parent))
-		p.uv(c.Rate)
-		p.uv(c.Ceil)
+		p.uv(uint64(c.Rate))
+		p.uv(uint64(c.Ceil))
 		p.uv(uint64(c.Prio))
 		p.str(c.Leaf)
 		p.flag(c.Default)
@@ -195,7 +197,7 @@ func unpack(b []byte) (a *plan.Alloc, classes []plan.ClassInfo, objects map[stri
 	classes = make([]plan.ClassInfo, 0, n)
 	for i := 0; i < n && u.err == nil; i++ {
 		c := plan.ClassInfo{Name: u.str(), Handle: tc.Handle(u.uv()), Parent: tc.Handle(u.uv()),
-			Rate: u.uv(), Ceil: u.uv(), Prio: uint32(u.uv()), Leaf: u.str()}
+			Rate: units.Rate(u.uv()), Ceil: units.Rate(u.uv()), Prio: uint32(u.uv()), Leaf: u.str()}
 		c.Default = u.uv() == 1
 		c.Counter = uint32(u.uv())
 		c.Replica = u.uv() == 1

@@ -1,6 +1,8 @@
 package kernel
 
 import (
+	"sluice/units"
+
 	"bytes"
 	"fmt"
 	"reflect"
@@ -51,7 +53,7 @@ func TestPackStreamsLargeTrees(t *testing.T) {
 		name := fmt.Sprintf("subs/s%d", i)
 		a.Classes[name], a.Shards[name], a.Counters[name] = uint16(i), uint16(i%16), uint32(i)
 		a.Leaves[name+"@100:1"] = uint16(i)
-		classes = append(classes, plan.ClassInfo{Name: name, Handle: tc.Handle(i), Rate: uint64(i) * 1000})
+		classes = append(classes, plan.ClassInfo{Name: name, Handle: tc.Handle(i), Rate: units.Rate(i) * 1000})
 		objects["class/eth0/"+name] = uint64(i) * 0x9E3779B97F4A7C15
 	}
 	var w countingWriter

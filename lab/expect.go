@@ -123,7 +123,7 @@ func parseExpectation(s string) (*Expectation, error) {
 		if err != nil {
 			return nil, fmt.Errorf("goodput %q: %v", val, err)
 		}
-		e.Value = float64(bps * 8)
+		e.Value = bps.BitsFloat()
 	case e.Metric == "drops":
 		v, err := strconv.ParseFloat(val, 64)
 		if err != nil {

@@ -1,6 +1,8 @@
 package lab
 
 import (
+	"sluice/units"
+
 	"context"
 	"fmt"
 	"io"
@@ -319,7 +321,7 @@ func Run(ctx context.Context, b *Bed, s *Scenario, v Variant, opt Options) (*Res
 			d := depth[ci.Parent.String()] + 1
 			depth[ci.Handle.String()] = d
 			cs := &ClassSeries{Device: dev, Name: ci.Name, ID: ci.Handle.String(), Depth: d, Leaf: ci.Leaf != "",
-				Rate: float64(ci.Rate * 8), Ceil: float64(ci.Ceil * 8), Bps: make([]float64, nb), Drops: make([]uint64, nb)}
+				Rate: ci.Rate.BitsFloat(), Ceil: ci.Ceil.BitsFloat(), Bps: make([]float64, nb), Drops: make([]uint64, nb)}
 			r.Classes = append(r.Classes, cs)
 			classIdx[dev+"/"+cs.ID] = cs
 		}
@@ -368,7 +370,7 @@ func Run(ctx context.Context, b *Bed, s *Scenario, v Variant, opt Options) (*Res
 		}
 		for fi, fc := range counters {
 			rx := fc.rx.Load()
-			flows[fi].Goodput[i] = float64(rx-prevRx[fi]) * 8 / bucket.Seconds()
+			flows[fi].Goodput[i] = units.BitsPerSecond(rx-prevRx[fi], bucket)
 			prevRx[fi] = rx
 			if re, sg, rtt, ok := fc.tcpInfo(); ok {
 				for len(flows[fi].RTT) < i {
@@ -388,7 +390,7 @@ func Run(ctx context.Context, b *Bed, s *Scenario, v Variant, opt Options) (*Res
 					}
 					key := t.Device + "/" + c.ID
 					if old, ok := prevBytes[key]; ok && c.Bytes >= old {
-						cs.Bps[i] = float64(c.Bytes-old) * 8 / bucket.Seconds()
+						cs.Bps[i] = units.BitsPerSecond(c.Bytes-old, bucket)
 					}
 					prevBytes[key] = c.Bytes
 					cs.Drops[i] = uint64(c.Drops)

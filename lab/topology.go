@@ -368,10 +368,10 @@ func (b *Bed) modem(m Modem, im impairment) error {
 			if err != nil {
 				return fmt.Errorf("modem rate %q: %w", rate, err)
 			}
-			burst := uint32(max(bps/1000, 3028)) // about 1 ms: a modem sends at line rate
+			burst := uint32(max(bps.BytesIn(time.Millisecond), 3028)) // about 1 ms: a modem sends at line rate
 			q := &netlink.Tbf{
 				QdiscAttrs: netlink.QdiscAttrs{LinkIndex: l.Attrs().Index, Parent: netlink.HANDLE_ROOT, Handle: netlink.MakeHandle(1, 0)},
-				Rate:       bps, Limit: uint32(max(float64(bps)*buf.Seconds(), 3*1514)), Buffer: tc.XmitTicks(bps, burst),
+				Rate:       uint64(bps), Limit: uint32(max(bps.BytesIn(buf), 3*1514)), Buffer: tc.XmitTicks(bps, burst),
 			}
 			if err := c.Links().QdiscAdd(q); err != nil {
 				return fmt.Errorf("modem tbf on %s: %w", dev, err)

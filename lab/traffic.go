@@ -1,6 +1,8 @@
 package lab
 
 import (
+	"sluice/units"
+
 	"context"
 	"encoding/binary"
 	"errors"
@@ -218,7 +220,7 @@ func udpSink(ns string, at netip.AddrPort, f *flowCounters) (io.Closer, error) {
 }
 
 // udpSend sends size-byte datagrams at rate bytes/s until ctx ends.
-func udpSend(ctx context.Context, ns string, dst netip.AddrPort, rate uint64, size, dscp int, f *flowCounters) error {
+func udpSend(ctx context.Context, ns string, dst netip.AddrPort, rate units.Rate, size, dscp int, f *flowCounters) error {
 	conn, err := dial(ctx, ns, "udp", dst, "", dscp)
 	if err != nil {
 		return err

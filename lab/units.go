@@ -1,9 +1,12 @@
 package lab
 
-import "sluice/policy"
+import (
+	"sluice/policy"
+	"sluice/units"
+)
 
 // parseRate reads a rate in tc's units and returns bytes per second.
-func parseRate(s string) (uint64, error) {
+func parseRate(s string) (units.Rate, error) {
 	r, _, err := policy.ParseRate(s)
 	if err != nil {
 		return 0, err

@@ -255,9 +255,9 @@ func bpfRules(m *policy.Match) []bpf.Rule {
 
 // policerOf turns a policy policer into the program's.
 func policerOf(p *policy.Police) bpf.Policer {
-	out := bpf.Policer{Mode: bpf.SrTCM, Aware: p.Mode == "aware", CIR: p.CIRBps, CBS: p.CBSBytes, EBS: p.EBSBytes}
+	out := bpf.Policer{Mode: bpf.SrTCM, Aware: p.Mode == "aware", CIR: uint64(p.CIRBps), CBS: p.CBSBytes, EBS: p.EBSBytes}
 	if p.TwoRate() {
-		out.Mode, out.PIR, out.EBS = bpf.TrTCM, p.PIRBps, p.PBSBytes
+		out.Mode, out.PIR, out.EBS = bpf.TrTCM, uint64(p.PIRBps), p.PBSBytes
 	}
 	for i, a := range p.Actions {
 		switch a.Kind {

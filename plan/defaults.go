@@ -1,5 +1,7 @@
 package plan
 
+import "sluice/units"
+
 // Defaults for what a policy leaves unsaid. They are functions of a
 // class's own rates only, so that adding or removing a class never
 // changes its siblings.
@@ -51,7 +53,7 @@ const (
 )
 
 // BurstFor is the default burst (and cburst) for rate in bytes/s.
-func BurstFor(rate uint64) uint32 {
+func BurstFor(rate units.Rate) uint32 {
 	t := burstTime
 	if rate >= fastRate {
 		t = burstTimeFast
@@ -67,7 +69,7 @@ func BurstFor(rate uint64) uint32 {
 }
 
 // QuantumFor is the default quantum for a leaf with rate in bytes/s.
-func QuantumFor(rate uint64) uint32 {
+func QuantumFor(rate units.Rate) uint32 {
 	q := uint64(float64(rate) * quantumTime)
 	return uint32(min(max(q, minQuantum), maxQuantum))
 }
@@ -80,7 +82,7 @@ func QuantumFor(rate uint64) uint32 {
 // in the fair-share scenario: 340 ms of TCP RTT, against 109 ms through
 // a plain FIFO). Never more than bfifoTime at the ceil, never less than
 // minBfifoBytes.
-func BfifoLimit(rate, ceil uint64) uint32 {
+func BfifoLimit(rate, ceil units.Rate) uint32 {
 	b := uint64(float64(max(rate, 1)) * bfifoTime)
 	b = min(b, uint64(float64(ceil)*bfifoTime))
 	return uint32(min(max(b, minBfifoBytes), 1<<30))

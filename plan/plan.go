@@ -7,6 +7,8 @@
 package plan
 
 import (
+	"sluice/units"
+
 	"fmt"
 	"net/netip"
 	"sort"
@@ -93,14 +95,14 @@ func (d *Device) Record() string {
 
 // ClassInfo describes one planned class, for show and for humans.
 type ClassInfo struct {
-	Name    string    `json:"name"`
-	Handle  tc.Handle `json:"id"`
-	Parent  tc.Handle `json:"parent"`
-	Rate    uint64    `json:"rate"`
-	Ceil    uint64    `json:"ceil"`
-	Prio    uint32    `json:"prio"`
-	Leaf    string    `json:"leaf,omitempty"`
-	Default bool      `json:"default,omitempty"`
+	Name    string     `json:"name"`
+	Handle  tc.Handle  `json:"id"`
+	Parent  tc.Handle  `json:"parent"`
+	Rate    units.Rate `json:"rate"`
+	Ceil    units.Rate `json:"ceil"`
+	Prio    uint32     `json:"prio"`
+	Leaf    string     `json:"leaf,omitempty"`
+	Default bool       `json:"default,omitempty"`
 	// Counter is the class's BPF counter when it is not its minor (in
 	// sharded trees, where minors repeat across shards); Replica marks
 	// a non-host class's copy in shards other than the first.
@@ -210,7 +212,7 @@ type builder struct {
 	filters []tc.Object
 	// Sharded trees (see shard.go); major is the HTB being emitted.
 	major   uint16
-	div     uint64 // non-host classes' rates are divided among shards
+	div     units.Rate // non-host classes' rates are divided among shards
 	shard   int
 	shardOf map[string]uint16 // host class -> shard (the new Alloc.Shards)
 	// refs holds each host class's ids once they are all handed out: one
@@ -377,7 +379,7 @@ func setBursts(cl *tc.Class, burst, cburst, quantum *policy.Size) {
 // leaf picks and sizes a leaf qdisc. auto takes fq_codel, then sfq, then
 // a bfifo of about 50 ms at ceil, so that a kernel without an AQM never
 // gets a 1000-packet queue.
-func (b *builder) leaf(owner string, class tc.Handle, kind string, at policy.Pos, limit *policy.Limit, rate, ceil uint64, perHost bool) *tc.Qdisc {
+func (b *builder) leaf(owner string, class tc.Handle, kind string, at policy.Pos, limit *policy.Limit, rate, ceil units.Rate, perHost bool) *tc.Qdisc {
 	if kind == "" {
 		kind, at = b.tree.Leaf, b.tree.LeafPos
 	}
@@ -746,7 +748,7 @@ func bitsAt(a netip.Addr, end, n int) uint32 {
 // hostItem is one host class of a per_host class.
 type hostItem struct {
 	name       string
-	rate, ceil uint64
+	rate, ceil units.Rate
 }
 
 // hostsOf lists per_host class c's hosts by shard (all in shard 0 when
@@ -793,7 +795,7 @@ func (b *builder) hostsOf(c *policy.Class) [][]hostItem {
 
 // hostClass emits one host's class (of per_host class owner) below
 // parent, with its leaf.
-func (b *builder) hostClass(owner *policy.Class, name string, parent tc.Handle, rate, ceil uint64, leaves *[]tc.Object) {
+func (b *builder) hostClass(owner *policy.Class, name string, parent tc.Handle, rate, ceil units.Rate, leaves *[]tc.Object) {
 	r, sharded := b.refs[name]
 	if sharded && int(r.shard) != b.shard {
 		return // the host lives in another shard

@@ -1,6 +1,8 @@
 package plan
 
 import (
+	"sluice/units"
+
 	"flag"
 	"fmt"
 	"math/rand"
@@ -113,7 +115,7 @@ func TestOrderedPriosKeepAndInsert(t *testing.T) {
 
 func TestDefaultsAcrossRates(t *testing.T) {
 	for _, mbit := range []float64{0.1, 1, 20, 100, 1000, 5000, 10000} {
-		rate := uint64(mbit * 1e6 / 8)
+		rate := units.FromBits(mbit * 1e6)
 		b, q := BurstFor(rate), QuantumFor(rate)
 		// At least a millisecond of the rate (timer slack), at least two
 		// frames; a quantum HTB accepts without its r2q warning bounds.

@@ -1,6 +1,8 @@
 package plan
 
 import (
+	"sluice/units"
+
 	"sluice/bpf"
 	"sluice/policy"
 	"sluice/tc"
@@ -194,7 +196,7 @@ func (b *builder) sharded(n int) {
 	dev.Classes = make([]ClassInfo, 0, len(hosts)+n*(len(common)+1))
 	leaves := make([]tc.Object, 0, len(hosts)+n*len(common))
 	b.objs = append(b.objs, &tc.Qdisc{Dev: dev.Name, Parent: tc.HandleRoot, Handle: RootHandle, Kind: "mq"})
-	b.div = uint64(n)
+	b.div = units.Rate(n)
 	for s := 0; s < n; s++ {
 		b.shard, b.major = s, shardMajor(s)
 		qh := tc.MakeHandle(b.major, 0)

@@ -1,6 +1,8 @@
 package policy
 
 import (
+	"sluice/units"
+
 	"errors"
 	"net/netip"
 	"os"
@@ -60,8 +62,8 @@ func FuzzParse(f *testing.F) {
 	})
 }
 
-func checkClasses(t *testing.T, tr *Tree, cs []*Class, parentRate uint64) {
-	var sum uint64
+func checkClasses(t *testing.T, tr *Tree, cs []*Class, parentRate units.Rate) {
+	var sum units.Rate
 	for _, c := range cs {
 		if !validName(c.Name) || c.RateBps == 0 || c.CeilBps < c.RateBps {
 			t.Fatalf("class %q: rate %d ceil %d", c.Name, c.RateBps, c.CeilBps)

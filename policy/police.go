@@ -1,6 +1,10 @@
 package policy
 
 import (
+	"time"
+
+	"sluice/units"
+
 	"fmt"
 	"strings"
 
@@ -23,7 +27,8 @@ type Police struct {
 	Actions [3]PoliceAction
 
 	// Resolved by validation: bytes/s and bytes.
-	CIRBps, PIRBps, CBSBytes, EBSBytes, PBSBytes uint64
+	CIRBps, PIRBps               units.Rate
+	CBSBytes, EBSBytes, PBSBytes uint64
 }
 
 // TwoRate reports whether this is an RFC 2698 trTCM.
@@ -93,7 +98,7 @@ func parsePoliceAction(s string) (PoliceAction, error) {
 
 // validatePolice resolves rates against parent (for percentages) and
 // checks the meter's parameters.
-func validatePolice(what string, pl *Police, parent uint64, d *Diag) {
+func validatePolice(what string, pl *Police, parent units.Rate, d *Diag) {
 	what += ": police"
 	if pl.CIR == nil {
 		d.Errorf(pl.Pos, "%s: cir is required (the committed rate, like 20mbit)", what)
@@ -109,7 +114,7 @@ func validatePolice(what string, pl *Police, parent uint64, d *Diag) {
 		return
 	}
 	// Default committed burst: 10 ms at cir, at least two full frames.
-	pl.CBSBytes = max(pl.CIRBps/100, 3028)
+	pl.CBSBytes = max(pl.CIRBps.BytesIn(10*time.Millisecond), 3028)
 	if pl.CBS != nil {
 		pl.CBSBytes = pl.CBS.Bytes
 	}
@@ -139,7 +144,7 @@ func validatePolice(what string, pl *Police, parent uint64, d *Diag) {
 		if pl.PIRBps < pl.CIRBps {
 			d.Errorf(pl.PIR.Pos, "%s: pir %s is below cir %s (RFC 2698 needs PIR >= CIR)", what, FormatBits(pl.PIRBps), FormatBits(pl.CIRBps))
 		}
-		pl.PBSBytes = max(pl.PIRBps/100, pl.CBSBytes)
+		pl.PBSBytes = max(pl.PIRBps.BytesIn(10*time.Millisecond), pl.CBSBytes)
 		if pl.PBS != nil {
 			pl.PBSBytes = pl.PBS.Bytes
 		}

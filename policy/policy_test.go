@@ -43,7 +43,7 @@ func TestParseRate(t *testing.T) {
 			}
 		case err != nil:
 			t.Errorf("ParseRate(%q): %v", tc.in, err)
-		case r.Bps != tc.bps || r.Percent != tc.pct || (warn != "") != tc.warn:
+		case uint64(r.Bps) != tc.bps || r.Percent != tc.pct || (warn != "") != tc.warn:
 			t.Errorf("ParseRate(%q) = %d B/s, %v%%, warning %q", tc.in, r.Bps, r.Percent, warn)
 		}
 	}
@@ -226,12 +226,6 @@ func TestResolvedRates(t *testing.T) {
 	a := p.Interfaces[0].Egress.Classes[0]
 	a1 := a.Classes[0]
 	b := p.Interfaces[0].Egress.Classes[1]
-	for _, c := range []struct {
-		name       string
-		rate, ceil uint64
-	}{{"a", a.RateBps, a.CeilBps}, {"a1", a1.RateBps, a1.CeilBps}, {"b", b.RateBps, b.CeilBps}} {
-		_ = c
-	}
 	if a.RateBps != 625000 || a.CeilBps != 1250000 {
 		t.Errorf("a: rate %d ceil %d", a.RateBps, a.CeilBps)
 	}

@@ -12,6 +12,8 @@ package policy
 import (
 	"net/netip"
 	"path/filepath"
+
+	"sluice/units"
 )
 
 // Policy is a whole policy file.
@@ -68,7 +70,7 @@ type Tree struct {
 	BPF bool
 
 	// RateBps is Rate resolved.
-	RateBps uint64
+	RateBps units.Rate
 	// ClassCount is how many HTB classes the tree needs (the root class
 	// not counted), Hosts how many of them are host classes (per_host
 	// addresses and hosts_file entries).
@@ -106,7 +108,7 @@ type Class struct {
 	// Hosts are the hosts_file entries whose parent column names this
 	// class: their classes hang below it.
 	Hosts            []*HostEntry
-	RateBps, CeilBps uint64
+	RateBps, CeilBps units.Rate
 }
 
 // IsLeaf reports whether the class holds packets itself.
@@ -148,7 +150,7 @@ type PerHost struct {
 	Limit     *Limit
 
 	// Resolved by validation.
-	RateBps, CeilBps uint64
+	RateBps, CeilBps units.Rate
 }
 
 // HostEntry is one line of a hosts_file: a named host, its addresses,
@@ -161,8 +163,8 @@ type HostEntry struct {
 	Parent    string // a class of the tree to hang the host's class below
 	File      string
 	Line      int
-	RateBps   uint64
-	CeilBps   uint64
+	RateBps   units.Rate
+	CeilBps   units.Rate
 	ParentCls *Class // resolved: the per_host class or the parent column's
 	Owner     *Class // the per_host class whose hosts_file lists it
 	ClassName string // resolved: its class's name, Owner's name + "/" + Name

@@ -5,6 +5,8 @@ import (
 	"math"
 	"strconv"
 	"strings"
+
+	"sluice/units"
 )
 
 // Rate units, as tc(8) reads them: "bit" units count bits, "bps" units
@@ -25,20 +27,20 @@ var sizeUnits = map[string]uint64{
 }
 
 // MaxRateBps is the highest rate a policy may give, in bytes/s (8 Pbit/s).
-const MaxRateBps = 1e15
+const MaxRateBps units.Rate = 1e15
 
 // Rate is an absolute rate or a share of the parent's.
 type Rate struct {
-	Bps     uint64  // bytes per second, when absolute
-	Percent float64 // 0 < Percent <= 100, when relative
+	Bps     units.Rate // when absolute
+	Percent float64    // 0 < Percent <= 100, when relative
 	Text    string
 	Pos     Pos
 }
 
 // Resolve returns the rate in bytes/s given the parent's.
-func (r *Rate) Resolve(parent uint64) uint64 {
+func (r *Rate) Resolve(parent units.Rate) units.Rate {
 	if r.Percent > 0 {
-		return uint64(float64(parent) * r.Percent / 100)
+		return units.Rate(float64(parent) * r.Percent / 100)
 	}
 	return r.Bps
 }
@@ -84,10 +86,10 @@ func ParseRate(s string) (r Rate, warning string, err error) {
 	if bits < 8 {
 		return r, "", fmt.Errorf("bad rate %q: must be at least 8bit", s)
 	}
-	if bits/8 > MaxRateBps {
+	if units.FromBits(bits) > MaxRateBps {
 		return r, "", fmt.Errorf("bad rate %q: above %s, the most sluice shapes (HTB keeps a burst as whole microseconds at the rate; beyond it even 1 GiB lasts less)", s, FormatBits(MaxRateBps))
 	}
-	r.Bps = uint64(bits / 8) // tc truncates the same way
+	r.Bps = units.FromBits(bits) // tc truncates the same way
 	if strings.HasSuffix(u, "bps") {
 		warning = fmt.Sprintf("%s is %s per second in tc's units (bytes, not bits); write %s%sbit if you meant bits",
 			s, byteWord(u), num, strings.TrimSuffix(u, "bps"))
@@ -154,8 +156,8 @@ func ParseSize(s string) (uint64, error) {
 }
 
 // FormatBits writes a rate in bytes/s for humans ("19mbit", "1.5gbit").
-func FormatBits(bps uint64) string {
-	bits := float64(bps) * 8
+func FormatBits(r units.Rate) string {
+	bits := r.BitsFloat()
 	for _, u := range []struct {
 		s string
 		v float64

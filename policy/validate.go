@@ -1,6 +1,8 @@
 package policy
 
 import (
+	"sluice/units"
+
 	"fmt"
 	"math"
 	"net/netip"
@@ -265,9 +267,9 @@ func validateTree(in *Interface, t *Tree, d *Diag) {
 	resolveParents(where, t.Classes, pre, d)
 	byName := map[string]*Class{}
 	count := 0
-	var walk func(cs []*Class, parent *Class, parentRate, parentCeil uint64, depth int)
-	walk = func(cs []*Class, parent *Class, parentRate, parentCeil uint64, depth int) {
-		var sum uint64
+	var walk func(cs []*Class, parent *Class, parentRate, parentCeil units.Rate, depth int)
+	walk = func(cs []*Class, parent *Class, parentRate, parentCeil units.Rate, depth int) {
+		var sum units.Rate
 		for _, c := range cs {
 			c.Parent = parent
 			count++
@@ -339,7 +341,7 @@ func suggestClass(name string, byName map[string]*Class) string {
 	return ""
 }
 
-func validateClass(where string, t *Tree, c *Class, parentRate, parentCeil uint64, byName map[string]*Class, d *Diag) bool {
+func validateClass(where string, t *Tree, c *Class, parentRate, parentCeil units.Rate, byName map[string]*Class, d *Diag) bool {
 	switch {
 	case c.Name == "":
 		d.Errorf(c.Pos, "%s: class without a name", where)
@@ -437,7 +439,7 @@ const (
 	maxBurstTime        = math.MaxUint32 / ticksPerMicrosecond / 1e6 // about 274 s
 )
 
-func checkBurst(d *Diag, b *Size, rate uint64, what, name, rateName string) {
+func checkBurst(d *Diag, b *Size, rate units.Rate, what, name, rateName string) {
 	if b == nil || rate == 0 {
 		return
 	}
@@ -508,7 +510,7 @@ func validatePerHost(what string, t *Tree, c *Class, ph *PerHost, d *Diag) {
 // hostRates resolves the per-host rate and ceil, and each hosts_file
 // entry's own.
 func hostRates(what string, c *Class, ph *PerHost, n uint64, d *Diag) {
-	ph.RateBps = c.RateBps / n
+	ph.RateBps = c.RateBps / units.Rate(n)
 	if ph.Rate != nil {
 		ph.RateBps = ph.Rate.Resolve(c.RateBps)
 	}

@@ -4,6 +4,8 @@
 package stats
 
 import (
+	"sluice/units"
+
 	"encoding/json"
 	"fmt"
 	"io"
@@ -246,7 +248,7 @@ func collect(k *kernel.Kernel, devs []string, classes map[string][]*tc.Class) (*
 				depth[h] = p + 1
 			}
 			out := &Class{Name: names[h], ID: h.String(), Parent: c.Parent.String(), Depth: depth[h], Leaf: leaves[h],
-				Rate: c.Rate * 8, Ceil: c.Ceil * 8, Prio: c.Prio}
+				Rate: c.Rate.Bits(), Ceil: c.Ceil.Bits(), Prio: c.Prio}
 			if c.Stats != nil {
 				out.Bytes, out.Packets, out.Drops = c.Stats.Bytes, c.Stats.Packets, c.Stats.Drops
 				out.Overlimits, out.Backlog, out.Qlen = c.Stats.Overlimits, c.Stats.Backlog, c.Stats.Qlen
@@ -280,7 +282,7 @@ func Rates(prev, cur *Sample) {
 	if prev == nil {
 		return
 	}
-	dt := cur.At.Sub(prev.At).Seconds()
+	dt := cur.At.Sub(prev.At)
 	if dt <= 0 {
 		return
 	}
@@ -293,7 +295,7 @@ func Rates(prev, cur *Sample) {
 	for _, t := range cur.Trees {
 		for _, c := range t.Classes {
 			if b, ok := old[t.Device+"/"+c.ID]; ok && c.Bytes >= b {
-				c.Measured = float64(c.Bytes-b) * 8 / dt
+				c.Measured = units.BitsPerSecond(c.Bytes-b, dt)
 			}
 		}
 	}

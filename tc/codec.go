@@ -9,6 +9,8 @@ package tc
 // wire layout.
 
 import (
+	"sluice/units"
+
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -175,7 +177,7 @@ func (c *Conn) write(req *nl.NetlinkRequest, what string) error {
 
 // --- classes --------------------------------------------------------------
 
-func rateSpec(b []byte, rate uint64) {
+func rateSpec(b []byte, rate units.Rate) {
 	// struct tc_ratespec: cell_log u8, linklayer u8, overhead u16,
 	// cell_align s16, mpu u16, rate u32. tc sends cell_align -1.
 	b[1] = linkLayerEthernet
@@ -208,10 +210,10 @@ func htbClassOptions(cl *Class) *nl.RtAttr {
 	native.PutUint32(b[40:], cl.Prio)
 	o.AddRtAttr(nl.TCA_HTB_PARMS, b)
 	if cl.Rate >= 1<<32 {
-		o.AddChild(u64attr(nl.TCA_HTB_RATE64, cl.Rate))
+		o.AddChild(u64attr(nl.TCA_HTB_RATE64, uint64(cl.Rate)))
 	}
 	if cl.Ceil >= 1<<32 {
-		o.AddChild(u64attr(nl.TCA_HTB_CEIL64, cl.Ceil))
+		o.AddChild(u64attr(nl.TCA_HTB_CEIL64, uint64(cl.Ceil)))
 	}
 	return o
 }
@@ -661,8 +663,8 @@ func decodeClass(dev string, idx int, qdisc Handle, m []byte) *Class {
 	}
 	o := parseAttrs(a[tcaOptions])
 	if b := o[nl.TCA_HTB_PARMS]; len(b) >= 44 {
-		cl.Rate = uint64(native.Uint32(b[8:]))
-		cl.Ceil = uint64(native.Uint32(b[20:]))
+		cl.Rate = units.Rate(native.Uint32(b[8:]))
+		cl.Ceil = units.Rate(native.Uint32(b[20:]))
 		cl.BufferTicks = native.Uint32(b[24:])
 		cl.CbufferTicks = native.Uint32(b[28:])
 		cl.Quantum = native.Uint32(b[32:])
@@ -670,10 +672,10 @@ func decodeClass(dev string, idx int, qdisc Handle, m []byte) *Class {
 		cl.Prio = native.Uint32(b[40:])
 	}
 	if b := o[nl.TCA_HTB_RATE64]; len(b) >= 8 {
-		cl.Rate = native.Uint64(b)
+		cl.Rate = units.Rate(native.Uint64(b))
 	}
 	if b := o[nl.TCA_HTB_CEIL64]; len(b) >= 8 {
-		cl.Ceil = native.Uint64(b)
+		cl.Ceil = units.Rate(native.Uint64(b))
 	}
 	cl.Burst = TicksToBytes(cl.Rate, cl.BufferTicks)
 	cl.Cburst = TicksToBytes(cl.Ceil, cl.CbufferTicks)

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"sluice/units"
 )
 
 // Object is one kernel object sluice manages: a *Link, *Qdisc, *Class or
@@ -171,7 +173,7 @@ type Class struct {
 	Handle Handle
 	Kind   string // "htb"
 
-	Rate, Ceil    uint64 // bytes per second
+	Rate, Ceil    units.Rate
 	Burst, Cburst uint32 // bytes
 	Prio, Quantum uint32
 
@@ -316,8 +318,8 @@ func parentWordFilter(p Handle) string {
 }
 
 // FormatRate writes bytes/s as the largest exact tc bit unit.
-func FormatRate(bps uint64) string {
-	bits := bps * 8
+func FormatRate(r units.Rate) string {
+	bits := r.Bits()
 	switch {
 	case bits == 0:
 		return "0bit"

@@ -1,6 +1,8 @@
 package tc
 
 import (
+	"sluice/units"
+
 	"fmt"
 	"os"
 	"sync"
@@ -39,7 +41,7 @@ func loadPsched() {
 
 // XmitTicks is tc_calc_xmittime(): the ticks needed to send size bytes at
 // rate bytes per second.
-func XmitTicks(rate uint64, size uint32) uint32 {
+func XmitTicks(rate units.Rate, size uint32) uint32 {
 	loadPsched()
 	if rate == 0 {
 		return 0
@@ -49,7 +51,7 @@ func XmitTicks(rate uint64, size uint32) uint32 {
 }
 
 // TicksToBytes inverts XmitTicks approximately (for display).
-func TicksToBytes(rate uint64, ticks uint32) uint32 {
+func TicksToBytes(rate units.Rate, ticks uint32) uint32 {
 	loadPsched()
 	us := float64(ticks) / tickInUsec
 	return uint32(us * float64(rate) / timeUnitsSec)

@@ -10,6 +10,8 @@
 package main
 
 import (
+	"sluice/units"
+
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -117,7 +119,7 @@ func main() {
 }
 
 func measure(conn *tc.Conn, ns string, mbit float64, cfg string, secs int) point {
-	rate := uint64(mbit * 1e6 / 8)
+	rate := units.FromBits(mbit * 1e6)
 	p := point{RateMbit: mbit, Config: cfg}
 	run("tc", "-n", ns, "qdisc", "del", "dev", "veth0", "root")
 	must("tc", "-n", ns, "qdisc", "add", "dev", "veth0", "root", "handle", "1:", "htb", "default", "10")
@@ -227,7 +229,7 @@ func rewriteTable(path string, points []point, secs int) error {
 			warn = " (kernel warns)"
 		}
 		fmt.Fprintf(&t, "| %s | %d B, %d B%s | %.4f | %.3f | %.3f | %d B, %d B | %.4f | **%.3f** | %.3f |\n",
-			tc.FormatRate(uint64(d.RateMbit*1e6/8)), d.Burst, d.Quantum, warn, d.Goodput, d.Goodput/headerCeiling, d.Wire,
+			tc.FormatRate(units.FromBits(d.RateMbit*1e6)), d.Burst, d.Quantum, warn, d.Goodput, d.Goodput/headerCeiling, d.Wire,
 			s.Burst, s.Quantum, s.Goodput, s.Goodput/headerCeiling, s.Wire)
 	}
 	t.WriteString(endMark)
@@ -284,7 +286,7 @@ func burstStudy(conn *tc.Conn, ns, rates, bursts string, runs, secs int, out, md
 				below++
 			}
 		}
-		fmt.Fprintf(&t, "| %s | %g ms (%d B) | %.4f | %.4f | %.4f | %d of %d |\n", tc.FormatRate(uint64(c.RateMbit*1e6/8)),
+		fmt.Fprintf(&t, "| %s | %g ms (%d B) | %.4f | %.4f | %.4f | %d of %d |\n", tc.FormatRate(units.FromBits(c.RateMbit*1e6)),
 			c.BurstMs, c.Burst, g[0], g[len(g)/10], g[len(g)/2], below, len(g))
 	}
 	t.WriteString(burstEnd)

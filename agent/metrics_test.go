@@ -24,6 +24,7 @@ func fakeAgent(n int, hostMetrics bool) *Agent {
 			ID: fmt.Sprintf("1:%x", 0x100+i), Parent: "1:10", Depth: 2, Rate: 2e6, Ceil: 2e7,
 			Bytes: uint64(i) * 1000, Packets: uint64(i), Drops: uint32(i % 7)})
 	}
+	t.Policers = []*stats.Policer{{Class: "guests", Green: stats.Count{Packets: 10}, Yellow: stats.Count{Packets: 2}, Red: stats.Count{Packets: 1}}}
 	a.sample = &stats.Sample{At: time.Now(), Trees: []*stats.Tree{t}}
 	a.metrics = newMetrics(a)
 	return a
@@ -47,6 +48,8 @@ func TestMetricsLabels(t *testing.T) {
 		`sluice_class_sent_bytes_total{class="subs",device="eth0",direction="egress"} 9e+08`,
 		`sluice_class_rate_bytes{class="subs",device="eth0",direction="egress"} 1e+08`,
 		`sluice_class_ceil_bytes{class="(root)",device="eth0",direction="egress"} 1.25e+08`,
+		`sluice_policer_packets_total{class="guests",color="yellow",device="eth0",direction="egress"} 2`,
+		`sluice_policer_packets_total{class="guests",color="red",device="eth0",direction="egress"} 1`,
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("no %s in\n%s", want, out)

@@ -741,3 +741,52 @@ func TestSystemdUnit(t *testing.T) {
 		t.Errorf("errors with the unit's capabilities:\n%s", log.String())
 	}
 }
+
+// SIGHUP re-reads the policy even when its files look unchanged, and an
+// edit of a hosts_file the policy names is applied like an edit of the
+// policy: a new subscriber's class appears, a removed one's goes.
+func TestAgentReloadsHostsFileAndSIGHUP(t *testing.T) {
+	ns := devNS(t, "eth0")
+	dir := t.TempDir()
+	hosts := filepath.Join(dir, "hosts.csv")
+	os.WriteFile(hosts, []byte("name,addresses,rate,ceil\nalice,10.1.0.1,2mbit,10mbit\nbob,10.1.0.2,3mbit,10mbit\n"), 0o644)
+	pol := filepath.Join(dir, "p.yaml")
+	os.WriteFile(pol, []byte(`interfaces:
+  - name: eth0
+    egress:
+      rate: 20mbit
+      classifier: bpf
+      default: rest
+      classes:
+        - name: subs
+          rate: 15mbit
+          per_host: {by: dst, hosts_file: hosts.csv}
+        - name: rest
+          rate: 5mbit
+`), 0o644)
+	a := startAgent(t, ns, pol)
+	classes := func() string { return tcShow(t, ns, "class", "show", "dev", "eth0") }
+	if c := classes(); !strings.Contains(c, "rate 2Mbit") || !strings.Contains(c, "rate 3Mbit") {
+		t.Fatalf("hosts not shaped:\n%s", c)
+	}
+	os.WriteFile(hosts, []byte("name,addresses,rate,ceil\nalice,10.1.0.1,2mbit,10mbit\ncarol,10.1.0.3,4mbit,10mbit\n"), 0o644)
+	if _, ok := within(2*time.Second, func() bool {
+		c := classes()
+		return strings.Contains(c, "rate 4Mbit") && !strings.Contains(c, "rate 3Mbit")
+	}); !ok {
+		t.Fatalf("hosts_file edit not applied within 2 s:\n%s\n%s", classes(), a.Log())
+	}
+	before := strings.Count(a.Log(), `"msg":"policy reloaded"`)
+	a.cmd.Process.Signal(syscall.SIGHUP)
+	if _, ok := within(2*time.Second, func() bool {
+		return strings.Count(a.Log(), `"msg":"policy reloaded"`) > before && strings.Contains(a.Log(), `"forced":true`)
+	}); !ok {
+		t.Fatalf("SIGHUP did not reload:\n%s", a.Log())
+	}
+	if v, ok := a.metric("sluice_reload_total", `result="ok"`); !ok || v < 2 {
+		t.Errorf("sluice_reload_total{result=ok} = %v", v)
+	}
+	if code, _ := a.get("/healthz"); code != 200 {
+		t.Errorf("healthz %d after reloads", code)
+	}
+}

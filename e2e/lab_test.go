@@ -419,13 +419,15 @@ func TestDelayLine(t *testing.T) {
 		os.WriteFile(file, []byte(`name: delay
 topology: {clients: 1, modem: {`+modem+`}}
 variants: [{name: plain}]
-phases: [{name: run, duration: 2s}]
+phases: [{name: run, duration: 3s}]
 settle: 0s
 traffic:
-  - {name: ping, type: ping, from: client1, to: server, interval: 50ms}
+  - {name: ping, type: ping, from: client1, to: server, interval: 20ms}
 `), 0o644)
 		return file
 	}
+	// 150 pings a run: one stall of an emulated machine then moves a
+	// few of them, not the 95th percentile itself.
 	file := scenario("delay: 10ms, emulator: line")
 	name := strings.TrimPrefix(testutil.Unique("dl"), testutil.Prefix)
 	if r := sluice(t, "lab", "up", file, "--name", name); r.code != 2 || !strings.Contains(r.stderr, "delay line") {
@@ -446,7 +448,12 @@ traffic:
 	late := latenessDuring(func() { line = pingLatency(t, file, name) })
 	t.Logf("ping without a delay: p50 %.2f p95 %.2f ms; over the delay line: p50 %.2f p95 %.2f ms, %d of %d lost; timers late by %.2f ms (p99)",
 		base.P50, base.P95, line.P50, line.P95, line.Lost, line.N, late[1])
-	if bound := base.P95 + 30 + 2*late[1]; line.P50 < base.P50+19 || line.P95 > bound || line.Lost > 0 || line.N < 30 {
+	// The line is a process that forwards each direction itself: two
+	// more scheduling hops per round trip, each as jittery as the ping
+	// process's own, whose spread the reference run shows (a tenth of a
+	// millisecond here, several under emulation).
+	spread := base.P95 - base.P50
+	if bound := base.P95 + 30 + 2*late[1] + 2*spread; line.P50 < base.P50+19 || line.P95 > bound || line.Lost > 0 || line.N < 100 {
 		t.Errorf("delay line: p50 %.2f ms (want at least %.2f), p95 %.2f ms (want under %.2f), %d lost",
 			line.P50, base.P50+19, line.P95, bound, line.Lost)
 	}

@@ -14,7 +14,8 @@
 # virtme-ng venv; never /boot, never the host's initramfs), VM_TIMEOUT
 # (seconds for the whole guest run, default 1800), VM_CPUS (2), VM_MEM
 # (4G), VM_KVM (auto | 0 | 1), VM_SUITES (which suites the guest runs,
-# see vmlane/vmtest-guest.sh), VM_RUN_ONLY (a command to run in the
+# see vmlane/vmtest-guest.sh), VM_E2E_RUN (a -test.run regexp narrowing
+# the lane's end-to-end tests, to rerun one), VM_RUN_ONLY (a command to run in the
 # guest instead of the suites, for `sluice lab run --kernel`, with
 # SLUICE_VM_BIN the sluice binary to use, VM_CWD its directory and
 # VM_RWDIR a directory the guest may write).
@@ -130,7 +131,7 @@ fi
 
 {
   for v in "SLUICE_VM_OUT=$out" "SLUICE_VM_REPO=$repo" "SLUICE_VM_KERNEL=$kver" "SLUICE_EXPECT_FEATURES=$features" \
-           "SLUICE_VM_SUITES=${VM_SUITES:-}" "SLUICE_VM_RUN_ONLY=${VM_RUN_ONLY:-}"; do
+           "SLUICE_VM_SUITES=${VM_SUITES:-}" "SLUICE_VM_E2E_RUN=${VM_E2E_RUN:-}" "SLUICE_VM_RUN_ONLY=${VM_RUN_ONLY:-}"; do
     printf 'export %s=%q\n' "${v%%=*}" "${v#*=}"
   done
 } >"$out/env"

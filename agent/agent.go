@@ -30,6 +30,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"sluice/engine"
 	"sluice/kernel"
 	"sluice/policy"
@@ -84,8 +86,8 @@ type Agent struct {
 
 	// Owned by the loop.
 	pol        *policy.Policy
-	sum        [32]byte // of the files pol was read from
-	recorded   bool     // the records say what pol plans
+	watched    watched // the files pol was read from
+	recorded   bool    // the records say what pol plans
 	prevSample *stats.Sample
 	// failures are the last failures logged, by message.
 	failures map[string]failure
@@ -160,7 +162,7 @@ func New(cfg Config) (*Agent, error) {
 		return nil, err
 	}
 	a.pol = pol
-	if a.sum, err = a.fileSum(pol, cfg.Policy); err != nil {
+	if a.watched, err = a.watch(pol); err != nil {
 		return nil, &InputError{Err: err}
 	}
 	if a.lock, err = kernel.AcquireAgentLock(kernel.StateDir(cfg.Netns)); err != nil {
@@ -197,25 +199,53 @@ func checkListen(addr string) error {
 	return nil
 }
 
-// fileSum hashes the policy file and the hosts files pol reads (with a
-// nil pol, only file).
-func (a *Agent) fileSum(pol *policy.Policy, file string) ([32]byte, error) {
-	files := []string{file}
-	if pol != nil {
-		files = pol.Files()
+// watched is what the policy was last read from: its files (the policy
+// file, then every hosts_file), their contents' hash, and a stamp of
+// each, so that a poll costs a stat per file and hashes only when a stamp
+// moved.
+type watched struct {
+	files  []string
+	sum    [32]byte
+	stamps []stamp
+}
+
+type stamp struct {
+	dev, ino, size uint64
+	mtime, ctime   int64
+}
+
+func stampOf(f string) stamp {
+	var st unix.Stat_t
+	if unix.Stat(f, &st) != nil {
+		return stamp{}
 	}
+	return stamp{st.Dev, st.Ino, uint64(st.Size), st.Mtim.Nano(), st.Ctim.Nano()}
+}
+
+// watch hashes and stamps the files pol was read from (with a nil pol,
+// only the policy file: what to watch after an edit that does not parse).
+func (a *Agent) watch(pol *policy.Policy) (watched, error) {
+	if pol != nil {
+		return a.watchFiles(pol.Files())
+	}
+	return a.watchFiles([]string{a.cfg.Policy})
+}
+
+func (a *Agent) watchFiles(files []string) (watched, error) {
+	w := watched{files: files}
 	h := sha256.New()
-	for _, f := range files {
+	for _, f := range w.files {
+		// Stamped before reading: a write in between shows at the next poll.
+		w.stamps = append(w.stamps, stampOf(f))
 		b, err := safefile.ReadRegular(f, "policy file", policy.MaxHostsFileBytes)
 		if err != nil {
-			return [32]byte{}, err
+			return w, err
 		}
 		fmt.Fprintf(h, "%s\x00%d\x00", f, len(b))
 		h.Write(b)
 	}
-	var out [32]byte
-	copy(out[:], h.Sum(nil))
-	return out, nil
+	copy(w.sum[:], h.Sum(nil))
+	return w, nil
 }
 
 // Reload asks the loop to re-read the policy now (SIGHUP), even if its
@@ -299,22 +329,34 @@ loop:
 // force. A file that cannot be read counts as changed: the reload says
 // why.
 func (a *Agent) filesChanged() bool {
-	sum, err := a.fileSum(a.pol, a.cfg.Policy)
-	return err != nil || sum != a.sum
+	w := a.watched
+	same := true
+	for i, f := range w.files {
+		if stampOf(f) != w.stamps[i] {
+			same = false
+			break
+		}
+	}
+	if same {
+		return false
+	}
+	now, err := a.watchFiles(w.files)
+	return err != nil || now.sum != w.sum
 }
 
 // reloadPolicy reads the policy again; a bad one is refused and the one
 // in force stays.
 func (a *Agent) reloadPolicy(forced bool) {
 	pol, err := engine.Load(a.cfg.Policy, a.opts)
-	sum, serr := a.fileSum(pol, a.cfg.Policy)
-	if pol == nil || serr != nil {
-		sum, _ = a.fileSum(nil, a.cfg.Policy)
+	w, werr := a.watch(pol)
+	if pol == nil || werr != nil {
+		w, _ = a.watch(nil)
 	}
-	if !forced && err == nil && sum == a.sum {
+	if !forced && err == nil && w.sum == a.watched.sum {
+		a.watched = w // touched, not changed
 		return
 	}
-	a.sum = sum // a bad edit is reported once, not every poll
+	a.watched = w // a bad edit is reported once, not every poll
 	now := time.Now()
 	if err != nil {
 		a.log.Error("policy refused; the one in force stays", "policy", a.cfg.Policy, "err", err.Error())
@@ -466,16 +508,16 @@ func (a *Agent) Status(withHosts bool) Status {
 	if a.sample != nil && !withHosts {
 		cp := &stats.Sample{At: a.sample.At}
 		for _, t := range a.sample.Trees {
-			tc := *t
-			tc.Classes = nil
+			cut := *t
+			cut.Classes = nil
 			for _, c := range t.Classes {
 				if IsHostClass(c.Name) {
 					st.HostClasses++
 					continue
 				}
-				tc.Classes = append(tc.Classes, c)
+				cut.Classes = append(cut.Classes, c)
 			}
-			cp.Trees = append(cp.Trees, &tc)
+			cp.Trees = append(cp.Trees, &cut)
 		}
 		st.Sample = cp
 	}

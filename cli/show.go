@@ -67,18 +67,7 @@ rates over its interval); --local reads the kernel regardless.`,
 					}
 					stats.Rates(prev, cur)
 				}
-				switch {
-				case asJSON && watch:
-					b, _ := json.Marshal(cur)
-					fmt.Fprintln(g.stdout, string(b))
-				case asJSON:
-					cur.WriteJSON(g.stdout)
-				default:
-					if watch && !first {
-						fmt.Fprint(g.stdout, "\033[H\033[2J")
-					}
-					cur.WriteText(g.stdout)
-				}
+				g.printSample(cur, asJSON, watch, first, "")
 				if !watch || interval == 0 {
 					return nil
 				}
@@ -114,19 +103,7 @@ func (g *globals) showFromAgent(devs []string, asJSON, watch bool, interval time
 	defer signal.Stop(stop)
 	for first := true; ; first = false {
 		s := filterTrees(st.Sample, devs)
-		switch {
-		case asJSON && watch:
-			b, _ := json.Marshal(s)
-			fmt.Fprintln(g.stdout, string(b))
-		case asJSON:
-			s.WriteJSON(g.stdout)
-		default:
-			if watch && !first {
-				fmt.Fprint(g.stdout, "\033[H\033[2J")
-			}
-			fmt.Fprintf(g.stdout, "(from the sluice agent: its reading of %s)\n", s.At.Local().Format(time.TimeOnly))
-			s.WriteText(g.stdout)
-		}
+		g.printSample(s, asJSON, watch, first, fmt.Sprintf("(from the sluice agent: its reading of %s)", s.At.Local().Format(time.TimeOnly)))
 		if !watch || interval == 0 {
 			return true, nil
 		}
@@ -155,4 +132,25 @@ func filterTrees(s *stats.Sample, devs []string) *stats.Sample {
 		}
 	}
 	return out
+}
+
+// printSample prints one reading: JSON (a line each with watch), or the
+// text tree (clearing the screen between readings with watch), after
+// note when there is one.
+func (g *globals) printSample(s *stats.Sample, asJSON, watch, first bool, note string) {
+	switch {
+	case asJSON && watch:
+		b, _ := json.Marshal(s)
+		fmt.Fprintln(g.stdout, string(b))
+	case asJSON:
+		s.WriteJSON(g.stdout)
+	default:
+		if watch && !first {
+			fmt.Fprint(g.stdout, "\033[H\033[2J")
+		}
+		if note != "" {
+			fmt.Fprintln(g.stdout, note)
+		}
+		s.WriteText(g.stdout)
+	}
 }

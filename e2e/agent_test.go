@@ -786,6 +786,15 @@ func TestAgentReloadsHostsFileAndSIGHUP(t *testing.T) {
 	if v, ok := a.metric("sluice_reload_total", `result="ok"`); !ok || v < 2 {
 		t.Errorf("sluice_reload_total{result=ok} = %v", v)
 	}
+	// A broken edit of a policy with a hosts_file is refused once, not
+	// at every poll of the files.
+	good, _ := os.ReadFile(pol)
+	os.WriteFile(pol, append(good, []byte("bogus: [\n")...), 0o644)
+	time.Sleep(2500 * time.Millisecond)
+	if n := strings.Count(a.Log(), "policy refused"); n != 1 {
+		t.Errorf("a broken edit was refused %d times in 2.5 s, want once:\n%s", n, a.Log())
+	}
+	os.WriteFile(pol, good, 0o644)
 	if code, _ := a.get("/healthz"); code != 200 {
 		t.Errorf("healthz %d after reloads", code)
 	}

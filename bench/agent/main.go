@@ -79,8 +79,6 @@ func main() {
 	}
 }
 
-func addr(i int) string { return fmt.Sprintf("10.%d.%d.%d", 64+i>>16, i>>8&0xff, i&0xff) }
-
 func measure(n int) result {
 	dir, err := os.MkdirTemp("", "sluice-bench-agent")
 	if err != nil {
@@ -88,12 +86,7 @@ func measure(n int) result {
 	}
 	defer os.RemoveAll(dir)
 	pol := filepath.Join(dir, "p.yaml")
-	var hosts strings.Builder
-	hosts.WriteString("name,addresses,rate,ceil\n")
-	for i := 0; i < n; i++ {
-		fmt.Fprintf(&hosts, "s%d,%s,2mbit,20mbit\n", i, addr(i))
-	}
-	os.WriteFile(filepath.Join(dir, "hosts.csv"), []byte(hosts.String()), 0o644)
+	os.WriteFile(filepath.Join(dir, "hosts.csv"), []byte(benchrun.HostsCSV(n, -1)), 0o644)
 	os.WriteFile(pol, []byte(`interfaces:
   - name: veth0
     egress:

@@ -88,22 +88,6 @@ func tcText(r result) string {
 	return fmt.Sprintf("%.2f s (%d lines)", r.TCBatchS, r.TCLines)
 }
 
-// Subscribers' addresses: 10.64.0.0/10, one /32 each.
-func addr(i int) string { return fmt.Sprintf("10.%d.%d.%d", 64+i>>16, i>>8&0xff, i&0xff) }
-
-func hostsCSV(n int, bump int) string {
-	var b strings.Builder
-	b.WriteString("name,addresses,rate,ceil\n")
-	for i := 0; i < n; i++ {
-		rate := 2
-		if i == bump {
-			rate = 3
-		}
-		fmt.Fprintf(&b, "s%d,%s,%dmbit,20mbit\n", i, addr(i), rate)
-	}
-	return b.String()
-}
-
 func measure(n int) result {
 	dir, err := os.MkdirTemp("", "sluice-apply")
 	if err != nil {
@@ -135,7 +119,7 @@ func measure(n int) result {
         - name: rest
           rate: 500mbit
 `, leaf)), 0o644)
-	os.WriteFile(hosts, []byte(hostsCSV(n, -1)), 0o644)
+	os.WriteFile(hosts, []byte(benchrun.HostsCSV(n, -1)), 0o644)
 
 	ns := fmt.Sprintf("sluice-bench-%d", os.Getpid())
 	mkdev := func() {
@@ -178,7 +162,7 @@ func measure(n int) result {
 	time.Sleep(time.Second)
 	var changes []float64
 	for k := 0; k < 9; k++ {
-		os.WriteFile(hosts, []byte(hostsCSV(n, (k*7919)%n)), 0o644)
+		os.WriteFile(hosts, []byte(benchrun.HostsCSV(n, (k*7919)%n)), 0o644)
 		t0 := time.Now()
 		o := sluice("apply", "-q", pol)
 		changes = append(changes, float64(time.Since(t0).Microseconds())/1000)
@@ -188,7 +172,7 @@ func measure(n int) result {
 	}
 	r.SluiceChanges = append([]float64(nil), changes...)
 	r.SluiceChangeM = median(changes)
-	os.WriteFile(hosts, []byte(hostsCSV(n, -1)), 0o644)
+	os.WriteFile(hosts, []byte(benchrun.HostsCSV(n, -1)), 0o644)
 	rmdev()
 
 	// tc -batch of the export, on a fresh device.

@@ -46,3 +46,21 @@ func Sluice(bin, name string) string {
 	Must("go", "build", "-o", bin, "./cmd/sluice")
 	return bin
 }
+
+// HostAddr is subscriber i's address: 10.64.0.0/10, one /32 each.
+func HostAddr(i int) string { return fmt.Sprintf("10.%d.%d.%d", 64+i>>16, i>>8&0xff, i&0xff) }
+
+// HostsCSV is a hosts_file of n subscribers at 2mbit (subscriber bump,
+// if any, at 3mbit), each with a 20mbit ceil.
+func HostsCSV(n int, bump int) string {
+	var b strings.Builder
+	b.WriteString("name,addresses,rate,ceil\n")
+	for i := 0; i < n; i++ {
+		rate := 2
+		if i == bump {
+			rate = 3
+		}
+		fmt.Fprintf(&b, "s%d,%s,%dmbit,20mbit\n", i, HostAddr(i), rate)
+	}
+	return b.String()
+}

@@ -82,6 +82,22 @@ struct {
 	__type(value, struct counter);
 } colours SEC(".maps");
 
+// EDT aggregates' state, by counter index. Sized at load time.
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1024);
+	__type(key, __u32);
+	__type(value, struct pace);
+} paces SEC(".maps");
+
+// EDT delay histograms, by target.hist, per CPU. Sized at load time.
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 64);
+	__type(key, __u32);
+	__type(value, struct delay_hist);
+} delays SEC(".maps");
+
 // What the parser found.
 struct pkt {
 	__u32 src[4], dst[4]; // network order
@@ -442,6 +458,15 @@ static __always_inline __u32 ip_bytes(const struct __sk_buff *skb, const struct 
 	return wire > segs * l3 ? wire - segs * l3 : 0;
 }
 
+// clock is CLOCK_MONOTONIC, or in tests (CFG_TEST_CLOCK) the time in
+// skb->cb[0..1], which BPF_PROG_TEST_RUN sets and no run changes.
+static __always_inline __u64 clock(const struct __sk_buff *skb, const struct config *cfg)
+{
+	if (cfg->flags & CFG_TEST_CLOCK)
+		return (__u64)skb->cb[1] << 32 | skb->cb[0];
+	return bpf_ktime_get_ns();
+}
+
 static __always_inline void count(void *map, __u32 idx, __u32 len)
 {
 	struct counter *c = bpf_map_lookup_elem(map, &idx);
@@ -449,6 +474,94 @@ static __always_inline void count(void *map, __u32 idx, __u32 len)
 		c->packets++;
 		c->bytes += len;
 	}
+}
+
+// exempt reports whether the EDT program must leave a packet's timestamp
+// alone: NTP (UDP port 123 on either side: ntpd reads skb->tstamp, and
+// seed 000 broke it by re-stamping) and the policy's exempt rules.
+static __always_inline int exempt(const struct config *cfg, const struct pkt *p)
+{
+	if (p->family && p->proto == 17 && p->l4 && (p->sport == 123 || p->dport == 123))
+		return 1;
+	if (!cfg->exempt)
+		return 0;
+	__u32 b = cfg->exempt - 1;
+	struct block *blk = bpf_map_lookup_elem(&blocks, &b);
+	if (!blk)
+		return 0;
+	struct scan s = { .p = p, .first = blk->first };
+	bpf_loop(blk->count, scan_rule, &s, 0);
+	return s.hit != 0;
+}
+
+// bitlen is the number of significant bits of v (0 for 0).
+static __always_inline __u32 bitlen(__u64 v)
+{
+	__u32 n = 0;
+#pragma unroll
+	for (int s = 32; s > 0; s >>= 1) {
+		if (v >> s) {
+			v >>= s;
+			n += s;
+		}
+	}
+	return n + (v != 0);
+}
+
+static __always_inline void record_delay(__u32 hist, __u64 d)
+{
+	struct delay_hist *h = bpf_map_lookup_elem(&delays, &hist);
+	if (!h)
+		return;
+	__u32 k = 0;
+	if (d) {
+		k = 1 + bitlen(d >> 10);
+		if (k >= DELAY_BUCKETS)
+			k = DELAY_BUCKETS - 1;
+	}
+	h->b[k]++;
+}
+
+// pace stamps a packet of len bytes with its earliest departure time,
+// for the fq qdisc on its transmit queue to hold it until then:
+// depart = max(t_next, now - burst), and t_next moves on by len/rate.
+// The aggregate's t_next is shared by every CPU and moved with atomic
+// instructions only (seed 001's way; a lock would be the root lock
+// again): the idle catch-up is a compare-and-swap that may lose to
+// another CPU, harmlessly, and the reservation itself a fetch-and-add,
+// so that concurrent packets take disjoint slots and the rate holds.
+// A packet due beyond the horizon is dropped and its slot given back.
+// Returns 0 to pass the packet, 1 to drop it.
+static __always_inline int pace(struct __sk_buff *skb, const struct config *cfg, const struct target *t, __u32 len)
+{
+	__u32 i = t->counter;
+	struct pace *st = bpf_map_lookup_elem(&paces, &i);
+	if (!st || !t->rate)
+		return 0;
+	__u64 now = clock(skb, cfg);
+	// On egress the stack's own departure time (TCP pacing) is kept when
+	// later; an ingress packet's tstamp is its arrival, on another clock.
+	__u64 earliest = now;
+	if (!(cfg->flags & CFG_INGRESS) && skb->tstamp > now)
+		earliest = skb->tstamp;
+	__u64 delay = (__u64)len * NS / t->rate;
+	__u64 floor = now > t->burst ? now - t->burst : 0;
+	__u64 cur = st->t_next;
+	if (cur < floor)
+		__sync_val_compare_and_swap(&st->t_next, cur, floor);
+	__u64 start = __sync_fetch_and_add(&st->t_next, delay);
+	__u64 depart = start > earliest ? start : earliest;
+	if (depart > now + cfg->horizon) {
+		__sync_fetch_and_add(&st->t_next, -delay);
+		__sync_fetch_and_add(&st->drops, 1);
+		return 1;
+	}
+	record_delay(t->hist, depart > now ? depart - now : 0);
+	if (depart > now && depart != skb->tstamp)
+		// The helper marks the time as a monotonic delivery time, which
+		// fq reads; a plain store at an ingress device's hook would not.
+		bpf_skb_set_tstamp(skb, depart, BPF_SKB_TSTAMP_DELIVERY_MONO);
+	return 0;
 }
 
 SEC("tc")
@@ -480,6 +593,20 @@ int sluice_classify(struct __sk_buff *skb)
 		classid += s << 16;
 		queue = s + 1;
 	}
+	if (cfg->flags & CFG_EDT) {
+		// Prod and nonprod aggregates go to their own transmit queues (by
+		// priority under mqprio, by queue_mapping under mq), each flow
+		// always to the same queue: fq orders a flow within one queue
+		// only, so a flow spread over queues would be reordered.
+		__u32 c = t->prod ? 0 : 1;
+		if (cfg->flags & CFG_EDT_PRIO)
+			skb->priority = t->prod ? 6 : 0; // TC_PRIO_INTERACTIVE, TC_PRIO_BESTEFFORT
+		__u16 qn = cfg->q_count[c & 1];
+		if (qn)
+			queue = cfg->q_first[c & 1] + bpf_get_hash_recalc(skb) % qn + 1;
+		if (!exempt(cfg, &p) && pace(skb, cfg, t, len))
+			return TC_ACT_SHOT;
+	}
 	if (cfg->flags & CFG_SET_PRIORITY)
 		skb->priority = classid;
 	skb->tc_classid = classid;
@@ -495,7 +622,7 @@ int sluice_classify(struct __sk_buff *skb)
 	if (!pl)
 		return TC_ACT_OK;
 	__u32 pre = pl->aware ? pre_colour(&p) : GREEN;
-	__u64 now = cfg->flags & CFG_TEST_CLOCK ? skb->tstamp : bpf_ktime_get_ns();
+	__u64 now = clock(skb, cfg);
 	__u32 segs = skb->gso_segs > 1 ? skb->gso_segs : 1;
 	__u32 bytes = ip_bytes(skb, cfg, &p, segs);
 	__u32 c = meter(pl, now, bytes, bytes / segs, pre);

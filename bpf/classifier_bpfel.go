@@ -31,6 +31,11 @@ type ClassifierConfig struct {
 	Nblocks       uint32
 	Ntargets      uint32
 	Npolicers     uint32
+	Horizon       uint64
+	Exempt        uint32
+	Q_first       [2]uint16
+	Q_count       [2]uint16
+	Pad           uint32
 }
 
 type ClassifierCounter struct {
@@ -39,11 +44,22 @@ type ClassifierCounter struct {
 	Bytes   uint64
 }
 
+type ClassifierDelayHist struct {
+	_ structs.HostLayout
+	B [24]uint64
+}
+
 type ClassifierLpmKey struct {
 	_         structs.HostLayout
 	Prefixlen uint32
 	Table     uint32
 	Addr      [4]uint32
+}
+
+type ClassifierPace struct {
+	_      structs.HostLayout
+	T_next uint64
+	Drops  uint64
 }
 
 type ClassifierPolicer struct {
@@ -96,6 +112,11 @@ type ClassifierTarget struct {
 	Counter uint32
 	Queue   uint16
 	Policer uint16
+	Burst   uint32
+	Rate    uint64
+	Hist    uint16
+	Prod    uint8
+	Pad     [5]uint8
 }
 
 // Names of all BPF objects in the ELF.
@@ -105,7 +126,9 @@ const (
 	ClassifierMapBlocks          = "blocks"
 	ClassifierMapColours         = "colours"
 	ClassifierMapCounters        = "counters"
+	ClassifierMapDelays          = "delays"
 	ClassifierMapHosts           = "hosts"
+	ClassifierMapPaces           = "paces"
 	ClassifierMapPolicers        = "policers"
 	ClassifierMapRules           = "rules"
 	ClassifierMapSettings        = "settings"
@@ -165,7 +188,9 @@ type ClassifierMapSpecs struct {
 	Blocks   *ebpf.MapSpec `ebpf:"blocks"`
 	Colours  *ebpf.MapSpec `ebpf:"colours"`
 	Counters *ebpf.MapSpec `ebpf:"counters"`
+	Delays   *ebpf.MapSpec `ebpf:"delays"`
 	Hosts    *ebpf.MapSpec `ebpf:"hosts"`
+	Paces    *ebpf.MapSpec `ebpf:"paces"`
 	Policers *ebpf.MapSpec `ebpf:"policers"`
 	Rules    *ebpf.MapSpec `ebpf:"rules"`
 	Settings *ebpf.MapSpec `ebpf:"settings"`
@@ -201,7 +226,9 @@ type ClassifierMaps struct {
 	Blocks   *ebpf.Map `ebpf:"blocks"`
 	Colours  *ebpf.Map `ebpf:"colours"`
 	Counters *ebpf.Map `ebpf:"counters"`
+	Delays   *ebpf.Map `ebpf:"delays"`
 	Hosts    *ebpf.Map `ebpf:"hosts"`
+	Paces    *ebpf.Map `ebpf:"paces"`
 	Policers *ebpf.Map `ebpf:"policers"`
 	Rules    *ebpf.Map `ebpf:"rules"`
 	Settings *ebpf.Map `ebpf:"settings"`
@@ -213,7 +240,9 @@ func (m *ClassifierMaps) Close() error {
 		m.Blocks,
 		m.Colours,
 		m.Counters,
+		m.Delays,
 		m.Hosts,
+		m.Paces,
 		m.Policers,
 		m.Rules,
 		m.Settings,

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 	"strings"
+	"time"
 )
 
 // Limits of the fixed-size maps (sluice.h).
@@ -13,6 +14,7 @@ const (
 	MaxTargets  = 65536
 	MaxPolicers = 1024
 	MaxHosts    = 1 << 20
+	MaxHists    = 1 << 15
 	// MaxSteps bounds the blocks one packet walks through (gating
 	// classes nested, plus host tables an address falls through).
 	MaxSteps = 16
@@ -38,6 +40,11 @@ const (
 	cfgSetPriority = 1
 	cfgTestClock   = 2
 	cfgIngress     = 4
+	cfgEDT         = 8
+	cfgEDTPrio     = 16
+
+	// DelayBuckets is the number of buckets of an EDT delay histogram.
+	DelayBuckets = 24
 )
 
 // Colours and policer actions.
@@ -61,6 +68,7 @@ type (
 	Target  = ClassifierTarget
 	HostKey = ClassifierLpmKey
 	Counter = ClassifierCounter
+	Pace    = ClassifierPace
 )
 
 // Policer is one meter's configuration: RFC 2697 srTCM (CIR, CBS, EBS)
@@ -104,7 +112,30 @@ type Content struct {
 	Targets  []Target
 	Hosts    map[HostKey]Target
 	Policers []Policer // Policers[i] is policer number i+1
+	// EDT, when set, makes the program the EDT backend's pacer: each
+	// target with a Rate is an aggregate whose packets get departure
+	// times (see edt.go).
+	EDT *EDT
 }
+
+// EDT holds the EDT backend's settings for one hook.
+type EDT struct {
+	// Horizon (ns): a packet due later than now + Horizon is dropped.
+	Horizon uint64
+	// Exempt is the index + 1 of the block of rules whose packets are
+	// never stamped (NTP always is); 0: none.
+	Exempt uint32
+	// Prio puts prod and nonprod aggregates in skb->priority 6 and 0, for
+	// an mqprio root that maps them to traffic classes.
+	Prio bool
+	// Queues are the transmit queues of prod ([0]) and nonprod ([1])
+	// aggregates; a flow goes to one of them by its hash.
+	Queues [2]QueueRange
+}
+
+// QueueRange is Count transmit queues from First; Count 0 leaves the
+// stack's choice alone.
+type QueueRange struct{ First, Count uint16 }
 
 // HostKeyOf is the LPM key of prefix p in host table t.
 func HostKeyOf(t uint32, p netip.Prefix) HostKey {
@@ -178,12 +209,17 @@ func (c *Content) Validate() error {
 		return fmt.Errorf("bpf classifier: %d hosts, at most %d fit", len(c.Hosts), MaxHosts)
 	case int(c.Default) >= len(c.Targets):
 		return fmt.Errorf("bpf classifier: default target %d out of range", c.Default)
+	case c.EDT != nil && int(c.EDT.Exempt) > len(c.Blocks):
+		return fmt.Errorf("bpf classifier: exempt block %d of %d", c.EDT.Exempt, len(c.Blocks))
 	}
 	// The description is built only on failure: with 100,000 hosts a
 	// Sprintf per host cost more than the check.
 	checkTarget := func(t Target, what func() string) error {
 		if int(t.Policer) > len(c.Policers) {
 			return fmt.Errorf("bpf classifier: %s names policer %d of %d", what(), t.Policer, len(c.Policers))
+		}
+		if int(t.Hist) >= MaxHists {
+			return fmt.Errorf("bpf classifier: %s names delay histogram %d; at most %d fit", what(), t.Hist, MaxHists)
 		}
 		return nil
 	}
@@ -229,6 +265,28 @@ func (c *Content) Counters() uint32 {
 	return n
 }
 
+// Hists is the capacity of the delay histogram map a program for c
+// needs (EDT), with headroom as for counters.
+func (c *Content) Hists() uint32 {
+	hi := c.maxHist()
+	n := uint32(64)
+	for n < 2*(hi+1) && n < MaxHists {
+		n *= 2
+	}
+	return n
+}
+
+func (c *Content) maxHist() uint32 {
+	hi := uint32(0)
+	for _, t := range c.Targets {
+		hi = max(hi, uint32(t.Hist))
+	}
+	for _, t := range c.Hosts {
+		hi = max(hi, uint32(t.Hist))
+	}
+	return hi
+}
+
 func (c *Content) maxCounter() uint32 {
 	hi := uint32(0)
 	for _, t := range c.Targets {
@@ -242,10 +300,12 @@ func (c *Content) maxCounter() uint32 {
 
 // Equal reports whether a and b put the same bytes in the maps.
 func (c *Content) Equal(o *Content) bool {
-	return c.L2Len == o.L2Len && c.SetPriority == o.SetPriority && c.TestClock == o.TestClock && c.Ingress == o.Ingress && c.Shards == o.Shards &&
+	return c.L2Len == o.L2Len && c.SetPriority == o.SetPriority && c.TestClock == o.TestClock && c.Ingress == o.Ingress && c.Shards == o.Shards && eqEDT(c.EDT, o.EDT) &&
 		c.Default == o.Default && eqSlice(c.Rules, o.Rules) && eqSlice(c.Blocks, o.Blocks) &&
 		eqSlice(c.Targets, o.Targets) && eqSlice(c.Policers, o.Policers) && eqHosts(c.Hosts, o.Hosts)
 }
+
+func eqEDT(a, b *EDT) bool { return a == b || a != nil && b != nil && *a == *b }
 
 func eqSlice[T comparable](a, b []T) bool {
 	if len(a) != len(b) {
@@ -300,7 +360,7 @@ func (c *Content) Delta(old *Content) string {
 	if !eqSlice(c.Policers, old.Policers) {
 		parts = append(parts, "policers")
 	}
-	if c.L2Len != old.L2Len || c.SetPriority != old.SetPriority || c.TestClock != old.TestClock || c.Ingress != old.Ingress || c.Shards != old.Shards {
+	if c.L2Len != old.L2Len || c.SetPriority != old.SetPriority || c.TestClock != old.TestClock || c.Ingress != old.Ingress || c.Shards != old.Shards || !eqEDT(c.EDT, old.EDT) {
 		parts = append(parts, "settings")
 	}
 	return strings.Join(parts, ", ")
@@ -314,6 +374,9 @@ func (c *Content) Summary() string {
 	}
 	if c.Shards > 1 {
 		s += fmt.Sprintf(", %d shards", c.Shards)
+	}
+	if c.EDT != nil {
+		s += fmt.Sprintf(", EDT horizon %s", time.Duration(c.EDT.Horizon))
 	}
 	return s
 }

@@ -18,6 +18,7 @@ type Hook struct {
 	Version  string // the version in the filter's name
 	ProgID   uint32
 	Capacity uint32 // the size of the live counter map
+	HistCap  uint32 // the size of the live delay histogram map
 	// Note says what the hook is for (plans).
 	Note string
 }
@@ -48,6 +49,8 @@ func (h *Hook) Replaceable(want *Hook) string {
 		return fmt.Sprintf("program version %s becomes %s", h.Version, Version)
 	case h.Capacity <= want.Content.maxCounter():
 		return fmt.Sprintf("the counter map (%d entries) is too small", h.Capacity)
+	case h.HistCap <= want.Content.maxHist():
+		return fmt.Sprintf("the delay histogram map (%d entries) is too small", h.HistCap)
 	}
 	return ""
 }

@@ -31,8 +31,9 @@ func IsOurs(name string) bool { return strings.HasPrefix(name, NamePrefix) }
 // Program is a loaded classifier and its maps.
 type Program struct {
 	objs ClassifierObjects
-	// CounterCap is the size of the per-class counter map.
-	CounterCap uint32
+	// CounterCap is the size of the per-class counter map (and of the
+	// EDT state map), HistCap of the EDT delay histogram map.
+	CounterCap, HistCap uint32
 }
 
 // Load loads the classifier with maps sized for c and fills them.
@@ -44,8 +45,10 @@ func Load(c *Content) (*Program, error) {
 	if err != nil {
 		return nil, fmt.Errorf("bpf classifier: %w", err)
 	}
-	p := &Program{CounterCap: c.Counters()}
+	p := &Program{CounterCap: c.Counters(), HistCap: c.Hists()}
 	spec.Maps[ClassifierMapCounters].MaxEntries = p.CounterCap
+	spec.Maps[ClassifierMapPaces].MaxEntries = p.CounterCap
+	spec.Maps[ClassifierMapDelays].MaxEntries = p.HistCap
 	spec.Maps[ClassifierMapHosts].MaxEntries = MaxHosts
 	if err := spec.LoadAndAssign(&p.objs, nil); err != nil {
 		var ve *ebpf.VerifierError
@@ -80,6 +83,7 @@ func Open(id uint32) (*Program, error) {
 		ClassifierMapSettings: &p.objs.Settings, ClassifierMapRules: &p.objs.Rules, ClassifierMapBlocks: &p.objs.Blocks,
 		ClassifierMapTargets: &p.objs.Targets, ClassifierMapHosts: &p.objs.Hosts, ClassifierMapCounters: &p.objs.Counters,
 		ClassifierMapPolicers: &p.objs.Policers, ClassifierMapColours: &p.objs.Colours,
+		ClassifierMapPaces: &p.objs.Paces, ClassifierMapDelays: &p.objs.Delays,
 	}
 	for _, mid := range ids {
 		m, err := ebpf.NewMapFromID(mid)
@@ -90,8 +94,11 @@ func Open(id uint32) (*Program, error) {
 		mi, err := m.Info()
 		if slot, ok := byName[mi.Name]; err == nil && ok && *slot == nil {
 			*slot = m
-			if mi.Name == ClassifierMapCounters {
+			switch mi.Name {
+			case ClassifierMapCounters:
 				p.CounterCap = m.MaxEntries()
+			case ClassifierMapDelays:
+				p.HistCap = m.MaxEntries()
 			}
 			continue
 		}
@@ -138,6 +145,16 @@ func (c *Content) config() ClassifierConfig {
 	}
 	if c.TestClock {
 		cfg.Flags |= cfgTestClock
+	}
+	if e := c.EDT; e != nil {
+		cfg.Flags |= cfgEDT
+		if e.Prio {
+			cfg.Flags |= cfgEDTPrio
+		}
+		cfg.Horizon, cfg.Exempt = e.Horizon, e.Exempt
+		for i, q := range e.Queues {
+			cfg.Q_first[i], cfg.Q_count[i] = q.First, q.Count
+		}
 	}
 	return cfg
 }
@@ -253,6 +270,12 @@ func (p *Program) Read() (*Content, error) {
 	}
 	c := &Content{L2Len: cfg.L2len, SetPriority: cfg.Flags&cfgSetPriority != 0, TestClock: cfg.Flags&cfgTestClock != 0, Ingress: cfg.Flags&cfgIngress != 0,
 		Default: cfg.DefaultTarget, Shards: cfg.Shards, Hosts: map[HostKey]Target{}}
+	if cfg.Flags&cfgEDT != 0 {
+		c.EDT = &EDT{Horizon: cfg.Horizon, Exempt: cfg.Exempt, Prio: cfg.Flags&cfgEDTPrio != 0}
+		for i := range c.EDT.Queues {
+			c.EDT.Queues[i] = QueueRange{First: cfg.Q_first[i], Count: cfg.Q_count[i]}
+		}
+	}
 	var err error
 	if c.Rules, err = readArray[Rule](o.Rules, cfg.Nrules); err != nil {
 		return nil, err

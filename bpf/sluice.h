@@ -10,12 +10,15 @@
 #define MAX_TARGETS 65536
 #define MAX_POLICERS 1024
 #define MAX_STEPS 16 // blocks entered plus host-table misses that fall through
+#define DELAY_BUCKETS 24 // EDT delay histogram: see struct delays
 #define NS 1000000000ULL
 
 // config.flags
 #define CFG_SET_PRIORITY 1 // hand the class to HTB in skb->priority (clsact hook)
-#define CFG_TEST_CLOCK 2   // policers take the time from skb->tstamp (tests only)
+#define CFG_TEST_CLOCK 2   // the time comes from skb->cb[0..1] (tests only)
 #define CFG_INGRESS 4      // on an ingress hook: the stack counts no link-layer bytes
+#define CFG_EDT 8          // EDT backend: stamp departure times (skb->tstamp) for fq
+#define CFG_EDT_PRIO 16    // EDT under mqprio: prod/nonprod in skb->priority
 
 // rule.flags
 #define F_SRC 1
@@ -52,6 +55,12 @@ struct config {
 	__u32 default_target; // index in targets for unmatched and non-IP packets
 	__u32 shards;         // transmit queues the tree is sharded over (0: none)
 	__u32 nrules, nblocks, ntargets, npolicers; // entries in use (for readers)
+	// EDT backend (CFG_EDT).
+	__u64 horizon;     // ns: a packet due later than now + horizon is dropped
+	__u32 exempt;      // block of exempt rules + 1 (never stamped); 0: none
+	__u16 q_first[2];  // transmit queues of prod (0) and nonprod (1) aggregates:
+	__u16 q_count[2];  // first + flow hash % count; count 0 leaves the queue alone
+	__u32 pad;
 };
 
 struct rule {
@@ -79,9 +88,30 @@ struct block {
 
 struct target {
 	__u32 classid; // HTB class (major:minor)
-	__u32 counter; // index in counters
+	__u32 counter; // index in counters (and in paces: the aggregate's EDT state)
 	__u16 queue;   // 0 leaves the transmit queue alone; q+1 picks queue q
 	__u16 policer; // index in policers; 0: none
+	// EDT backend: the aggregate's pacing. Configuration lives here, in
+	// what user space writes; the state (t_next) in paces, which only the
+	// program writes, so that a rate change never resets it.
+	__u32 burst; // ns of idle credit: how far t_next may lag behind now
+	__u64 rate;  // bytes per second; 0: not paced
+	__u16 hist;  // index in delays
+	__u8 prod;   // a prio 0 class: prod queues and priority
+	__u8 pad[5];
+};
+
+// An EDT aggregate's state, written by the program only.
+struct pace {
+	__u64 t_next; // CLOCK_MONOTONIC ns at which the aggregate's next byte may leave
+	__u64 drops;  // packets dropped beyond the horizon
+};
+
+// How long the EDT program held packets back, per CPU: bucket 0 counts
+// packets sent at once; bucket k > 0 delays under 2^(k-1) units of 1024
+// ns (bucket 1: under 1.024 us); the last bucket is open-ended.
+struct delay_hist {
+	__u64 b[DELAY_BUCKETS];
 };
 
 struct lpm_key {

@@ -1,0 +1,95 @@
+package bpf
+
+import (
+	"fmt"
+	"math/bits"
+)
+
+// Pacer is the Go reference of the EDT program's pacing arithmetic for
+// one aggregate on one CPU: what pace() in classifier.c computes, so
+// that tests can check the program against it packet by packet.
+type Pacer struct {
+	Rate    uint64 // bytes per second; 0: not paced
+	Burst   uint64 // ns of idle credit
+	Horizon uint64 // ns
+	TNext   uint64 // ns at which the next byte may leave
+	Drops   uint64
+}
+
+// Stamp returns the departure time of a packet of n bytes seen at now
+// whose own timestamp (egress: TCP's pacing) is ts, or drop when it
+// would leave later than now + Horizon. A departure at or before now
+// means "at once": the program leaves skb->tstamp alone.
+func (p *Pacer) Stamp(now, ts uint64, n uint32) (depart uint64, drop bool) {
+	if p.Rate == 0 {
+		return max(now, ts), false
+	}
+	delay := uint64(n) * 1e9 / p.Rate
+	floor := uint64(0)
+	if now > p.Burst {
+		floor = now - p.Burst
+	}
+	p.TNext = max(p.TNext, floor)
+	start := p.TNext
+	p.TNext += delay
+	depart = max(start, now, ts)
+	if depart > now+p.Horizon {
+		p.TNext -= delay
+		p.Drops++
+		return 0, true
+	}
+	return depart, false
+}
+
+// DelayBucket is the histogram bucket the program counts a delay of d
+// ns in: 0 for none, else 1 + the bit length of d/1024, capped.
+func DelayBucket(d uint64) int {
+	if d == 0 {
+		return 0
+	}
+	return min(1+bits.Len64(d>>10), DelayBuckets-1)
+}
+
+// DelayBucketBound is the upper bound (ns, exclusive) of bucket k's
+// delays; the last bucket has none (0).
+func DelayBucketBound(k int) uint64 {
+	if k <= 0 || k >= DelayBuckets-1 {
+		return 0
+	}
+	return 1024 << (k - 1)
+}
+
+// Paces reads the EDT state (departure clock, horizon drops) of the
+// aggregates with the given counter indexes.
+func (p *Program) Paces(idx []uint32) (map[uint32]Pace, error) {
+	out := make(map[uint32]Pace, len(idx))
+	for _, i := range idx {
+		if i >= p.CounterCap {
+			continue
+		}
+		var v Pace
+		if err := p.objs.Paces.Lookup(i, &v); err != nil {
+			return nil, fmt.Errorf("bpf classifier: read EDT state %d: %w", i, err)
+		}
+		out[i] = v
+	}
+	return out, nil
+}
+
+// Delays returns delay histogram h summed over CPUs.
+func (p *Program) Delays(h uint16) ([DelayBuckets]uint64, error) {
+	var out [DelayBuckets]uint64
+	if uint32(h) >= p.HistCap {
+		return out, nil
+	}
+	var per []ClassifierDelayHist
+	if err := p.objs.Delays.Lookup(uint32(h), &per); err != nil {
+		return out, fmt.Errorf("bpf classifier: read delay histogram %d: %w", h, err)
+	}
+	for _, c := range per {
+		for k, v := range c.B {
+			out[k] += v
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,295 @@
+package bpf_test
+
+import (
+	"math/rand"
+	"net/netip"
+	"sync"
+	"testing"
+
+	"sluice/bpf"
+	"sluice/testutil"
+)
+
+// edtContent sorts UDP packets to aggregates by destination port: port
+// 1000+i goes to aggregate i (counter i+1, histogram i+1), anything else
+// to the default (index 0). Port 5000 and up is exempt by rule.
+func edtContent(rates []uint64, bursts []uint32, horizon uint64) *bpf.Content {
+	c := &bpf.Content{L2Len: 14, TestClock: true, EDT: &bpf.EDT{Horizon: horizon, Exempt: 2,
+		Queues: [2]bpf.QueueRange{{First: 0, Count: 3}, {First: 3, Count: 1}}, Prio: true}}
+	for i := range rates {
+		c.Targets = append(c.Targets, bpf.Target{Classid: uint32(0x10010 + i), Counter: uint32(i + 1),
+			Rate: rates[i], Burst: bursts[i], Hist: uint16(i + 1), Prod: uint8(i % 2)})
+		if i > 0 {
+			c.Rules = append(c.Rules, bpf.Rule{Family: 4, Flags: bpf.RuleL4, SportHi: 0xffff,
+				DportLo: uint16(1000 + i), DportHi: uint16(1000 + i), Kind: bpf.KindClass, Target: uint32(i)})
+		}
+	}
+	c.Rules = append(c.Rules, bpf.Rule{Family: 4, Flags: bpf.RuleL4, SportHi: 0xffff, DportLo: 5000, DportHi: 0xffff})
+	n := uint32(len(c.Rules))
+	c.Blocks = []bpf.Block{{First: 0, Count: n - 1}, {First: n - 1, Count: 1}}
+	return c
+}
+
+func udpFrame(size int, sport, dport uint16) []byte {
+	p := testutil.Packet{Src: netip.MustParseAddr("10.0.0.1"), Dst: netip.MustParseAddr("10.0.0.2"),
+		Proto: 17, Sport: sport, Dport: dport}
+	p.Payload = max(0, size-14-p.IPLength())
+	return p.Frame()
+}
+
+// TestEDTAgreesWithReference runs random packet sequences (sizes, gaps
+// from back-to-back to long idle, rates, bursts, horizons, three
+// aggregates) through the BPF program and through the Go reference
+// pacer, and demands for every packet the same verdict and departure
+// time, and at the end the same departure clocks, horizon drops and
+// delay histograms.
+func TestEDTAgreesWithReference(t *testing.T) {
+	testutil.RequireRoot(t)
+	rng := rand.New(rand.NewSource(20010))
+	const aggs = 3
+	prog, err := bpf.Load(edtContent(make([]uint64, aggs), make([]uint32, aggs), 1e9))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer prog.Close()
+	sequences := 400
+	if testing.Short() {
+		sequences = 80
+	}
+	now := uint64(1e12)
+	idx := []uint32{1, 2, 3}
+	var wantHist [aggs + 1][bpf.DelayBuckets]uint64
+	drops, stamped, packets := 0, 0, 0
+	for seq := 0; seq < sequences; seq++ {
+		rates, bursts := make([]uint64, aggs), make([]uint32, aggs)
+		for i := range rates {
+			rates[i] = uint64(1000 + rng.Intn(200_000_000)) // 8 kbit/s to 1.6 Gbit/s
+			if rng.Intn(10) == 0 {
+				rates[i] = 0 // not paced
+			}
+			if rng.Intn(2) == 0 {
+				bursts[i] = uint32(rng.Intn(20_000_000))
+			}
+		}
+		horizon := uint64(1e6 + rng.Intn(2e9))
+		if rng.Intn(2) == 0 {
+			horizon = uint64(1e4 + rng.Intn(5e6))
+		}
+		if err := prog.Write(edtContent(rates, bursts, horizon), nil); err != nil {
+			t.Fatal(err)
+		}
+		state, err := prog.Paces(idx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ref := make([]*bpf.Pacer, aggs)
+		for i := range ref {
+			ref[i] = &bpf.Pacer{Rate: rates[i], Burst: uint64(bursts[i]), Horizon: horizon,
+				TNext: state[uint32(i+1)].T_next, Drops: state[uint32(i+1)].Drops}
+		}
+		for n := 5 + rng.Intn(60); n > 0; n-- {
+			switch rng.Intn(4) {
+			case 0: // back to back
+			case 1:
+				now += uint64(rng.Intn(10_000))
+			case 2:
+				now += uint64(rng.Intn(10_000_000))
+			default:
+				now += uint64(rng.Intn(3e9))
+			}
+			a := rng.Intn(aggs)
+			f := udpFrame(64+rng.Intn(1451), 4000, uint16(1000+a))
+			var ts uint64 // TCP's own departure time, sometimes
+			switch rng.Intn(4) {
+			case 0:
+				ts = now + uint64(rng.Intn(5e6))
+			case 1:
+				ts = now - uint64(rng.Intn(5e6))
+			}
+			wantDepart, wantDrop := ref[a].Stamp(now, ts, uint32(len(f)))
+			res, err := prog.Run(bpf.Packet{Frame: f, Time: now, Tstamp: ts})
+			if err != nil {
+				t.Fatal(err)
+			}
+			packets++
+			if wantDrop {
+				drops++
+				if res.Verdict != bpf.VerdictShot {
+					t.Fatalf("seq %d: aggregate %d (rate %d, horizon %d): packet at %d passed, the reference drops it", seq, a, rates[a], horizon, now)
+				}
+				continue
+			}
+			wantTs := ts
+			if wantDepart > now {
+				wantTs = wantDepart
+			}
+			if res.Verdict != bpf.VerdictOK || res.Tstamp != wantTs {
+				t.Fatalf("seq %d: aggregate %d (rate %d, burst %d): packet of %d bytes at %d (tstamp %d): verdict %d departs %d, reference %d",
+					seq, a, rates[a], bursts[a], len(f), now, ts, res.Verdict, res.Tstamp, wantTs)
+			}
+			if rates[a] != 0 {
+				wantHist[a+1][bpf.DelayBucket(max(wantDepart, now)-now)]++
+			}
+			if wantDepart > now {
+				stamped++
+			}
+			if wantPrio := uint32(6 * (a % 2)); res.Priority != wantPrio {
+				t.Fatalf("aggregate %d: priority %d, want %d", a, res.Priority, wantPrio)
+			}
+		}
+		state, err = prog.Paces(idx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, r := range ref {
+			if got := state[uint32(i+1)]; got.T_next != r.TNext || got.Drops != r.Drops {
+				t.Fatalf("seq %d: aggregate %d: t_next %d drops %d, reference %d and %d", seq, i, got.T_next, got.Drops, r.TNext, r.Drops)
+			}
+		}
+	}
+	for h := 1; h <= aggs; h++ {
+		got, err := prog.Delays(uint16(h))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got != wantHist[h] {
+			t.Fatalf("delay histogram %d: %v, reference %v", h, got, wantHist[h])
+		}
+	}
+	if stamped < packets/4 || drops == 0 {
+		t.Fatalf("the sequences exercised too little: %d of %d packets delayed, %d dropped", stamped, packets, drops)
+	}
+	t.Logf("%d sequences, %d packets: %d delayed, %d dropped beyond the horizon", sequences, packets, stamped, drops)
+}
+
+// TestEDTBurstThenPace: an aggregate idle for longer than its burst
+// sends burst x rate bytes at once, then one packet per len/rate.
+func TestEDTBurstThenPace(t *testing.T) {
+	testutil.RequireRoot(t)
+	const rate = 1_250_000 // 10 Mbit/s
+	const burst = 5_000_000
+	prog, err := bpf.Load(edtContent([]uint64{rate}, []uint32{burst}, 2e9))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer prog.Close()
+	f := udpFrame(1250, 4000, 1000) // 1 ms at the rate
+	now := uint64(10e9)
+	var departs []uint64
+	for i := 0; i < 10; i++ {
+		res, err := prog.Run(bpf.Packet{Frame: f, Time: now})
+		if err != nil || res.Verdict != bpf.VerdictOK {
+			t.Fatalf("packet %d: %v verdict %d", i, err, res.Verdict)
+		}
+		departs = append(departs, max(res.Tstamp, now)) // untouched (0): at once
+	}
+	// 5 ms of credit: packets 0-4 use it, packet 5 takes the slot that
+	// starts now (as after any idle time), then 1 ms apart.
+	for i, d := range departs {
+		want := now
+		if i > 5 {
+			want = now + uint64(i-5)*1e6
+		}
+		if d != want {
+			t.Fatalf("packet %d departs %d ns after now, want %d (all: %v)", i, d-now, want-now, departs)
+		}
+	}
+}
+
+// TestEDTExemptions: NTP (UDP port 123 either side) and the policy's
+// exempt rules keep their timestamp and take no slot, even from a
+// backlogged aggregate; they still count in their class.
+func TestEDTExemptions(t *testing.T) {
+	testutil.RequireRoot(t)
+	prog, err := bpf.Load(edtContent([]uint64{125_000}, []uint32{0}, 2e9)) // 1 Mbit/s
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer prog.Close()
+	now := uint64(50e9)
+	bulk := udpFrame(1250, 4000, 1000) // 10 ms each
+	for i := 0; i < 5; i++ {
+		if _, err := prog.Run(bpf.Packet{Frame: bulk, Time: now}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before, _ := prog.Paces([]uint32{1})
+	for _, f := range [][]byte{udpFrame(90, 123, 4000), udpFrame(90, 4000, 123), udpFrame(90, 123, 123), udpFrame(200, 4000, 5001)} {
+		const stamp = 12345 // what ntpd would read
+		res, err := prog.Run(bpf.Packet{Frame: f, Time: now, Tstamp: stamp})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Verdict != bpf.VerdictOK || res.Tstamp != stamp {
+			t.Fatalf("exempt packet: verdict %d, tstamp %d; want it untouched (%d)", res.Verdict, res.Tstamp, stamp)
+		}
+	}
+	after, _ := prog.Paces([]uint32{1})
+	if after[1] != before[1] {
+		t.Fatalf("exempt packets moved the aggregate's clock: %+v -> %+v", before[1], after[1])
+	}
+	// The same port on TCP is not NTP.
+	tcp := testutil.Packet{Src: netip.MustParseAddr("10.0.0.1"), Dst: netip.MustParseAddr("10.0.0.2"), Proto: 6, Sport: 123, Dport: 123, TCPFlags: 0x10, Payload: 100}
+	res, err := prog.Run(bpf.Packet{Frame: tcp.Frame(), Time: now})
+	if err != nil || res.Tstamp <= now {
+		t.Fatalf("TCP port 123 was not paced: %v, departs %d ns after now", err, res.Tstamp-now)
+	}
+	counts, _ := prog.Counts([]uint32{1})
+	if counts[1].Packets != 10 {
+		t.Fatalf("class counter %d packets, want 10 (exempt ones count too)", counts[1].Packets)
+	}
+}
+
+// TestEDTConcurrentCPUs runs the program on one aggregate from several
+// goroutines at once, thousands of times each inside the kernel, at one
+// instant: if t_next moved by a plain read-modify-write, concurrent
+// packets would take the same slot and the clock would end short. With
+// atomic updates it ends exactly at floor + passed x len/rate, and each
+// packet beyond the horizon gave its slot back.
+func TestEDTConcurrentCPUs(t *testing.T) {
+	testutil.RequireRoot(t)
+	const rate = 1_000_000_000 // 1 ns per byte
+	for _, horizon := range []uint64{1 << 62, 30e6} {
+		prog, err := bpf.Load(edtContent([]uint64{rate}, []uint32{0}, horizon))
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := udpFrame(1000, 4000, 1000)
+		now := uint64(100e9)
+		const workers, repeat = 4, 50_000
+		var wg sync.WaitGroup
+		errs := make(chan error, workers)
+		for w := 0; w < workers; w++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if err := prog.RunRepeat(bpf.Packet{Frame: f, Time: now}, repeat); err != nil {
+					errs <- err
+				}
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatal(err)
+		}
+		st, err := prog.Paces([]uint32{1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		counts, _ := prog.Counts([]uint32{1})
+		passed := counts[1].Packets
+		if passed+st[1].Drops != workers*repeat {
+			t.Fatalf("horizon %d: %d passed + %d dropped, want %d runs", horizon, passed, st[1].Drops, workers*repeat)
+		}
+		if want := now + passed*uint64(len(f)); st[1].T_next != want {
+			t.Fatalf("horizon %d: t_next %d, want now + %d packets x %d ns = %d (lost updates: %d)",
+				horizon, st[1].T_next, passed, len(f), want, (int64(want)-int64(st[1].T_next))/int64(len(f)))
+		}
+		if horizon < 1e9 && (st[1].Drops == 0 || passed > horizon/uint64(len(f))+uint64(workers)) {
+			t.Fatalf("horizon %d ns: %d passed, %d dropped; at most %d fit", horizon, passed, st[1].Drops, horizon/uint64(len(f))+1)
+		}
+		t.Logf("horizon %d: %d runs on %d goroutines: %d passed, %d dropped, t_next exact", horizon, workers*repeat, workers, passed, st[1].Drops)
+		prog.Close()
+	}
+}

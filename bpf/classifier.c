@@ -522,15 +522,29 @@ static __always_inline void record_delay(__u32 hist, __u64 d)
 	h->b[k]++;
 }
 
-// pace stamps a packet of len bytes with its earliest departure time,
-// for the fq qdisc on its transmit queue to hold it until then:
-// depart = max(t_next, now - burst), and t_next moves on by len/rate.
-// The aggregate's t_next is shared by every CPU and moved with atomic
+// reserve takes the next slot of delay ns on an aggregate's clock and
+// returns when it starts: max(t_next, now - burst), t_next moving on by
+// delay. The clock is shared by every CPU and moved with atomic
 // instructions only (seed 001's way; a lock would be the root lock
 // again): the idle catch-up is a compare-and-swap that may lose to
-// another CPU, harmlessly, and the reservation itself a fetch-and-add,
-// so that concurrent packets take disjoint slots and the rate holds.
-// A packet due beyond the horizon is dropped and its slot given back.
+// another CPU, harmlessly, and the reservation a fetch-and-add, so that
+// concurrent packets take disjoint slots and the rate holds.
+static __always_inline __u64 reserve(struct pace *st, __u64 now, __u64 burst, __u64 delay)
+{
+	__u64 floor = now > burst ? now - burst : 0;
+	__u64 cur = st->t_next;
+	if (cur < floor)
+		__sync_val_compare_and_swap(&st->t_next, cur, floor);
+	return __sync_fetch_and_add(&st->t_next, delay);
+}
+
+// pace stamps a packet of len bytes with its earliest departure time,
+// for the fq qdisc on its transmit queue to hold it until then: the
+// start of its slot on its aggregate's clock and, when the direction's
+// rate is a shared cap (cfg->pool_rate), on the pool's. Prod
+// aggregates take their pool slot without waiting for it: nonprod
+// traffic yields the link to them but never delays them. A packet due
+// beyond the horizon is dropped and its slots given back.
 // Returns 0 to pass the packet, 1 to drop it.
 static __always_inline int pace(struct __sk_buff *skb, const struct config *cfg, const struct target *t, __u32 len)
 {
@@ -541,22 +555,33 @@ static __always_inline int pace(struct __sk_buff *skb, const struct config *cfg,
 	__u64 now = clock(skb, cfg);
 	// On egress the stack's own departure time (TCP pacing) is kept when
 	// later; an ingress packet's tstamp is its arrival, on another clock.
-	__u64 earliest = now;
-	if (!(cfg->flags & CFG_INGRESS) && skb->tstamp > now)
-		earliest = skb->tstamp;
+	__u64 depart = now;
+	if (!(cfg->flags & (CFG_INGRESS | CFG_EDT_ARRIVAL)) && skb->tstamp > now)
+		depart = skb->tstamp;
 	__u64 delay = (__u64)len * NS / t->rate;
-	__u64 floor = now > t->burst ? now - t->burst : 0;
-	__u64 cur = st->t_next;
-	if (cur < floor)
-		__sync_val_compare_and_swap(&st->t_next, cur, floor);
-	__u64 start = __sync_fetch_and_add(&st->t_next, delay);
-	__u64 depart = start > earliest ? start : earliest;
+	__u64 start = reserve(st, now, t->burst, delay);
+	if (start > depart)
+		depart = start;
+	struct pace *pool = 0;
+	__u64 pdelay = 0;
+	if (cfg->pool_rate) {
+		__u32 pi = cfg->pool;
+		pool = bpf_map_lookup_elem(&paces, &pi);
+	}
+	if (pool) {
+		pdelay = (__u64)len * NS / cfg->pool_rate;
+		__u64 pstart = reserve(pool, now, cfg->pool_burst, pdelay);
+		if (!t->prod && pstart > depart)
+			depart = pstart;
+	}
 	if (depart > now + cfg->horizon) {
 		__sync_fetch_and_add(&st->t_next, -delay);
+		if (pool)
+			__sync_fetch_and_add(&pool->t_next, -pdelay);
 		__sync_fetch_and_add(&st->drops, 1);
 		return 1;
 	}
-	record_delay(t->hist, depart > now ? depart - now : 0);
+	record_delay(t->hist, depart - now);
 	if (depart > now && depart != skb->tstamp)
 		// The helper marks the time as a monotonic delivery time, which
 		// fq reads; a plain store at an ingress device's hook would not.

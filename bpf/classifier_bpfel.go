@@ -35,7 +35,9 @@ type ClassifierConfig struct {
 	Exempt        uint32
 	Q_first       [2]uint16
 	Q_count       [2]uint16
-	Pad           uint32
+	Pool          uint32
+	PoolRate      uint64
+	PoolBurst     uint64
 }
 
 type ClassifierCounter struct {

@@ -42,6 +42,7 @@ const (
 	cfgIngress     = 4
 	cfgEDT         = 8
 	cfgEDTPrio     = 16
+	cfgEDTArrival  = 32
 
 	// DelayBuckets is the number of buckets of an EDT delay histogram.
 	DelayBuckets = 24
@@ -131,6 +132,16 @@ type EDT struct {
 	// Queues are the transmit queues of prod ([0]) and nonprod ([1])
 	// aggregates; a flow goes to one of them by its hash.
 	Queues [2]QueueRange
+	// FromIngress: packets come from an interface's ingress (the hook
+	// is an ifb's), so their tstamp is an arrival time on another clock,
+	// not a departure time to respect.
+	FromIngress bool
+	// Pool is the counter index of the direction's shared clock, which
+	// caps all aggregates together at PoolRate (bytes per second; 0:
+	// no shared cap) with a burst of PoolBurst ns.
+	Pool      uint32
+	PoolRate  uint64
+	PoolBurst uint64
 }
 
 // QueueRange is Count transmit queues from First; Count 0 leaves the
@@ -295,6 +306,9 @@ func (c *Content) maxCounter() uint32 {
 	for _, t := range c.Hosts {
 		hi = max(hi, t.Counter)
 	}
+	if c.EDT != nil {
+		hi = max(hi, c.EDT.Pool)
+	}
 	return hi
 }
 
@@ -377,6 +391,9 @@ func (c *Content) Summary() string {
 	}
 	if c.EDT != nil {
 		s += fmt.Sprintf(", EDT horizon %s", time.Duration(c.EDT.Horizon))
+		if c.EDT.PoolRate > 0 {
+			s += fmt.Sprintf(", shared cap %d bytes/s", c.EDT.PoolRate)
+		}
 	}
 	return s
 }

@@ -5,37 +5,60 @@ import (
 	"math/bits"
 )
 
-// Pacer is the Go reference of the EDT program's pacing arithmetic for
-// one aggregate on one CPU: what pace() in classifier.c computes, so
-// that tests can check the program against it packet by packet.
-type Pacer struct {
-	Rate    uint64 // bytes per second; 0: not paced
-	Burst   uint64 // ns of idle credit
-	Horizon uint64 // ns
-	TNext   uint64 // ns at which the next byte may leave
-	Drops   uint64
+// Clock is the Go reference of one EDT clock (an aggregate's or the
+// direction's pool): what the program keeps in struct pace.
+type Clock struct {
+	TNext uint64 // ns at which the next byte may leave
+	Drops uint64 // packets dropped beyond the horizon (aggregates)
 }
 
-// Stamp returns the departure time of a packet of n bytes seen at now
-// whose own timestamp (egress: TCP's pacing) is ts, or drop when it
-// would leave later than now + Horizon. A departure at or before now
-// means "at once": the program leaves skb->tstamp alone.
-func (p *Pacer) Stamp(now, ts uint64, n uint32) (depart uint64, drop bool) {
-	if p.Rate == 0 {
-		return max(now, ts), false
-	}
-	delay := uint64(n) * 1e9 / p.Rate
+func (c *Clock) reserve(now, burst, delay uint64) uint64 {
 	floor := uint64(0)
-	if now > p.Burst {
-		floor = now - p.Burst
+	if now > burst {
+		floor = now - burst
 	}
-	p.TNext = max(p.TNext, floor)
-	start := p.TNext
-	p.TNext += delay
-	depart = max(start, now, ts)
+	c.TNext = max(c.TNext, floor)
+	start := c.TNext
+	c.TNext += delay
+	return start
+}
+
+// Pacing is the Go reference of the EDT program's arithmetic on one
+// CPU (pace() in classifier.c), so that tests can check the program
+// against it packet by packet.
+type Pacing struct {
+	Horizon uint64 // ns
+	// Pool is the direction's shared clock at PoolRate (nil: none).
+	Pool      *Clock
+	PoolRate  uint64
+	PoolBurst uint64
+}
+
+// Stamp returns the departure time of a packet of n bytes seen at now,
+// whose own timestamp (egress: TCP's pacing) is ts, in aggregate agg of
+// the given rate (0: not paced), burst and kind, or drop when it would
+// leave later than now + Horizon. A departure at or before now means
+// "at once": the program leaves skb->tstamp alone.
+func (p *Pacing) Stamp(now, ts uint64, n uint32, agg *Clock, rate, burst uint64, prod bool) (depart uint64, drop bool) {
+	depart = max(now, ts)
+	if rate == 0 {
+		return depart, false
+	}
+	delay := uint64(n) * 1e9 / rate
+	depart = max(depart, agg.reserve(now, burst, delay))
+	var pdelay uint64
+	if p.Pool != nil && p.PoolRate != 0 {
+		pdelay = uint64(n) * 1e9 / p.PoolRate
+		if start := p.Pool.reserve(now, p.PoolBurst, pdelay); !prod {
+			depart = max(depart, start)
+		}
+	}
 	if depart > now+p.Horizon {
-		p.TNext -= delay
-		p.Drops++
+		agg.TNext -= delay
+		if p.Pool != nil && p.PoolRate != 0 {
+			p.Pool.TNext -= pdelay
+		}
+		agg.Drops++
 		return 0, true
 	}
 	return depart, false

@@ -14,7 +14,7 @@ import (
 // 1000+i goes to aggregate i (counter i+1, histogram i+1), anything else
 // to the default (index 0). Port 5000 and up is exempt by rule.
 func edtContent(rates []uint64, bursts []uint32, horizon uint64) *bpf.Content {
-	c := &bpf.Content{L2Len: 14, TestClock: true, EDT: &bpf.EDT{Horizon: horizon, Exempt: 2,
+	c := &bpf.Content{L2Len: 14, TestClock: true, EDT: &bpf.EDT{Horizon: horizon, Exempt: 2, Pool: 9,
 		Queues: [2]bpf.QueueRange{{First: 0, Count: 3}, {First: 3, Count: 1}}, Prio: true}}
 	for i := range rates {
 		c.Targets = append(c.Targets, bpf.Target{Classid: uint32(0x10010 + i), Counter: uint32(i + 1),
@@ -57,7 +57,7 @@ func TestEDTAgreesWithReference(t *testing.T) {
 		sequences = 80
 	}
 	now := uint64(1e12)
-	idx := []uint32{1, 2, 3}
+	idx := []uint32{1, 2, 3, 9}
 	var wantHist [aggs + 1][bpf.DelayBuckets]uint64
 	drops, stamped, packets := 0, 0, 0
 	for seq := 0; seq < sequences; seq++ {
@@ -75,18 +75,22 @@ func TestEDTAgreesWithReference(t *testing.T) {
 		if rng.Intn(2) == 0 {
 			horizon = uint64(1e4 + rng.Intn(5e6))
 		}
-		if err := prog.Write(edtContent(rates, bursts, horizon), nil); err != nil {
+		c := edtContent(rates, bursts, horizon)
+		if rng.Intn(2) == 0 { // a shared cap over the three
+			c.EDT.PoolRate, c.EDT.PoolBurst = uint64(1000+rng.Intn(200_000_000)), uint64(rng.Intn(10_000_000))
+		}
+		if err := prog.Write(c, nil); err != nil {
 			t.Fatal(err)
 		}
 		state, err := prog.Paces(idx)
 		if err != nil {
 			t.Fatal(err)
 		}
-		ref := make([]*bpf.Pacer, aggs)
+		ref := make([]*bpf.Clock, aggs)
 		for i := range ref {
-			ref[i] = &bpf.Pacer{Rate: rates[i], Burst: uint64(bursts[i]), Horizon: horizon,
-				TNext: state[uint32(i+1)].T_next, Drops: state[uint32(i+1)].Drops}
+			ref[i] = &bpf.Clock{TNext: state[uint32(i+1)].T_next, Drops: state[uint32(i+1)].Drops}
 		}
+		model := &bpf.Pacing{Horizon: horizon, Pool: &bpf.Clock{TNext: state[9].T_next}, PoolRate: c.EDT.PoolRate, PoolBurst: c.EDT.PoolBurst}
 		for n := 5 + rng.Intn(60); n > 0; n-- {
 			switch rng.Intn(4) {
 			case 0: // back to back
@@ -106,7 +110,7 @@ func TestEDTAgreesWithReference(t *testing.T) {
 			case 1:
 				ts = now - uint64(rng.Intn(5e6))
 			}
-			wantDepart, wantDrop := ref[a].Stamp(now, ts, uint32(len(f)))
+			wantDepart, wantDrop := model.Stamp(now, ts, uint32(len(f)), ref[a], rates[a], uint64(bursts[a]), a%2 == 1)
 			res, err := prog.Run(bpf.Packet{Frame: f, Time: now, Tstamp: ts})
 			if err != nil {
 				t.Fatal(err)
@@ -145,6 +149,9 @@ func TestEDTAgreesWithReference(t *testing.T) {
 			if got := state[uint32(i+1)]; got.T_next != r.TNext || got.Drops != r.Drops {
 				t.Fatalf("seq %d: aggregate %d: t_next %d drops %d, reference %d and %d", seq, i, got.T_next, got.Drops, r.TNext, r.Drops)
 			}
+		}
+		if got := state[9].T_next; got != model.Pool.TNext {
+			t.Fatalf("seq %d: pool t_next %d, reference %d", seq, got, model.Pool.TNext)
 		}
 	}
 	for h := 1; h <= aggs; h++ {

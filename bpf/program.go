@@ -151,7 +151,11 @@ func (c *Content) config() ClassifierConfig {
 		if e.Prio {
 			cfg.Flags |= cfgEDTPrio
 		}
+		if e.FromIngress {
+			cfg.Flags |= cfgEDTArrival
+		}
 		cfg.Horizon, cfg.Exempt = e.Horizon, e.Exempt
+		cfg.Pool, cfg.PoolRate, cfg.PoolBurst = e.Pool, e.PoolRate, e.PoolBurst
 		for i, q := range e.Queues {
 			cfg.Q_first[i], cfg.Q_count[i] = q.First, q.Count
 		}
@@ -271,7 +275,8 @@ func (p *Program) Read() (*Content, error) {
 	c := &Content{L2Len: cfg.L2len, SetPriority: cfg.Flags&cfgSetPriority != 0, TestClock: cfg.Flags&cfgTestClock != 0, Ingress: cfg.Flags&cfgIngress != 0,
 		Default: cfg.DefaultTarget, Shards: cfg.Shards, Hosts: map[HostKey]Target{}}
 	if cfg.Flags&cfgEDT != 0 {
-		c.EDT = &EDT{Horizon: cfg.Horizon, Exempt: cfg.Exempt, Prio: cfg.Flags&cfgEDTPrio != 0}
+		c.EDT = &EDT{Horizon: cfg.Horizon, Exempt: cfg.Exempt, Prio: cfg.Flags&cfgEDTPrio != 0, FromIngress: cfg.Flags&cfgEDTArrival != 0,
+			Pool: cfg.Pool, PoolRate: cfg.PoolRate, PoolBurst: cfg.PoolBurst}
 		for i := range c.EDT.Queues {
 			c.EDT.Queues[i] = QueueRange{First: cfg.Q_first[i], Count: cfg.Q_count[i]}
 		}

@@ -19,6 +19,7 @@
 #define CFG_INGRESS 4      // on an ingress hook: the stack counts no link-layer bytes
 #define CFG_EDT 8          // EDT backend: stamp departure times (skb->tstamp) for fq
 #define CFG_EDT_PRIO 16    // EDT under mqprio: prod/nonprod in skb->priority
+#define CFG_EDT_ARRIVAL 32 // EDT on an ifb: skb->tstamp is an arrival time, not a departure
 
 // rule.flags
 #define F_SRC 1
@@ -60,7 +61,9 @@ struct config {
 	__u32 exempt;      // block of exempt rules + 1 (never stamped); 0: none
 	__u16 q_first[2];  // transmit queues of prod (0) and nonprod (1) aggregates:
 	__u16 q_count[2];  // first + flow hash % count; count 0 leaves the queue alone
-	__u32 pad;
+	__u32 pool;        // index in paces of the direction's shared clock
+	__u64 pool_rate;   // the direction's rate (bytes per second); 0: no shared cap
+	__u64 pool_burst;  // ns
 };
 
 struct rule {

@@ -329,7 +329,11 @@ func qdiscOptionsEqual(l, w *tc.Qdisc) bool {
 		return l.Sfq != nil && (w.Sfq.Limit == 0 || l.Sfq.Limit == w.Sfq.Limit) &&
 			(w.Sfq.Perturb == 0 || l.Sfq.Perturb == w.Sfq.Perturb)
 	case w.Fq != nil:
-		return l.Fq != nil && (w.Fq.Limit == 0 || l.Fq.Limit == w.Fq.Limit)
+		return l.Fq != nil && (w.Fq.Limit == 0 || l.Fq.Limit == w.Fq.Limit) &&
+			(w.Fq.FlowLimit == 0 || l.Fq.FlowLimit == w.Fq.FlowLimit) &&
+			(w.Fq.OrphanMask == 0 || l.Fq.OrphanMask == w.Fq.OrphanMask)
+	case w.MQPrio != nil:
+		return l.MQPrio != nil && *l.MQPrio == *w.MQPrio
 	}
 	return true
 }

@@ -12,11 +12,11 @@ import (
 // readbackOnly are fields the kernel fills in on readback; a plan never
 // sets them, so fingerprints leave them out.
 var readbackOnly = map[string]bool{
-	"Link.Index": true, "Link.RawIP": true, "Link.TxQueues": true,
+	"Link.Index": true, "Link.RawIP": true,
 	"Qdisc.Stats":       true,
 	"Class.BufferTicks": true, "Class.CbufferTicks": true, "Class.Level": true, "Class.Stats": true, "Class.HTB": true,
 	"Filter.Raw": true, "BPF.FD": true, "BPF.ID": true,
-	"Hook.Base": true, "Hook.Version": true, "Hook.ProgID": true, "Hook.Capacity": true,
+	"Hook.Base": true, "Hook.Version": true, "Hook.ProgID": true, "Hook.Capacity": true, "Hook.HistCap": true,
 }
 
 // fill allocates every optional part of v (pointers, one slice element)

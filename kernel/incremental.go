@@ -191,17 +191,17 @@ func (k *Kernel) treeIntact(d *plan.Device, rec *DevState) bool {
 		return false
 	}
 	switch root.Kind {
-	case "htb":
-		return root.HTB != nil && root.HTB.R2Q == r2q
-	case "mq":
+	case "htb", "fq":
+		return carriesTag(root, r2q)
+	case "mq", "mqprio":
 		shards := 0
 		for _, o := range d.Objects {
 			q, ok := o.(*tc.Qdisc)
-			if !ok || q.Kind != "htb" || q.Parent == tc.HandleRoot {
+			if !ok || q.Kind != "htb" && q.Kind != "fq" || q.Parent == tc.HandleRoot || q.Parent.Major() != root.Handle.Major() {
 				continue
 			}
 			live, err := k.Conn.QdiscAt(d.Name, q.Parent)
-			if err != nil || live == nil || live.Handle != q.Handle || live.Kind != "htb" || live.HTB == nil || live.HTB.R2Q != r2q {
+			if err != nil || live == nil || live.Handle != q.Handle || live.Kind != q.Kind || !carriesTag(live, r2q) {
 				return false
 			}
 			shards++

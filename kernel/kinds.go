@@ -65,6 +65,9 @@ func (linkKind) compare(live, want tc.Object, D *graph) (equal, changeable bool,
 	if l.Kind != w.Kind {
 		return false, false, fmt.Sprintf("is a %s device, not %s", l.Kind, w.Kind)
 	}
+	if w.TxQueues > 0 && l.TxQueues != w.TxQueues {
+		return false, false, fmt.Sprintf("has %d transmit queues, not %d", l.TxQueues, w.TxQueues)
+	}
 	return !w.Up || l.Up, true, ""
 }
 
@@ -74,6 +77,7 @@ func (linkKind) hash(h *fingerprint, o tc.Object) {
 	h.str(x.Name)
 	h.str(x.Kind)
 	h.u64(uint64(x.MTU))
+	h.u64(uint64(x.TxQueues))
 	h.flag(x.Up)
 }
 
@@ -138,6 +142,9 @@ func (qdiscKind) compare(live, want tc.Object, D *graph) (equal, changeable bool
 	if w.Kind == "htb" {
 		return false, false, "HTB cannot change its default class in place"
 	}
+	if w.Kind == "mqprio" {
+		return false, false, "mqprio cannot change its queue mapping in place"
+	}
 	return false, true, ""
 }
 
@@ -166,6 +173,15 @@ func (qdiscKind) hash(h *fingerprint, o tc.Object) {
 	}
 	if present(h, x.Fq) {
 		h.u64(uint64(x.Fq.Limit))
+		h.u64(uint64(x.Fq.FlowLimit))
+		h.u64(uint64(x.Fq.OrphanMask))
+	}
+	if present(h, x.MQPrio) {
+		m := x.MQPrio
+		h.u64(uint64(m.NumTC))
+		for i := range m.Map {
+			h.u64(uint64(m.Map[i])<<32 | uint64(m.Count[i])<<16 | uint64(m.Offset[i]))
+		}
 	}
 	present(h, x.Cake)
 }

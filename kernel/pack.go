@@ -25,8 +25,10 @@ import (
 //	         default counter replica each
 //	objects: count, then (key, fingerprint as 8 bytes) pairs
 //
-// Version 2 adds the alloc's tag (a uvarint) after its maps.
-const packVersion = 2
+// Version 2 adds the alloc's tag (a uvarint) after its maps; version 3
+// the EDT delay histograms: the alloc's hists map after the tag, and
+// each class's hist after replica.
+const packVersion = 3
 
 // packer appends to b and hands b to w whenever it passes 64 KB: the
 // bulk streams to its file instead of taking megabytes of fresh memory.
@@ -85,6 +87,7 @@ func pack(w io.Writer, a *plan.Alloc, classes []plan.ClassInfo, objects map[stri
 		packMap(p, a.Leaves)
 		packMap(p, a.Counters)
 		p.uv(uint64(a.Tag))
+		packMap(p, a.Hists)
 	}
 	p.uv(uint64(len(classes)))
 	for _, c := range classes {
@@ -98,6 +101,7 @@ func pack(w io.Writer, a *plan.Alloc, classes []plan.ClassInfo, objects map[stri
 		p.flag(c.Default)
 		p.uv(uint64(c.Counter))
 		p.flag(c.Replica)
+		p.uv(uint64(c.Hist))
 		p.spill(false)
 	}
 	p.uv(uint64(len(objects)))
@@ -173,7 +177,7 @@ func unpack(b []byte) (a *plan.Alloc, classes []plan.ClassInfo, objects map[stri
 	// this alone and never changes: no copy of megabytes.
 	u := &unpacker{s: unsafe.String(&b[0], len(b))}
 	v := u.uv()
-	if v != 1 && v != packVersion {
+	if v < 1 || v > packVersion {
 		return nil, nil, nil, errors.New("packed record of an unknown version")
 	}
 	if u.uv() == 1 {
@@ -186,6 +190,11 @@ func unpack(b []byte) (a *plan.Alloc, classes []plan.ClassInfo, objects map[stri
 		a.Counters = unpackMap[uint32](u)
 		if v >= 2 {
 			a.Tag = uint32(u.uv())
+		}
+		if v >= 3 {
+			if a.Hists = unpackMap[uint16](u); len(a.Hists) == 0 {
+				a.Hists = nil
+			}
 		}
 		// As the JSON form had them: the sharded trees' maps absent
 		// when empty.
@@ -201,6 +210,9 @@ func unpack(b []byte) (a *plan.Alloc, classes []plan.ClassInfo, objects map[stri
 		c.Default = u.uv() == 1
 		c.Counter = uint32(u.uv())
 		c.Replica = u.uv() == 1
+		if v >= 3 {
+			c.Hist = uint16(u.uv())
+		}
 		classes = append(classes, c)
 	}
 	n = u.count(9)

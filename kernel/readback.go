@@ -166,7 +166,10 @@ func (k *Kernel) readTree(l *Live, r treeRef, force bool) ([]*tc.Qdisc, error) {
 	isClass := map[tc.Handle]bool{}
 	for _, h := range TreeQdiscs(qs) {
 		if h != root {
-			l.Objects = append(l.Objects, h) // a shard
+			l.Objects = append(l.Objects, h) // a shard, or an EDT tree's fq
+		}
+		if h.Kind != "htb" {
+			continue
 		}
 		classes, err := k.Conn.Classes(r.dev, h.Handle)
 		if err != nil {
@@ -200,9 +203,9 @@ func (k *Kernel) readTree(l *Live, r treeRef, force bool) ([]*tc.Qdisc, error) {
 	return qs, nil
 }
 
-// TreeQdiscs returns the HTB qdiscs of the tree in a device's qdiscs
-// qs: the root, or, for a tree sharded under mq, the HTB on each of
-// mq's queues.
+// TreeQdiscs returns the qdiscs that carry a tree in a device's qdiscs
+// qs: the root, or, under mq or mqprio, the qdisc on each queue (an
+// HTB shard, or an EDT tree's fq).
 func TreeQdiscs(qs []*tc.Qdisc) []*tc.Qdisc {
 	var root *tc.Qdisc
 	for _, q := range qs {
@@ -213,12 +216,12 @@ func TreeQdiscs(qs []*tc.Qdisc) []*tc.Qdisc {
 	switch {
 	case root == nil:
 		return nil
-	case root.Kind != "mq":
+	case root.Kind != "mq" && root.Kind != "mqprio":
 		return []*tc.Qdisc{root}
 	}
 	var out []*tc.Qdisc
 	for _, q := range qs {
-		if q.Kind == "htb" && q.Parent != tc.HandleRoot && q.Parent.Major() == root.Handle.Major() {
+		if (q.Kind == "htb" || q.Kind == "fq") && q.Parent != tc.HandleRoot && q.Parent.Major() == root.Handle.Major() {
 			out = append(out, q)
 		}
 	}
@@ -227,21 +230,33 @@ func TreeQdiscs(qs []*tc.Qdisc) []*tc.Qdisc {
 }
 
 // tagged reports whether root (of a device whose qdiscs are qs) is the
-// root of a tree that carries r2q: an HTB with it, or an mq whose HTB
-// shards all carry it. Anything else, whatever its handle, was made by
+// root of a tree that carries tag: an HTB with it (in r2q), an fq with
+// it (EDT, in orphan_mask), or an mq or mqprio whose every queue's
+// qdisc carries it. Anything else, whatever its handle, was made by
 // someone else.
-func tagged(qs []*tc.Qdisc, root *tc.Qdisc, r2q uint32) bool {
+func tagged(qs []*tc.Qdisc, root *tc.Qdisc, tag uint32) bool {
 	switch root.Kind {
-	case "htb":
-		return root.HTB != nil && root.HTB.R2Q == r2q
-	case "mq":
+	case "htb", "fq":
+		return carriesTag(root, tag)
+	case "mq", "mqprio":
 		shards := TreeQdiscs(qs)
 		for _, q := range shards {
-			if q.HTB == nil || q.HTB.R2Q != r2q {
+			if !carriesTag(q, tag) {
 				return false
 			}
 		}
 		return len(shards) > 0
+	}
+	return false
+}
+
+// carriesTag reports whether q is a tree qdisc carrying tag.
+func carriesTag(q *tc.Qdisc, tag uint32) bool {
+	switch q.Kind {
+	case "htb":
+		return q.HTB != nil && q.HTB.R2Q == tag
+	case "fq":
+		return q.Fq != nil && q.Fq.OrphanMask == plan.FqTag(tag)
 	}
 	return false
 }
@@ -368,7 +383,7 @@ func readHookProgram(dev string, ingress bool, f *tc.Filter) (*bpf.Hook, error) 
 		return nil, fmt.Errorf("%s: %w", dev, err)
 	}
 	defer prog.Close()
-	h.Capacity = prog.CounterCap
+	h.Capacity, h.HistCap = prog.CounterCap, prog.HistCap
 	if h.Content, err = prog.Read(); err != nil {
 		return nil, fmt.Errorf("%s: %w", dev, err)
 	}

@@ -39,7 +39,7 @@ func (k *Kernel) newRecords(p *plan.Plan, d *Diff, l *Live, policyFile string) m
 	for _, dev := range p.Devices {
 		old := k.State.Devices[dev.Record()]
 		rec := &DevState{Interface: dev.Interface, Dir: dev.Dir, Root: plan.RootHandle.String(),
-			Policy: policyFile, AppliedAt: now, Alloc: dev.Alloc, Classes: dev.Classes, PoliceOnly: dev.PoliceOnly,
+			Policy: policyFile, AppliedAt: now, Alloc: dev.Alloc, Classes: dev.Classes, PoliceOnly: dev.PoliceOnly, EDT: dev.EDT,
 			Ifindex: index(dev.Name), IfaceIndex: index(dev.Interface)}
 		if dev.PoliceOnly {
 			rec.Root = ""

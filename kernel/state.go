@@ -159,9 +159,11 @@ type DevState struct {
 	// (for its BPF classifier) or, for a policer, on the interface.
 	ClsactCreated bool `json:"clsact_created,omitempty"`
 	// PoliceOnly: a BPF policer on the interface's hook, no tree.
-	PoliceOnly bool      `json:"police_only,omitempty"`
-	Policy     string    `json:"policy,omitempty"`
-	AppliedAt  time.Time `json:"applied_at"`
+	PoliceOnly bool `json:"police_only,omitempty"`
+	// EDT: the tree is the EDT backend's (Classes are its aggregates).
+	EDT       bool      `json:"edt,omitempty"`
+	Policy    string    `json:"policy,omitempty"`
+	AppliedAt time.Time `json:"applied_at"`
 	// Alloc, Classes and Objects (the fingerprints of the objects the
 	// last apply left, by key) are saved packed (pack.go) in the bulk
 	// file, Packed bytes from Offset. Alloc.Tag is the tree's tag, which

@@ -16,6 +16,8 @@ type Alloc struct {
 	Shards   map[string]uint16 `json:"shards,omitempty"`
 	Leaves   map[string]uint16 `json:"leaves,omitempty"`
 	Counters map[string]uint32 `json:"counters,omitempty"`
+	// EDT trees only: an aggregate's delay histogram, by class name.
+	Hists map[string]uint16 `json:"hists,omitempty"`
 	// Tag marks the tree's HTB qdiscs as the ones this record describes:
 	// they carry it as r2q, which is inert because every class has an
 	// explicit quantum. A root qdisc of the same handle made by anyone

@@ -7,6 +7,7 @@ import (
 	"sluice/bpf"
 	"sluice/policy"
 	"sluice/tc"
+	"sluice/units"
 )
 
 // clsact is the qdisc that carries the BPF hooks of dev.
@@ -51,7 +52,12 @@ func (b *builder) bpfHook() *bpf.Hook {
 		}
 		id := b.classID(name)
 		i := uint32(len(c.Targets))
-		c.Targets = append(c.Targets, bpf.Target{Classid: uint32(id), Counter: b.counterOf(name, id), Policer: policer(b.byName[name])})
+		cl := b.byName[name]
+		t := bpf.Target{Classid: uint32(id), Counter: b.counterOf(name, id), Policer: policer(cl)}
+		if b.edt != nil {
+			b.pace(&t, name, cl, cl.RateBps, cl.CeilBps, false)
+		}
+		c.Targets = append(c.Targets, t)
 		targets[name] = i
 		return i
 	}
@@ -146,7 +152,7 @@ func hostKeys(cs []*policy.Class) int {
 // hostTable fills table n with the host classes of per_host class cl.
 func (b *builder) hostTable(c *bpf.Content, cl *policy.Class, n uint32, policer func(*policy.Class) uint16) {
 	ph := cl.PerHost
-	add := func(name string, prefixes ...netip.Prefix) {
+	add := func(name string, rate, ceil units.Rate, prefixes ...netip.Prefix) {
 		var t bpf.Target
 		if r, ok := b.refs[name]; ok {
 			t = bpf.Target{Classid: uint32(tc.MakeHandle(shardMajor(int(r.shard)), r.minor)), Counter: r.counter,
@@ -155,15 +161,18 @@ func (b *builder) hostTable(c *bpf.Content, cl *policy.Class, n uint32, policer 
 			id := b.classID(name)
 			t = bpf.Target{Classid: uint32(id), Counter: b.counterOf(name, id)}
 		}
+		if b.edt != nil {
+			b.pace(&t, name, cl, rate, ceil, true)
+		}
 		for _, p := range prefixes {
 			c.Hosts[bpf.HostKeyOf(n, p)] = t
 		}
 	}
 	for _, h := range ph.Hosts() {
-		add(hostName(cl, h), h)
+		add(hostName(cl, h), ph.RateBps, ph.CeilBps, h)
 	}
 	for _, e := range ph.Entries {
-		add(entryName(cl, e), e.Addrs...)
+		add(entryName(cl, e), e.RateBps, e.CeilBps, e.Addrs...)
 	}
 }
 

@@ -76,8 +76,10 @@ type Device struct {
 	Ifb       bool
 	// PoliceOnly: a BPF policer on the interface's hook, without a tree.
 	PoliceOnly bool
-	Classes    []ClassInfo
-	Alloc      *Alloc
+	// EDT: the EDT backend (no HTB; ClassInfo lists the aggregates).
+	EDT     bool
+	Classes []ClassInfo
+	Alloc   *Alloc
 	// Objects, in creation order: for ingress the ifb link first, then
 	// the tree, then the interface's ingress hook and redirect filter.
 	Objects []tc.Object
@@ -108,6 +110,9 @@ type ClassInfo struct {
 	// a non-host class's copy in shards other than the first.
 	Counter uint32 `json:"counter,omitempty"`
 	Replica bool   `json:"replica,omitempty"`
+	// Hist is an EDT aggregate's delay histogram (shared by the hosts of
+	// one per_host class).
+	Hist uint16 `json:"hist,omitempty"`
 }
 
 // Objects returns every object of the plan in creation order.
@@ -145,12 +150,20 @@ func Build(pol *policy.Policy, feats Features, prev map[string]*Alloc) (*Plan, e
 				p.Devices = append(p.Devices, policeOnly(feats, in, t))
 			}
 		}
+		build := buildTree
 		if in.Egress != nil && in.Egress.Police == nil {
-			p.Devices = append(p.Devices, buildTree(d, feats, in, in.Egress, in.Name, prev[in.Name]))
+			if in.Egress.EDT() {
+				build = buildEDT
+			}
+			p.Devices = append(p.Devices, build(d, feats, in, in.Egress, in.Name, prev[in.Name]))
 		}
 		if in.Ingress != nil && in.Ingress.Police == nil {
+			build = buildTree
+			if in.Ingress.EDT() {
+				build = buildEDT
+			}
 			ifb := policy.IfbName(in)
-			p.Devices = append(p.Devices, buildTree(d, feats, in, in.Ingress, ifb, prev[ifb]))
+			p.Devices = append(p.Devices, build(d, feats, in, in.Ingress, ifb, prev[ifb]))
 		}
 	}
 	if err := d.Err(); err != nil {
@@ -224,6 +237,8 @@ type builder struct {
 	leafIDs   *idPool[uint16]
 	counters  *idPool[uint32]
 	keyBuf    []byte // scratch for map keys
+	// edt is set while compiling an EDT tree (edt.go).
+	edt *edtPlan
 }
 
 func buildTree(d *policy.Diag, feats Features, in *policy.Interface, t *policy.Tree, devName string, prev *Alloc) *Device {
@@ -266,12 +281,7 @@ func buildTree(d *policy.Diag, feats Features, in *policy.Interface, t *policy.T
 	}
 
 	if dev.Ifb {
-		b.objs = append(b.objs,
-			clsact(in.Name),
-			&tc.Filter{Dev: in.Name, Parent: tc.HandleIngressHook, Prio: HookPrio, Proto: tc.ProtoAll, Kind: "u32"},
-			&tc.Filter{Dev: in.Name, Parent: tc.HandleIngressHook, Prio: HookPrio, Proto: tc.ProtoAll, Kind: "u32",
-				Handle: 1, U32: &tc.U32{Sel: &tc.Sel{Keys: []tc.Key{{}}}, RedirectDev: devName},
-				Note: "ingress of " + in.Name + " -> " + devName})
+		b.objs = append(b.objs, redirect(in.Name, devName)...)
 	}
 	dev.Objects = b.objs
 	dev.Alloc.Classes, dev.Alloc.Tables = b.classes.next, b.tables.next
@@ -323,6 +333,9 @@ type hostRef struct {
 }
 
 func (b *builder) classID(name string) tc.Handle {
+	if b.edt != nil {
+		return 0 // no HTB
+	}
 	if r, ok := b.refs[name]; ok {
 		return tc.MakeHandle(shardMajor(int(r.shard)), r.minor)
 	}

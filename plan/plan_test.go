@@ -162,13 +162,16 @@ func TestGoldenPlans(t *testing.T) {
 		}{{"full", Everything}, {"fifo", fifoOnly}} {
 			name := strings.TrimSuffix(filepath.Base(f), ".yaml") + "." + k.name
 			t.Run(name, func(t *testing.T) {
+				// A policy this kernel cannot carry (the EDT example without
+				// fq) has its error as its golden plan.
 				p, err := Build(load(t, f), k.feats, nil)
-				if err != nil {
-					t.Fatal(err)
-				}
 				var b strings.Builder
-				for _, o := range p.Objects() {
-					fmt.Fprintln(&b, o.Describe())
+				if err != nil {
+					fmt.Fprintln(&b, "error:", err)
+				} else {
+					for _, o := range p.Objects() {
+						fmt.Fprintln(&b, o.Describe())
+					}
 				}
 				golden := filepath.Join("testdata", name+".golden")
 				if *update {

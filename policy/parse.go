@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"gopkg.in/yaml.v3"
 
@@ -303,7 +304,35 @@ func (p *parser) tree(n *yaml.Node, dir string) *Tree {
 			t.Shards = n
 		},
 	}
+	h["backend"] = func(v *yaml.Node) {
+		s, _ := p.str(v, dir+" backend")
+		if s != "htb" && s != "edt" {
+			p.d.Errorf(pos(v), "%s backend: expected htb or edt, found %q", dir, s)
+		}
+		t.Backend, t.BackendPos = s, pos(v)
+	}
+	h["horizon"] = func(v *yaml.Node) {
+		t.HorizonPos = pos(v)
+		d, err := time.ParseDuration(v.Value)
+		if v.Kind != yaml.ScalarNode || err != nil || d < time.Millisecond || d > MaxHorizon {
+			p.d.Errorf(pos(v), "%s horizon: expected a time from 1ms to %s (like 100ms), found %s", dir, MaxHorizon, describe(v))
+			return
+		}
+		t.Horizon = d
+	}
+	h["burst"] = func(v *yaml.Node) { t.Burst = p.burst(v, dir+" burst") }
+	h["exempt"] = func(v *yaml.Node) {
+		for _, m := range p.list(v) {
+			if e := p.match(m, dir+" exempt"); e != nil {
+				t.Exempt = append(t.Exempt, e)
+			}
+		}
+	}
 	if dir == Ingress {
+		h["queues"] = func(v *yaml.Node) {
+			t.Queues, _ = p.intIn(v, dir+" queues", 1, MaxIfbQueues)
+			t.QueuesPos = pos(v)
+		}
 		h["ifb"] = func(v *yaml.Node) {
 			t.Ifb, _ = p.str(v, "ifb")
 			t.IfbPos = pos(v)
@@ -311,6 +340,27 @@ func (p *parser) tree(n *yaml.Node, dir string) *Tree {
 	}
 	p.fields(n, dir, h)
 	return t
+}
+
+// burst reads an EDT burst: a time (5ms) or a size (64kb).
+func (p *parser) burst(n *yaml.Node, what string) *Burst {
+	if n.Kind != yaml.ScalarNode {
+		p.d.Errorf(pos(n), "%s: expected a time (5ms) or a size (64kb), found %s", what, describe(n))
+		return nil
+	}
+	if d, err := time.ParseDuration(n.Value); err == nil {
+		if d < 0 || d > MaxEDTBurst {
+			p.d.Errorf(pos(n), "%s: %s is out of range; from 0 to %s", what, n.Value, MaxEDTBurst)
+			return nil
+		}
+		return &Burst{Time: d, Pos: pos(n)}
+	}
+	b, err := ParseSize(n.Value)
+	if err != nil {
+		p.d.Errorf(pos(n), "%s: expected a time (5ms) or a size (64kb), found %q", what, n.Value)
+		return nil
+	}
+	return &Burst{Bytes: b, Pos: pos(n)}
 }
 
 func (p *parser) classes(n *yaml.Node, what string) []*Class {

@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestParseRate(t *testing.T) {
@@ -185,6 +186,31 @@ func TestValidationErrors(t *testing.T) {
 			`:5:15: eth0 ingress: police directly under ingress polices without a tree`},
 		{"hosts_file missing", wrap("        - name: a\n          rate: 1mbit\n          per_host: {hosts_file: nope.csv}\n"),
 			`:9:34: class a: per_host.hosts_file: open nope.csv: no such file or directory`},
+		{"edt key on htb",
+			"interfaces:\n  - name: eth0\n    egress:\n      rate: 20mbit\n      horizon: 50ms\n",
+			`:5:16: eth0 egress: horizon is for backend edt (this direction's backend is htb)`},
+		{"bad backend",
+			"interfaces:\n  - name: eth0\n    egress:\n      backend: hfsc\n      rate: 20mbit\n",
+			`:4:16: egress backend: expected htb or edt, found "hfsc"`},
+		{"horizon out of range",
+			"interfaces:\n  - name: eth0\n    egress:\n      backend: edt\n      rate: 20mbit\n      horizon: 20s\n",
+			`:6:16: egress horizon: expected a time from 1ms to 10s (like 100ms), found "20s"`},
+		{"bad edt burst",
+			"interfaces:\n  - name: eth0\n    egress:\n      backend: edt\n      rate: 20mbit\n      burst: lots\n",
+			`:6:14: egress burst: expected a time (5ms) or a size (64kb), found "lots"`},
+		{"htb key on edt class",
+			"interfaces:\n  - name: eth0\n    egress:\n      backend: edt\n      rate: 20mbit\n      default: a\n      classes:\n        - name: a\n          rate: 1mbit\n          leaf: sfq\n",
+			`:10:17: eth0 egress: class a: leaf is for HTB classes; backend edt paces each class in BPF and queues in fq`},
+		{"edt with u32",
+			"interfaces:\n  - name: eth0\n    egress:\n      backend: edt\n      classifier: u32\n      rate: 20mbit\n",
+			`:5:19: eth0 egress: backend edt classifies in its own BPF program; classifier u32 cannot feed it`},
+		{"edt police only",
+			"interfaces:\n  - name: eth0\n    ingress:\n      backend: edt\n      police: {cir: 1mbit}\n",
+			`:4:16: eth0 ingress: backend edt shapes a class tree; police directly under ingress has none`},
+		{"bad exempt match", "interfaces:\n  - name: eth0\n    egress:\n      backend: edt\n      rate: 20mbit\n      exempt: [{dport: 70000}]\n",
+			`egress exempt`},
+		{"edt hosts too many", "interfaces:\n  - name: eth0\n    egress:\n      backend: edt\n      rate: 20mbit\n      default: a\n      classes:\n        - name: a\n          rate: 1mbit\n          per_host: {cidr: 10.0.0.0/8}\n",
+			`the EDT backend's host table holds at most 1048576 per tree`},
 		{"per_host needs cidr or file", wrap("        - name: a\n          rate: 1mbit\n          per_host: {by: dst}\n"),
 			`class a: per_host: cidr or hosts_file is required`},
 	} {
@@ -276,6 +302,33 @@ func TestHosts(t *testing.T) {
 		if len(hs) != tc.n || ph.HostCount() != tc.n || hs[0].String() != tc.first || hs[len(hs)-1].String() != tc.last {
 			t.Errorf("%s/%d: %d hosts (count %d) %v..%v", tc.cidr, tc.prefix, len(hs), ph.HostCount(), hs[0], hs[len(hs)-1])
 		}
+	}
+}
+
+// An EDT tree takes its defaults, 100,000 hosts (beyond HTB's id
+// space), and bursts as times or sizes.
+func TestEDTKeys(t *testing.T) {
+	p, _, err := Parse("p.yaml", []byte("interfaces:\n  - name: eth0\n    egress:\n      backend: edt\n      rate: 10gbit\n      default: b\n      classes:\n        - name: a\n          rate: 1gbit\n          per_host: {cidr: 10.0.0.0/15, rate: 1mbit, ceil: 50mbit}\n        - name: b\n          rate: 1gbit\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := p.Interfaces[0].Egress
+	if !tr.EDT() || !tr.BPF || tr.Horizon != DefaultHorizon || tr.Burst.Time != DefaultEDTBurst || tr.Hosts != 131070 {
+		t.Fatalf("edt tree: backend %q bpf %v horizon %v burst %+v hosts %d", tr.Backend, tr.BPF, tr.Horizon, tr.Burst, tr.Hosts)
+	}
+	if ns := tr.Burst.NS(1_250_000); ns != 5_000_000 {
+		t.Fatalf("5ms burst: %d ns", ns)
+	}
+	if ns := (&Burst{Bytes: 64 << 10}).NS(1_250_000); ns != 52_428_800 {
+		t.Fatalf("64kb at 10mbit: %d ns, want 52.4288 ms", ns)
+	}
+	p, _, err = Parse("p.yaml", []byte("interfaces:\n  - name: eth0\n    ingress:\n      backend: edt\n      rate: 10mbit\n      burst: 64kb\n      horizon: 250ms\n      queues: 4\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr = p.Interfaces[0].Ingress
+	if tr.Burst.Bytes != 65536 || tr.Horizon != 250*time.Millisecond || tr.Queues != 4 {
+		t.Fatalf("ingress edt: %+v %v %d", tr.Burst, tr.Horizon, tr.Queues)
 	}
 }
 

@@ -12,6 +12,7 @@ package policy
 import (
 	"net/netip"
 	"path/filepath"
+	"time"
 
 	"sluice/units"
 )
@@ -65,6 +66,22 @@ type Tree struct {
 	Shards    int
 	ShardsPos Pos
 
+	// Backend is "htb" (the default) or "edt": seed 000's and 001's
+	// earliest-departure-time shaper, an aggregate per leaf class and
+	// host paced in BPF, fq on every transmit queue, no HTB.
+	Backend    string
+	BackendPos Pos
+	// EDT settings (backend edt). Horizon 0 and Burst nil mean the
+	// defaults (DefaultHorizon, DefaultEDTBurst); see docs/edt.md.
+	Horizon    time.Duration
+	HorizonPos Pos
+	Burst      *Burst
+	Exempt     []*Match
+	// Queues is the number of transmit queues of the ifb an EDT ingress
+	// creates (0: DefaultIfbQueues).
+	Queues    int
+	QueuesPos Pos
+
 	// BPF says the tree classifies with sluice's BPF program (resolved
 	// from Classifier).
 	BPF bool
@@ -113,6 +130,36 @@ type Class struct {
 
 // IsLeaf reports whether the class holds packets itself.
 func (c *Class) IsLeaf() bool { return len(c.Classes) == 0 && c.PerHost == nil && len(c.Hosts) == 0 }
+
+// EDT reports whether the tree uses the EDT backend.
+func (t *Tree) EDT() bool { return t.Backend == "edt" }
+
+// Burst is an EDT burst: a time at the aggregate's rate, or bytes.
+type Burst struct {
+	Time  time.Duration
+	Bytes uint64
+	Pos   Pos
+}
+
+// NS is the burst in ns at rate (bytes per second), at most 4 s.
+func (b *Burst) NS(rate units.Rate) uint32 {
+	ns := uint64(b.Time)
+	if b.Bytes > 0 && rate > 0 {
+		ns = uint64(float64(b.Bytes) * 1e9 / float64(rate))
+	}
+	return uint32(min(ns, uint64(MaxEDTBurst)))
+}
+
+// EDT defaults and bounds (docs/edt.md says why).
+const (
+	DefaultHorizon   = 100 * time.Millisecond
+	MaxHorizon       = 10 * time.Second // fq's own horizon: later packets it drops itself
+	DefaultEDTBurst  = 5 * time.Millisecond
+	MaxEDTBurst      = 4 * time.Second
+	DefaultIfbQueues = 8
+	MaxEDTHosts      = 1 << 20 // the BPF host table (bpf.MaxHosts)
+	MaxIfbQueues     = 64
+)
 
 // Size is a byte count with its position.
 type Size struct {

@@ -184,7 +184,7 @@ func resolveClassifier(where string, t *Tree, hosts int, police, hostsFile bool,
 		}
 
 	default:
-		t.BPF = police || hostsFile || hosts > AutoBPFHosts
+		t.BPF = t.EDT() || police || hostsFile || hosts > AutoBPFHosts
 	}
 }
 
@@ -229,6 +229,7 @@ func resolveParents(where string, cs []*Class, byName map[string]*Class, d *Diag
 
 func validateTree(in *Interface, t *Tree, d *Diag) {
 	where := in.Name + " " + t.Dir
+	validateBackend(where, t, d)
 	if t.Police != nil {
 		if t.Rate != nil || len(t.Classes) > 0 || t.Default != "" {
 			d.Errorf(t.Police.Pos, "%s: police directly under %s polices without a tree; for policing inside a tree put police on a class", where, t.Dir)
@@ -281,7 +282,7 @@ func validateTree(in *Interface, t *Tree, d *Diag) {
 			if c.PerHost != nil {
 				level++
 			}
-			if level+1 > MaxDepth { // +1: the root class
+			if level+1 > MaxDepth && !t.EDT() { // +1: the root class
 				d.Errorf(c.Pos, "%s: class %s is nested too deep; HTB allows %d levels including the root", where, c.Name, MaxDepth)
 			}
 			if c.PerHost != nil {
@@ -305,8 +306,11 @@ func validateTree(in *Interface, t *Tree, d *Diag) {
 	// queue: the planner, which knows the device's queues, checks that
 	// there are enough.
 	t.ClassCount = count
+	if t.EDT() && t.Hosts > MaxEDTHosts {
+		d.Errorf(t.Pos, "%s: %d hosts; the EDT backend's host table holds at most %d per tree", where, t.Hosts, MaxEDTHosts)
+	}
 	switch shards := (count + MaxClasses - 1) / MaxClasses; {
-	case count <= MaxClasses:
+	case count <= MaxClasses || t.EDT():
 	case !t.BPF:
 		d.Errorf(t.Pos, "%s: %d classes (%d of them hosts) do not fit one HTB, which holds at most %d; with classifier bpf on a device of several transmit queues the tree is sharded, one HTB per queue", where, count, t.Hosts, MaxClasses)
 	case shards > MaxShards:
@@ -324,6 +328,96 @@ func validateTree(in *Interface, t *Tree, d *Diag) {
 	case !def.IsLeaf():
 		d.Errorf(t.DefaultPos, "%s: default class %q has children; the default must be a leaf class", where, t.Default)
 	}
+}
+
+// validateBackend checks the backend and the keys that belong to one.
+func validateBackend(where string, t *Tree, d *Diag) {
+	if t.Backend == "" {
+		t.Backend = "htb"
+	}
+	if !t.EDT() {
+		for _, k := range []struct {
+			set bool
+			at  Pos
+			key string
+		}{{t.Horizon != 0, t.HorizonPos, "horizon"}, {t.Burst != nil, burstPos(t.Burst), "burst"},
+			{len(t.Exempt) > 0, matchPos(t.Exempt), "exempt"}, {t.Queues != 0, t.QueuesPos, "queues"}} {
+			if k.set {
+				d.Errorf(k.at, "%s: %s is for backend edt (this direction's backend is htb)", where, k.key)
+			}
+		}
+		return
+	}
+	switch {
+	case t.Police != nil:
+		d.Errorf(t.BackendPos, "%s: backend edt shapes a class tree; police directly under %s has none (leave backend out)", where, t.Dir)
+	case t.Classifier == "u32":
+		d.Errorf(t.ClassifierPos, "%s: backend edt classifies in its own BPF program; classifier u32 cannot feed it", where)
+	case t.Shards > 0:
+		d.Errorf(t.ShardsPos, "%s: shards splits HTB trees; backend edt has none (every transmit queue gets fq)", where)
+	}
+	t.BPF = true
+	if t.Horizon == 0 {
+		t.Horizon = DefaultHorizon
+	}
+	if t.Burst == nil {
+		t.Burst = &Burst{Time: DefaultEDTBurst, Pos: t.Pos}
+	}
+	for _, m := range t.Exempt {
+		validateMatch(where+" exempt", m, d)
+	}
+	var walk func(cs []*Class)
+	walk = func(cs []*Class) {
+		for _, c := range cs {
+			what := where + ": class " + c.Name
+			for _, k := range []struct {
+				set bool
+				at  Pos
+				key string
+			}{{c.Cburst != nil, sizePos(c.Cburst), "cburst"}, {c.Quantum != nil, sizePos(c.Quantum), "quantum"},
+				{c.Leaf != "", c.LeafPos, "leaf"}, {c.Limit != nil, limitPos(c.Limit), "limit"}} {
+				if k.set {
+					d.Errorf(k.at, "%s: %s is for HTB classes; backend edt paces each class in BPF and queues in fq", what, k.key)
+				}
+			}
+			if ph := c.PerHost; ph != nil && (ph.Leaf != "" || ph.Limit != nil) {
+				d.Errorf(ph.Pos, "%s: per_host leaf and limit are for HTB classes; backend edt queues in fq", what)
+			}
+			walk(c.Classes)
+		}
+	}
+	walk(t.Classes)
+	if t.Leaf != "" {
+		d.Errorf(t.LeafPos, "%s: leaf is for HTB classes; backend edt queues in fq on every transmit queue", where)
+	}
+}
+
+func burstPos(b *Burst) Pos {
+	if b == nil {
+		return Pos{}
+	}
+	return b.Pos
+}
+
+func sizePos(s *Size) Pos {
+	if s == nil {
+		return Pos{}
+	}
+	return s.Pos
+}
+
+func limitPos(l *Limit) Pos {
+	if l == nil {
+		return Pos{}
+	}
+	return l.Pos
+}
+
+func matchPos(ms []*Match) Pos {
+	if len(ms) == 0 {
+		return Pos{}
+	}
+	return ms[0].Pos
 }
 
 func rateList(cs []*Class) string {
@@ -485,7 +579,13 @@ func validatePerHost(what string, t *Tree, c *Class, ph *PerHost, d *Diag) {
 		return
 	}
 	hostBits := ph.Prefix - ph.CIDR.Bits()
-	if hostBits > 16 || ph.HostCount() > MaxClasses {
+	if t.EDT() {
+		if hostBits > 20 || ph.HostCount() > MaxEDTHosts {
+			d.Errorf(ph.CIDRPos, "%s: %s with one aggregate per /%d needs %d; the EDT backend's host table holds at most %d per tree (use a longer prefix)",
+				what, ph.CIDR, ph.Prefix, 1<<min(hostBits, 30), MaxEDTHosts)
+			return
+		}
+	} else if hostBits > 16 || ph.HostCount() > MaxClasses {
 		d.Errorf(ph.CIDRPos, "%s: %s with one class per /%d needs %d classes; HTB's class id space holds at most %d per tree (use a longer prefix)",
 			what, ph.CIDR, ph.Prefix, 1<<min(hostBits, 30), MaxClasses)
 		return

@@ -37,6 +37,11 @@ type Tree struct {
 	Policers []*Policer `json:"policers,omitempty"`
 	// Missing is set when the records name a tree the kernel no longer has.
 	Missing bool `json:"missing,omitempty"`
+	// Backend is "edt" for the EDT backend (Classes are its aggregates;
+	// Drops are horizon drops), empty for HTB.
+	Backend string `json:"backend,omitempty"`
+	// Delays are the EDT backend's delay histograms, per class.
+	Delays []*Delays `json:"delays,omitempty"`
 }
 
 // Class is one class's configuration and counters. Rates are in bits
@@ -191,6 +196,16 @@ func collect(k *kernel.Kernel, devs []string, classes map[string][]*tc.Class) (*
 			t.Missing = t.Classifier != "bpf"
 			continue
 		}
+		if rec.EDT {
+			if !k.Conn.LinkExists(name) {
+				t.Missing = true
+				continue
+			}
+			if err := readEDT(k, t, name, rec); err != nil {
+				return nil, err
+			}
+			continue
+		}
 		root, err := tc.ParseHandle(rec.Root)
 		if err != nil || classes == nil && !k.Conn.LinkExists(name) {
 			t.Missing = true
@@ -337,6 +352,21 @@ func (s *Sample) WriteText(w io.Writer) {
 			pw.Flush()
 		}
 		if len(t.Classes) == 0 {
+			continue
+		}
+		if t.Backend == "edt" {
+			tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', tabwriter.AlignRight)
+			fmt.Fprintln(tw, "AGGREGATE	RATE	CAP	KIND	MEASURED	PACKETS	BYTES	HORIZON DROPS	")
+			for _, c := range t.Classes {
+				kind := "prod"
+				if c.Prio > 0 {
+					kind = "nonprod"
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%d\t\n", c.Name, human(float64(c.Rate)), human(float64(c.Ceil)), kind,
+					human(c.Measured), c.Packets, bytesHuman(c.Bytes), c.Drops)
+			}
+			tw.Flush()
+			writeDelays(w, t.Delays)
 			continue
 		}
 		tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', tabwriter.AlignRight)

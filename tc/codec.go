@@ -36,9 +36,11 @@ const (
 
 	linkLayerEthernet = 1
 	htbVersion        = 3
-	tcaEgressRedir    = 1 // TCA_EGRESS_REDIR
-	tcActStolen       = 4 // TC_ACT_STOLEN
-	tcaFqPlimit       = 1 // TCA_FQ_PLIMIT
+	tcaEgressRedir    = 1  // TCA_EGRESS_REDIR
+	tcActStolen       = 4  // TC_ACT_STOLEN
+	tcaFqPlimit       = 1  // TCA_FQ_PLIMIT
+	tcaFqFlowPlimit   = 2  // TCA_FQ_FLOW_PLIMIT
+	tcaFqOrphanMask   = 10 // TCA_FQ_ORPHAN_MASK
 )
 
 func tcmsg(ifindex int, handle, parent, info uint32) *nl.TcMsg {
@@ -107,13 +109,52 @@ func qdiscOptions(q *Qdisc) (*nl.RtAttr, error) {
 		if q.Fq != nil && q.Fq.Limit != 0 {
 			o.AddChild(u32attr(tcaFqPlimit, q.Fq.Limit))
 		}
+		if q.Fq != nil && q.Fq.FlowLimit != 0 {
+			o.AddChild(u32attr(tcaFqFlowPlimit, q.Fq.FlowLimit))
+		}
+		if q.Fq != nil && q.Fq.OrphanMask != 0 {
+			o.AddChild(u32attr(tcaFqOrphanMask, q.Fq.OrphanMask))
+		}
 		return o, nil
+	case "mqprio":
+		if q.MQPrio == nil {
+			return nil, fmt.Errorf("qdisc mqprio: no queue mapping")
+		}
+		return nl.NewRtAttr(tcaOptions, encodeMQPrio(q.MQPrio)), nil
 	case "cake":
 		return nl.NewRtAttr(tcaOptions|unix.NLA_F_NESTED, nil), nil
 	case "clsact", "ingress", "pfifo_fast", "noqueue", "mq", "tbf", "prio", "netem", "codel", "hfsc", "drr":
 		return nil, nil
 	}
 	return nil, fmt.Errorf("qdisc kind %q: sluice cannot encode it", q.Kind)
+}
+
+// struct tc_mqprio_qopt: num_tc, prio_tc_map[16], hw, count[16],
+// offset[16] (u16, from byte 18).
+const mqprioOptLen = 82
+
+func encodeMQPrio(m *MQPrio) []byte {
+	b := make([]byte, mqprioOptLen)
+	b[0] = m.NumTC
+	copy(b[1:17], m.Map[:])
+	for i := 0; i < 16; i++ {
+		native.PutUint16(b[18+2*i:], m.Count[i])
+		native.PutUint16(b[50+2*i:], m.Offset[i])
+	}
+	return b
+}
+
+func decodeMQPrio(b []byte) *MQPrio {
+	if len(b) < mqprioOptLen {
+		return nil
+	}
+	m := &MQPrio{NumTC: b[0]}
+	copy(m.Map[:], b[1:17])
+	for i := 0; i < 16; i++ {
+		m.Count[i] = native.Uint16(b[18+2*i:])
+		m.Offset[i] = native.Uint16(b[50+2*i:])
+	}
+	return m
 }
 
 // QdiscAdd creates q; with replace it may displace whatever sits at q's
@@ -587,6 +628,14 @@ func decodeQdiscOptions(q *Qdisc, opts []byte) {
 		if b := a[tcaFqPlimit]; len(b) >= 4 {
 			q.Fq.Limit = native.Uint32(b)
 		}
+		if b := a[tcaFqFlowPlimit]; len(b) >= 4 {
+			q.Fq.FlowLimit = native.Uint32(b)
+		}
+		if b := a[tcaFqOrphanMask]; len(b) >= 4 {
+			q.Fq.OrphanMask = native.Uint32(b)
+		}
+	case "mqprio":
+		q.MQPrio = decodeMQPrio(opts)
 	case "cake":
 		q.Cake = &Cake{}
 	}

@@ -204,6 +204,9 @@ func (c *Conn) LinkAdd(l *Link) error {
 	if l.MTU > 0 {
 		attrs.MTU = l.MTU
 	}
+	if l.TxQueues > 0 {
+		attrs.NumTxQueues, attrs.NumRxQueues = l.TxQueues, 1
+	}
 	if err := c.links.LinkAdd(&netlink.Ifb{LinkAttrs: attrs}); err != nil {
 		return fmt.Errorf("link add %s: %w", l.Name, err)
 	}

@@ -49,7 +49,8 @@ type Link struct {
 	// RawIP: the device carries bare IP packets, no link-layer header
 	// (readback only; tun, wireguard).
 	RawIP bool
-	// TxQueues is the device's number of transmit queues (readback only).
+	// TxQueues is the device's number of transmit queues: set at
+	// creation (0: the kernel's default, 1), filled in on readback.
 	TxQueues int
 }
 
@@ -72,6 +73,7 @@ type Qdisc struct {
 	Sfq     *Sfq
 	Fq      *Fq
 	Cake    *Cake
+	MQPrio  *MQPrio
 
 	// Owner names the sluice class a leaf qdisc belongs to (display only).
 	Owner string
@@ -102,7 +104,21 @@ type Sfq struct {
 
 // Fq options sluice sets.
 type Fq struct {
-	Limit uint32 // packets
+	Limit     uint32 // packets
+	FlowLimit uint32 // packets per flow
+	// OrphanMask is fq's mask on the flow hash of packets without a
+	// socket (forwarded ones); sluice's EDT trees keep their tag in its
+	// bits above fq's default 1023.
+	OrphanMask uint32
+}
+
+// MQPrio is mqprio's software mapping (hw 0): skb->priority to traffic
+// class, and each class's range of transmit queues.
+type MQPrio struct {
+	NumTC  uint8
+	Map    [16]uint8 // traffic class of each priority
+	Count  [16]uint16
+	Offset [16]uint16
 }
 
 // Cake options sluice sets. Inside an HTB class cake runs unlimited; the
@@ -160,8 +176,27 @@ func (q *Qdisc) optionString() string {
 		if q.Sfq.Perturb != 0 {
 			a = append(a, fmt.Sprintf("perturb %d", q.Sfq.Perturb))
 		}
-	case q.Fq != nil && q.Fq.Limit != 0:
-		a = append(a, fmt.Sprintf("limit %d", q.Fq.Limit))
+	case q.Fq != nil:
+		if q.Fq.Limit != 0 {
+			a = append(a, fmt.Sprintf("limit %d", q.Fq.Limit))
+		}
+		if q.Fq.FlowLimit != 0 {
+			a = append(a, fmt.Sprintf("flow_limit %d", q.Fq.FlowLimit))
+		}
+		if q.Fq.OrphanMask != 0 {
+			a = append(a, fmt.Sprintf("orphan_mask %d", q.Fq.OrphanMask))
+		}
+	case q.MQPrio != nil:
+		m := q.MQPrio
+		a = append(a, fmt.Sprintf("num_tc %d map", m.NumTC))
+		for _, t := range m.Map {
+			a = append(a, fmt.Sprint(t))
+		}
+		a = append(a, "queues")
+		for i := 0; i < int(m.NumTC) && i < len(m.Count); i++ {
+			a = append(a, fmt.Sprintf("%d@%d", m.Count[i], m.Offset[i]))
+		}
+		a = append(a, "hw 0")
 	}
 	return strings.Join(a, " ")
 }

@@ -7,6 +7,8 @@ import (
 	"sort"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"sluice/lab"
 )
 
@@ -86,4 +88,147 @@ func Percentile(ds []time.Duration, p float64) time.Duration {
 	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
 	i := int(float64(len(s)-1) * p / 100)
 	return s[i]
+}
+
+// UDPEchoServer listens on addr:port (UDP) in ns and sends every
+// datagram back to its sender.
+func UDPEchoServer(ns, addr string, port int) (io.Closer, error) {
+	var c net.PacketConn
+	if err := InNetns(ns, func() (err error) {
+		c, err = net.ListenPacket("udp", net.JoinHostPort(addr, fmt.Sprint(port)))
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	go func() {
+		buf := make([]byte, 2048)
+		for {
+			n, from, err := c.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			c.WriteTo(buf[:n], from)
+		}
+	}()
+	return c, nil
+}
+
+// UDPEchoRTTs sends count datagrams of 64 bytes from ns to addr:port,
+// interval apart, and returns the round trips of those that came back
+// within half a second (and how many did not).
+func UDPEchoRTTs(ns, addr string, port, count int, interval time.Duration) (rtts []time.Duration, lost int, err error) {
+	var c net.Conn
+	if err := InNetns(ns, func() (err error) {
+		c, err = net.Dial("udp", net.JoinHostPort(addr, fmt.Sprint(port)))
+		return err
+	}); err != nil {
+		return nil, 0, err
+	}
+	defer c.Close()
+	buf := make([]byte, 64)
+	for i := 0; i < count; i++ {
+		buf[0] = byte(i)
+		t0 := time.Now()
+		if _, err := c.Write(buf); err != nil {
+			return nil, 0, err
+		}
+		c.SetReadDeadline(t0.Add(500 * time.Millisecond))
+		for {
+			n, err := c.Read(buf)
+			if err != nil {
+				lost++
+				break
+			}
+			if n > 0 && buf[0] == byte(i) {
+				rtts = append(rtts, time.Since(t0))
+				break
+			}
+		}
+		time.Sleep(interval)
+	}
+	return rtts, lost, nil
+}
+
+// TCPSink accepts connections on addr:port in ns and discards what it
+// reads.
+func TCPSink(ns, addr string, port int) (io.Closer, error) {
+	var l net.Listener
+	if err := InNetns(ns, func() (err error) {
+		l, err = net.Listen("tcp", net.JoinHostPort(addr, fmt.Sprint(port)))
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() { io.Copy(io.Discard, c); c.Close() }()
+		}
+	}()
+	return l, nil
+}
+
+// TCPFlowInfo is what the kernel's TCP_INFO says about one sender.
+type TCPFlowInfo struct {
+	BytesAcked   uint64
+	TotalRetrans uint32 // segments retransmitted
+	ReordSeen    uint32 // reordering events seen
+	Reordering   uint32 // the reordering degree TCP assumes (3 by default)
+}
+
+// TCPSend opens flows connections from ns to addr:port, writes as fast
+// as they take for d, and returns each sender's TCP_INFO at the end.
+func TCPSend(ns, addr string, port, flows int, d time.Duration) ([]TCPFlowInfo, error) {
+	conns := make([]*net.TCPConn, flows)
+	for i := range conns {
+		if err := InNetns(ns, func() error {
+			c, err := net.DialTimeout("tcp", net.JoinHostPort(addr, fmt.Sprint(port)), 5*time.Second)
+			if err == nil {
+				conns[i] = c.(*net.TCPConn)
+			}
+			return err
+		}); err != nil {
+			return nil, err
+		}
+	}
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	end := time.Now().Add(d)
+	buf := make([]byte, 64<<10)
+	done := make(chan struct{}, flows)
+	for _, c := range conns {
+		go func() {
+			c.SetWriteDeadline(end)
+			for time.Now().Before(end) {
+				if _, err := c.Write(buf); err != nil {
+					break
+				}
+			}
+			done <- struct{}{}
+		}()
+	}
+	for range conns {
+		<-done
+	}
+	out := make([]TCPFlowInfo, flows)
+	for i, c := range conns {
+		raw, err := c.SyscallConn()
+		if err != nil {
+			return nil, err
+		}
+		var info *unix.TCPInfo
+		var gerr error
+		raw.Control(func(fd uintptr) { info, gerr = unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO) })
+		if gerr != nil {
+			return nil, gerr
+		}
+		out[i] = TCPFlowInfo{BytesAcked: info.Bytes_acked, TotalRetrans: info.Total_retrans, ReordSeen: info.Reord_seen, Reordering: info.Reordering}
+	}
+	return out, nil
 }

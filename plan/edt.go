@@ -1,0 +1,208 @@
+package plan
+
+import (
+	"fmt"
+
+	"sluice/bpf"
+	"sluice/policy"
+	"sluice/tc"
+	"sluice/units"
+)
+
+// The EDT backend (seeds 000 and 001): no HTB. Every leaf class and
+// every host is an aggregate paced by the BPF classifier, which gives
+// each packet its earliest departure time; fq on every transmit queue
+// holds packets until then. The tree's objects are the root (fq on a
+// single-queue device; mq, or mqprio when prod and nonprod classes
+// share the device, with an fq per queue), the clsact hook with the
+// program, and for ingress the ifb and redirect as for HTB.
+
+// FqTag is the orphan_mask an EDT tree's fq qdiscs carry: the tree's
+// tag above fq's default mask (1023), so that a root of the same kind
+// and handle made by someone else is told apart, as HTB's r2q does for
+// HTB trees. The wider mask only hashes forwarded flows more finely.
+func FqTag(tag uint32) uint32 { return tag<<10 | 1023 }
+
+// prodPriority is the skb->priority the program gives prod packets
+// (TC_PRIO_INTERACTIVE; nonprod get TC_PRIO_BESTEFFORT, 0), which an
+// mqprio root maps to traffic class 0 (nonprod: 1).
+const prodPriority = 6
+
+// poolName is the counter name of the direction's shared clock (class
+// names cannot hold parentheses).
+const poolName = "(link)"
+
+// edtPlan is what the builder needs while compiling an EDT tree.
+type edtPlan struct {
+	hists *idPool[uint16]
+}
+
+func buildEDT(d *policy.Diag, feats Features, in *policy.Interface, t *policy.Tree, devName string, prev *Alloc) *Device {
+	if prev == nil {
+		prev = newAlloc()
+	}
+	dev := &Device{Name: devName, Interface: in.Name, Dir: t.Dir, Ifb: t.Dir == policy.Ingress, Alloc: newAlloc(), EDT: true}
+	dev.Alloc.Tag = prev.Tag
+	where := in.Name + " " + t.Dir
+	if !feats.Qdiscs["fq"] {
+		d.Errorf(t.BackendPos, "%s: backend edt needs the fq qdisc (sch_fq), which this kernel lacks; see sluice doctor", where)
+		return dev
+	}
+	b := &builder{d: d, feats: feats, dev: dev, tree: t, prev: prev, byName: map[string]*policy.Class{}, major: 1, div: 1,
+		edt: &edtPlan{hists: newPool(prev.Hists, 1, bpf.MaxHists-1)}}
+	b.counters = newPool(prev.Counters, 1, 1<<22)
+	b.tables = newPool(prev.Tables, 1, 0x7FF)
+	b.counter(poolName)
+	b.walkNames(t.Classes, func(name string, _ bool) { b.counter(name) })
+
+	queues := feats.TxQueues[devName]
+	if dev.Ifb {
+		queues = t.Queues
+		if queues == 0 {
+			queues = policy.DefaultIfbQueues
+		}
+		b.objs = append(b.objs, &tc.Link{Name: devName, Kind: "ifb", Up: true, TxQueues: queues})
+	}
+	queues = max(queues, 1)
+	hasProd, hasNon := kinds(t.Classes)
+	e := &bpf.EDT{Horizon: uint64(t.Horizon)}
+	nonQ := 0
+	if hasProd && hasNon && queues >= 2 {
+		nonQ = max(1, queues/8) // seed 000's 7:1
+	}
+	prodQ := queues - nonQ
+	switch {
+	case queues == 1:
+	case nonQ == 0:
+		all := bpf.QueueRange{Count: uint16(queues)}
+		e.Queues = [2]bpf.QueueRange{all, all}
+	default:
+		e.Queues = [2]bpf.QueueRange{{Count: uint16(prodQ)}, {First: uint16(prodQ), Count: uint16(nonQ)}}
+	}
+	if feats.XPS[devName] && queues > 1 {
+		d.Warnf(t.BackendPos, "%s: transmit packet steering (XPS) is configured on %s and picks queues before sluice does: prod and nonprod traffic may share queues, and a flow may change queue (reordering); clear /sys/class/net/%s/queues/tx-*/xps_cpus", where, devName, devName)
+	}
+	fq := func() *tc.Fq {
+		return &tc.Fq{Limit: fqLimit(t), FlowLimit: fqLimit(t), OrphanMask: FqTag(dev.Alloc.R2Q())}
+	}
+	if queues == 1 {
+		b.objs = append(b.objs, &tc.Qdisc{Dev: devName, Parent: tc.HandleRoot, Handle: RootHandle, Kind: "fq", Fq: fq()})
+	} else {
+		root := &tc.Qdisc{Dev: devName, Parent: tc.HandleRoot, Handle: RootHandle, Kind: "mq"}
+		if nonQ > 0 && feats.Qdiscs["mqprio"] {
+			m := &tc.MQPrio{NumTC: 2}
+			for p := range m.Map {
+				m.Map[p] = 1
+			}
+			m.Map[prodPriority] = 0
+			m.Count[0], m.Count[1], m.Offset[1] = uint16(prodQ), uint16(nonQ), uint16(prodQ)
+			root.Kind, root.MQPrio, e.Prio = "mqprio", m, true
+		}
+		b.objs = append(b.objs, root)
+		for q := 0; q < queues; q++ {
+			b.objs = append(b.objs, &tc.Qdisc{Dev: devName, Parent: tc.MakeHandle(1, uint16(q+1)),
+				Handle: tc.MakeHandle(uint16(0x100+q), 0), Kind: "fq", Fq: fq()})
+		}
+	}
+
+	hook := b.bpfHook()
+	c := hook.Content
+	c.SetPriority = false
+	if len(t.Exempt) > 0 {
+		first := len(c.Rules)
+		for _, m := range t.Exempt {
+			c.Rules = append(c.Rules, bpfRules(m)...)
+		}
+		c.Blocks = append(c.Blocks, bpf.Block{First: uint32(first), Count: uint32(len(c.Rules) - first)})
+		e.Exempt = uint32(len(c.Blocks))
+	}
+	e.FromIngress = dev.Ifb
+	// The direction's rate is a shared cap only when the aggregates'
+	// caps add up to more: otherwise it could never bind, and would
+	// cost every packet a second atomic.
+	var caps units.Rate
+	for _, ci := range b.dev.Classes {
+		caps += ci.Ceil
+	}
+	if caps > t.RateBps {
+		e.Pool, e.PoolRate, e.PoolBurst = b.counter(poolName), uint64(t.RateBps), uint64(t.Burst.NS(t.RateBps))
+	}
+	c.EDT = e
+	if err := c.Validate(); err != nil && len(d.Errs) == 0 {
+		d.Errorf(t.Pos, "%s: %v", where, err)
+	}
+	hook.Note = fmt.Sprintf("EDT pacing on %s, %d queues", devName, queues)
+	b.objs = append(b.objs, clsact(devName), hook)
+	if dev.Ifb {
+		b.objs = append(b.objs, redirect(in.Name, devName)...)
+	}
+	dev.Objects = b.objs
+	dev.Alloc.Counters, dev.Alloc.Tables, dev.Alloc.Hists = b.counters.next, b.tables.next, b.edt.hists.next
+	return dev
+}
+
+// fqLimit is the packet limit (per qdisc and per flow) of an EDT
+// tree's fq: the horizon is the queue bound, so fq's own limits (10,000
+// packets, 100 per flow) must not bind first. The tree holds at most a
+// horizon of its rate, counted here in 256-byte packets.
+func fqLimit(t *policy.Tree) uint32 {
+	n := t.Horizon.Seconds() * float64(t.RateBps) / 256
+	return uint32(min(max(n, 10000), 1<<20))
+}
+
+// kinds reports whether the tree has prod (prio 0) and nonprod leaves.
+func kinds(cs []*policy.Class) (prod, non bool) {
+	for _, c := range cs {
+		if c.IsLeaf() || c.PerHost != nil {
+			if isProd(c, c.PerHost) {
+				prod = true
+			} else {
+				non = true
+			}
+		}
+		p, n := kinds(c.Classes)
+		prod, non = prod || p, non || n
+	}
+	return prod, non
+}
+
+func isProd(c *policy.Class, ph *policy.PerHost) bool {
+	if ph != nil && ph.Prio != nil {
+		return *ph.Prio == 0
+	}
+	return c.Prio == 0
+}
+
+// pace fills in the EDT part of target t of an aggregate (class cl, or
+// a host of per_host class cl) capped at limit, and records it for show.
+func (b *builder) pace(t *bpf.Target, name string, cl *policy.Class, rate, limit units.Rate, host bool) {
+	hist, _ := b.edt.hists.get(cl.Name)
+	burst := b.tree.Burst.NS(limit)
+	if cl.Burst != nil && !host {
+		burst = (&policy.Burst{Bytes: cl.Burst.Bytes}).NS(limit)
+	}
+	var ph *policy.PerHost
+	if host {
+		ph = cl.PerHost
+	}
+	prod := isProd(cl, ph)
+	t.Classid, t.Rate, t.Burst, t.Hist = 0, uint64(limit), burst, hist
+	t.Prod = 0
+	prio := uint32(1)
+	if prod {
+		t.Prod, prio = 1, 0
+	}
+	b.dev.Classes = append(b.dev.Classes, ClassInfo{Name: name, Rate: rate, Ceil: limit, Prio: prio, Leaf: "edt",
+		Counter: t.Counter, Default: name == b.tree.Default, Hist: hist})
+}
+
+// redirect is the ingress hook of iface sending everything to ifb.
+func redirect(iface, ifb string) []tc.Object {
+	return []tc.Object{
+		clsact(iface),
+		&tc.Filter{Dev: iface, Parent: tc.HandleIngressHook, Prio: HookPrio, Proto: tc.ProtoAll, Kind: "u32"},
+		&tc.Filter{Dev: iface, Parent: tc.HandleIngressHook, Prio: HookPrio, Proto: tc.ProtoAll, Kind: "u32",
+			Handle: 1, U32: &tc.U32{Sel: &tc.Sel{Keys: []tc.Key{{}}}, RedirectDev: ifb},
+			Note: "ingress of " + iface + " -> " + ifb},
+	}
+}

@@ -1,0 +1,121 @@
+package stats
+
+import (
+	"fmt"
+	"io"
+	"sort"
+
+	"sluice/bpf"
+	"sluice/kernel"
+)
+
+// Delays is an EDT delay histogram: how long the pacing program held
+// back the packets of one policy class (a leaf, or every host of a
+// per_host class). Packets[0] counts packets sent at once; Packets[k]
+// for k > 0 delays under UpperNS[k] and at least UpperNS[k-1]; the last
+// bucket (UpperNS 0) is open-ended.
+type Delays struct {
+	Class   string   `json:"class"`
+	Packets []uint64 `json:"packets"`
+	UpperNS []uint64 `json:"upper_ns"`
+}
+
+// Quantile is the upper bound (ns) of the bucket holding quantile q of
+// the packets: the delay at most a fraction q of them waited (0 when
+// there are none; math.MaxUint64 for the open last bucket).
+func (d *Delays) Quantile(q float64) uint64 {
+	var total uint64
+	for _, n := range d.Packets {
+		total += n
+	}
+	if total == 0 {
+		return 0
+	}
+	want := uint64(q*float64(total) + 0.5)
+	var seen uint64
+	for k, n := range d.Packets {
+		seen += n
+		if seen >= max(want, 1) {
+			if k > 0 && d.UpperNS[k] == 0 {
+				return ^uint64(0)
+			}
+			return d.UpperNS[k]
+		}
+	}
+	return ^uint64(0)
+}
+
+// readEDT fills an EDT tree from its records and its program's maps:
+// each aggregate's packets and bytes sent, horizon drops, and each
+// class's delay histogram.
+func readEDT(k *kernel.Kernel, t *Tree, dev string, rec *kernel.DevState) error {
+	t.Backend = "edt"
+	prog, err := k.OpenHook(dev, false)
+	if err != nil {
+		return err
+	}
+	if prog == nil {
+		t.Missing = true
+		return nil
+	}
+	defer prog.Close()
+	t.Classifier = "bpf"
+	idx := make([]uint32, 0, len(rec.Classes))
+	for _, ci := range rec.Classes {
+		idx = append(idx, ci.Counter)
+	}
+	counts, err := prog.Counts(idx)
+	if err != nil {
+		return err
+	}
+	paces, err := prog.Paces(idx)
+	if err != nil {
+		return err
+	}
+	for _, ci := range rec.Classes {
+		c := &Class{Name: ci.Name, ID: fmt.Sprintf("edt:%d", ci.Counter), Leaf: "edt", Rate: ci.Rate.Bits(), Ceil: ci.Ceil.Bits(), Prio: ci.Prio}
+		n := counts[ci.Counter]
+		c.Packets, c.Bytes = n.Packets, n.Bytes
+		c.Drops = uint32(min(paces[ci.Counter].Drops, 1<<32-1))
+		t.Classes = append(t.Classes, c)
+	}
+	if rec.Alloc == nil {
+		return nil
+	}
+	names := make([]string, 0, len(rec.Alloc.Hists))
+	for name := range rec.Alloc.Hists {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		h, err := prog.Delays(rec.Alloc.Hists[name])
+		if err != nil {
+			return err
+		}
+		d := &Delays{Class: name, Packets: h[:], UpperNS: make([]uint64, bpf.DelayBuckets)}
+		for k := range d.UpperNS {
+			d.UpperNS[k] = bpf.DelayBucketBound(k)
+		}
+		t.Delays = append(t.Delays, d)
+	}
+	return nil
+}
+
+// writeDelays prints each class's delay quantiles.
+func writeDelays(w io.Writer, ds []*Delays) {
+	for _, d := range ds {
+		fmt.Fprintf(w, "  delay %s: p50 %s p90 %s p99 %s\n", d.Class, delayHuman(d.Quantile(0.5)), delayHuman(d.Quantile(0.9)), delayHuman(d.Quantile(0.99)))
+	}
+}
+
+func delayHuman(ns uint64) string {
+	switch {
+	case ns == ^uint64(0):
+		return "long"
+	case ns == 0:
+		return "0"
+	case ns >= 1e6:
+		return fmt.Sprintf("<%.1fms", float64(ns)/1e6)
+	}
+	return fmt.Sprintf("<%.0fus", float64(ns)/1e3)
+}

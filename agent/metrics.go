@@ -37,7 +37,7 @@ type metrics struct {
 	applySeconds prometheus.Histogram
 
 	sentBytes, sentPackets, dropped, overlimits *prometheus.Desc
-	backlog, rate, ceil, policer                *prometheus.Desc
+	backlog, rate, ceil, policer, edtDelay      *prometheus.Desc
 }
 
 func newMetrics(a *Agent) *metrics {
@@ -66,6 +66,7 @@ func newMetrics(a *Agent) *metrics {
 		rate:        desc("sluice_class_rate_bytes", "Configured guaranteed rate, bytes per second."),
 		ceil:        desc("sluice_class_ceil_bytes", "Configured ceiling, bytes per second."),
 		policer:     desc("sluice_policer_packets_total", "Packets a BPF policer metered, by colour (red is dropped).", "color"),
+		edtDelay:    desc("sluice_edt_delay_seconds", "How long the EDT backend held the class's packets back (its departure time minus its arrival), per class."),
 	}
 	m.registry.MustRegister(m.reconciles, m.reloads, m.repairs, m.applySeconds,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -96,7 +97,7 @@ func (m *metrics) gatherClasses() ([]*dto.MetricFamily, error) {
 
 // Describe sends the class metrics' descriptions.
 func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{m.sentBytes, m.sentPackets, m.dropped, m.overlimits, m.backlog, m.rate, m.ceil, m.policer} {
+	for _, d := range []*prometheus.Desc{m.sentBytes, m.sentPackets, m.dropped, m.overlimits, m.backlog, m.rate, m.ceil, m.policer, m.edtDelay} {
 		ch <- d
 	}
 }
@@ -190,6 +191,21 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 			}{{"green", p.Green.Packets}, {"yellow", p.Yellow.Packets}, {"red", p.Red.Packets}} {
 				ch <- prometheus.MustNewConstMetric(m.policer, prometheus.CounterValue, float64(col.n), append(lv, col.name)...)
 			}
+		}
+		for _, d := range t.Delays {
+			lv := []string{t.Interface, t.Direction, d.Class}
+			if hosts {
+				lv = append(lv, "")
+			}
+			var count uint64
+			buckets := make(map[float64]uint64, len(d.Packets))
+			for k, n := range d.Packets {
+				count += n
+				if k > 0 && d.UpperNS[k] > 0 {
+					buckets[float64(d.UpperNS[k])/1e9] = count
+				}
+			}
+			ch <- prometheus.MustNewConstHistogram(m.edtDelay, count, float64(d.SumNS)/1e9, buckets, lv...)
 		}
 	}
 }

@@ -520,6 +520,7 @@ static __always_inline void record_delay(__u32 hist, __u64 d)
 			k = DELAY_BUCKETS - 1;
 	}
 	h->b[k]++;
+	h->sum += d;
 }
 
 // reserve takes the next slot of delay ns on an aggregate's clock and

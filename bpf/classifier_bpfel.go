@@ -47,8 +47,9 @@ type ClassifierCounter struct {
 }
 
 type ClassifierDelayHist struct {
-	_ structs.HostLayout
-	B [24]uint64
+	_   structs.HostLayout
+	B   [24]uint64
+	Sum uint64
 }
 
 type ClassifierLpmKey struct {

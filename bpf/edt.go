@@ -99,20 +99,21 @@ func (p *Program) Paces(idx []uint32) (map[uint32]Pace, error) {
 	return out, nil
 }
 
-// Delays returns delay histogram h summed over CPUs.
-func (p *Program) Delays(h uint16) ([DelayBuckets]uint64, error) {
-	var out [DelayBuckets]uint64
+// Delays returns delay histogram h summed over CPUs, and the sum of the
+// delays it counted (ns).
+func (p *Program) Delays(h uint16) (buckets [DelayBuckets]uint64, sum uint64, err error) {
 	if uint32(h) >= p.HistCap {
-		return out, nil
+		return buckets, 0, nil
 	}
 	var per []ClassifierDelayHist
 	if err := p.objs.Delays.Lookup(uint32(h), &per); err != nil {
-		return out, fmt.Errorf("bpf classifier: read delay histogram %d: %w", h, err)
+		return buckets, 0, fmt.Errorf("bpf classifier: read delay histogram %d: %w", h, err)
 	}
 	for _, c := range per {
 		for k, v := range c.B {
-			out[k] += v
+			buckets[k] += v
 		}
+		sum += c.Sum
 	}
-	return out, nil
+	return buckets, sum, nil
 }

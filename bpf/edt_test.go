@@ -59,6 +59,7 @@ func TestEDTAgreesWithReference(t *testing.T) {
 	now := uint64(1e12)
 	idx := []uint32{1, 2, 3, 9}
 	var wantHist [aggs + 1][bpf.DelayBuckets]uint64
+	var wantSum [aggs + 1]uint64
 	drops, stamped, packets := 0, 0, 0
 	for seq := 0; seq < sequences; seq++ {
 		rates, bursts := make([]uint64, aggs), make([]uint32, aggs)
@@ -133,6 +134,7 @@ func TestEDTAgreesWithReference(t *testing.T) {
 			}
 			if rates[a] != 0 {
 				wantHist[a+1][bpf.DelayBucket(max(wantDepart, now)-now)]++
+				wantSum[a+1] += max(wantDepart, now) - now
 			}
 			if wantDepart > now {
 				stamped++
@@ -155,12 +157,12 @@ func TestEDTAgreesWithReference(t *testing.T) {
 		}
 	}
 	for h := 1; h <= aggs; h++ {
-		got, err := prog.Delays(uint16(h))
+		got, sum, err := prog.Delays(uint16(h))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got != wantHist[h] {
-			t.Fatalf("delay histogram %d: %v, reference %v", h, got, wantHist[h])
+		if got != wantHist[h] || sum != wantSum[h] {
+			t.Fatalf("delay histogram %d: %v sum %d, reference %v sum %d", h, got, sum, wantHist[h], wantSum[h])
 		}
 	}
 	if stamped < packets/4 || drops == 0 {

@@ -112,9 +112,11 @@ struct pace {
 
 // How long the EDT program held packets back, per CPU: bucket 0 counts
 // packets sent at once; bucket k > 0 delays under 2^(k-1) units of 1024
-// ns (bucket 1: under 1.024 us); the last bucket is open-ended.
+// ns (bucket 1: under 1.024 us); the last bucket is open-ended. sum
+// adds the delays up (for a mean, and Prometheus histograms).
 struct delay_hist {
 	__u64 b[DELAY_BUCKETS];
+	__u64 sum; // ns, of every delay counted
 };
 
 struct lpm_key {

@@ -292,12 +292,15 @@ func TestEDTThousandHosts(t *testing.T) {
 	for err := range errs {
 		t.Fatal(err)
 	}
-	if n := len(s.Trees[0].Classes); n != 1022+1 {
-		t.Fatalf("%d aggregates, want 1,022 hosts and rest", n)
+	if n := len(s.Trees[0].Classes); n != 1022+2 {
+		t.Fatalf("%d classes, want 1,022 hosts, their class subs and rest", n)
 	}
 	measured := map[string]float64{}
 	for _, c := range sample.Trees[0].Classes {
 		measured[c.Name] = c.Measured
+	}
+	if sum := measured["subs"]; sum < 0.95*5*2e6 || sum > 1.05*5*2e6 {
+		t.Errorf("class subs (its hosts summed) measured %.3f Mbit/s; five hosts at 2mbit are 10", sum/1e6)
 	}
 	for _, h := range sampled {
 		m := measured["subs/"+h]
@@ -362,5 +365,73 @@ func TestEDTProdLatency(t *testing.T) {
 	}
 	if load50 > idle50*12/10+time.Millisecond {
 		t.Errorf("prod median latency %v under nonprod load, idle %v: more than 20%% (+1 ms) above", load50, idle50)
+	}
+}
+
+// TestEDTAgent: the agent keeps an EDT tree applied: a deleted fq and
+// a detached pacing program are put back, and /metrics carries the
+// aggregate's counters and its delay histogram under traffic.
+func TestEDTAgent(t *testing.T) {
+	needFq(t)
+	a, b := shardedPair(t, 4, 0)
+	pol := writePolicy(t, "p.yaml", policyFor("veth0", edtTwoKinds))
+	ag := startAgent(t, a, pol, "--interval", "500ms")
+	if _, ok := within(10*time.Second, func() bool { return strings.Count(tcShow(t, a, "qdisc", "show", "dev", "veth0"), "qdisc fq ") == 4 }); !ok {
+		t.Fatalf("agent did not apply the EDT tree:\n%s", tcShow(t, a, "qdisc", "show", "dev", "veth0"))
+	}
+	testutil.NS(t, a, "tc", "qdisc", "del", "dev", "veth0", "parent", "1:2")
+	if d, ok := within(5*time.Second, func() bool { return strings.Count(tcShow(t, a, "qdisc", "show", "dev", "veth0"), "qdisc fq ") == 4 }); !ok {
+		t.Fatal("a deleted fq was not put back")
+	} else {
+		t.Logf("deleted fq put back in %v", d)
+	}
+	testutil.NS(t, a, "tc", "filter", "del", "dev", "veth0", "egress")
+	if d, ok := within(5*time.Second, func() bool {
+		return strings.Contains(tcShow(t, a, "filter", "show", "dev", "veth0", "egress"), "sluice-")
+	}); !ok {
+		t.Fatal("a detached pacing program was not put back")
+	} else {
+		t.Logf("detached program put back in %v", d)
+	}
+	sink, err := testutil.TCPSink(b, "10.9.0.2", 5201)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sink.Close()
+	if _, err := testutil.TCPSend(a, "10.9.0.2", 5201, 2, 3*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := within(3*time.Second, func() bool {
+		v, ok := ag.metric("sluice_edt_delay_seconds_count", `class="prod"`)
+		return ok && v > 100
+	}); !ok {
+		_, body := ag.get("/metrics")
+		t.Fatalf("no delay histogram for prod's packets:\n%s", body)
+	}
+	bytes, _ := ag.metric("sluice_class_sent_bytes_total", `class="prod"`)
+	ceil, _ := ag.metric("sluice_class_ceil_bytes", `class="prod"`)
+	if bytes < 1e6 || ceil != 100e6/8 {
+		t.Fatalf("prod: %v bytes sent, ceil %v bytes/s (want its 100mbit cap)", bytes, ceil)
+	}
+}
+
+// TestRefusedWithoutFq: on a kernel without fq (this project's host)
+// an EDT policy is refused as bad input, located at its backend key,
+// and the device keeps what it had.
+func TestRefusedWithoutFq(t *testing.T) {
+	if doctorJSON(t).Qdiscs["fq"] {
+		t.Skip("this kernel has fq: the TestEDT tests cover the backend")
+	}
+	ns := devNS(t, "eth0")
+	before := tcShow(t, ns, "qdisc", "show", "dev", "eth0")
+	pol := writePolicy(t, "p.yaml", policyFor("eth0", edtTwoKinds))
+	for _, cmd := range []string{"plan", "apply"} {
+		r := sluice(t, "--netns", ns, cmd, pol)
+		if r.code != 2 || !strings.Contains(r.stderr, "p.yaml:4:16: eth0 egress: backend edt needs the fq qdisc (sch_fq), which this kernel lacks") {
+			t.Fatalf("%s: exit %d, stderr %q", cmd, r.code, r.stderr)
+		}
+	}
+	if after := tcShow(t, ns, "qdisc", "show", "dev", "eth0"); after != before {
+		t.Fatalf("a refused apply changed the device:\n%s\n---\n%s", before, after)
 	}
 }

@@ -124,6 +124,23 @@ func buildEDT(d *policy.Diag, feats Features, in *policy.Interface, t *policy.Tr
 	for _, ci := range b.dev.Classes {
 		caps += ci.Ceil
 	}
+	// A per_host class is no aggregate, but show and the metrics sum its
+	// hosts under its name (Counter 0: no counter of its own).
+	var groups func(cs []*policy.Class)
+	groups = func(cs []*policy.Class) {
+		for _, cl := range cs {
+			if cl.PerHost != nil {
+				prio := uint32(1)
+				if isProd(cl, nil) {
+					prio = 0
+				}
+				hist, _ := b.edt.hists.get(cl.Name)
+				b.dev.Classes = append(b.dev.Classes, ClassInfo{Name: cl.Name, Rate: cl.RateBps, Ceil: cl.CeilBps, Prio: prio, Hist: hist})
+			}
+			groups(cl.Classes)
+		}
+	}
+	groups(t.Classes)
 	if caps > t.RateBps {
 		e.Pool, e.PoolRate, e.PoolBurst = b.counter(poolName), uint64(t.RateBps), uint64(t.Burst.NS(t.RateBps))
 	}

@@ -141,8 +141,8 @@ func TestEDTPlan(t *testing.T) {
 	if blk.Count != 2 || r.Proto != 17 || r.DportLo != 5353 { // IPv4 and IPv6
 		t.Fatalf("exempt block %+v rule %+v", blk, r)
 	}
-	if len(d.Classes) != 8 {
-		t.Fatalf("%d aggregates listed, want 8 (2 classes, 6 hosts)", len(d.Classes))
+	if len(d.Classes) != 9 || d.Classes[8].Name != "subs" || d.Classes[8].Counter != 0 || d.Classes[8].Hist != hist {
+		t.Fatalf("%d classes listed, want 8 aggregates (2 classes, 6 hosts) and subs summing its hosts: %+v", len(d.Classes), d.Classes)
 	}
 
 	// Re-planned with its allocation, nothing moves.

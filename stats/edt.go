@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"sort"
+	"strings"
 
 	"sluice/bpf"
 	"sluice/kernel"
@@ -18,6 +19,8 @@ type Delays struct {
 	Class   string   `json:"class"`
 	Packets []uint64 `json:"packets"`
 	UpperNS []uint64 `json:"upper_ns"`
+	// SumNS adds up every delay counted (ns).
+	SumNS uint64 `json:"sum_ns"`
 }
 
 // Quantile is the upper bound (ns) of the bucket holding quantile q of
@@ -72,11 +75,35 @@ func readEDT(k *kernel.Kernel, t *Tree, dev string, rec *kernel.DevState) error 
 	if err != nil {
 		return err
 	}
+	// A per_host class (no counter of its own) sums its hosts, and comes
+	// before them.
+	groups := map[string]*Class{}
+	listed := map[string]bool{}
 	for _, ci := range rec.Classes {
+		if ci.Counter == 0 {
+			groups[ci.Name] = &Class{Name: ci.Name, ID: "edt:" + ci.Name, Rate: ci.Rate.Bits(), Ceil: ci.Ceil.Bits(), Prio: ci.Prio}
+		}
+	}
+	for _, ci := range rec.Classes {
+		if ci.Counter == 0 {
+			continue
+		}
 		c := &Class{Name: ci.Name, ID: fmt.Sprintf("edt:%d", ci.Counter), Leaf: "edt", Rate: ci.Rate.Bits(), Ceil: ci.Ceil.Bits(), Prio: ci.Prio}
 		n := counts[ci.Counter]
 		c.Packets, c.Bytes = n.Packets, n.Bytes
 		c.Drops = uint32(min(paces[ci.Counter].Drops, 1<<32-1))
+		if i := strings.LastIndexByte(ci.Name, '/'); i > 0 {
+			if g := groups[ci.Name[:i]]; g != nil {
+				if !listed[g.Name] {
+					t.Classes = append(t.Classes, g)
+					listed[g.Name] = true
+				}
+				g.Packets += c.Packets
+				g.Bytes += c.Bytes
+				g.Drops = uint32(min(uint64(g.Drops)+uint64(c.Drops), 1<<32-1))
+				c.Depth = 1
+			}
+		}
 		t.Classes = append(t.Classes, c)
 	}
 	if rec.Alloc == nil {
@@ -88,11 +115,11 @@ func readEDT(k *kernel.Kernel, t *Tree, dev string, rec *kernel.DevState) error 
 	}
 	sort.Strings(names)
 	for _, name := range names {
-		h, err := prog.Delays(rec.Alloc.Hists[name])
+		h, sum, err := prog.Delays(rec.Alloc.Hists[name])
 		if err != nil {
 			return err
 		}
-		d := &Delays{Class: name, Packets: h[:], UpperNS: make([]uint64, bpf.DelayBuckets)}
+		d := &Delays{Class: name, Packets: h[:], UpperNS: make([]uint64, bpf.DelayBuckets), SumNS: sum}
 		for k := range d.UpperNS {
 			d.UpperNS[k] = bpf.DelayBucketBound(k)
 		}

@@ -362,7 +362,7 @@ func (s *Sample) WriteText(w io.Writer) {
 				if c.Prio > 0 {
 					kind = "nonprod"
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%d\t\n", c.Name, human(float64(c.Rate)), human(float64(c.Ceil)), kind,
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%d\t\n", strings.Repeat("  ", c.Depth)+c.Name, human(float64(c.Rate)), human(float64(c.Ceil)), kind,
 					human(c.Measured), c.Packets, bytesHuman(c.Bytes), c.Drops)
 			}
 			tw.Flush()

@@ -2,7 +2,7 @@
 GO  ?= go
 BIN := bin/sluice
 
-.PHONY: build deps demo test test-host unit fuzz soak lint vmtest vmtest-all bpf bpf-check bench bench-utilization bench-classify bench-apply bench-agent clean
+.PHONY: build deps demo test test-host unit fuzz soak lint vmtest vmtest-all bpf bpf-check bench bench-utilization bench-classify bench-apply bench-agent bench-edt clean
 
 build:
 	$(GO) build -o $(BIN) ./cmd/sluice
@@ -69,7 +69,7 @@ bpf:
 bpf-check: bpf
 	@git diff --exit-code --stat -- bpf/ || { echo "bpf/: committed objects are stale; run make bpf and commit"; exit 1; }
 
-bench: bench-utilization bench-classify bench-apply bench-agent
+bench: bench-utilization bench-classify bench-apply bench-agent bench-edt
 
 bench-utilization:
 	$(GO) run ./bench/utilization
@@ -82,6 +82,13 @@ bench-apply:
 
 bench-agent:
 	$(GO) run ./bench/agent
+
+# The EDT backend beside HTB's classifier: per-packet cost, and what an
+# apply does beyond its qdiscs (this host has no fq; the lane runs the
+# backend end to end).
+bench-edt:
+	$(GO) run ./bench/classify -veth-hosts "" -out bench/results/classify-edt.json
+	$(GO) run ./bench/apply -backend edt-maps -hosts 10,1000,10000,100000 -out bench/results/apply-edt-maps.json
 
 clean:
 	rm -rf bin

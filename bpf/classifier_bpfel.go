@@ -119,7 +119,8 @@ type ClassifierTarget struct {
 	Rate    uint64
 	Hist    uint16
 	Prod    uint8
-	Pad     [5]uint8
+	Pad     uint8
+	Weight  uint32
 }
 
 // Names of all BPF objects in the ELF.

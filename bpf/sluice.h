@@ -99,9 +99,10 @@ struct target {
 	// program writes, so that a rate change never resets it.
 	__u32 burst; // ns of idle credit: how far t_next may lag behind now
 	__u64 rate;  // bytes per second; 0: not paced
-	__u16 hist;  // index in delays
-	__u8 prod;   // a prio 0 class: prod queues and priority
-	__u8 pad[5];
+	__u16 hist;   // index in delays
+	__u8 prod;    // a prio 0 class: prod queues and priority
+	__u8 pad;
+	__u32 weight; // the class's guaranteed rate (bytes/s, saturating): its share of spare capacity
 };
 
 // An EDT aggregate's state, written by the program only.

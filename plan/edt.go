@@ -204,6 +204,7 @@ func (b *builder) pace(t *bpf.Target, name string, cl *policy.Class, rate, limit
 	}
 	prod := isProd(cl, ph)
 	t.Classid, t.Rate, t.Burst, t.Hist = 0, uint64(limit), burst, hist
+	t.Weight = uint32(min(uint64(rate), 1<<32-1))
 	t.Prod = 0
 	prio := uint32(1)
 	if prod {

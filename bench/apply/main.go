@@ -27,7 +27,8 @@ import (
 )
 
 type result struct {
-	Hosts  int    `json:"hosts"`
+	Backend string `json:"backend"`
+	Hosts   int    `json:"hosts"`
 	Queues int    `json:"queues"`
 	Leaf   string `json:"leaf"`
 	// Seconds from scratch; one-subscriber change in milliseconds
@@ -51,6 +52,7 @@ var (
 	tcLimit   = flag.Duration("tc-limit", 3*time.Minute, "give up on tc -batch after this long")
 	leafAt    = flag.Int("leaf-none-above", 10000, "subscriber count above which subscribers get HTB's own pfifo (leaf: none)")
 	out       = flag.String("out", "bench/results/apply.json", "results file")
+	backends  = flag.String("backend", "htb", "comma-separated: htb, edt (needs fq), edt-maps (EDT's program and maps alone, where fq is missing); tc -batch is timed for htb only")
 )
 
 func main() {
@@ -62,10 +64,23 @@ func main() {
 		if err != nil {
 			benchrun.Fail(err)
 		}
-		r := measure(n)
-		results = append(results, r)
-		fmt.Printf("%7d hosts: sluice %.2f s (%d writes), change %.1f ms | tc -batch %s, change %.1f ms | %.1fx\n",
-			n, r.SluiceApplyS, r.SluiceWrites, r.SluiceChangeM, tcText(r), r.TCChangeMs, r.Speedup)
+		for _, be := range strings.Split(*backends, ",") {
+			if be == "edt-maps" {
+				r := measureEDTMaps(n)
+				results = append(results, r)
+				fmt.Printf("edt-maps %7d hosts: plan, load and fill %.3f s, one host's cap %.2f ms\n", n, r.SluiceApplyS, r.SluiceChangeM)
+				continue
+			}
+			r := measure(n, be)
+			results = append(results, r)
+			fmt.Printf("%s ", be)
+			if be == "edt" {
+				fmt.Printf("%7d hosts: sluice %.2f s (%d writes), change %.1f ms\n", n, r.SluiceApplyS, r.SluiceWrites, r.SluiceChangeM)
+				continue
+			}
+			fmt.Printf("%7d hosts: sluice %.2f s (%d writes), change %.1f ms | tc -batch %s, change %.1f ms | %.1fx\n",
+				n, r.SluiceApplyS, r.SluiceWrites, r.SluiceChangeM, tcText(r), r.TCChangeMs, r.Speedup)
+		}
 	}
 	doc := map[string]any{
 		"taken":   time.Now().UTC().Format(time.RFC3339),
@@ -88,7 +103,7 @@ func tcText(r result) string {
 	return fmt.Sprintf("%.2f s (%d lines)", r.TCBatchS, r.TCLines)
 }
 
-func measure(n int) result {
+func measure(n int, backend string) result {
 	dir, err := os.MkdirTemp("", "sluice-apply")
 	if err != nil {
 		benchrun.Fail(err)
@@ -100,13 +115,18 @@ func measure(n int) result {
 	if n > *leafAt {
 		leaf = "none"
 	}
-	r := result{Hosts: n, Queues: *queues, Leaf: leaf}
+	r := result{Backend: backend, Hosts: n, Queues: *queues, Leaf: leaf}
 	pol := filepath.Join(dir, "p.yaml")
 	hosts := filepath.Join(dir, "hosts.csv")
+	// The same subscribers for EDT: no leaves (fq on every queue).
+	extra, leafKey := "", ", leaf: "+leaf
+	if backend == "edt" {
+		extra, leafKey, r.Leaf = "\n      backend: edt", "", "fq"
+	}
 	os.WriteFile(pol, []byte(fmt.Sprintf(`interfaces:
   - name: veth0
     egress:
-      rate: 10gbit
+      rate: 10gbit%s
       default: rest
       classes:
         - name: voice
@@ -115,10 +135,10 @@ func measure(n int) result {
           match: [{dscp: EF}]
         - name: subs
           rate: 9gbit
-          per_host: {by: dst, hosts_file: hosts.csv, leaf: %s}
+          per_host: {by: dst, hosts_file: hosts.csv%s}
         - name: rest
           rate: 500mbit
-`, leaf)), 0o644)
+`, extra, leafKey)), 0o644)
 	os.WriteFile(hosts, []byte(benchrun.HostsCSV(n, -1)), 0o644)
 
 	ns := fmt.Sprintf("sluice-bench-%d", os.Getpid())
@@ -161,8 +181,12 @@ func measure(n int) result {
 	// not in its immediate wake.
 	time.Sleep(time.Second)
 	var changes []float64
+	csv := benchrun.HostsCSV
+	if backend == "edt" {
+		csv = benchrun.HostsCSVCap // an aggregate's cap is its ceil
+	}
 	for k := 0; k < 9; k++ {
-		os.WriteFile(hosts, []byte(benchrun.HostsCSV(n, (k*7919)%n)), 0o644)
+		os.WriteFile(hosts, []byte(csv(n, (k*7919)%n)), 0o644)
 		t0 := time.Now()
 		o := sluice("apply", "-q", pol)
 		changes = append(changes, float64(time.Since(t0).Microseconds())/1000)
@@ -174,6 +198,10 @@ func measure(n int) result {
 	r.SluiceChangeM = median(changes)
 	os.WriteFile(hosts, []byte(benchrun.HostsCSV(n, -1)), 0o644)
 	rmdev()
+	if backend == "edt" {
+		r.TCNote = "EDT has no tc equivalent"
+		return r
+	}
 
 	// tc -batch of the export, on a fresh device.
 	cmd := exec.Command(*sluiceBin, "export", "--fresh", pol)

@@ -52,15 +52,23 @@ func HostAddr(i int) string { return fmt.Sprintf("10.%d.%d.%d", 64+i>>16, i>>8&0
 
 // HostsCSV is a hosts_file of n subscribers at 2mbit (subscriber bump,
 // if any, at 3mbit), each with a 20mbit ceil.
-func HostsCSV(n int, bump int) string {
+func HostsCSV(n int, bump int) string { return hostsCSV(n, bump, false) }
+
+// HostsCSVCap is HostsCSV with subscriber bump's ceil changed (20 to
+// 30mbit) instead of its rate: what an EDT aggregate's cap is.
+func HostsCSVCap(n int, bump int) string { return hostsCSV(n, bump, true) }
+
+func hostsCSV(n int, bump int, ceil bool) string {
 	var b strings.Builder
 	b.WriteString("name,addresses,rate,ceil\n")
 	for i := 0; i < n; i++ {
-		rate := 2
-		if i == bump {
+		rate, cap := 2, 20
+		if i == bump && ceil {
+			cap = 30
+		} else if i == bump {
 			rate = 3
 		}
-		fmt.Fprintf(&b, "s%d,%s,%dmbit,20mbit\n", i, HostAddr(i), rate)
+		fmt.Fprintf(&b, "s%d,%s,%dmbit,%dmbit\n", i, HostAddr(i), rate, cap)
 	}
 	return b.String()
 }

@@ -61,6 +61,7 @@ var stateNoise = []struct {
 	out string
 }{
 	{regexp.MustCompile(`r2q \d+`), "r2q TAG"},                  // each tree's random tag
+	{regexp.MustCompile(`orphan_mask \d+`), "orphan_mask TAG"},  // an EDT tree's, in its fq
 	{regexp.MustCompile(`direct_packets_stat \d+`), ""},         // counters
 	{regexp.MustCompile(` id \d+`), " id N"},                    // BPF program ids
 	{regexp.MustCompile(`\b8[0-9a-f]{2}:`), "8xx:"},             // u32 tables the kernel numbers

@@ -453,3 +453,52 @@ func TestEDTVersusHTBScenario(t *testing.T) {
 		}
 	}
 }
+
+// TestEDTKilledApplyIsRecovered: an EDT apply (mqprio or mq with four
+// fq on egress, an 8-queue ifb on ingress, two programs) killed before
+// each of its kernel writes, and at its journal and commit, is completed
+// by the next plain apply (or undone by a reset) to exactly the state an
+// undisturbed apply makes.
+func TestEDTKilledApplyIsRecovered(t *testing.T) {
+	needFq(t)
+	pol := writePolicy(t, "edt-crash.yaml", policyFor("eth0", edtTwoKinds+"    ingress:\n      backend: edt\n      rate: 50mbit\n"))
+	ref := multiQueueNS(t)
+	pristine := kernelState(t, ref)
+	out := must(t, "--netns", ref, "apply", "-q", pol)
+	m := writesRE.FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("apply: %s", out)
+	}
+	var total int
+	fmt.Sscan(m[1], &total)
+	want := kernelState(t, ref)
+	if strings.Count(want, "qdisc fq ") != 4+8 {
+		t.Fatalf("reference tree:\n%.3000s", want)
+	}
+	must(t, "--netns", ref, "reset", "--all")
+	sameState(t, "reference reset", pristine, kernelState(t, ref))
+	faults := []string{"kill-at=after-journal", "kill-at=before-commit"}
+	for k := 1; k <= total; k++ {
+		faults = append(faults, fmt.Sprintf("kill-at-write=%d", k))
+	}
+	for i, fault := range faults {
+		t.Run(fault, func(t *testing.T) {
+			ns := multiQueueNS(t)
+			if r := killed(t, fault, "--netns", ns, "apply", "-q", pol); r.code != -1 {
+				t.Fatalf("the apply was not killed (exit %d):\n%s%s", r.code, r.stdout, r.stderr)
+			}
+			if i%4 == 3 {
+				must(t, "--netns", ns, "reset", "--all")
+				sameState(t, "reset after the kill", pristine, kernelState(t, ns))
+				return
+			}
+			if r := sluice(t, "--netns", ns, "apply", "-q", pol); r.code != 0 {
+				t.Fatalf("apply after the kill: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+			}
+			sameState(t, "apply after the kill", want, kernelState(t, ns))
+			if out := must(t, "--netns", ns, "plan", pol); strings.TrimSpace(out) != "no changes" {
+				t.Fatalf("plan after recovery:\n%.1000s", out)
+			}
+		})
+	}
+}

@@ -575,7 +575,8 @@ static __always_inline int pace(struct __sk_buff *skb, const struct config *cfg,
 		if (!t->prod && pstart > depart)
 			depart = pstart;
 	}
-	if (depart > now + cfg->horizon) {
+	__u64 horizon = t->horizon ? t->horizon : cfg->horizon;
+	if (depart > now + horizon) {
 		__sync_fetch_and_add(&st->t_next, -delay);
 		if (pool)
 			__sync_fetch_and_add(&pool->t_next, -pdelay);

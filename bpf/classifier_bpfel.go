@@ -121,6 +121,7 @@ type ClassifierTarget struct {
 	Prod    uint8
 	Pad     uint8
 	Weight  uint32
+	Horizon uint64
 }
 
 // Names of all BPF objects in the ELF.

@@ -39,7 +39,12 @@ type Pacing struct {
 // the given rate (0: not paced), burst and kind, or drop when it would
 // leave later than now + Horizon. A departure at or before now means
 // "at once": the program leaves skb->tstamp alone.
-func (p *Pacing) Stamp(now, ts uint64, n uint32, agg *Clock, rate, burst uint64, prod bool) (depart uint64, drop bool) {
+//
+// horizon, when not 0, is the aggregate's own (Target.Horizon).
+func (p *Pacing) Stamp(now, ts uint64, n uint32, agg *Clock, rate, burst, horizon uint64, prod bool) (depart uint64, drop bool) {
+	if horizon == 0 {
+		horizon = p.Horizon
+	}
 	depart = max(now, ts)
 	if rate == 0 {
 		return depart, false
@@ -53,7 +58,7 @@ func (p *Pacing) Stamp(now, ts uint64, n uint32, agg *Clock, rate, burst uint64,
 			depart = max(depart, start)
 		}
 	}
-	if depart > now+p.Horizon {
+	if depart > now+horizon {
 		agg.TNext -= delay
 		if p.Pool != nil && p.PoolRate != 0 {
 			p.Pool.TNext -= pdelay

@@ -62,7 +62,7 @@ func TestEDTAgreesWithReference(t *testing.T) {
 	var wantSum [aggs + 1]uint64
 	drops, stamped, packets := 0, 0, 0
 	for seq := 0; seq < sequences; seq++ {
-		rates, bursts := make([]uint64, aggs), make([]uint32, aggs)
+		rates, bursts, horizons := make([]uint64, aggs), make([]uint32, aggs), make([]uint64, aggs)
 		for i := range rates {
 			rates[i] = uint64(1000 + rng.Intn(200_000_000)) // 8 kbit/s to 1.6 Gbit/s
 			if rng.Intn(10) == 0 {
@@ -71,12 +71,18 @@ func TestEDTAgreesWithReference(t *testing.T) {
 			if rng.Intn(2) == 0 {
 				bursts[i] = uint32(rng.Intn(20_000_000))
 			}
+			if rng.Intn(3) == 0 {
+				horizons[i] = uint64(1e5 + rng.Intn(3e8)) // the aggregate's own
+			}
 		}
 		horizon := uint64(1e6 + rng.Intn(2e9))
 		if rng.Intn(2) == 0 {
 			horizon = uint64(1e4 + rng.Intn(5e6))
 		}
 		c := edtContent(rates, bursts, horizon)
+		for i := range c.Targets {
+			c.Targets[i].Horizon = horizons[i]
+		}
 		if rng.Intn(2) == 0 { // a shared cap over the three
 			c.EDT.PoolRate, c.EDT.PoolBurst = uint64(1000+rng.Intn(200_000_000)), uint64(rng.Intn(10_000_000))
 		}
@@ -111,7 +117,7 @@ func TestEDTAgreesWithReference(t *testing.T) {
 			case 1:
 				ts = now - uint64(rng.Intn(5e6))
 			}
-			wantDepart, wantDrop := model.Stamp(now, ts, uint32(len(f)), ref[a], rates[a], uint64(bursts[a]), a%2 == 1)
+			wantDepart, wantDrop := model.Stamp(now, ts, uint32(len(f)), ref[a], rates[a], uint64(bursts[a]), horizons[a], a%2 == 1)
 			res, err := prog.Run(bpf.Packet{Frame: f, Time: now, Tstamp: ts})
 			if err != nil {
 				t.Fatal(err)

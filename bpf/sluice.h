@@ -103,6 +103,7 @@ struct target {
 	__u8 prod;    // a prio 0 class: prod queues and priority
 	__u8 pad;
 	__u32 weight; // the class's guaranteed rate (bytes/s, saturating): its share of spare capacity
+	__u64 horizon; // ns: this aggregate's horizon (0: the tree's, config.horizon)
 };
 
 // An EDT aggregate's state, written by the program only.

@@ -379,12 +379,19 @@ func readHookProgram(dev string, ingress bool, f *tc.Filter) (*bpf.Hook, error) 
 	h := &bpf.Hook{Dev: dev, Ingress: ingress, Prio: f.Prio, ProgID: f.BPF.ID,
 		Version: strings.TrimPrefix(f.BPF.Name, bpf.NamePrefix)}
 	prog, err := bpf.Open(f.BPF.ID)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", dev, err)
+	if err == nil {
+		defer prog.Close()
+		h.Capacity, h.HistCap = prog.CounterCap, prog.HistCap
+		h.Content, err = prog.Read()
 	}
-	defer prog.Close()
-	h.Capacity, h.HistCap = prog.CounterCap, prog.HistCap
-	if h.Content, err = prog.Read(); err != nil {
+	if err != nil && h.Version != bpf.Version {
+		// An earlier sluice's program (after an upgrade): its maps may
+		// be laid out otherwise, and the diff replaces it (another
+		// version) whatever they hold.
+		h.Content = &bpf.Content{}
+		return h, nil
+	}
+	if err != nil {
 		return nil, fmt.Errorf("%s: %w", dev, err)
 	}
 	return h, nil

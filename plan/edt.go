@@ -2,6 +2,7 @@ package plan
 
 import (
 	"fmt"
+	"time"
 
 	"sluice/bpf"
 	"sluice/policy"
@@ -167,6 +168,22 @@ func fqLimit(t *policy.Tree) uint32 {
 	return uint32(min(max(n, 10000), 1<<20))
 }
 
+// horizonFor is an aggregate's horizon: the tree's, but never less than
+// the time one maximal GSO/GRO packet (64 KB) and three frames take at
+// the aggregate's cap, for the reason bfifo leaves get that floor
+// (minBfifoBytes): a 64 KB packet pushes a 2mbit aggregate's clock 262 ms
+// ahead, and with a 100 ms horizon the packets after it were dropped in
+// runs that TCP only recovers from by timeout (measured in the lane:
+// 2mbit hosts at 0.78 to 0.87 of their cap; at or above it with the
+// floor).
+func horizonFor(h time.Duration, limit units.Rate) uint64 {
+	ns := uint64(h)
+	if limit > 0 {
+		ns = max(ns, uint64(float64(minBfifoBytes)*1e9/float64(limit)))
+	}
+	return min(ns, uint64(policy.MaxHorizon))
+}
+
 // kinds reports whether the tree has prod (prio 0) and nonprod leaves.
 func kinds(cs []*policy.Class) (prod, non bool) {
 	for _, c := range cs {
@@ -204,6 +221,7 @@ func (b *builder) pace(t *bpf.Target, name string, cl *policy.Class, rate, limit
 	}
 	prod := isProd(cl, ph)
 	t.Classid, t.Rate, t.Burst, t.Hist = 0, uint64(limit), burst, hist
+	t.Horizon = horizonFor(b.tree.Horizon, limit)
 	t.Weight = uint32(min(uint64(rate), 1<<32-1))
 	t.Prod = 0
 	prio := uint32(1)

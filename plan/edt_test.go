@@ -123,6 +123,17 @@ func TestEDTPlan(t *testing.T) {
 	if bulk.Rate != 3_750_000 || bulk.Prod != 0 || bulk.Burst != 8_192_000 || bulk.Classid != 0 {
 		t.Fatalf("bulk: %+v, want 30mbit cap, nonprod, 8.192 ms burst", bulk)
 	}
+	// A 5mbit host's horizon fits a 64 KB GSO packet and three frames
+	// (112 ms); a 40mbit class keeps the tree's 100 ms.
+	if web.Horizon != uint64(policy.DefaultHorizon) {
+		t.Fatalf("web horizon %d", web.Horizon)
+	}
+	for _, h := range c.Hosts {
+		if h.Horizon != uint64(float64(minBfifoBytes)*1e9/625_000) {
+			t.Fatalf("host horizon %d, want %d", h.Horizon, uint64(float64(minBfifoBytes)*1e9/625_000))
+		}
+		break
+	}
 	if len(c.Hosts) != 6 {
 		t.Fatalf("%d hosts, want 6", len(c.Hosts))
 	}

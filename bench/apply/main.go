@@ -29,8 +29,8 @@ import (
 type result struct {
 	Backend string `json:"backend"`
 	Hosts   int    `json:"hosts"`
-	Queues int    `json:"queues"`
-	Leaf   string `json:"leaf"`
+	Queues  int    `json:"queues"`
+	Leaf    string `json:"leaf"`
 	// Seconds from scratch; one-subscriber change in milliseconds
 	// (median of several).
 	SluiceApplyS  float64 `json:"sluice_apply_s"`

@@ -157,6 +157,9 @@ type Verdict struct {
 	Want    string  `json:"want"`
 	Pass    bool    `json:"pass"`
 	Note    string  `json:"note,omitempty"`
+	// Skipped: the variant did not run on this kernel (a qdisc it needs
+	// is missing), so the expectation was not checked; not a failure.
+	Skipped bool `json:"skipped,omitempty"`
 }
 
 // Check evaluates e on r.

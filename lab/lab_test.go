@@ -151,3 +151,13 @@ func TestExpectations(t *testing.T) {
 		}
 	}
 }
+
+// A variant skipped for a missing qdisc has its expectations skipped,
+// not failed; an expectation naming a variant that never existed fails.
+func TestSkippedVariantsExpectations(t *testing.T) {
+	s := &Scenario{Expect: []string{"edt/load: flow down goodput >= 46mbit", "nope/load: flow down goodput >= 1mbit"}}
+	vs := Check(s, []*Result{{Variant: "edt", Skipped: "the kernel has no fq qdisc"}})
+	if len(vs) != 2 || !vs[0].Skipped || !vs[0].Pass || vs[1].Pass || vs[1].Skipped {
+		t.Fatalf("verdicts %+v", vs)
+	}
+}

@@ -283,7 +283,10 @@ func (r *Report) writeVerdicts(w io.Writer) {
 		fmt.Fprintln(w)
 		for _, v := range r.Verdicts {
 			mark := "PASS"
-			if !v.Pass {
+			switch {
+			case v.Skipped:
+				mark = "SKIP"
+			case !v.Pass:
 				mark = "FAIL"
 			}
 			detail := fmt.Sprintf("actual %.4g, want %s", v.Actual, v.Want)
@@ -577,7 +580,7 @@ figure{margin:1em 0}figcaption{font-weight:600;margin-bottom:.3em}pre{background
 {{range .Rows}}<tr><td>{{.Phase}}</td><td>{{.Metric}}</td>{{range .Values}}<td>{{.}}</td>{{end}}</tr>{{end}}
 </table>{{end}}
 {{if .R.Verdicts}}<h2>Expectations</h2><table><tr><th></th><th>expectation</th><th>actual</th><th>want</th></tr>
-{{range .R.Verdicts}}<tr><td>{{if .Pass}}<span class="pass">pass</span>{{else}}<span class="fail">FAIL</span>{{end}}</td><td>{{.Expect}}</td><td>{{printf "%.4g" .Actual}}{{if .Note}} ({{.Note}}){{end}}</td><td>{{.Want}}</td></tr>{{end}}
+{{range .R.Verdicts}}<tr><td>{{if .Skipped}}skip{{else if .Pass}}<span class="pass">pass</span>{{else}}<span class="fail">FAIL</span>{{end}}</td><td>{{.Expect}}</td><td>{{printf "%.4g" .Actual}}{{if .Note}} ({{.Note}}){{end}}</td><td>{{.Want}}</td></tr>{{end}}
 </table>{{end}}
 {{range .Variants}}<h2>{{.Name}}</h2>{{if .Note}}<p>{{.Note}}</p>{{end}}
 {{if .Skipped}}<p><i>Skipped: {{.Skipped}}</i></p>{{else}}

@@ -57,8 +57,9 @@ func Apply(b *Bed, name, text string) (map[string][]plan.ClassInfo, error) {
 	return out, nil
 }
 
-// missingQdisc finds the planner's refusal of a leaf the kernel lacks.
-var missingQdisc = regexp.MustCompile(`this kernel has no (\S+) qdisc`)
+// missingQdisc finds the planner's refusal of a leaf, or of the EDT
+// backend's fq, that the kernel lacks.
+var missingQdisc = regexp.MustCompile(`this kernel has no (\S+) qdisc|needs the (\S+) qdisc \(\S+\), which this kernel lacks`)
 
 // endpoint is one end of a flow.
 type endpoint struct {
@@ -152,7 +153,7 @@ func Run(ctx context.Context, b *Bed, s *Scenario, v Variant, opt Options) (*Res
 	classes, err := Apply(b, fmt.Sprintf("%s/%s", s.Name, v.Name), text)
 	if err != nil {
 		if m := missingQdisc.FindStringSubmatch(err.Error()); m != nil {
-			r.Skipped = "the kernel has no " + m[1] + " qdisc"
+			r.Skipped = "the kernel has no " + m[1] + m[2] + " qdisc"
 			logf("%s: skipped: %v", v.Name, err)
 			return r, nil
 		}
@@ -471,6 +472,16 @@ func Check(s *Scenario, results []*Result) []Verdict {
 			out = append(out, vd)
 		}
 		if !matched {
+			skipped := ""
+			for _, r := range results {
+				if r.Skipped != "" && r.Variant == e.Variant {
+					skipped = r.Skipped
+				}
+			}
+			if skipped != "" {
+				out = append(out, Verdict{Expect: text, Variant: e.Variant, Pass: true, Skipped: true, Note: "variant skipped: " + skipped})
+				continue
+			}
 			out = append(out, Verdict{Expect: text, Variant: e.Variant, Note: "no such variant ran"})
 		}
 	}

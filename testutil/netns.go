@@ -18,6 +18,12 @@ func InNetns(ns string, f func() error) error { return lab.InNetns(ns, f) }
 
 // TCPEchoServer listens on addr:port in ns and echoes whatever it reads.
 func TCPEchoServer(ns, addr string, port int) (io.Closer, error) {
+	return tcpServer(ns, addr, port, func(c net.Conn) { io.Copy(c, c) })
+}
+
+// tcpServer listens on addr:port in ns and hands each connection to
+// serve, closing it after.
+func tcpServer(ns, addr string, port int, serve func(net.Conn)) (io.Closer, error) {
 	var l net.Listener
 	err := InNetns(ns, func() (err error) {
 		l, err = net.Listen("tcp", net.JoinHostPort(addr, fmt.Sprint(port)))
@@ -32,7 +38,7 @@ func TCPEchoServer(ns, addr string, port int) (io.Closer, error) {
 			if err != nil {
 				return
 			}
-			go func() { io.Copy(c, c); c.Close() }()
+			go func() { serve(c); c.Close() }()
 		}
 	}()
 	return l, nil
@@ -152,23 +158,7 @@ func UDPEchoRTTs(ns, addr string, port, count int, interval time.Duration) (rtts
 // TCPSink accepts connections on addr:port in ns and discards what it
 // reads.
 func TCPSink(ns, addr string, port int) (io.Closer, error) {
-	var l net.Listener
-	if err := InNetns(ns, func() (err error) {
-		l, err = net.Listen("tcp", net.JoinHostPort(addr, fmt.Sprint(port)))
-		return err
-	}); err != nil {
-		return nil, err
-	}
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			go func() { io.Copy(io.Discard, c); c.Close() }()
-		}
-	}()
-	return l, nil
+	return tcpServer(ns, addr, port, func(c net.Conn) { io.Copy(io.Discard, c) })
 }
 
 // TCPFlowInfo is what the kernel's TCP_INFO says about one sender.

@@ -12,6 +12,7 @@ import (
 	"sluice/bpf"
 	"sluice/engine"
 	"sluice/kernel"
+	"sluice/plan"
 	"sluice/policy"
 	"sluice/tc"
 )
@@ -80,6 +81,7 @@ func planCmd(g *globals) *cobra.Command {
 				fmt.Fprintln(g.stderr, "note: an earlier apply did not finish; the next apply completes it")
 			}
 			printDiff(g.stdout, p.Diff)
+			printSharing(g.stderr, p.Plan)
 			return nil
 		},
 	}
@@ -175,6 +177,16 @@ func resetCmd(g *globals) *cobra.Command {
 
 // printDiff writes one line per object: + add, ~ change, - delete,
 // -/+ replace.
+// printSharing notes the sibling groups whose quanta cannot follow their
+// weights (docs/policy.md, "Sharing spare capacity").
+func printSharing(w io.Writer, p *plan.Plan) {
+	for _, d := range p.Devices {
+		for _, s := range d.Sharing {
+			fmt.Fprintf(w, "note: %s %s: %s\n", d.Interface, d.Dir, s)
+		}
+	}
+}
+
 func printDiff(w io.Writer, d *kernel.Diff) {
 	if d.Empty() {
 		fmt.Fprintln(w, "no changes")

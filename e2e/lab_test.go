@@ -742,3 +742,26 @@ expect:
 		t.Fatalf("report: kernel %q, passed %v", rep.Kernel, rep.Passed)
 	}
 }
+
+// TestWeightsScenario runs the lab's weights scenario (issue: spare
+// capacity shared by weight) at 0.75 of its length: weights 1:2:3 and
+// rates 1mbit:5mbit split a saturated 30mbit link within 5% of their
+// proportions through HTB's quanta alone, where equal quanta split it
+// equally. Its expectations are the checks.
+func TestWeightsScenario(t *testing.T) {
+	testutil.RequireRoot(t)
+	dir := t.TempDir()
+	r := sluice(t, "lab", "run", "weights", "--scale", "0.75", "--out", dir, "--name", strings.TrimPrefix(testutil.Unique("wts"), testutil.Prefix))
+	t.Logf("%s", r.stdout)
+	if r.code != 0 {
+		t.Fatalf("exit %d\n%s", r.code, r.stderr)
+	}
+	for _, v := range []string{"EQUAL-QUANTA", "WEIGHTS", "RATES"} {
+		if !strings.Contains(r.stdout, v) {
+			t.Errorf("variant %s did not run", v)
+		}
+	}
+	if n := strings.Count(r.stdout, "PASS  "); n != 12 {
+		t.Errorf("%d expectations passed, want 12", n)
+	}
+}

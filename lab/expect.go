@@ -15,7 +15,8 @@ import (
 // SUBJECT is `probe NAME`, `class NAME`, `flow NAME`, `hosts`, `flows`,
 // `link` or `policers` (the router's BPF policers, summed). METRIC is a
 // latency statistic (p50 p90 p95 p99 avg max, for probes and classes;
-// "latency" may follow it), loss, goodput, retransmits, rtt (a TCP flow's
+// "latency" may follow it), loss, goodput, share (a class's or flow's
+// part of the phase's whole goodput), retransmits, rtt (a TCP flow's
 // smoothed round-trip time, averaged over the phase), drops, fairness
 // (Jain's index) or red (the share of bytes policers coloured red).
 // VALUE is a duration
@@ -99,6 +100,15 @@ func parseExpectation(s string) (*Expectation, error) {
 			return nil, err
 		}
 		e.Value = v
+	case e.Metric == "share":
+		if e.Subject != "class" && e.Subject != "flow" {
+			return nil, fmt.Errorf("share is a class's or a flow's part of the phase's whole goodput")
+		}
+		v, err := ratio(val)
+		if err != nil {
+			return nil, err
+		}
+		e.Value = v
 	case e.Metric == "loss" || e.Metric == "retransmits" || e.Metric == "fairness":
 		v, err := ratio(val)
 		if err != nil {
@@ -131,7 +141,7 @@ func parseExpectation(s string) (*Expectation, error) {
 		}
 		e.Value = v
 	default:
-		return nil, fmt.Errorf("metric %q: want p50 p90 p95 p99 avg max loss goodput retransmits rtt drops fairness red", e.Metric)
+		return nil, fmt.Errorf("metric %q: want p50 p90 p95 p99 avg max loss goodput share retransmits rtt drops fairness red", e.Metric)
 	}
 	return e, nil
 }
@@ -193,6 +203,10 @@ func (e *Expectation) Check(r *Result) Verdict {
 		}
 		v.Actual = ph.classGoodput(e.Name)
 		unit = "bit/s"
+		if e.Metric == "share" {
+			v.Actual, unit = shareOf(v.Actual, ph.Total), ""
+			break
+		}
 		if e.OfRate {
 			rate := r.classRate(e.Name)
 			if rate == 0 {
@@ -211,6 +225,8 @@ func (e *Expectation) Check(r *Result) Verdict {
 		switch e.Metric {
 		case "goodput":
 			v.Actual, unit = fs.Goodput, "bit/s"
+		case "share":
+			v.Actual = shareOf(fs.Goodput, ph.Total)
 		case "retransmits":
 			v.Actual = fs.RetransRatio
 		case "rtt":
@@ -262,4 +278,12 @@ func formatValue(v float64, unit string) string {
 		return fmt.Sprintf("%.2fMbit/s", v/1e6)
 	}
 	return fmt.Sprintf("%.4f", v)
+}
+
+// shareOf is part/whole, 0 for an empty whole.
+func shareOf(part, whole float64) float64 {
+	if whole <= 0 {
+		return 0
+	}
+	return part / whole
 }

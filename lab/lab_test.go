@@ -136,6 +136,9 @@ func TestExpectations(t *testing.T) {
 		{"flow bulk rtt < 150ms", true},
 		{"flow bulk rtt < 100ms", false},
 		{"flow web rtt < 1s", false}, // no RTT samples: not a pass
+		{"class web share >= 0.47", true}, // 9 of 19 Mbit/s
+		{"class web share > 0.48", false},
+		{"flow bulk share >= 52%", true},
 	} {
 		e, err := parseExpectation(tc.text)
 		if err != nil {
@@ -145,7 +148,7 @@ func TestExpectations(t *testing.T) {
 			t.Errorf("%q: pass %v (actual %v, want %s, %s)", tc.text, v.Pass, v.Actual, v.Want, v.Note)
 		}
 	}
-	for _, bad := range []string{"hosts p99 < 5ms", "probe ping p99 ~ 5ms", "flows goodput >= 0.9 rate", "nothing", "probe ping red < 1%", "probe ping rtt < 5ms", "flow bulk rtt < fast"} {
+	for _, bad := range []string{"hosts p99 < 5ms", "probe ping p99 ~ 5ms", "flows goodput >= 0.9 rate", "nothing", "probe ping red < 1%", "probe ping rtt < 5ms", "flow bulk rtt < fast", "hosts share >= 0.5"} {
 		if _, err := parseExpectation(bad); err == nil {
 			t.Errorf("%q accepted", bad)
 		}

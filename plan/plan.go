@@ -79,6 +79,9 @@ type Device struct {
 	// EDT: the EDT backend (no HTB; ClassInfo lists the aggregates).
 	EDT     bool
 	Classes []ClassInfo
+	// Sharing notes where HTB's quanta cannot follow the weights
+	// exactly (plan prints them).
+	Sharing []string
 	Alloc   *Alloc
 	// Objects, in creation order: for ingress the ifb link first, then
 	// the tree, then the interface's ingress hook and redirect filter.
@@ -239,6 +242,9 @@ type builder struct {
 	keyBuf    []byte // scratch for map keys
 	// edt is set while compiling an EDT tree (edt.go).
 	edt *edtPlan
+	// quanta holds the quanta shareGroup gave classes that share spare
+	// capacity with siblings (share.go).
+	quanta map[string]uint32
 }
 
 func buildTree(d *policy.Diag, feats Features, in *policy.Interface, t *policy.Tree, devName string, prev *Alloc) *Device {
@@ -271,6 +277,7 @@ func buildTree(d *policy.Diag, feats Features, in *policy.Interface, t *policy.T
 		Rate: t.RateBps, Ceil: t.RateBps, Burst: BurstFor(t.RateBps), Cburst: BurstFor(t.RateBps),
 		Quantum: QuantumFor(t.RateBps), Name: "(root)"})
 	var leaves []tc.Object
+	b.shareGroup(nil, t.Classes)
 	b.classTree(t.Classes, RootClassID, &leaves)
 	b.objs = append(b.objs, leaves...)
 	if t.BPF {
@@ -353,6 +360,9 @@ func (b *builder) classTree(cs []*policy.Class, parent tc.Handle, leaves *[]tc.O
 		cl := &tc.Class{Dev: b.dev.Name, Parent: parent, Handle: id, Kind: "htb",
 			Rate: max(c.RateBps/b.div, 1), Ceil: c.CeilBps, Prio: uint32(c.Prio), Name: c.Name}
 		setBursts(cl, c.Burst, c.Cburst, c.Quantum)
+		if q, ok := b.quanta[c.Name]; ok {
+			cl.Quantum = q
+		}
 		b.objs = append(b.objs, cl)
 		info := ClassInfo{Name: c.Name, Handle: id, Parent: parent, Rate: cl.Rate, Ceil: cl.Ceil, Prio: cl.Prio,
 			Default: c.Name == b.tree.Default, Counter: b.counter(c.Name), Replica: b.shard > 0}
@@ -364,6 +374,9 @@ func (b *builder) classTree(cs []*policy.Class, parent tc.Handle, leaves *[]tc.O
 			}
 		}
 		b.dev.Classes = append(b.dev.Classes, info)
+		if !c.IsLeaf() {
+			b.shareGroup(c, c.Classes)
+		}
 		if c.PerHost != nil {
 			for _, h := range b.hostsOf(c)[b.shard] {
 				b.hostClass(c, h.name, id, h.rate, h.ceil, leaves)
@@ -824,6 +837,9 @@ func (b *builder) hostClass(owner *policy.Class, name string, parent tc.Handle, 
 	}
 	hc := &tc.Class{Dev: b.dev.Name, Parent: parent, Handle: id, Kind: "htb", Rate: rate, Ceil: ceil, Prio: prio, Name: name}
 	setBursts(hc, nil, nil, nil)
+	if q, ok := b.quanta[name]; ok {
+		hc.Quantum = q
+	}
 	b.objs = append(b.objs, hc)
 	hi := ClassInfo{Name: name, Handle: id, Parent: parent, Rate: rate, Ceil: ceil, Prio: prio, Counter: counter}
 	if leaf := b.leaf(name, id, ph.Leaf, ph.LeafPos, ph.Limit, rate, ceil, true); leaf != nil {

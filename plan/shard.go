@@ -209,6 +209,7 @@ func (b *builder) sharded(n int) {
 				Quantum: QuantumFor(t.RateBps / b.div), Name: "(root)"})
 		dev.Classes = append(dev.Classes, ClassInfo{Name: "(root)", Handle: root, Parent: qh,
 			Rate: max(t.RateBps/b.div, 1), Ceil: t.RateBps, Replica: s > 0})
+		b.shareGroup(nil, t.Classes)
 		b.classTree(t.Classes, root, &leaves)
 	}
 	b.objs = append(b.objs, leaves...)

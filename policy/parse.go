@@ -175,6 +175,24 @@ func (p *parser) intIn(n *yaml.Node, what string, lo, hi int) (int, bool) {
 	return int(v), true
 }
 
+// MaxWeight bounds a class's weight: weights are relative, and a
+// million to one is far beyond what any share can show.
+const MaxWeight = 1e6
+
+// weight reads a positive number (a class's relative share).
+func (p *parser) weight(n *yaml.Node, what string) float64 {
+	s, ok := p.str(n, what)
+	if !ok {
+		return 0
+	}
+	v, err := strconv.ParseFloat(s, 64)
+	if err != nil || !(v > 0) || v > MaxWeight {
+		p.d.Errorf(pos(n), "%s: expected a number above 0 and at most %g (weights are relative: 1, 2, 3 or 10, 20, 30 mean the same), found %q", what, float64(MaxWeight), s)
+		return 0
+	}
+	return v
+}
+
 // list accepts a sequence or a single value.
 func (p *parser) list(n *yaml.Node) []*yaml.Node {
 	n = resolve(n)
@@ -400,6 +418,7 @@ func (p *parser) class(n *yaml.Node) *Class {
 		"burst":   func(v *yaml.Node) { c.Burst = p.size(v, label()+": burst") },
 		"cburst":  func(v *yaml.Node) { c.Cburst = p.size(v, label()+": cburst") },
 		"quantum": func(v *yaml.Node) { c.Quantum = p.size(v, label()+": quantum") },
+		"weight":  func(v *yaml.Node) { c.Weight = p.weight(v, label()+": weight"); c.WeightPos = pos(v) },
 		"leaf":    func(v *yaml.Node) { c.Leaf, _ = p.str(v, label()+": leaf"); c.LeafPos = pos(v) },
 		"limit":   func(v *yaml.Node) { c.Limit = p.limit(v, label()+": limit") },
 		"match": func(v *yaml.Node) {

@@ -107,12 +107,16 @@ type Class struct {
 	Burst   *Size
 	Cburst  *Size
 	Quantum *Size
-	Leaf    string
-	LeafPos Pos
-	Limit   *Limit
-	Match   []*Match
-	Classes []*Class
-	PerHost *PerHost
+	// Weight is the class's share of spare capacity among its siblings
+	// of the same prio (0: unset, the class's rate counts).
+	Weight    float64
+	WeightPos Pos
+	Leaf      string
+	LeafPos   Pos
+	Limit     *Limit
+	Match     []*Match
+	Classes   []*Class
+	PerHost   *PerHost
 	// Default, on a class with children and match rules, names the child
 	// that takes the class's traffic no child rule matches.
 	Default    string
@@ -126,6 +130,15 @@ type Class struct {
 	// class: their classes hang below it.
 	Hosts            []*HostEntry
 	RateBps, CeilBps units.Rate
+}
+
+// ShareWeight is the weight spare capacity is shared by: Weight, or
+// the class's rate when Weight is unset.
+func (c *Class) ShareWeight() float64 {
+	if c.Weight > 0 {
+		return c.Weight
+	}
+	return float64(c.RateBps)
 }
 
 // IsLeaf reports whether the class holds packets itself.

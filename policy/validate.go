@@ -292,6 +292,7 @@ func validateTree(in *Interface, t *Tree, d *Diag) {
 			}
 			walk(c.Classes, c, c.RateBps, c.CeilBps, depth+1)
 		}
+		checkWeights(where, cs, parent, d)
 		if sum > parentRate && len(cs) > 0 {
 			owner, at := "the "+t.Dir+" rate", t.Rate.Pos
 			if parent != nil {
@@ -380,6 +381,9 @@ func validateBackend(where string, t *Tree, d *Diag) {
 					d.Errorf(k.at, "%s: %s is for HTB classes; backend edt paces each class in BPF and queues in fq", what, k.key)
 				}
 			}
+			if c.Weight > 0 {
+				d.Errorf(c.WeightPos, "%s: weight shares spare capacity between HTB classes; an edt aggregate is paced at its own ceil and borrows nothing", what)
+			}
 			if ph := c.PerHost; ph != nil && (ph.Leaf != "" || ph.Limit != nil) {
 				d.Errorf(ph.Pos, "%s: per_host leaf and limit are for HTB classes; backend edt queues in fq", what)
 			}
@@ -418,6 +422,39 @@ func matchPos(ms []*Match) Pos {
 		return Pos{}
 	}
 	return ms[0].Pos
+}
+
+// checkWeights refuses a weight set on some siblings of one prio but not
+// on others: weights are relative numbers and a rate is not one of them.
+func checkWeights(where string, cs []*Class, parent *Class, d *Diag) {
+	byPrio := make([][]*Class, 8)
+	for _, c := range cs {
+		if c.Prio >= 0 && c.Prio < len(byPrio) {
+			byPrio[c.Prio] = append(byPrio[c.Prio], c)
+		}
+	}
+	for prio, group := range byPrio {
+		var with, without []string
+		var at Pos
+		for _, c := range group {
+			if c.Weight > 0 {
+				with = append(with, c.Name)
+				if at.Line == 0 {
+					at = c.WeightPos
+				}
+			} else {
+				without = append(without, c.Name)
+			}
+		}
+		if len(with) > 0 && len(without) > 0 {
+			under := "at the top of the tree"
+			if parent != nil {
+				under = "under class " + parent.Name
+			}
+			d.Errorf(at, "%s: weight is set on %s but not on %s (prio %d, %s): weights are relative, so set weight on every sibling of one prio or on none (then their rates count)",
+				where, strings.Join(with, ", "), strings.Join(without, ", "), prio, under)
+		}
+	}
 }
 
 func rateList(cs []*Class) string {

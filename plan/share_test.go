@@ -1,0 +1,146 @@
+package plan
+
+import (
+	"math"
+	"math/rand"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"sluice/policy"
+	"sluice/tc"
+	"sluice/units"
+)
+
+func TestShareQuanta(t *testing.T) {
+	mbit := func(n float64) units.Rate { return units.Rate(n * 125000) }
+	for _, tc := range []struct {
+		name string
+		sibs []sibling
+		want []uint32
+		note string
+	}{
+		{"weights 1:2:3", []sibling{{name: "a", rate: mbit(0.3), weight: 1}, {name: "b", rate: mbit(0.3), weight: 2}, {name: "c", rate: mbit(0.3), weight: 3}},
+			[]uint32{67050, 134100, 201150}, ""},
+		{"rates 1:5 (the issue's)", []sibling{{name: "a", rate: mbit(1), weight: 1e6}, {name: "b", rate: mbit(5), weight: 5e6}},
+			[]uint32{67050, 335250}, ""},
+		{"equal rates keep tc's floor", []sibling{{name: "a", rate: mbit(2), weight: 2e6}, {name: "b", rate: mbit(2), weight: 2e6}},
+			[]uint32{67050, 67050}, ""},
+		{"fast classes start from 1 ms of the lightest", []sibling{{name: "a", rate: mbit(1000), weight: 1}, {name: "b", rate: mbit(1000), weight: 2}},
+			[]uint32{125000, 250000}, ""},
+		{"a light class never falls below its own floor", []sibling{{name: "a", rate: mbit(1000), weight: 1}, {name: "b", rate: mbit(1), weight: 1}},
+			[]uint32{125000, 125000}, ""},
+		{"prios share separately", []sibling{{name: "a", rate: mbit(1), weight: 1, prio: 0}, {name: "b", rate: mbit(1), weight: 3, prio: 0}, {name: "c", rate: mbit(1), weight: 1, prio: 1}, {name: "d", rate: mbit(1), weight: 2, prio: 1}},
+			[]uint32{67050, 201150, 67050, 134100}, ""},
+		{"explicit quanta are kept out of the scale", []sibling{{name: "a", rate: mbit(1), weight: 1, fixed: true}, {name: "b", rate: mbit(1), weight: 2}, {name: "c", rate: mbit(1), weight: 4}},
+			[]uint32{0, 67050, 134100}, ""},
+		{"beyond 8:1 the quanta stop", []sibling{{name: "a", rate: mbit(1), weight: 1}, {name: "b", rate: mbit(100), weight: 100}},
+			[]uint32{67050, maxQuantumW}, "prio 0: b weigh more than 8 times the lightest; their quanta stop at 536400 bytes"},
+	} {
+		q, notes := shareQuanta(tc.sibs)
+		for i := range q {
+			if q[i] != tc.want[i] {
+				t.Errorf("%s: quanta %v, want %v", tc.name, q, tc.want)
+				break
+			}
+		}
+		switch {
+		case tc.note == "" && len(notes) > 0:
+			t.Errorf("%s: unexpected note %q", tc.name, notes)
+		case tc.note != "" && (len(notes) != 1 || !strings.Contains(notes[0], tc.note)):
+			t.Errorf("%s: notes %q, want one with %q", tc.name, notes, tc.note)
+		}
+	}
+}
+
+// Properties over random groups: every quantum at least its class's
+// floor; within a prio, quanta follow the weights up to rounding unless
+// capped; the lightest member of each group gets exactly its floor.
+func TestShareQuantaProperties(t *testing.T) {
+	r := rand.New(rand.NewSource(7))
+	for n := 0; n < 2000; n++ {
+		sibs := make([]sibling, 2+r.Intn(8))
+		for i := range sibs {
+			sibs[i] = sibling{rate: units.Rate(1000 + r.Int63n(2e8)), weight: 1 + r.Float64()*20, prio: uint32(r.Intn(2))}
+		}
+		q, _ := shareQuanta(sibs)
+		for i, s := range sibs {
+			if q[i] < QuantumFor(s.rate) || q[i] > maxQuantumW {
+				t.Fatalf("%+v: quantum %d outside [%d, %d]", s, q[i], QuantumFor(s.rate), maxQuantumW)
+			}
+			for j, o := range sibs {
+				if o.prio != s.prio || q[i] == maxQuantumW || q[j] == maxQuantumW {
+					continue
+				}
+				// Rounding up and a member's own floor can each add a
+				// little; a floor above base*weight only for the
+				// member that set base.
+				got, want := float64(q[i])/float64(q[j]), s.weight/o.weight
+				if math.Abs(got/want-1) > 0.001 && q[i] != QuantumFor(s.rate) && q[j] != QuantumFor(o.rate) {
+					t.Fatalf("%+v vs %+v: quanta %d:%d, weights %.3f:%.3f", s, o, q[i], q[j], s.weight, o.weight)
+				}
+			}
+		}
+	}
+}
+
+// Through the planner: weights set the quanta, hosts share by rate, and
+// an edit that leaves the lightest host alone changes one class.
+func TestPlanWeights(t *testing.T) {
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "hosts.csv"), []byte("name,addresses,rate,ceil\nh1,10.0.0.1,2mbit,30mbit\nh2,10.0.0.2,4mbit,30mbit\nh3,10.0.0.3,6mbit,30mbit\n"), 0o644)
+	src := `interfaces:
+  - name: eth0
+    egress:
+      rate: 30mbit
+      default: c
+      classes:
+        - {name: a, rate: 1mbit, weight: 1, match: [{dport: 1}]}
+        - {name: b, rate: 1mbit, weight: 2, match: [{dport: 2}]}
+        - {name: c, rate: 1mbit, weight: 3}
+        - {name: voice, rate: 1mbit, prio: 2}
+        - {name: subs, rate: 20mbit, prio: 1, per_host: {by: dst, hosts_file: hosts.csv}}
+`
+	// a, b, c and voice are prio 0 siblings: weights 1, 2, 3 against
+	// voice's rate would mix units, so voice is moved to prio 2 and subs
+	// (by rate) to prio 1.
+	src = strings.Replace(src, "{name: voice, rate: 1mbit, prio: 0}", "{name: voice, rate: 1mbit, prio: 2}", 1)
+	file := filepath.Join(dir, "p.yaml")
+	os.WriteFile(file, []byte(src), 0o644)
+	quanta := func() map[string]uint32 {
+		p, _, err := policy.Load(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pl, err := Build(p, Everything, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]uint32{}
+		for _, o := range pl.Devices[0].Objects {
+			if c, ok := o.(*tc.Class); ok {
+				out[c.Name] = c.Quantum
+			}
+		}
+		return out
+	}
+	q := quanta()
+	for name, want := range map[string]uint32{"a": 67050, "b": 134100, "c": 201150, "voice": 67050,
+		"subs/h1": 67050, "subs/h2": 134100, "subs/h3": 201150} {
+		if q[name] != want {
+			t.Errorf("class %s: quantum %d, want %d (all: %v)", name, q[name], want, q)
+		}
+	}
+	os.WriteFile(filepath.Join(dir, "hosts.csv"), []byte("name,addresses,rate,ceil\nh1,10.0.0.1,2mbit,30mbit\nh2,10.0.0.2,4mbit,30mbit\nh3,10.0.0.3,8mbit,30mbit\n"), 0o644)
+	q2 := quanta()
+	changed := 0
+	for name := range q {
+		if q2[name] != q[name] {
+			changed++
+		}
+	}
+	if changed != 1 || q2["subs/h3"] != 268200 {
+		t.Errorf("h3 to 8mbit: %d quanta changed (want 1), h3's %d (want 268200)", changed, q2["subs/h3"])
+	}
+}

@@ -135,7 +135,7 @@ func TestExpectations(t *testing.T) {
 		{"policers red < 0.05", false},
 		{"flow bulk rtt < 150ms", true},
 		{"flow bulk rtt < 100ms", false},
-		{"flow web rtt < 1s", false}, // no RTT samples: not a pass
+		{"flow web rtt < 1s", false},      // no RTT samples: not a pass
 		{"class web share >= 0.47", true}, // 9 of 19 Mbit/s
 		{"class web share > 0.48", false},
 		{"flow bulk share >= 52%", true},

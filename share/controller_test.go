@@ -1,0 +1,216 @@
+package share
+
+import (
+	"math"
+	"testing"
+	"time"
+)
+
+// link is a fluid model of an HTB parent for the controller's tests: the
+// capacity goes to the children by max-min with the quanta's weights
+// (equal here: the split HTB gives before any limit), each bounded by
+// its ceil and by what it wants. A child that gets less than it wants
+// has a standing queue.
+type link struct {
+	capacity float64
+	want     []float64 // bits/s each child would send
+	bytes    []uint64
+}
+
+func (l *link) run(c *Controller, dt time.Duration, ceils []float64) []Reading {
+	ms := make([]Member, len(l.want))
+	for i, w := range l.want {
+		ms[i] = Member{Weight: 1, Demand: math.Min(w, ceils[i])}
+	}
+	got := maxMinNoRest(l.capacity, ms)
+	rs := make([]Reading, len(l.want))
+	for i := range l.want {
+		l.bytes[i] += uint64(got[i] * dt.Seconds() / 8)
+		rs[i] = Reading{Bytes: l.bytes[i], Queued: got[i] < l.want[i]*0.999}
+	}
+	return rs
+}
+
+// maxMinNoRest is MaxMin without handing out the rest: a link cannot
+// send more than its children offer.
+func maxMinNoRest(capacity float64, ms []Member) []float64 {
+	out := MaxMin(capacity, ms)
+	for i := range out {
+		out[i] = math.Min(out[i], ms[i].Demand)
+	}
+	return out
+}
+
+const mbit = 1e6
+
+// driver steps a controller against the model; ceils follow the
+// decisions, as the agent writes them.
+type driver struct {
+	t     *testing.T
+	c     *Controller
+	l     *link
+	now   time.Time
+	ceils []float64
+}
+
+func newDriver(t *testing.T, c *Controller, want ...float64) *driver {
+	d := &driver{t: t, c: c, l: &link{capacity: c.Capacity, want: want, bytes: make([]uint64, len(want))}, now: time.Unix(1000, 0)}
+	for _, ch := range c.Children {
+		d.ceils = append(d.ceils, ch.Ceil)
+	}
+	if c.Step(d.now, d.l.run(c, 0, d.ceils)) != nil {
+		t.Fatal("the first step decided without a quantum measured")
+	}
+	return d
+}
+
+func (d *driver) step() []Decision {
+	d.now = d.now.Add(time.Second)
+	ds := d.c.Step(d.now, d.l.run(d.c, time.Second, d.ceils))
+	for i, x := range ds {
+		d.ceils[i] = x.Ceil
+	}
+	return ds
+}
+
+func usages(ds []Decision) []float64 {
+	out := make([]float64, len(ds))
+	for i, d := range ds {
+		out[i] = math.Round(d.Usage/1e5) / 10 // Mbit/s, one decimal
+	}
+	return out
+}
+
+func tenants(weights ...float64) []Child {
+	var cs []Child
+	for i, w := range weights {
+		cs = append(cs, Child{Name: string(rune('a' + i)), Weight: w, Rate: 0.1 * mbit, Ceil: 30 * mbit})
+	}
+	return cs
+}
+
+// Equal quanta would split 30 Mbit/s 10:10:10; the controller moves it
+// to the weights' 5:10:15 within two quanta and holds it there.
+func TestControllerWeights(t *testing.T) {
+	c := &Controller{Children: tenants(1, 2, 3), Capacity: 30 * mbit, ApplyAbove: 0.8}
+	d := newDriver(t, c, 100*mbit, 100*mbit, 100*mbit)
+	first := d.step()
+	if u := usages(first); u[0] != 10 || u[1] != 10 || u[2] != 10 {
+		t.Fatalf("before any limit the model splits equally: %v", u)
+	}
+	for _, x := range first {
+		if !x.Hungry {
+			t.Errorf("%s queues behind the others but is not counted hungry", x.Name)
+		}
+	}
+	if s := first[2]; s.Applied || s.Ceil != 30*mbit {
+		t.Errorf("c uses 10 of its 15 share (below 80%%): limit applied %+v", s)
+	}
+	for q := 2; q <= 5; q++ {
+		u := usages(d.step())
+		if q >= 2 && (u[0] != 5 || u[1] != 10 || u[2] != 15) {
+			t.Fatalf("quantum %d: usage %v, want 5 10 15", q, u)
+		}
+	}
+}
+
+// One tenant goes idle and comes back: the others take its share within
+// two quanta, and it gets its own back within two quanta of returning.
+func TestControllerDemandShift(t *testing.T) {
+	c := &Controller{Children: tenants(1, 1, 1), Capacity: 30 * mbit}
+	d := newDriver(t, c, 100*mbit, 100*mbit, 100*mbit)
+	for q := 0; q < 3; q++ {
+		d.step()
+	}
+	d.l.want[0] = 0
+	var u []float64
+	for q := 1; q <= 2; q++ {
+		ds := d.step()
+		u = usages(ds)
+		if q == 1 && ds[0].Applied {
+			t.Errorf("idle a still limited: %+v", ds[0])
+		}
+	}
+	if u[1] != 15 || u[2] != 15 {
+		t.Fatalf("two quanta after a left: %v, want 0 15 15", u)
+	}
+	d.l.want[0] = 100 * mbit
+	for q := 1; q <= 2; q++ {
+		u = usages(d.step())
+	}
+	if u[0] != 10 || u[1] != 10 || u[2] != 10 {
+		t.Fatalf("two quanta after a came back: %v, want 10 10 10", u)
+	}
+}
+
+// Delayed limits: a tenant using under ApplyAbove of its limit is not
+// held to it, so a jump in its demand meets its ceil, not its old share.
+func TestControllerDelayedLimits(t *testing.T) {
+	c := &Controller{Children: tenants(1, 1), Capacity: 30 * mbit, ApplyAbove: 0.8}
+	d := newDriver(t, c, 2*mbit, 100*mbit)
+	var ds []Decision
+	for q := 0; q < 3; q++ {
+		ds = d.step()
+	}
+	a, b := ds[0], ds[1]
+	if a.Applied || a.Ceil != 30*mbit || a.Hungry {
+		t.Errorf("a uses 2 of a %.1f Mbit/s share: %+v, want no limit", a.Share/mbit, a)
+	}
+	if !b.Applied || math.Abs(b.Limit-28*mbit) > 1e3 || math.Abs(a.Share-2*mbit) > 1e3 {
+		t.Errorf("b: %+v (a's share %.2f), want 28 Mbit/s applied", b, a.Share/mbit)
+	}
+	d.l.want[0] = 100 * mbit // a's demand jumps
+	u := usages(d.step())
+	if u[0] < 2.5 {
+		t.Errorf("a's jump: %v Mbit/s in the first quantum; an applied 2 Mbit/s limit would hold it", u)
+	}
+	d.step()
+	if u := usages(d.step()); u[0] != 15 || u[1] != 15 {
+		t.Errorf("after the jump: %v, want 15 15", u)
+	}
+}
+
+// Prod (prio 0) is never limited and what it uses comes off the capacity;
+// a cap of 80% of a 30 Mbit/s link leaves 24 minus prod to the others.
+func TestControllerProdAndCap(t *testing.T) {
+	cs := append([]Child{{Name: "prod", Weight: 1, Rate: 1 * mbit, Ceil: 30 * mbit, Prod: true}}, tenants(1, 3)...)
+	c := &Controller{Children: cs, Capacity: 24 * mbit}
+	d := newDriver(t, c, 4*mbit, 100*mbit, 100*mbit)
+	var ds []Decision
+	for q := 0; q < 4; q++ {
+		ds = d.step()
+	}
+	if ds[0].Applied || ds[0].Ceil != 30*mbit {
+		t.Errorf("prod limited: %+v", ds[0])
+	}
+	if math.Abs(ds[1].Limit-5*mbit) > 1e3 || math.Abs(ds[2].Limit-15*mbit) > 1e3 {
+		t.Errorf("limits %.2f and %.2f Mbit/s, want 5 and 15 (24 - 4 by 1:3)", ds[1].Limit/mbit, ds[2].Limit/mbit)
+	}
+}
+
+// Limits stay between a class's rate and its ceil; counters that go
+// backwards (the class was made again) read as no usage, not a wrap;
+// a step without time passing decides nothing.
+func TestControllerBounds(t *testing.T) {
+	c := &Controller{Children: []Child{{Name: "a", Weight: 1, Rate: 8 * mbit, Ceil: 30 * mbit}, {Name: "b", Weight: 9, Rate: 1 * mbit, Ceil: 12 * mbit}}, Capacity: 30 * mbit}
+	now := time.Unix(0, 0)
+	c.Step(now, []Reading{{Bytes: 0}, {Bytes: 0}})
+	now = now.Add(time.Second)
+	ds := c.Step(now, []Reading{{Bytes: 2e6, Queued: true}, {Bytes: 1.5e6, Queued: true}})
+	if ds[0].Limit != 18*mbit || ds[1].Limit != 12*mbit {
+		t.Errorf("limits %.1f %.1f, want a 18 (30 less b's ceil) and b 12 (its ceil)", ds[0].Limit/mbit, ds[1].Limit/mbit)
+	}
+	if ds[1].Applied {
+		t.Errorf("a limit at the ceil is no limit: %+v", ds[1])
+	}
+	if c.Step(now, []Reading{{Bytes: 3e6}, {Bytes: 2e6}}) != nil {
+		t.Error("a step at the same instant decided")
+	}
+	ds = c.Step(now.Add(time.Second), []Reading{{Bytes: 10}, {Bytes: 2e6}})
+	if ds[0].Usage != 0 {
+		t.Errorf("a counter reset read as usage %.0f", ds[0].Usage)
+	}
+	if c.Step(now, []Reading{{}}) != nil {
+		t.Error("readings of the wrong length decided")
+	}
+}

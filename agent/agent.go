@@ -91,6 +91,11 @@ type Agent struct {
 	prevSample *stats.Sample
 	// failures are the last failures logged, by message.
 	failures map[string]failure
+	// ctls are the running sharing controllers (sharing.go), by device
+	// and owner; tick is the pass interval in force: the configured
+	// one, or a shorter controller quantum.
+	ctls map[string]*controller
+	tick time.Duration
 
 	mu      sync.RWMutex
 	health  Health
@@ -154,7 +159,8 @@ func New(cfg Config) (*Agent, error) {
 			return nil, &InputError{Err: fmt.Errorf("--netns: %w", err)}
 		}
 	}
-	a := &Agent{cfg: cfg, log: cfg.Log, reload: make(chan bool, 1), failures: map[string]failure{}, hist: newHistory(cfg.History), started: time.Now()}
+	a := &Agent{cfg: cfg, log: cfg.Log, reload: make(chan bool, 1), failures: map[string]failure{}, hist: newHistory(cfg.History), started: time.Now(),
+		tick: cfg.Interval}
 	a.opts = engine.Options{Netns: cfg.Netns, Full: true, SkipMissing: true, LockTimeout: 30 * time.Second,
 		Warn: func(s string) { a.log.Warn(s) }}
 	pol, err := engine.Load(cfg.Policy, a.opts)
@@ -280,8 +286,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.log.Info("agent started", "policy", a.cfg.Policy, "netns", a.cfg.Netns, "interval", a.cfg.Interval.String())
 	a.pass("start")
 
-	tick := time.NewTicker(a.cfg.Interval)
+	tick := time.NewTicker(a.tick)
 	defer tick.Stop()
+	every := a.tick
 	// Files are checked at least twice a second, so that an edit is in
 	// force within a second whatever the interval.
 	watch := time.NewTicker(min(a.cfg.Interval, 500*time.Millisecond))
@@ -299,6 +306,10 @@ loop:
 			}
 		case <-a.reload:
 			a.reloadPolicy(true)
+		}
+		if a.tick != every { // a controller's quantum is shorter
+			every = a.tick
+			tick.Reset(every)
 		}
 	}
 	if srv != nil {
@@ -425,6 +436,13 @@ func (a *Agent) reconcile(why string) (result string, changes int, waiting []str
 		sample, serr = stats.CollectFrom(p.Kernel(), p.Live.Objects)
 	} else {
 		sample, serr = stats.Collect(p.Kernel(), nil)
+	}
+	a.tick = a.cfg.Interval
+	if q := minQuantum(p.Plan); q > 0 {
+		a.tick = min(a.tick, q)
+	}
+	if serr == nil && err == nil {
+		a.runControllers(p, sample)
 	}
 	a.log.Debug("pass", "why", why, "timings", p.Phases.String(), "counters_ms", time.Since(t0).Milliseconds())
 	return result, changes, p.Missing, sample, serr, err

@@ -22,7 +22,7 @@ type history struct {
 }
 
 type seriesKey struct {
-	Interface, Direction, Class string
+	Interface, Direction, Class, Kind string
 }
 
 type point struct {
@@ -41,7 +41,16 @@ func (h *history) add(s *stats.Sample) {
 				continue
 			}
 			n++
-			m = append(m, point{seriesKey{t.Interface, t.Direction, c.Name}, c.Measured})
+			m = append(m, point{seriesKey{t.Interface, t.Direction, c.Name, ""}, c.Measured})
+		}
+		for _, sh := range t.Sharing {
+			limit := sh.Ceil
+			if sh.Applied {
+				limit = sh.Limit
+			}
+			m = append(m, point{seriesKey{t.Interface, t.Direction, sh.Class, "demand"}, sh.Demand},
+				point{seriesKey{t.Interface, t.Direction, sh.Class, "share"}, sh.Share},
+				point{seriesKey{t.Interface, t.Direction, sh.Class, "limit"}, limit})
 		}
 	}
 	h.mu.Lock()
@@ -63,11 +72,14 @@ type History struct {
 	Series []Series  `json:"series"`
 }
 
-// Series is one class's rates over the history.
+// Series is one class's rates over the history: its measured rate, or
+// (Kind) what a sharing controller counted as its demand, its share,
+// and the limit it kept it at.
 type Series struct {
 	Interface string     `json:"interface"`
 	Direction string     `json:"direction"`
 	Class     string     `json:"class"`
+	Kind      string     `json:"kind,omitempty"` // "", demand, share, limit
 	BPS       []*float64 `json:"bps"`
 }
 
@@ -84,7 +96,7 @@ func (h *history) snapshot() History {
 			if !ok {
 				j = len(out.Series)
 				index[k] = j
-				out.Series = append(out.Series, Series{Interface: k.Interface, Direction: k.Direction, Class: k.Class,
+				out.Series = append(out.Series, Series{Interface: k.Interface, Direction: k.Direction, Class: k.Class, Kind: k.Kind,
 					BPS: make([]*float64, len(h.at))})
 			}
 			v := p.bps

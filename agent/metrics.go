@@ -34,10 +34,12 @@ type metrics struct {
 	reconciles   *prometheus.CounterVec
 	reloads      *prometheus.CounterVec
 	repairs      prometheus.Counter
+	shareWrites  prometheus.Counter
 	applySeconds prometheus.Histogram
 
 	sentBytes, sentPackets, dropped, overlimits *prometheus.Desc
 	backlog, rate, ceil, policer, edtDelay      *prometheus.Desc
+	shareDemand, shareShare, shareLimit         *prometheus.Desc
 }
 
 func newMetrics(a *Agent) *metrics {
@@ -55,6 +57,8 @@ func newMetrics(a *Agent) *metrics {
 			Help: "Policy reloads by result: ok, or refused (the policy did not validate; the one in force stays)."}, []string{"result"}),
 		repairs: prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_drift_repairs_total",
 			Help: "Kernel objects changed behind the agent's back and put back (one per object)."}),
+		shareWrites: prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_sharing_writes_total",
+			Help: "Class ceils the sharing controllers wrote (a limit applied, changed or lifted)."}),
 		applySeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "sluice_apply_duration_seconds",
 			Help:    "Duration of a reconcile pass: plan, read every tree back, apply the difference.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2.5, 12)}),
@@ -67,8 +71,11 @@ func newMetrics(a *Agent) *metrics {
 		ceil:        desc("sluice_class_ceil_bytes", "Configured ceiling, bytes per second."),
 		policer:     desc("sluice_policer_packets_total", "Packets a BPF policer metered, by colour (red is dropped).", "color"),
 		edtDelay:    desc("sluice_edt_delay_seconds", "How long the EDT backend held the class's packets back (its departure time minus its arrival), per class."),
+		shareDemand: desc("sluice_sharing_demand_bits", "What the sharing controller counted the class as wanting over its last quantum, bits per second (its ceil when it was held back)."),
+		shareShare:  desc("sluice_sharing_share_bits", "The class's weighted max-min share of its parent's capacity, bits per second."),
+		shareLimit:  desc("sluice_sharing_limit_bits", "The ceil the sharing controller keeps the class at now, bits per second (its configured ceil while no limit is applied)."),
 	}
-	m.registry.MustRegister(m.reconciles, m.reloads, m.repairs, m.applySeconds,
+	m.registry.MustRegister(m.reconciles, m.reloads, m.repairs, m.shareWrites, m.applySeconds,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.classes.MustRegister(m)
 	m.gatherer = prometheus.Gatherers{m.registry, prometheus.GathererFunc(m.gatherClasses)}
@@ -97,7 +104,8 @@ func (m *metrics) gatherClasses() ([]*dto.MetricFamily, error) {
 
 // Describe sends the class metrics' descriptions.
 func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{m.sentBytes, m.sentPackets, m.dropped, m.overlimits, m.backlog, m.rate, m.ceil, m.policer, m.edtDelay} {
+	for _, d := range []*prometheus.Desc{m.sentBytes, m.sentPackets, m.dropped, m.overlimits, m.backlog, m.rate, m.ceil, m.policer, m.edtDelay,
+		m.shareDemand, m.shareShare, m.shareLimit} {
 		ch <- d
 	}
 }
@@ -191,6 +199,19 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 			}{{"green", p.Green.Packets}, {"yellow", p.Yellow.Packets}, {"red", p.Red.Packets}} {
 				ch <- prometheus.MustNewConstMetric(m.policer, prometheus.CounterValue, float64(col.n), append(lv, col.name)...)
 			}
+		}
+		for _, sh := range t.Sharing {
+			lv := []string{t.Interface, t.Direction, sh.Class}
+			if hosts {
+				lv = append(lv, "")
+			}
+			limit := sh.Ceil
+			if sh.Applied {
+				limit = sh.Limit
+			}
+			ch <- prometheus.MustNewConstMetric(m.shareDemand, prometheus.GaugeValue, sh.Demand, lv...)
+			ch <- prometheus.MustNewConstMetric(m.shareShare, prometheus.GaugeValue, sh.Share, lv...)
+			ch <- prometheus.MustNewConstMetric(m.shareLimit, prometheus.GaugeValue, limit, lv...)
 		}
 		for _, d := range t.Delays {
 			lv := []string{t.Interface, t.Direction, d.Class}

@@ -205,6 +205,7 @@ func prepare(file string, pol *policy.Policy, opts Options, lock bool) (*Prepare
 		if ok {
 			p.Live, p.Touched = l, true
 			p.Phases.mark("read touched")
+			l.Opt.KeepCeils = keepCeils(p.Plan, opts)
 			p.Diff = kernel.Compute(l.Objects, desired, l.Opt)
 			p.Phases.mark("diff")
 			return p, nil
@@ -218,6 +219,7 @@ func prepare(file string, pol *policy.Policy, opts Options, lock bool) (*Prepare
 		return fail(fmt.Errorf("reading the kernel: %w", err))
 	}
 	p.Phases.mark("read")
+	p.Live.Opt.KeepCeils = keepCeils(p.Plan, opts)
 	p.Diff = kernel.Compute(p.Live.Objects, p.Plan.Objects(), p.Live.Opt)
 	p.Phases.mark("diff")
 	if opts.Force {
@@ -229,6 +231,18 @@ func prepare(file string, pol *policy.Policy, opts Options, lock bool) (*Prepare
 		}
 	}
 	return p, nil
+}
+
+// keepCeils says whether the ceils a sharing controller set are to be
+// kept: the plan has controllers and an agent runs them in this
+// namespace (without one, the policy's ceils come back).
+func keepCeils(p *plan.Plan, opts Options) bool {
+	for _, d := range p.Devices {
+		if len(d.Controllers) > 0 {
+			return kernel.AgentRunning(kernel.StateDir(opts.Netns))
+		}
+	}
+	return false
 }
 
 // presentOnly returns pol without its interfaces missing from k's

@@ -180,10 +180,17 @@ type Options struct {
 	// Shared names live objects sluice uses but did not create (an
 	// existing clsact): they satisfy the plan but are never deleted.
 	Shared map[string]bool
+	// KeepCeils: a sharing controller runs (the agent), so the live ceil
+	// of a class it controls is its decision, not drift, as long as it
+	// lies between the class's rate and its planned ceil.
+	KeepCeils bool
 }
 
 // Compute diffs live against desired.
 func Compute(live, desired []tc.Object, opt Options) *Diff {
+	if opt.KeepCeils {
+		desired = keepCeils(live, desired)
+	}
 	L, D := newGraph(live), newGraph(desired)
 	st := map[string]status{}
 	reason := map[string]string{}
@@ -356,4 +363,40 @@ func filterEqual(l, w *tc.U32) bool {
 		ls.Keys, ws.Keys = nil, nil
 	}
 	return reflect.DeepEqual(ls, ws)
+}
+
+// keepCeils returns desired with each controlled class's ceil set to its
+// live one, where that lies between the class's rate and planned ceil:
+// the controller's limit stays, and a change made for another reason
+// (a new rate) keeps it too.
+func keepCeils(live, desired []tc.Object) []tc.Object {
+	var want map[string]int
+	for i, o := range desired {
+		if c, ok := o.(*tc.Class); ok && c.Controlled {
+			if want == nil {
+				want = map[string]int{}
+			}
+			want[c.Key()] = i
+		}
+	}
+	if want == nil {
+		return desired
+	}
+	out := append([]tc.Object(nil), desired...)
+	for _, o := range live {
+		l, ok := o.(*tc.Class)
+		if !ok {
+			continue
+		}
+		i, ok := want[l.Key()]
+		if !ok {
+			continue
+		}
+		w := *out[i].(*tc.Class)
+		if l.Ceil >= w.Rate && l.Ceil <= w.Ceil && l.Ceil != w.Ceil {
+			w.Ceil = l.Ceil
+			out[i] = &w
+		}
+	}
+	return out
 }

@@ -252,6 +252,9 @@ func (classKind) hash(h *fingerprint, o tc.Object) {
 	h.u64(uint64(x.Prio))
 	h.u64(uint64(x.Quantum))
 	h.str(x.Name)
+	if x.Controlled {
+		h.u64(1)
+	}
 }
 
 func (classKind) holdable() bool { return true }

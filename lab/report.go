@@ -319,7 +319,7 @@ func (r *Report) WriteHTML(w io.Writer) error {
 	for _, res := range r.Results {
 		v := variantView{Name: res.Variant, Note: res.Note, Skipped: res.Skipped, Policy: res.Policy}
 		if res.Skipped == "" {
-			for _, c := range []func(*Result) (chart, bool){classChart, latencyChart, hostsChart, flowChart} {
+			for _, c := range []func(*Result) (chart, bool){classChart, sharingChart, latencyChart, hostsChart, flowChart} {
 				ch, ok := c(res)
 				if ok {
 					v.Charts = append(v.Charts, ch)
@@ -391,6 +391,51 @@ func classChart(r *Result) (chart, bool) {
 	phaseLines(p, r)
 	s, err := svg(p, 8, 3.6)
 	return chart{Title: "Rates per class", SVG: s}, err == nil
+}
+
+// sharingChart: for classes under a sharing controller, the rate each
+// sent (solid), the limit in force (thin), its share (dashed) and the
+// demand the controller counted (dotted), per tenant in one colour.
+func sharingChart(r *Result) (chart, bool) {
+	p := plot.New()
+	p.Title.Text = "Sharing controller: rate, limit, share and demand per class"
+	p.X.Label.Text = "seconds"
+	p.Y.Label.Text = "Mbit/s"
+	p.Legend.Top = true
+	n := 0
+	for _, c := range r.Classes {
+		sh := c.Sharing
+		if sh == nil {
+			continue
+		}
+		col := plotutil.Color(n)
+		n++
+		for _, v := range []struct {
+			what   string
+			xs     []float64
+			width  float64
+			dashes []vg.Length
+		}{
+			{"rate", c.Bps, 1.5, nil},
+			{"limit", sh.Limit, 0.8, nil},
+			{"share", sh.Share, 1, []vg.Length{vg.Points(5), vg.Points(3)}},
+			{"demand", sh.Demand, 1, []vg.Length{vg.Points(1), vg.Points(2)}},
+		} {
+			l, err := plotter.NewLine(mbitSeries(v.xs, r.Bucket))
+			if err != nil {
+				continue
+			}
+			l.Color, l.Width, l.Dashes = col, vg.Points(v.width), v.dashes
+			p.Add(l)
+			p.Legend.Add(c.Name+" "+v.what, l)
+		}
+	}
+	if n == 0 {
+		return chart{}, false
+	}
+	phaseLines(p, r)
+	s, err := svg(p, 8, 4)
+	return chart{Title: "Sharing controller", SVG: s}, err == nil
 }
 
 // mbitSeries turns a series of bits/s per bucket into chart points.

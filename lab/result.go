@@ -53,6 +53,20 @@ type ClassSeries struct {
 	Ceil   float64   `json:"ceil_bps"`
 	Bps    []float64 `json:"bps"`
 	Drops  []uint64  `json:"drops"` // cumulative
+	// Sharing is what the agent's sharing controller decided for the
+	// class, per bucket (policies with sharing: controller).
+	Sharing *SharingSeries `json:"sharing,omitempty"`
+}
+
+// SharingSeries is a controlled class's demand, share and limit over
+// time (bits/s per bucket; 0 before the controller's first quantum).
+// Limit is the ceil in force: the applied limit, or the policy's ceil.
+type SharingSeries struct {
+	Weight float64   `json:"weight"`
+	Prod   bool      `json:"prod,omitempty"`
+	Demand []float64 `json:"demand_bps"`
+	Share  []float64 `json:"share_bps"`
+	Limit  []float64 `json:"limit_bps"`
 }
 
 // PolicerSeries is one BPF policer on the router: cumulative bytes by

@@ -6,12 +6,16 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
 	"time"
 
+	"sluice/agent"
 	"sluice/engine"
 	"sluice/kernel"
 	"sluice/plan"
@@ -32,29 +36,64 @@ const bucket = 100 * time.Millisecond
 // Apply makes the router carry policy (empty: nothing) through sluice's
 // engine, exactly as `sluice apply` does. It returns the planned
 // classes per device.
-func Apply(b *Bed, name, text string) (map[string][]plan.ClassInfo, error) {
+func Apply(b *Bed, name, text string) (map[string][]plan.ClassInfo, bool, error) {
 	opts := engine.Options{Netns: b.Router, LockTimeout: 30 * time.Second}
 	if strings.TrimSpace(text) == "" {
 		_, err := engine.Reset(nil, true, opts, nil)
-		return nil, err
+		return nil, false, err
 	}
 	pol, _, err := policy.Parse(name, []byte(text))
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	p, err := engine.PreparePolicy(pol, opts)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	defer p.Close()
 	if _, err := p.Apply(); err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	out := map[string][]plan.ClassInfo{}
+	controlled := false
 	for _, dev := range p.Plan.Devices {
 		out[dev.Name] = dev.Classes
+		controlled = controlled || len(dev.Controllers) > 0
 	}
-	return out, nil
+	return out, controlled, nil
+}
+
+// startAgent runs sluice's agent on the router for a policy with sharing
+// controllers, as `sluice agent` would: it applies nothing new (the
+// policy is in force) and sets the controlled classes' ceils every
+// quantum. stop ends it and waits.
+func startAgent(b *Bed, name, text string) (ag *agent.Agent, stop func(), err error) {
+	dir, err := os.MkdirTemp("", "sluice-lab-agent")
+	if err != nil {
+		return nil, nil, err
+	}
+	file := filepath.Join(dir, "policy.yaml")
+	if err := os.WriteFile(file, []byte(text), 0o600); err != nil {
+		os.RemoveAll(dir)
+		return nil, nil, err
+	}
+	ag, err = agent.New(agent.Config{Policy: file, Netns: b.Router, Interval: time.Second,
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, nil, fmt.Errorf("%s: starting the agent: %w", name, err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		ag.Run(ctx)
+	}()
+	return ag, func() {
+		cancel()
+		<-done
+		os.RemoveAll(dir)
+	}, nil
 }
 
 // missingQdisc finds the planner's refusal of a leaf, or of the EDT
@@ -150,7 +189,7 @@ func Run(ctx context.Context, b *Bed, s *Scenario, v Variant, opt Options) (*Res
 		return nil, err
 	}
 	r.Policy = text
-	classes, err := Apply(b, fmt.Sprintf("%s/%s", s.Name, v.Name), text)
+	classes, controlled, err := Apply(b, fmt.Sprintf("%s/%s", s.Name, v.Name), text)
 	if err != nil {
 		if m := missingQdisc.FindStringSubmatch(err.Error()); m != nil {
 			r.Skipped = "the kernel has no " + m[1] + m[2] + " qdisc"
@@ -328,6 +367,19 @@ func Run(ctx context.Context, b *Bed, s *Scenario, v Variant, opt Options) (*Res
 		}
 	}
 
+	var ag *agent.Agent
+	if controlled {
+		var stop func()
+		if ag, stop, err = startAgent(b, s.Name+"/"+v.Name, text); err != nil {
+			return nil, err
+		}
+		defer stop()
+	}
+	byName := map[string]*ClassSeries{}
+	for _, cs := range r.Classes {
+		byName[cs.Device+"/"+cs.Name] = cs
+	}
+
 	logf("%s: running %s (%.0f s)", s.Name, v.Name, total.Seconds())
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -381,6 +433,9 @@ func Run(ctx context.Context, b *Bed, s *Scenario, v Variant, opt Options) (*Res
 				flows[fi].Retrans = grow(flows[fi].Retrans, i, re)
 				flows[fi].Segs = grow(flows[fi].Segs, i, sg)
 			}
+		}
+		if ag != nil {
+			recordSharing(ag, byName, i, nb)
 		}
 		if smp, err := stats.Collect(k, nil); err == nil {
 			for _, t := range smp.Trees {
@@ -437,6 +492,31 @@ func Run(ctx context.Context, b *Bed, s *Scenario, v Variant, opt Options) (*Res
 		at += ds[i]
 	}
 	return r, nil
+}
+
+// recordSharing copies the agent's last sharing decisions into the
+// controlled classes' series at bucket i.
+func recordSharing(ag *agent.Agent, byName map[string]*ClassSeries, i, nb int) {
+	st := ag.Status(true)
+	if st.Sample == nil {
+		return
+	}
+	for _, t := range st.Sample.Trees {
+		for _, sh := range t.Sharing {
+			cs := byName[t.Device+"/"+sh.Class]
+			if cs == nil {
+				continue
+			}
+			if cs.Sharing == nil {
+				cs.Sharing = &SharingSeries{Weight: sh.Weight, Prod: sh.Prod, Demand: make([]float64, nb), Share: make([]float64, nb), Limit: make([]float64, nb)}
+			}
+			limit := sh.Ceil
+			if sh.Applied {
+				limit = sh.Limit
+			}
+			cs.Sharing.Demand[i], cs.Sharing.Share[i], cs.Sharing.Limit[i] = sh.Demand, sh.Share, limit
+		}
+	}
 }
 
 // grow appends v at index i of a cumulative series, filling gaps with

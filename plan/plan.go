@@ -82,6 +82,8 @@ type Device struct {
 	// Sharing notes where HTB's quanta cannot follow the weights
 	// exactly (plan prints them).
 	Sharing []string
+	// Controllers are the sharing controllers the agent runs.
+	Controllers []Controller
 	Alloc   *Alloc
 	// Objects, in creation order: for ingress the ifb link first, then
 	// the tree, then the interface's ingress hook and redirect filter.
@@ -255,6 +257,9 @@ func buildTree(d *policy.Diag, feats Features, in *policy.Interface, t *policy.T
 	dev.Alloc.Tag = prev.Tag
 	b := &builder{d: d, feats: feats, dev: dev, tree: t, prev: prev, byName: map[string]*policy.Class{}, major: 1, div: 1}
 	if n := shardsFor(d, feats, t, devName); n > 1 {
+		if hasSharing(t) {
+			d.Errorf(t.Pos, "%s %s: sharing: controller on a tree sharded over %d transmit queues is not supported; set shards: 1", in.Name, t.Dir, n)
+		}
 		b.sharded(n)
 		return dev
 	}
@@ -279,6 +284,7 @@ func buildTree(d *policy.Diag, feats Features, in *policy.Interface, t *policy.T
 	var leaves []tc.Object
 	b.shareGroup(nil, t.Classes)
 	b.classTree(t.Classes, RootClassID, &leaves)
+	b.controllers()
 	b.objs = append(b.objs, leaves...)
 	if t.BPF {
 		b.objs = append(b.objs, clsact(devName), b.bpfHook())

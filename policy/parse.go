@@ -308,7 +308,8 @@ func (p *parser) tree(n *yaml.Node, dir string) *Tree {
 			}
 			t.Classifier, t.ClassifierPos = s, pos(v)
 		},
-		"police": func(v *yaml.Node) { t.Police = p.police(v, dir) },
+		"police":  func(v *yaml.Node) { t.Police = p.police(v, dir) },
+		"sharing": func(v *yaml.Node) { t.Sharing = p.sharing(v, dir+" sharing") },
 		"shards": func(v *yaml.Node) {
 			t.ShardsPos = pos(v)
 			if v.Kind == yaml.ScalarNode && v.Value == "auto" {
@@ -358,6 +359,55 @@ func (p *parser) tree(n *yaml.Node, dir string) *Tree {
 	}
 	p.fields(n, dir, h)
 	return t
+}
+
+// sharing reads `sharing: controller` or its long form
+// `sharing: {mode: controller, quantum: 1s, cap: 80%, apply_above: 80%}`.
+func (p *parser) sharing(n *yaml.Node, what string) *Sharing {
+	sh := &Sharing{Pos: pos(n), Quantum: DefaultSharingQuantum, ApplyAbove: DefaultApplyAbove}
+	mode := func(v *yaml.Node) bool {
+		s, ok := p.str(v, what)
+		if ok && s != "controller" {
+			p.d.Errorf(pos(v), "%s: expected controller (the agent's weighted max-min controller), found %q; without sharing, HTB's quanta share by weight", what, s)
+			return false
+		}
+		return ok
+	}
+	if n.Kind == yaml.ScalarNode {
+		if !mode(n) {
+			return nil
+		}
+		return sh
+	}
+	seen := false
+	p.fields(n, what, map[string]func(*yaml.Node){
+		"mode": func(v *yaml.Node) { seen = mode(v) || seen },
+		"quantum": func(v *yaml.Node) {
+			sh.QuantumPos = pos(v)
+			d, err := time.ParseDuration(v.Value)
+			if v.Kind != yaml.ScalarNode || err != nil || d < MinSharingQuantum || d > MaxSharingQuantum {
+				p.d.Errorf(pos(v), "%s: quantum: expected a time from %s to %s (like 1s), found %s", what, MinSharingQuantum, MaxSharingQuantum, describe(v))
+				return
+			}
+			sh.Quantum = d
+		},
+		"cap": func(v *yaml.Node) { sh.Cap = p.rate(v, what+": cap") },
+		"apply_above": func(v *yaml.Node) {
+			sh.ApplyAbovePos = pos(v)
+			s, _ := p.str(v, what+": apply_above")
+			r, _, err := ParseRate(s)
+			if err != nil || r.Percent == 0 {
+				p.d.Errorf(pos(v), "%s: apply_above: expected a percentage above 0%% and at most 100%% (like 80%%), found %q", what, s)
+				return
+			}
+			sh.ApplyAbove = r.Percent / 100
+		},
+	})
+	if !seen && n.Kind == yaml.MappingNode {
+		p.d.Errorf(pos(n), "%s: mode: controller is required (the one sharing mode there is)", what)
+		return nil
+	}
+	return sh
 }
 
 // burst reads an EDT burst: a time (5ms) or a size (64kb).
@@ -419,6 +469,7 @@ func (p *parser) class(n *yaml.Node) *Class {
 		"cburst":  func(v *yaml.Node) { c.Cburst = p.size(v, label()+": cburst") },
 		"quantum": func(v *yaml.Node) { c.Quantum = p.size(v, label()+": quantum") },
 		"weight":  func(v *yaml.Node) { c.Weight = p.weight(v, label()+": weight"); c.WeightPos = pos(v) },
+		"sharing": func(v *yaml.Node) { c.Sharing = p.sharing(v, label()+": sharing") },
 		"leaf":    func(v *yaml.Node) { c.Leaf, _ = p.str(v, label()+": leaf"); c.LeafPos = pos(v) },
 		"limit":   func(v *yaml.Node) { c.Limit = p.limit(v, label()+": limit") },
 		"match": func(v *yaml.Node) {

@@ -82,6 +82,10 @@ type Tree struct {
 	Queues    int
 	QueuesPos Pos
 
+	// Sharing runs the agent's sharing controller over the top-level
+	// classes (nil: HTB's quanta share by weight alone).
+	Sharing *Sharing
+
 	// BPF says the tree classifies with sluice's BPF program (resolved
 	// from Classifier).
 	BPF bool
@@ -123,6 +127,9 @@ type Class struct {
 	DefaultPos Pos
 	// Police meters the class's traffic (leaf classes; BPF classifier).
 	Police *Police
+	// Sharing runs the agent's sharing controller over the class's
+	// children.
+	Sharing *Sharing
 
 	// Resolved by validation.
 	Parent *Class
@@ -146,6 +153,37 @@ func (c *Class) IsLeaf() bool { return len(c.Classes) == 0 && c.PerHost == nil &
 
 // EDT reports whether the tree uses the EDT backend.
 func (t *Tree) EDT() bool { return t.Backend == "edt" }
+
+// Sharing is `sharing: controller`: seed 000's weighted max-min
+// controller, run by the agent every Quantum over one parent's children
+// (docs/sharing.md). Where the children have more than one prio, the
+// prio 0 ones are prod: never limited, and what they use comes off the
+// capacity the others share; otherwise all of them share.
+type Sharing struct {
+	Pos Pos
+	// Quantum is how often the controller measures and decides.
+	Quantum    time.Duration
+	QuantumPos Pos
+	// Cap is what the children may use together, before what the prio 0
+	// ones use is taken off: a rate or a share of the parent's rate
+	// (nil: all of it).
+	Cap *Rate
+	// ApplyAbove: a computed limit is applied only while the child uses
+	// at least this share of it (0 < ApplyAbove <= 1).
+	ApplyAbove    float64
+	ApplyAbovePos Pos
+
+	// CapBps is Cap resolved (bytes/s).
+	CapBps units.Rate
+}
+
+// Sharing defaults and bounds.
+const (
+	DefaultSharingQuantum = time.Second
+	MinSharingQuantum     = 100 * time.Millisecond
+	MaxSharingQuantum     = time.Minute
+	DefaultApplyAbove     = 0.8
+)
 
 // Burst is an EDT burst: a time at the aggregate's rate, or bytes.
 type Burst struct {

@@ -303,6 +303,19 @@ func validateTree(in *Interface, t *Tree, d *Diag) {
 		}
 	}
 	walk(t.Classes, nil, t.RateBps, t.RateBps, 0)
+	var sharing func(cs []*Class)
+	sharing = func(cs []*Class) {
+		for _, c := range cs {
+			if c.Sharing != nil {
+				checkSharing(where+": class "+c.Name, c.Sharing, c.CeilBps, c, t, d)
+			}
+			sharing(c.Classes)
+		}
+	}
+	if t.Sharing != nil {
+		checkSharing(where, t.Sharing, t.RateBps, nil, t, d)
+	}
+	sharing(t.Classes)
 	// A BPF tree may be sharded over several HTBs, one per transmit
 	// queue: the planner, which knows the device's queues, checks that
 	// there are enough.
@@ -422,6 +435,32 @@ func matchPos(ms []*Match) Pos {
 		return Pos{}
 	}
 	return ms[0].Pos
+}
+
+// checkSharing checks a sharing block over owner's children (nil owner:
+// the direction's top-level classes) and resolves its cap against base,
+// the most the children can get together (the owner's ceil).
+func checkSharing(what string, sh *Sharing, base units.Rate, owner *Class, t *Tree, d *Diag) {
+	what += " sharing"
+	children := t.Classes
+	if owner != nil {
+		children = owner.Classes
+		if len(children) == 0 {
+			d.Errorf(sh.Pos, "%s: the controller shares between child classes, and this class has none (per_host hosts share by HTB's quanta)", what)
+			return
+		}
+	}
+	if t.EDT() {
+		d.Errorf(sh.Pos, "%s: the controller writes HTB ceils; backend edt is not supported yet", what)
+		return
+	}
+	sh.CapBps = base
+	if sh.Cap != nil {
+		sh.CapBps = sh.Cap.Resolve(base)
+		if sh.CapBps > base {
+			d.Errorf(sh.Cap.Pos, "%s: cap %s is above the %s the children can get together", what, FormatBits(sh.CapBps), FormatBits(base))
+		}
+	}
 }
 
 // checkWeights refuses a weight set on some siblings of one prio but not

@@ -63,7 +63,8 @@ type Decision struct {
 // it, so a child whose demand jumps is not held at its old share).
 //
 // A limit is applied only to a child that wants more than its share
-// (the others are using less than theirs, and need none).
+// (the others are using less than theirs, and need none), and, unless
+// the child is held back, only once it uses ApplyAbove of it.
 //
 // Demand is the usage of the last quantum, except for a child that was
 // held back (a standing queue, drops, or at least ApplyAbove of an
@@ -137,8 +138,12 @@ func (c *Controller) Step(now time.Time, rs []Reading) []Decision {
 		// Only a child that wants more than its share is held to it:
 		// one whose whole demand fits has a share equal to its usage
 		// when the link is full, and a limit there would be the very
-		// loop delayed limits break.
-		d.Applied = d.Demand > d.Share && d.Usage >= above*d.Limit && d.Limit < ch.Ceil
+		// loop delayed limits break. Delayed limits: a child not held
+		// back gets its limit only once it uses ApplyAbove of it; one
+		// held back gets it at once (its usage right after a cut is
+		// TCP backing off, not a lower demand: measured, limits applied
+		// on usage alone flapped every other quantum).
+		d.Applied = d.Limit < ch.Ceil && d.Demand > d.Share && (d.Hungry || d.Usage >= above*d.Limit)
 		d.Ceil = ch.Ceil
 		c.applied[i] = 0
 		if d.Applied {

@@ -103,8 +103,8 @@ func TestControllerWeights(t *testing.T) {
 			t.Errorf("%s queues behind the others but is not counted hungry", x.Name)
 		}
 	}
-	if s := first[2]; s.Applied || s.Ceil != 30*mbit {
-		t.Errorf("c uses 10 of its 15 share (below 80%%): limit applied %+v", s)
+	if s := first[2]; !s.Applied || s.Ceil != 15*mbit {
+		t.Errorf("c is held back (it queues) at 10 of its 15: its limit must apply at once, %+v", s)
 	}
 	for q := 2; q <= 5; q++ {
 		u := usages(d.step())
@@ -212,5 +212,25 @@ func TestControllerBounds(t *testing.T) {
 	}
 	if c.Step(now, []Reading{{}}) != nil {
 		t.Error("readings of the wrong length decided")
+	}
+}
+
+// ApplyAbove decides for a child that is not held back but uses more
+// than its share: its limit (here its guaranteed rate, above the share)
+// applies once its usage reaches ApplyAbove of it.
+func TestControllerApplyAbove(t *testing.T) {
+	for _, tc := range []struct {
+		above   float64
+		applied bool
+	}{{0.8, true}, {0.95, false}} {
+		c := &Controller{Children: []Child{{Name: "x", Weight: 1, Rate: 10 * mbit, Ceil: 30 * mbit}, {Name: "y", Weight: 1, Rate: 1 * mbit, Ceil: 30 * mbit}},
+			Capacity: 12 * mbit, ApplyAbove: tc.above}
+		now := time.Unix(0, 0)
+		c.Step(now, []Reading{{}, {}})
+		ds := c.Step(now.Add(time.Second), []Reading{{Bytes: 9e6 / 8}, {Bytes: 3e6 / 8, Queued: true}})
+		x := ds[0]
+		if x.Hungry || x.Share != 6*mbit || x.Limit != 10*mbit || x.Applied != tc.applied {
+			t.Errorf("apply_above %.2f: x %+v, want share 6, limit 10, applied %v", tc.above, x, tc.applied)
+		}
 	}
 }

@@ -42,6 +42,32 @@ type Tree struct {
 	Backend string `json:"backend,omitempty"`
 	// Delays are the EDT backend's delay histograms, per class.
 	Delays []*Delays `json:"delays,omitempty"`
+	// Sharing is what the agent's sharing controllers last decided for
+	// the classes they control (only in the agent's readings).
+	Sharing []*Share `json:"sharing,omitempty"`
+}
+
+// Share is a sharing controller's last decision for one class. Rates
+// are in bits per second.
+type Share struct {
+	Class string `json:"class"`
+	// Owner is the parent whose children share ("" for the top level).
+	Owner  string  `json:"owner,omitempty"`
+	Weight float64 `json:"weight"`
+	// Prod: a prio 0 class beside others, never limited.
+	Prod bool `json:"prod,omitempty"`
+	// Usage is what it sent over the last quantum; Demand what the
+	// controller counted it as wanting (its ceil when held back:
+	// Hungry); Share its weighted max-min share; Limit that share
+	// between its rate and ceil, Applied when in force; Ceil the ceil
+	// the class has now.
+	Usage   float64 `json:"usage_bps"`
+	Demand  float64 `json:"demand_bps"`
+	Hungry  bool    `json:"hungry,omitempty"`
+	Share   float64 `json:"share_bps"`
+	Limit   float64 `json:"limit_bps"`
+	Applied bool    `json:"applied"`
+	Ceil    float64 `json:"ceil_bps"`
 }
 
 // Class is one class's configuration and counters. Rates are in bits

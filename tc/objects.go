@@ -214,6 +214,10 @@ type Class struct {
 
 	// Name is sluice's name for the class (display only).
 	Name string
+	// Controlled: a sharing controller sets the class's ceil at run time
+	// (between Rate and Ceil); while one runs, a live ceil in that range
+	// is its, not drift (kernel.Options.KeepCeils).
+	Controlled bool
 
 	// Filled in on readback: the kernel keeps bursts as transmission
 	// times (ticks), and Level is 0 for leaves.

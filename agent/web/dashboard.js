@@ -59,6 +59,7 @@ function section(t) {
     el("div", {class: "chart", id: "chart-" + id}),
     el("div", {class: "legend", id: "legend-" + id}),
     el("div", {class: "table", id: "table-" + id}),
+    el("div", {class: "sharing", id: "sharing-" + id}),
     el("div", {class: "policers", id: "policers-" + id}));
   document.getElementById("trees").append(s);
   return s;
@@ -89,12 +90,31 @@ function drawTable(t, omitted) {
       el("td", {class: "red"}, p.red.packets + " pkts"))))));
 }
 
+// drawSharing lists what the sharing controllers last decided: each
+// class's weight, usage, demand, share and the limit in force.
+function drawSharing(t) {
+  const box = document.getElementById("sharing-" + treeID(t));
+  if (!t.sharing || !t.sharing.length) { box.replaceChildren(); return; }
+  box.replaceChildren(el("table", {},
+    el("thead", {}, el("tr", {}, ...["sharing", "weight", "usage", "demand", "share", "limit"].map(h => el("th", {}, h)))),
+    el("tbody", {}, ...t.sharing.map(s => el("tr", {"data-class": s["class"]},
+      el("td", {class: "name"}, (s.owner ? s.owner + " / " : "") + s["class"] + (s.prod ? " (prod)" : "")),
+      el("td", {}, String(+s.weight.toPrecision(4))),
+      el("td", {}, human(s.usage_bps)),
+      el("td", {}, human(s.demand_bps) + (s.hungry ? " (held back)" : "")),
+      el("td", {}, human(s.share_bps)),
+      el("td", {class: s.applied ? "warn" : "muted"}, s.applied ? human(s.limit_bps) : "none (ceil " + human(s.ceil_bps) + ")"))))));
+}
+
+// drawChart draws each class's measured rate and, for classes under a
+// sharing controller, the limit it keeps them at (as "CLASS limit").
 function drawChart(t, hist) {
   const id = treeID(t);
-  const series = hist.series.filter(s => s.interface === t.interface && s.direction === t.direction && s.class !== "(root)");
+  const series = hist.series.filter(s => s.interface === t.interface && s.direction === t.direction && s.class !== "(root)" &&
+    (!s.kind || s.kind === "limit"));
   if (!series.length || hist.at.length < 2) return;
   const rows = hist.at.map((at, i) => [new Date(at * 1000), ...series.map(s => s.bps[i] == null ? null : s.bps[i] / 1e6)]);
-  const labels = ["time", ...series.map(s => s.class)];
+  const labels = ["time", ...series.map(s => s.kind ? s.class + " " + s.kind : s.class)];
   const box = document.getElementById("chart-" + id);
   box.dataset.points = String(rows.length);
   box.dataset.series = String(series.length);
@@ -125,6 +145,7 @@ async function refresh() {
     for (const t of trees) {
       section(t);
       drawTable(t, st.host_classes_omitted);
+      drawSharing(t);
       drawChart(t, hist);
     }
     updates++;

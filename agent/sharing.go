@@ -1,0 +1,195 @@
+package agent
+
+import (
+	"fmt"
+	"math"
+	"time"
+
+	"sluice/engine"
+	"sluice/plan"
+	"sluice/share"
+	"sluice/stats"
+	"sluice/tc"
+	"sluice/units"
+)
+
+// controller is one running sharing controller: its plan, the share
+// package's state, and what it last decided.
+type controller struct {
+	dev, iface, dir string
+	cfg             plan.Controller
+	c               *share.Controller
+	last            time.Time
+	drops           map[string]uint64 // per child, at the last step
+	decided         []*stats.Share
+}
+
+func controllerKey(dev string, c plan.Controller) string { return dev + "\x00" + c.Owner }
+
+// sameConfig: a reload that leaves a controller's configuration alone
+// keeps its measurements and limits.
+func sameConfig(a, b plan.Controller) bool {
+	if a.Owner != b.Owner || a.Quantum != b.Quantum || a.ApplyAbove != b.ApplyAbove || a.Capacity != b.Capacity || len(a.Children) != len(b.Children) {
+		return false
+	}
+	for i := range a.Children {
+		if a.Children[i] != b.Children[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// minQuantum is the shortest quantum of the plan's controllers (0: none).
+func minQuantum(p *plan.Plan) time.Duration {
+	var q time.Duration
+	for _, d := range p.Devices {
+		for _, c := range d.Controllers {
+			if q == 0 || c.Quantum < q {
+				q = c.Quantum
+			}
+		}
+	}
+	return q
+}
+
+// runControllers steps every controller of p whose quantum has passed,
+// on the pass's reading, writes the ceils they decide, and records their
+// decisions in the reading (stats.Tree.Sharing). It runs with the
+// namespace locked (inside the pass), so no apply interleaves.
+func (a *Agent) runControllers(p *engine.Prepared, s *stats.Sample) {
+	live := map[string]*controller{}
+	planned := map[tc.Handle]*tc.Class{}
+	for _, d := range p.Plan.Devices {
+		if len(d.Controllers) == 0 {
+			continue
+		}
+		clear(planned)
+		for _, o := range d.Objects {
+			if c, ok := o.(*tc.Class); ok {
+				planned[c.Handle] = c
+			}
+		}
+		tree := treeOf(s, d.Name)
+		for _, cfg := range d.Controllers {
+			key := controllerKey(d.Name, cfg)
+			ctl := a.ctls[key]
+			if ctl == nil || !sameConfig(ctl.cfg, cfg) {
+				ctl = newController(d, cfg)
+			}
+			live[key] = ctl
+			if tree == nil {
+				continue
+			}
+			// A step is due once a quantum has passed, less half the
+			// pass interval (passes do not land exactly).
+			if !ctl.last.IsZero() && s.At.Sub(ctl.last) < cfg.Quantum-a.tick/2 {
+				tree.Sharing = append(tree.Sharing, ctl.decided...)
+				continue
+			}
+			a.step(p, ctl, tree, planned, s.At)
+			tree.Sharing = append(tree.Sharing, ctl.decided...)
+		}
+	}
+	a.ctls = live
+}
+
+func newController(d *plan.Device, cfg plan.Controller) *controller {
+	ctl := &controller{dev: d.Name, iface: d.Interface, dir: d.Dir, cfg: cfg, drops: map[string]uint64{},
+		c: &share.Controller{Capacity: units.Rate(cfg.Capacity).BitsFloat(), ApplyAbove: cfg.ApplyAbove}}
+	for _, ch := range cfg.Children {
+		ctl.c.Children = append(ctl.c.Children, share.Child{Name: ch.Name, Weight: ch.Weight,
+			Rate: ch.Rate.BitsFloat(), Ceil: ch.Ceil.BitsFloat(), Prod: ch.Prod})
+	}
+	return ctl
+}
+
+func treeOf(s *stats.Sample, dev string) *stats.Tree {
+	for _, t := range s.Trees {
+		if t.Device == dev && !t.Missing {
+			return t
+		}
+	}
+	return nil
+}
+
+// step reads the children's counters (each with its descendants: a
+// tenant's subclasses and hosts queue for it), decides, and writes the
+// ceils that differ from the kernel's.
+func (a *Agent) step(p *engine.Prepared, ctl *controller, tree *stats.Tree, planned map[tc.Handle]*tc.Class, now time.Time) {
+	byID := map[string]*stats.Class{}
+	for _, c := range tree.Classes {
+		byID[c.ID] = c
+	}
+	child := map[string]int{}
+	for i, ch := range ctl.cfg.Children {
+		child[ch.Handle.String()] = i
+	}
+	n := len(ctl.cfg.Children)
+	bytes := make([]uint64, n)
+	backlog := make([]uint64, n)
+	drops := make([]uint64, n)
+	liveCeil := make([]float64, n)
+	found := make([]bool, n)
+	for _, c := range tree.Classes {
+		// Walk up to the controlled child this class belongs to, if any.
+		for x, depth := c, 0; x != nil && depth < 16; x, depth = byID[x.Parent], depth+1 {
+			i, ok := child[x.ID]
+			if !ok {
+				continue
+			}
+			if x == c {
+				bytes[i], liveCeil[i], found[i] = c.Bytes, float64(c.Ceil), true
+			}
+			backlog[i] += uint64(c.Backlog)
+			drops[i] += uint64(c.Drops)
+			break
+		}
+	}
+	rs := make([]share.Reading, n)
+	for i, ch := range ctl.cfg.Children {
+		rs[i] = share.Reading{Bytes: bytes[i], Queued: backlog[i] > 0 || drops[i] > ctl.drops[ch.Name]}
+		ctl.drops[ch.Name] = drops[i]
+	}
+	for i := range found {
+		if !found[i] {
+			ctl.c.Reset() // a class missing: measure afresh once it is back
+			ctl.last, ctl.decided = now, nil
+			return
+		}
+	}
+	ds := ctl.c.Step(now, rs)
+	ctl.last = now
+	if ds == nil {
+		return
+	}
+	ctl.decided = ctl.decided[:0]
+	k := p.Kernel()
+	for i, d := range ds {
+		ch := ctl.cfg.Children[i]
+		sh := &stats.Share{Class: ch.Name, Owner: ctl.cfg.Owner, Weight: ch.Weight, Prod: ch.Prod, Usage: d.Usage,
+			Demand: d.Demand, Hungry: d.Hungry, Share: d.Share, Limit: d.Limit, Applied: d.Applied, Ceil: liveCeil[i]}
+		ctl.decided = append(ctl.decided, sh)
+		if ch.Prod {
+			continue
+		}
+		want := units.FromBits(d.Ceil)
+		if math.Abs(float64(want)-float64(units.FromBits(liveCeil[i]))) < 1 {
+			continue
+		}
+		pc := planned[ch.Handle]
+		if pc == nil {
+			continue
+		}
+		cl := *pc
+		cl.Ceil = max(want, cl.Rate)
+		if err := k.Conn.ClassChange(&cl); err != nil {
+			a.logFailure("sharing: writing a ceil failed", "sharing", fmt.Errorf("%s class %s: %w", ctl.dev, ch.Name, err))
+			continue
+		}
+		a.metrics.shareWrites.Inc()
+		sh.Ceil = cl.Ceil.BitsFloat()
+		a.log.Debug("sharing: ceil", "device", ctl.dev, "class", ch.Name, "ceil_bps", sh.Ceil,
+			"usage_bps", d.Usage, "share_bps", d.Share, "applied", d.Applied)
+	}
+}

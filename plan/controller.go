@@ -1,0 +1,93 @@
+package plan
+
+import (
+	"time"
+
+	"sluice/policy"
+	"sluice/tc"
+	"sluice/units"
+)
+
+// Controller is a sharing controller the agent runs over one parent's
+// children (policy `sharing: controller`, package share).
+type Controller struct {
+	// Owner is the parent class ("" for the direction's top level).
+	Owner      string        `json:"owner,omitempty"`
+	Quantum    time.Duration `json:"quantum"`
+	ApplyAbove float64       `json:"apply_above"`
+	// Capacity is what the children share (the cap), bytes/s.
+	Capacity units.Rate   `json:"capacity"`
+	Children []Controlled `json:"children"`
+}
+
+// Controlled is one child under a controller.
+type Controlled struct {
+	Name   string     `json:"name"`
+	Handle tc.Handle  `json:"id"`
+	Weight float64    `json:"weight"`
+	Rate   units.Rate `json:"rate"`
+	Ceil   units.Rate `json:"ceil"`
+	// Prod children (prio 0 beside children of higher prios) are never
+	// limited; their use comes off the capacity.
+	Prod bool `json:"prod,omitempty"`
+}
+
+// controllers plans the tree's sharing controllers and marks the classes
+// whose ceils they set.
+func (b *builder) controllers() {
+	t := b.tree
+	byName := map[string]*tc.Class{}
+	for _, o := range b.objs {
+		if c, ok := o.(*tc.Class); ok {
+			byName[c.Name] = c
+		}
+	}
+	add := func(owner string, sh *policy.Sharing, cs []*policy.Class) {
+		ctl := Controller{Owner: owner, Quantum: sh.Quantum, ApplyAbove: sh.ApplyAbove, Capacity: sh.CapBps}
+		prios := map[int]bool{}
+		for _, c := range cs {
+			prios[c.Prio] = true
+		}
+		for _, c := range cs {
+			cl := byName[c.Name]
+			if cl == nil {
+				continue
+			}
+			prod := len(prios) > 1 && c.Prio == 0
+			cl.Controlled = !prod
+			ctl.Children = append(ctl.Children, Controlled{Name: c.Name, Handle: cl.Handle, Weight: c.ShareWeight(),
+				Rate: cl.Rate, Ceil: cl.Ceil, Prod: prod})
+		}
+		b.dev.Controllers = append(b.dev.Controllers, ctl)
+	}
+	if t.Sharing != nil {
+		add("", t.Sharing, t.Classes)
+	}
+	var walk func(cs []*policy.Class)
+	walk = func(cs []*policy.Class) {
+		for _, c := range cs {
+			if c.Sharing != nil {
+				add(c.Name, c.Sharing, c.Classes)
+			}
+			walk(c.Classes)
+		}
+	}
+	walk(t.Classes)
+}
+
+// hasSharing reports whether the tree has a sharing controller.
+func hasSharing(t *policy.Tree) bool {
+	if t.Sharing != nil {
+		return true
+	}
+	var walk func(cs []*policy.Class) bool
+	walk = func(cs []*policy.Class) bool {
+		for _, c := range cs {
+			if c.Sharing != nil || walk(c.Classes) {
+				return true
+			}
+		}
+		return false
+	}
+	return walk(t.Classes)
+}

@@ -84,7 +84,7 @@ type Device struct {
 	Sharing []string
 	// Controllers are the sharing controllers the agent runs.
 	Controllers []Controller
-	Alloc   *Alloc
+	Alloc       *Alloc
 	// Objects, in creation order: for ingress the ifb link first, then
 	// the tree, then the interface's ingress hook and redirect filter.
 	Objects []tc.Object

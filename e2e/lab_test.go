@@ -743,25 +743,47 @@ expect:
 	}
 }
 
-// TestWeightsScenario runs the lab's weights scenario (issue: spare
-// capacity shared by weight) at 0.75 of its length: weights 1:2:3 and
-// rates 1mbit:5mbit split a saturated 30mbit link within 5% of their
-// proportions through HTB's quanta alone, where equal quanta split it
+// TestWeightsScenario runs the lab's weights scenario (spare capacity
+// shared by weight) at 0.75 of its length: weights 1:2:3 and rates
+// 1mbit:5mbit split a saturated 30mbit link within 5% of their
+// proportions through HTB's quanta alone, and through the sharing
+// controller over equal quanta, where equal quanta alone split it
 // equally. Its expectations are the checks.
 func TestWeightsScenario(t *testing.T) {
+	runScenario(t, "weights", 0.75, []string{"EQUAL-QUANTA", "WEIGHTS", "CONTROLLER", "RATES"}, 20)
+}
+
+// TestDemandShiftScenario runs the lab's demand-shift scenario: under
+// the agent's sharing controller, a tenant's spare capacity goes to the
+// others, and comes back to it, within two quanta (the scenario's
+// expectations, measured from 2 s after each change).
+func TestDemandShiftScenario(t *testing.T) {
+	runScenario(t, "demand-shift", 0.75, []string{"CONTROLLER", "QUANTA"}, 13)
+}
+
+// TestProdNonprodScenario runs the lab's prod-nonprod scenario: with
+// cap 80% prod's ping keeps its idle latency (within 20%) while the
+// nonprod tenants share the rest by weight; without the cap it does not.
+func TestProdNonprodScenario(t *testing.T) {
+	runScenario(t, "prod-nonprod", 0.75, []string{"NO-CAP", "CAP-80"}, 7)
+}
+
+// runScenario runs a built-in scenario scaled and checks that every
+// variant ran and every expectation (want of them) passed.
+func runScenario(t *testing.T, name string, scale float64, variants []string, want int) {
 	testutil.RequireRoot(t)
 	dir := t.TempDir()
-	r := sluice(t, "lab", "run", "weights", "--scale", "0.75", "--out", dir, "--name", strings.TrimPrefix(testutil.Unique("wts"), testutil.Prefix))
+	r := sluice(t, "lab", "run", name, "--scale", fmt.Sprint(scale), "--out", dir, "--name", strings.TrimPrefix(testutil.Unique("scn"), testutil.Prefix))
 	t.Logf("%s", r.stdout)
 	if r.code != 0 {
 		t.Fatalf("exit %d\n%s", r.code, r.stderr)
 	}
-	for _, v := range []string{"EQUAL-QUANTA", "WEIGHTS", "RATES"} {
+	for _, v := range variants {
 		if !strings.Contains(r.stdout, v) {
 			t.Errorf("variant %s did not run", v)
 		}
 	}
-	if n := strings.Count(r.stdout, "PASS  "); n != 12 {
-		t.Errorf("%d expectations passed, want 12", n)
+	if n := strings.Count(r.stdout, "PASS  "); n != want {
+		t.Errorf("%d expectations passed, want %d", n, want)
 	}
 }

@@ -3,6 +3,7 @@ package lab
 import (
 	"fmt"
 	"math"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -20,7 +21,7 @@ import (
 // smoothed round-trip time, averaged over the phase), drops, fairness
 // (Jain's index) or red (the share of bytes policers coloured red).
 // VALUE is a duration
-// (5ms), a rate (18mbit), a ratio or percentage (0.98, 1%), or a share of
+// (5ms) or a multiple of the same latency in another phase (1.2x idle), a rate (18mbit), a ratio or percentage (0.98, 1%), or a share of
 // the class's configured rate (0.93 rate, 93% of rate).
 type Expectation struct {
 	Text    string
@@ -32,7 +33,13 @@ type Expectation struct {
 	Op      string
 	Value   float64 // ms, bits/s, or a ratio
 	OfRate  bool    // Value is a share of the class's rate
+	// Of names another phase: Value is a multiple of the same
+	// subject's metric there ("p50 < 1.2x idle").
+	Of string
 }
+
+// relative is a latency relative to another phase: 1.2x idle.
+var relative = regexp.MustCompile(`^([0-9]+(?:\.[0-9]+)?)x\s+(\S+)$`)
 
 var latencyMetrics = map[string]float64{"p50": 50, "p90": 90, "p95": 95, "p99": 99, "avg": -1, "max": 100}
 
@@ -77,9 +84,17 @@ func parseExpectation(s string) (*Expectation, error) {
 		if e.Subject != "probe" && e.Subject != "class" {
 			return nil, fmt.Errorf("%s has no latency; probes and classes do", e.Subject)
 		}
+		if m := relative.FindStringSubmatch(val); m != nil {
+			e.Value, _ = strconv.ParseFloat(m[1], 64)
+			e.Of = m[2]
+			if e.Of == e.Phase {
+				return nil, fmt.Errorf("latency %q: compare with another phase than the expectation's own", val)
+			}
+			return e, nil
+		}
 		d, err := time.ParseDuration(val)
 		if err != nil {
-			return nil, fmt.Errorf("latency %q: want a duration like 5ms", val)
+			return nil, fmt.Errorf("latency %q: want a duration like 5ms, or a multiple of another phase's like 1.2x idle", val)
 		}
 		e.Value = float64(d) / 1e6
 	case e.Metric == "rtt":
@@ -194,6 +209,19 @@ func (e *Expectation) Check(r *Result) Verdict {
 				v.Actual = st.Loss
 			} else {
 				v.Actual, unit = st.pick(e.Metric), "ms"
+			}
+			if e.Of != "" {
+				base := r.phase(e.Of)
+				if base == nil {
+					v.Note = fmt.Sprintf("no phase %q to compare with", e.Of)
+					return v
+				}
+				bst, ok := r.latency(base, e.Subject, e.Name)
+				if !ok {
+					v.Note = fmt.Sprintf("no samples for %s %s in phase %s", e.Subject, e.Name, e.Of)
+					return v
+				}
+				want = e.Value * bst.pick(e.Metric)
 			}
 			break
 		}

@@ -164,3 +164,30 @@ func TestSkippedVariantsExpectations(t *testing.T) {
 		t.Fatalf("verdicts %+v", vs)
 	}
 }
+
+// A latency relative to another phase: the probe's RTT rises from about
+// 1.5 ms (first second) to 2.5 ms (second).
+func TestRelativeLatencyExpectations(t *testing.T) {
+	r := synthetic()
+	r.Phases = append(r.Phases, r.summarize("first", 0, 1, 0), r.summarize("second", 1, 2, 0))
+	for _, tc := range []struct {
+		text string
+		pass bool
+	}{
+		{"shaped/second: probe ping p50 < 1.8x first", true},
+		{"shaped/second: probe ping p50 < 1.5x first", false},
+		{"shaped/first: probe ping p50 <= 1x second", true},
+		{"shaped/second: probe ping p50 < 2x nope", false}, // no such phase: not a pass
+	} {
+		e, err := parseExpectation(tc.text)
+		if err != nil {
+			t.Fatalf("%q: %v", tc.text, err)
+		}
+		if v := e.Check(r); v.Pass != tc.pass {
+			t.Errorf("%q: pass %v (actual %v, want %s, %s)", tc.text, v.Pass, v.Actual, v.Want, v.Note)
+		}
+	}
+	if _, err := parseExpectation("shaped/first: probe ping p50 < 1.2x first"); err == nil {
+		t.Error("a phase compared with itself accepted")
+	}
+}

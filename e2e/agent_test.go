@@ -799,3 +799,114 @@ func TestAgentReloadsHostsFileAndSIGHUP(t *testing.T) {
 		t.Errorf("healthz %d after reloads", code)
 	}
 }
+
+// The sharing controller: two UDP tenants of weights 1 and 3 flood a
+// 20mbit link with equal quanta; the agent limits them to their weighted
+// shares (5 and 15 Mbit/s) by writing their ceils, shows the decision in
+// its status, metrics and history, and does not count its own ceils as
+// drift. While it runs, a plain apply and plan keep them; once it stops,
+// apply puts the policy's ceils back.
+func TestAgentSharingController(t *testing.T) {
+	p := testutil.NewPair(t)
+	pol := writePolicy(t, "p.yaml", policyFor(p.DevA, `    egress:
+      rate: 20mbit
+      default: b
+      sharing: {mode: controller, quantum: 500ms}
+      classes:
+        - {name: a, rate: 100kbit, weight: 1, quantum: 67050, match: [{proto: udp, dport: 9001}]}
+        - {name: b, rate: 100kbit, weight: 3, quantum: 67050, match: [{proto: udp, dport: 9002}]}
+`))
+	a := startAgent(t, p.A, pol, "--interval", "500ms")
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for _, port := range []int{9001, 9002} {
+		wg.Add(1)
+		go func(port int) {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				udpSend(t, p.A, testutil.AddrB, port, 500, 1000, 15e6)
+			}
+		}(port)
+	}
+	defer func() { close(stop); wg.Wait() }()
+	ceils := func() map[string]float64 {
+		out := must(t, "--netns", p.A, "show", "--json", "--local", "--interval", "0")
+		var s struct {
+			Trees []struct {
+				Classes []struct {
+					Name string  `json:"name"`
+					Ceil float64 `json:"ceil_bps"`
+				} `json:"classes"`
+			} `json:"trees"`
+		}
+		if err := json.Unmarshal([]byte(out), &s); err != nil || len(s.Trees) != 1 {
+			t.Fatalf("show: %v\n%s", err, out)
+		}
+		m := map[string]float64{}
+		for _, c := range s.Trees[0].Classes {
+			m[c.Name] = c.Ceil
+		}
+		return m
+	}
+	took, ok := within(8*time.Second, func() bool {
+		c := ceils()
+		return c["a"] == 5e6 && c["b"] == 15e6
+	})
+	if !ok {
+		t.Fatalf("ceils %v after 8 s, want a 5mbit and b 15mbit", ceils())
+	}
+	t.Logf("limits in force %.1f s after the flood began", took.Seconds())
+
+	st := a.status()
+	var shares []string
+	for _, sh := range st.Sample.Trees[0].Sharing {
+		shares = append(shares, fmt.Sprintf("%s:%v:%.0f:%.0f:%v", sh.Class, sh.Weight, sh.Share, sh.Limit, sh.Applied))
+	}
+	if got := strings.Join(shares, " "); got != "a:1:5000000:5000000:true b:3:15000000:15000000:true" {
+		t.Errorf("status sharing %q", got)
+	}
+	if v, ok := a.metric("sluice_sharing_limit_bits", `class="a"`); !ok || v != 5e6 {
+		t.Errorf("sluice_sharing_limit_bits{class=a} %v %v", v, ok)
+	}
+	if v, ok := a.metric("sluice_sharing_demand_bits", `class="b"`); !ok || v != 20e6 {
+		t.Errorf("sluice_sharing_demand_bits{class=b} %v (b is held back: its demand counts as its ceil)", v)
+	}
+	if v, ok := a.metric("sluice_sharing_writes_total"); !ok || v < 2 {
+		t.Errorf("sluice_sharing_writes_total %v", v)
+	}
+	_, hist := a.get("/api/v1/history")
+	if !strings.Contains(hist, `"kind":"limit"`) || !strings.Contains(hist, `"kind":"share"`) {
+		t.Errorf("history has no sharing series: %.300s", hist)
+	}
+	if text := must(t, "--netns", p.A, "show"); !strings.Contains(text, "SHARING") || !strings.Contains(text, "(held back)") {
+		t.Errorf("show lacks the sharing table:\n%s", text)
+	}
+	// Not drift, and not undone by the user's own apply or plan.
+	time.Sleep(1500 * time.Millisecond)
+	if v, _ := a.metric("sluice_drift_repairs_total"); v != 0 {
+		t.Errorf("the agent repaired its own ceils %v times", v)
+	}
+	if out := must(t, "--netns", p.A, "plan", pol); !strings.Contains(out, "no changes") {
+		t.Errorf("plan while the controller runs:\n%s", out)
+	}
+	if out := must(t, "--netns", p.A, "apply", pol); !strings.Contains(out, "no changes") {
+		t.Errorf("apply while the controller runs:\n%s", out)
+	}
+	if c := ceils(); c["a"] != 5e6 {
+		t.Errorf("ceils after apply %v", c)
+	}
+	// Without the agent the limits are stale: apply puts the policy's back.
+	close(stop)
+	wg.Wait()
+	stop = make(chan struct{})
+	a.stop(syscall.SIGTERM)
+	out := must(t, "--netns", p.A, "apply", pol)
+	if c := ceils(); c["a"] != 20e6 || c["b"] != 20e6 {
+		t.Errorf("apply after the agent stopped: ceils %v, want the policy's 20mbit\n%s", c, out)
+	}
+}

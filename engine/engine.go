@@ -197,7 +197,11 @@ func prepare(file string, pol *policy.Policy, opts Options, lock bool) (*Prepare
 		return fail(input(err))
 	}
 	p.Phases.mark("plan")
-	if lock && !opts.Full && !opts.Force {
+	// Without an agent, a controller's last ceils are stale and the
+	// records do not know them: read every tree back to put the
+	// policy's ceils back (the fast path would trust the records).
+	stale := hasControllers(p.Plan) && !keepCeils(p.Plan, opts)
+	if lock && !opts.Full && !opts.Force && !stale {
 		l, desired, ok, err := k.ReadTouched(p.Plan)
 		if err != nil {
 			return fail(fmt.Errorf("reading the kernel: %w", err))
@@ -237,9 +241,13 @@ func prepare(file string, pol *policy.Policy, opts Options, lock bool) (*Prepare
 // kept: the plan has controllers and an agent runs them in this
 // namespace (without one, the policy's ceils come back).
 func keepCeils(p *plan.Plan, opts Options) bool {
+	return hasControllers(p) && kernel.AgentRunning(kernel.StateDir(opts.Netns))
+}
+
+func hasControllers(p *plan.Plan) bool {
 	for _, d := range p.Devices {
 		if len(d.Controllers) > 0 {
-			return kernel.AgentRunning(kernel.StateDir(opts.Netns))
+			return true
 		}
 	}
 	return false

@@ -265,7 +265,7 @@ func TestAddAndRemoveClassTouchOnlyIt(t *testing.T) {
 	}
 	before := rawHandles(t, b)
 	classesBefore := testutil.NS(t, b.ns, "tc", "class", "show", "dev", "eth0")
-	withDNS := strings.Replace(basePolicy, "        - name: bulk", "        - name: dns\n          rate: 1mbit\n          match: [{proto: udp, dport: 53}]\n        - name: bulk", 1)
+	withDNS := strings.Replace(basePolicy, "        - name: bulk", "        - name: dns\n          rate: 2mbit\n          match: [{proto: udp, dport: 53}]\n        - name: bulk", 1)
 	n, err := b.apply(t, parse(t, withDNS), false)
 	// class, leaf, table, its node, the IPv4 link node, the IPv6 node
 	if err != nil || n != 6 {

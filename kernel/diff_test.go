@@ -102,7 +102,7 @@ func TestDiffRateChangeIsOneClassChange(t *testing.T) {
 
 func TestDiffAddClassTouchesOnlyIt(t *testing.T) {
 	live := asLive(build(t, base))
-	want := build(t, strings.Replace(base, "        - name: bulk", "        - name: dns\n          rate: 1mbit\n          match: [{proto: udp, dport: 53}]\n        - name: bulk", 1))
+	want := build(t, strings.Replace(base, "        - name: bulk", "        - name: dns\n          rate: 2mbit\n          match: [{proto: udp, dport: 53}]\n        - name: bulk", 1))
 	d := Compute(live, want, Options{})
 	var dnsPrio uint16
 	for _, c := range d.Changes {
@@ -136,6 +136,9 @@ func TestDiffAddClassTouchesOnlyIt(t *testing.T) {
 }
 
 func TestDiffRemoveClassDeletesFiltersFirst(t *testing.T) {
+	// bulk as light as ssh: removing ssh, the lightest of its siblings,
+	// would otherwise rescale their quanta (plan/share.go).
+	base := strings.Replace(base, "          rate: 5mbit\n", "          rate: 2mbit\n", 1)
 	live := asLive(build(t, base))
 	// Remove ssh: its filters must go before the class (a class bound by a
 	// filter cannot be deleted), and its leaf goes with the class.

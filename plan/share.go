@@ -15,17 +15,24 @@ import (
 // the siblings' weights therefore split the spare capacity by weight
 // (tc's rate/r2q default does this by rate). sluice keeps every quantum
 // at least one 64 KB GSO packet (minQuantum: below it DRR counts packets,
-// not bytes) and scales the group up from there, so the lightest
-// sibling gets the floor and the others its multiple of it. The scale is
-// capped at maxShareRatio times the floor: a turn of the heaviest class
-// is a burst the others wait behind, and at 30mbit quanta of 0.64, 1.3
-// and 2 MB (1:2:3 from 640 KB) gave the lightest 2.4 instead of 4.9
-// Mbit/s with 13% retransmits and a 0.7 s ping, where 64, 128 and 192 KB
-// gave 4.87, 9.67 and 14.15 (docs/lab.md, scenario weights).
-const (
-	maxShareRatio = 8
-	maxQuantumW   = maxShareRatio * minQuantum
-)
+// not bytes) and scales the group up from there: the lightest sibling
+// gets the floor, the others their multiple of it.
+//
+// The quanta of a group depend on its lightest member: a sibling lighter
+// than all the others joining, or the lightest leaving, rescales its
+// siblings' quanta (apply changes them in place). Any other edit changes
+// the edited class alone, as apply's fast path wants. (Rounding the scale
+// to a power of two would make that rarer at the price of quanta up to
+// twice the floor for every group, equal ones included: measured just as
+// fair, 4.88, 9.46 and 14.34 Mbit/s from 128, 256 and 384 KB, but it
+// would change every tree's quanta for little.)
+//
+// Quanta stop at maxQuantumW: a turn of the heaviest class is a burst
+// the others wait behind, and at 30mbit quanta of 0.64, 1.3 and 2 MB
+// (1:2:3 from 640 KB) gave the lightest 2.4 instead of 4.9 Mbit/s with
+// 13% retransmits and a 0.7 s ping. Weights up to 15 times the
+// lightest's are followed exactly (the sharing controller follows any).
+const maxQuantumW = 1 << 20
 
 // sibling is one child of a parent class as DRR sees it.
 type sibling struct {
@@ -38,10 +45,9 @@ type sibling struct {
 
 // shareQuanta returns each sibling's quantum and, per prio group whose
 // weights the quanta cannot follow exactly, a note. Within one prio group
-// the quanta are base*weight, base the smallest that gives every member
-// at least its own floor (QuantumFor its rate), capped at maxQuantumW.
-// The result depends only on the group, so an edit that leaves a group's
-// lightest member alone changes no other member's quantum.
+// the quanta are base*weight, base the smallest power of two that gives
+// every member at least its own floor (QuantumFor its rate), capped at
+// maxQuantumW.
 func shareQuanta(sibs []sibling) (q []uint32, flattened []string) {
 	q = make([]uint32, len(sibs))
 	var base [8]float64
@@ -69,8 +75,8 @@ func shareQuanta(sibs []sibling) (q []uint32, flattened []string) {
 				more = fmt.Sprintf(" and %d more", len(names)-3)
 				names = names[:3]
 			}
-			flattened = append(flattened, fmt.Sprintf("prio %d: %s%s weigh more than %d times the lightest; their quanta stop at %d bytes, so they get less than their weight's share of spare capacity",
-				prio, strings.Join(names, ", "), more, maxShareRatio, maxQuantumW))
+			flattened = append(flattened, fmt.Sprintf("prio %d: %s%s weigh too much more than the lightest for HTB's quanta (they stop at %d bytes), so they get less than their weight's share of spare capacity; sharing: controller follows any weights",
+				prio, strings.Join(names, ", "), more, maxQuantumW))
 		}
 	}
 	return q, flattened

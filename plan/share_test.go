@@ -35,8 +35,8 @@ func TestShareQuanta(t *testing.T) {
 			[]uint32{67050, 201150, 67050, 134100}, ""},
 		{"explicit quanta are kept out of the scale", []sibling{{name: "a", rate: mbit(1), weight: 1, fixed: true}, {name: "b", rate: mbit(1), weight: 2}, {name: "c", rate: mbit(1), weight: 4}},
 			[]uint32{0, 67050, 134100}, ""},
-		{"beyond 8:1 the quanta stop", []sibling{{name: "a", rate: mbit(1), weight: 1}, {name: "b", rate: mbit(100), weight: 100}},
-			[]uint32{67050, maxQuantumW}, "prio 0: b weigh more than 8 times the lightest; their quanta stop at 536400 bytes"},
+		{"beyond 15:1 the quanta stop", []sibling{{name: "a", rate: mbit(1), weight: 1}, {name: "b", rate: mbit(100), weight: 100}},
+			[]uint32{67050, maxQuantumW}, "prio 0: b weigh too much more than the lightest for HTB's quanta (they stop at 1048576 bytes)"},
 	} {
 		q, notes := shareQuanta(tc.sibs)
 		for i := range q {
@@ -142,5 +142,12 @@ func TestPlanWeights(t *testing.T) {
 	}
 	if changed != 1 || q2["subs/h3"] != 268200 {
 		t.Errorf("h3 to 8mbit: %d quanta changed (want 1), h3's %d (want 268200)", changed, q2["subs/h3"])
+	}
+	// A host lighter than all the others rescales its siblings: the
+	// lightest gets the floor.
+	os.WriteFile(filepath.Join(dir, "hosts.csv"), []byte("name,addresses,rate,ceil\nh0,10.0.0.9,1mbit,30mbit\nh1,10.0.0.1,2mbit,30mbit\nh2,10.0.0.2,4mbit,30mbit\nh3,10.0.0.3,8mbit,30mbit\n"), 0o644)
+	q3 := quanta()
+	if q3["subs/h0"] != 67050 || q3["subs/h1"] != 134100 || q3["subs/h3"] != 536400 || q3["a"] != q["a"] {
+		t.Errorf("a 1mbit host joins: %v", q3)
 	}
 }

@@ -408,7 +408,37 @@ func (s *Sample) WriteText(w io.Writer) {
 				c.Packets, bytesHuman(c.Bytes), c.Drops, c.Overlimits, bytesHuman(uint64(c.Backlog)), c.Borrowed)
 		}
 		tw.Flush()
+		writeSharing(w, t.Sharing)
 	}
+}
+
+// writeSharing prints the sharing controllers' last decisions (readings
+// from the agent only).
+func writeSharing(w io.Writer, ss []*Share) {
+	if len(ss) == 0 {
+		return
+	}
+	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "SHARING	WEIGHT	USAGE	DEMAND	SHARE	LIMIT	")
+	for _, sh := range ss {
+		name := sh.Class
+		if sh.Owner != "" {
+			name = sh.Owner + "/" + name
+		}
+		demand := human(sh.Demand)
+		if sh.Hungry {
+			demand += " (held back)"
+		}
+		limit := "none"
+		switch {
+		case sh.Prod:
+			name, limit = name+" (prod)", "never"
+		case sh.Applied:
+			limit = human(sh.Limit)
+		}
+		fmt.Fprintf(tw, "%s\t%.4g\t%s\t%s\t%s\t%s\t\n", name, sh.Weight, human(sh.Usage), demand, human(sh.Share), limit)
+	}
+	tw.Flush()
 }
 
 func human(bps float64) string {

@@ -136,6 +136,9 @@ sluice's back, as plan shows.`,
 			if err != nil {
 				return classify(err)
 			}
+			if !quiet {
+				printSharing(g.stderr, p.Plan)
+			}
 			if !empty {
 				fmt.Fprintf(g.stdout, "applied: %d change(s), %d netlink write(s)\n", res.Changes, res.Writes)
 			}
@@ -185,6 +188,38 @@ func printSharing(w io.Writer, p *plan.Plan) {
 			fmt.Fprintf(w, "note: %s %s: %s\n", d.Interface, d.Dir, s)
 		}
 	}
+	for _, n := range controllerNotes(p) {
+		fmt.Fprintf(w, "note: %s\n", n)
+	}
+}
+
+// controllerNotes says, per sharing controller, what it shares and that
+// it runs in the agent (docs/sharing.md).
+func controllerNotes(p *plan.Plan) []string {
+	var out []string
+	for _, d := range p.Devices {
+		for _, c := range d.Controllers {
+			over := "the top-level classes"
+			if c.Owner != "" {
+				over = "the children of " + c.Owner
+			}
+			var ws, prod []string
+			for _, ch := range c.Children {
+				if ch.Prod {
+					prod = append(prod, ch.Name)
+					continue
+				}
+				ws = append(ws, fmt.Sprintf("%s %.4g", ch.Name, ch.Weight))
+			}
+			s := fmt.Sprintf("%s %s: a sharing controller splits %s among %s by weight (%s) every %s, writing their ceils; it runs in `sluice agent`, and without one the ceils stay the policy's",
+				d.Interface, d.Dir, policy.FormatBits(c.Capacity), over, strings.Join(ws, ", "), c.Quantum)
+			if len(prod) > 0 {
+				s += fmt.Sprintf("; %s (prio 0) never limited, their use taken off the %s", strings.Join(prod, ", "), policy.FormatBits(c.Capacity))
+			}
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
 func printDiff(w io.Writer, d *kernel.Diff) {

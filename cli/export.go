@@ -97,6 +97,7 @@ its hook is left as a comment.`,
 			if err != nil {
 				return badInput(err)
 			}
+			notes = append(notes, controllerNotes(p)...)
 			d := kernel.Compute(nil, p.Objects(), kernel.Options{})
 			fmt.Fprint(g.stdout, renderExport(args[0], format, notes, p, d.Ops()))
 			return nil

@@ -75,7 +75,7 @@ func shareQuanta(sibs []sibling) (q []uint32, flattened []string) {
 				more = fmt.Sprintf(" and %d more", len(names)-3)
 				names = names[:3]
 			}
-			flattened = append(flattened, fmt.Sprintf("prio %d: %s%s weigh too much more than the lightest for HTB's quanta (they stop at %d bytes), so they get less than their weight's share of spare capacity; sharing: controller follows any weights",
+			flattened = append(flattened, fmt.Sprintf("prio %d: the weight of %s%s is too far above the lightest sibling's for HTB's quanta (at most %d bytes): less than its weight's share of spare capacity (sharing: controller follows any weights)",
 				prio, strings.Join(names, ", "), more, maxQuantumW))
 		}
 	}

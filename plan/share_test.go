@@ -36,7 +36,7 @@ func TestShareQuanta(t *testing.T) {
 		{"explicit quanta are kept out of the scale", []sibling{{name: "a", rate: mbit(1), weight: 1, fixed: true}, {name: "b", rate: mbit(1), weight: 2}, {name: "c", rate: mbit(1), weight: 4}},
 			[]uint32{0, 67050, 134100}, ""},
 		{"beyond 15:1 the quanta stop", []sibling{{name: "a", rate: mbit(1), weight: 1}, {name: "b", rate: mbit(100), weight: 100}},
-			[]uint32{67050, maxQuantumW}, "prio 0: b weigh too much more than the lightest for HTB's quanta (they stop at 1048576 bytes)"},
+			[]uint32{67050, maxQuantumW}, "prio 0: the weight of b is too far above the lightest sibling's for HTB's quanta (at most 1048576 bytes)"},
 	} {
 		q, notes := shareQuanta(tc.sibs)
 		for i := range q {

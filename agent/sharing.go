@@ -5,6 +5,7 @@ import (
 	"math"
 	"time"
 
+	"sluice/bpf"
 	"sluice/engine"
 	"sluice/plan"
 	"sluice/share"
@@ -21,8 +22,21 @@ type controller struct {
 	c               *share.Controller
 	last            time.Time
 	drops           map[string]uint64 // per child, at the last step
-	decided         []*stats.Share
+	// EDT: each child's delay histogram totals at the last step: all
+	// packets, and those held back more than heldBack.
+	packets, held map[string]uint64
+	decided       []*stats.Share
 }
+
+// heldBack is the delay beyond which an EDT aggregate's packet counts as
+// held back by its cap; an aggregate is held back when at least
+// heldShare of its packets were (or it dropped some at the horizon).
+// Below its cap a flow's packets leave at once (delay 0, or within the
+// burst); at its cap they wait a frame's time at the cap or more.
+const (
+	heldBack  = 100 * time.Microsecond
+	heldShare = 0.2
+)
 
 func controllerKey(dev string, c plan.Controller) string { return dev + "\x00" + c.Owner }
 
@@ -96,6 +110,7 @@ func (a *Agent) runControllers(p *engine.Prepared, s *stats.Sample) {
 
 func newController(d *plan.Device, cfg plan.Controller) *controller {
 	ctl := &controller{dev: d.Name, iface: d.Interface, dir: d.Dir, cfg: cfg, drops: map[string]uint64{},
+		packets: map[string]uint64{}, held: map[string]uint64{},
 		c: &share.Controller{Capacity: units.Rate(cfg.Capacity).BitsFloat(), ApplyAbove: cfg.ApplyAbove}}
 	for _, ch := range cfg.Children {
 		ctl.c.Children = append(ctl.c.Children, share.Child{Name: ch.Name, Weight: ch.Weight,
@@ -123,8 +138,9 @@ func (a *Agent) step(p *engine.Prepared, ctl *controller, tree *stats.Tree, plan
 	}
 	child := map[string]int{}
 	for i, ch := range ctl.cfg.Children {
-		child[ch.Handle.String()] = i
+		child[ch.ID] = i
 	}
+	edt := tree.Backend == "edt"
 	n := len(ctl.cfg.Children)
 	bytes := make([]uint64, n)
 	backlog := make([]uint64, n)
@@ -150,6 +166,45 @@ func (a *Agent) step(p *engine.Prepared, ctl *controller, tree *stats.Tree, plan
 	for i, ch := range ctl.cfg.Children {
 		rs[i] = share.Reading{Bytes: bytes[i], Queued: backlog[i] > 0 || drops[i] > ctl.drops[ch.Name]}
 		ctl.drops[ch.Name] = drops[i]
+	}
+	var prog *bpf.Program
+	var targets []bpf.Target
+	if edt {
+		// An aggregate has no queue of its own: what its packets waited
+		// for their departure time says whether its cap held it back.
+		for _, dl := range tree.Delays {
+			i, ok := byName(ctl.cfg.Children, dl.Class)
+			if !ok {
+				continue
+			}
+			var all, held uint64
+			for k, c := range dl.Packets {
+				all += c
+				if k > 0 && (dl.UpperNS[k] == 0 || dl.UpperNS[k] > uint64(heldBack)) {
+					held += c
+				}
+			}
+			dAll, dHeld := all-min(all, ctl.packets[dl.Class]), held-min(held, ctl.held[dl.Class])
+			ctl.packets[dl.Class], ctl.held[dl.Class] = all, held
+			if dAll > 0 && float64(dHeld) >= heldShare*float64(dAll) {
+				rs[i].Queued = true
+			}
+		}
+		var err error
+		if prog, err = p.Kernel().OpenHook(ctl.dev, false); err != nil || prog == nil {
+			a.logFailure("sharing: reading the EDT program failed", "sharing", fmt.Errorf("%s: %v", ctl.dev, err))
+			return
+		}
+		defer prog.Close()
+		if targets, _, err = prog.Targets(); err != nil {
+			a.logFailure("sharing: reading the EDT program failed", "sharing", err)
+			return
+		}
+		for i, ch := range ctl.cfg.Children {
+			if int(ch.Target) < len(targets) {
+				liveCeil[i] = units.Rate(targets[ch.Target].Rate).BitsFloat()
+			}
+		}
 	}
 	for i := range found {
 		if !found[i] {
@@ -177,6 +232,20 @@ func (a *Agent) step(p *engine.Prepared, ctl *controller, tree *stats.Tree, plan
 		if math.Abs(float64(want)-float64(units.FromBits(liveCeil[i]))) < 1 {
 			continue
 		}
+		if edt {
+			if int(ch.Target) >= len(targets) {
+				continue
+			}
+			tg := targets[ch.Target]
+			tg.Rate, tg.Horizon = uint64(max(want, 1)), plan.HorizonFor(ctl.cfg.Horizon, want)
+			if err := prog.SetTarget(ch.Target, tg); err != nil {
+				a.logFailure("sharing: writing a cap failed", "sharing", fmt.Errorf("%s aggregate %s: %w", ctl.dev, ch.Name, err))
+				continue
+			}
+			a.metrics.shareWrites.Inc()
+			sh.Ceil = units.Rate(tg.Rate).BitsFloat()
+			continue
+		}
 		pc := planned[ch.Handle]
 		if pc == nil {
 			continue
@@ -192,4 +261,13 @@ func (a *Agent) step(p *engine.Prepared, ctl *controller, tree *stats.Tree, plan
 		a.log.Debug("sharing: ceil", "device", ctl.dev, "class", ch.Name, "ceil_bps", sh.Ceil,
 			"usage_bps", d.Usage, "share_bps", d.Share, "applied", d.Applied)
 	}
+}
+
+func byName(cs []plan.Controlled, name string) (int, bool) {
+	for i, c := range cs {
+		if c.Name == name {
+			return i, true
+		}
+	}
+	return 0, false
 }

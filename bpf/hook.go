@@ -21,6 +21,10 @@ type Hook struct {
 	HistCap  uint32 // the size of the live delay histogram map
 	// Note says what the hook is for (plans).
 	Note string
+	// Controlled lists the targets (indices in Content.Targets) whose
+	// Rate and Horizon a sharing controller sets at run time (EDT
+	// aggregates under `sharing: controller`; plans only).
+	Controlled []uint32
 }
 
 // Direction is "ingress" or "egress".

@@ -371,6 +371,15 @@ func sum(per []Counter) Counter {
 	return s
 }
 
+// SetTarget rewrites class target i (a sharing controller's new rate and
+// horizon for an EDT aggregate).
+func (p *Program) SetTarget(i uint32, t Target) error {
+	if err := p.objs.Targets.Update(i, t, ebpf.UpdateExist); err != nil {
+		return fmt.Errorf("bpf classifier: update target %d: %w", i, err)
+	}
+	return nil
+}
+
 // Targets reads the class targets (not the hosts) and the number of
 // policers: enough to name each policer's class.
 func (p *Program) Targets() ([]Target, uint32, error) {

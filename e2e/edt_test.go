@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -506,5 +507,94 @@ func TestEDTKilledApplyIsRecovered(t *testing.T) {
 				t.Fatalf("plan after recovery:\n%.1000s", out)
 			}
 		})
+	}
+}
+
+// TestEDTSharingController: the sharing controller on an EDT tree. Two
+// nonprod aggregates of weights 1 and 3 are flooded over UDP past a
+// 20mbit direction; the agent sees their packets held back (delays at
+// their caps, horizon drops) and writes caps of 5 and 15mbit into their
+// targets, which then pace them there. While it runs those caps are its
+// state, not drift; once it stops, apply puts the policy's back.
+func TestEDTSharingController(t *testing.T) {
+	needFq(t)
+	a, _ := shardedPair(t, 4, 0)
+	pol := writePolicy(t, "p.yaml", policyFor("veth0", `    egress:
+      backend: edt
+      rate: 20mbit
+      default: b
+      sharing: {mode: controller, quantum: 500ms}
+      classes:
+        - {name: a, rate: 100kbit, prio: 1, weight: 1, match: [{proto: udp, dport: 9001}]}
+        - {name: b, rate: 100kbit, prio: 1, weight: 3, match: [{proto: udp, dport: 9002}]}
+`))
+	ag := startAgent(t, a, pol, "--interval", "500ms")
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for _, port := range []int{9001, 9002} {
+		wg.Add(1)
+		go func(port int) {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				udpSend(t, a, "10.9.0.2", port, 250, 1000, 15e6)
+			}
+		}(port)
+	}
+	stopFlood := func() {
+		if stop != nil {
+			close(stop)
+			wg.Wait()
+			stop = nil
+		}
+	}
+	defer stopFlood()
+	limits := func() map[string]float64 {
+		m := map[string]float64{}
+		for _, sh := range ag.status().Sample.Trees[0].Sharing {
+			if sh.Applied {
+				m[sh.Class] = sh.Limit
+			}
+		}
+		return m
+	}
+	took, ok := within(15*time.Second, func() bool {
+		l := limits()
+		return l["a"] == 5e6 && l["b"] == 15e6
+	})
+	if !ok {
+		t.Fatalf("limits %v after 15 s, want a 5mbit and b 15mbit\n%s", limits(), must(t, "--netns", a, "show"))
+	}
+	t.Logf("caps in force %.1f s after the flood began", took.Seconds())
+	time.Sleep(2 * time.Second)
+	measured := map[string]float64{}
+	for _, c := range ag.status().Sample.Trees[0].Classes {
+		measured[c.Name] = c.Measured
+	}
+	t.Logf("measured: a %.2f, b %.2f Mbit/s", measured["a"]/1e6, measured["b"]/1e6)
+	if m := measured["a"]; m < 4.25e6 || m > 5.5e6 {
+		t.Errorf("a sends %.2f Mbit/s under its 5mbit cap", m/1e6)
+	}
+	if m := measured["b"]; m < 12.75e6 || m > 16.5e6 {
+		t.Errorf("b sends %.2f Mbit/s under its 15mbit cap", m/1e6)
+	}
+	if v, _ := ag.metric("sluice_drift_repairs_total"); v != 0 {
+		t.Errorf("the agent repaired its own caps %v times", v)
+	}
+	if out := must(t, "--netns", a, "plan", pol); !strings.Contains(out, "no changes") {
+		t.Errorf("plan while the controller runs:\n%s", out)
+	}
+	stopFlood()
+	ag.stop(syscall.SIGTERM)
+	if out := must(t, "--netns", a, "plan", pol); !strings.Contains(out, "bpf classifier") {
+		t.Errorf("plan after the agent stopped does not put the policy's caps back:\n%s", out)
+	}
+	must(t, "--netns", a, "apply", pol)
+	if out := must(t, "--netns", a, "plan", pol); !strings.Contains(out, "no changes") {
+		t.Errorf("plan after apply:\n%s", out)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"reflect"
 	"sort"
 
+	"sluice/bpf"
 	"sluice/tc"
 )
 
@@ -369,14 +370,19 @@ func filterEqual(l, w *tc.U32) bool {
 // live one, where that lies between the class's rate and planned ceil:
 // the controller's limit stays, and a change made for another reason
 // (a new rate) keeps it too.
+//
+// For an EDT tree the same holds of a controlled aggregate's rate (its
+// cap) and horizon in the program's targets.
 func keepCeils(live, desired []tc.Object) []tc.Object {
 	var want map[string]int
 	for i, o := range desired {
-		if c, ok := o.(*tc.Class); ok && c.Controlled {
+		c, isClass := o.(*tc.Class)
+		h, isHook := o.(*bpf.Hook)
+		if isClass && c.Controlled || isHook && len(h.Controlled) > 0 && h.Content != nil {
 			if want == nil {
 				want = map[string]int{}
 			}
-			want[c.Key()] = i
+			want[o.Key()] = i
 		}
 	}
 	if want == nil {
@@ -384,18 +390,38 @@ func keepCeils(live, desired []tc.Object) []tc.Object {
 	}
 	out := append([]tc.Object(nil), desired...)
 	for _, o := range live {
-		l, ok := o.(*tc.Class)
+		i, ok := want[o.Key()]
 		if !ok {
 			continue
 		}
-		i, ok := want[l.Key()]
-		if !ok {
-			continue
-		}
-		w := *out[i].(*tc.Class)
-		if l.Ceil >= w.Rate && l.Ceil <= w.Ceil && l.Ceil != w.Ceil {
-			w.Ceil = l.Ceil
-			out[i] = &w
+		switch l := o.(type) {
+		case *tc.Class:
+			w := *out[i].(*tc.Class)
+			if l.Ceil >= w.Rate && l.Ceil <= w.Ceil && l.Ceil != w.Ceil {
+				w.Ceil = l.Ceil
+				out[i] = &w
+			}
+		case *bpf.Hook:
+			if l.Content == nil {
+				continue
+			}
+			w := *out[i].(*bpf.Hook)
+			c := *w.Content
+			c.Targets = append([]bpf.Target(nil), c.Targets...)
+			kept := false
+			for _, t := range w.Controlled {
+				if int(t) >= len(c.Targets) || int(t) >= len(l.Content.Targets) {
+					continue
+				}
+				lt, wt := l.Content.Targets[t], &c.Targets[t]
+				if lt.Rate > 0 && lt.Rate <= wt.Rate && (lt.Rate != wt.Rate || lt.Horizon != wt.Horizon) {
+					wt.Rate, wt.Horizon, kept = lt.Rate, lt.Horizon, true
+				}
+			}
+			if kept {
+				w.Content = &c
+				out[i] = &w
+			}
 		}
 	}
 	return out

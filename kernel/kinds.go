@@ -441,6 +441,9 @@ func (hookKind) hash(h *fingerprint, o tc.Object) {
 	if present(h, x.Content) {
 		h.u64(contentFingerprint(x.Content))
 	}
+	for _, i := range x.Controlled {
+		h.u64(uint64(i) + 1)
+	}
 }
 
 func (hookKind) holdable() bool { return false }

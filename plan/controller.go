@@ -1,8 +1,10 @@
 package plan
 
 import (
+	"fmt"
 	"time"
 
+	"sluice/bpf"
 	"sluice/policy"
 	"sluice/tc"
 	"sluice/units"
@@ -16,14 +18,21 @@ type Controller struct {
 	Quantum    time.Duration `json:"quantum"`
 	ApplyAbove float64       `json:"apply_above"`
 	// Capacity is what the children share (the cap), bytes/s.
-	Capacity units.Rate   `json:"capacity"`
-	Children []Controlled `json:"children"`
+	Capacity units.Rate `json:"capacity"`
+	// Horizon is an EDT tree's horizon (an aggregate's moves with its
+	// cap: HorizonFor).
+	Horizon  time.Duration `json:"horizon,omitempty"`
+	Children []Controlled  `json:"children"`
 }
 
 // Controlled is one child under a controller.
 type Controlled struct {
-	Name   string     `json:"name"`
-	Handle tc.Handle  `json:"id"`
+	Name string `json:"name"`
+	// ID names the class in stats (its HTB handle, or edt:COUNTER).
+	ID     string    `json:"id"`
+	Handle tc.Handle `json:"handle,omitempty"`
+	// Target is an EDT aggregate's index in the program's targets.
+	Target uint32     `json:"target,omitempty"`
 	Weight float64    `json:"weight"`
 	Rate   units.Rate `json:"rate"`
 	Ceil   units.Rate `json:"ceil"`
@@ -55,7 +64,7 @@ func (b *builder) controllers() {
 			}
 			prod := len(prios) > 1 && c.Prio == 0
 			cl.Controlled = !prod
-			ctl.Children = append(ctl.Children, Controlled{Name: c.Name, Handle: cl.Handle, Weight: c.ShareWeight(),
+			ctl.Children = append(ctl.Children, Controlled{Name: c.Name, ID: cl.Handle.String(), Handle: cl.Handle, Weight: c.ShareWeight(),
 				Rate: cl.Rate, Ceil: cl.Ceil, Prod: prod})
 		}
 		b.dev.Controllers = append(b.dev.Controllers, ctl)
@@ -90,4 +99,55 @@ func hasSharing(t *policy.Tree) bool {
 		return false
 	}
 	return walk(t.Classes)
+}
+
+// edtControllers plans an EDT tree's sharing controllers: each child is
+// a leaf class, one aggregate, whose target's rate the controller sets.
+func (b *builder) edtControllers(hook *bpf.Hook) {
+	t := b.tree
+	target := map[string]uint32{}
+	counter := map[string]uint32{}
+	for _, ci := range b.dev.Classes {
+		counter[ci.Name] = ci.Counter
+	}
+	for i, tg := range hook.Content.Targets {
+		for name, n := range counter {
+			if n != 0 && tg.Counter == n {
+				target[name] = uint32(i)
+			}
+		}
+	}
+	add := func(owner string, sh *policy.Sharing, cs []*policy.Class) {
+		ctl := Controller{Owner: owner, Quantum: sh.Quantum, ApplyAbove: sh.ApplyAbove, Capacity: sh.CapBps, Horizon: t.Horizon}
+		prios := map[bool]bool{}
+		for _, c := range cs {
+			prios[isProd(c, nil)] = true
+		}
+		for _, c := range cs {
+			i, ok := target[c.Name]
+			if !ok {
+				continue
+			}
+			prod := len(prios) > 1 && isProd(c, nil)
+			if !prod {
+				hook.Controlled = append(hook.Controlled, i)
+			}
+			ctl.Children = append(ctl.Children, Controlled{Name: c.Name, ID: fmt.Sprintf("edt:%d", counter[c.Name]), Target: i,
+				Weight: c.ShareWeight(), Rate: c.RateBps, Ceil: c.CeilBps, Prod: prod})
+		}
+		b.dev.Controllers = append(b.dev.Controllers, ctl)
+	}
+	if t.Sharing != nil {
+		add("", t.Sharing, t.Classes)
+	}
+	var walk func(cs []*policy.Class)
+	walk = func(cs []*policy.Class) {
+		for _, c := range cs {
+			if c.Sharing != nil {
+				add(c.Name, c.Sharing, c.Classes)
+			}
+			walk(c.Classes)
+		}
+	}
+	walk(t.Classes)
 }

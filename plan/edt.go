@@ -146,6 +146,7 @@ func buildEDT(d *policy.Diag, feats Features, in *policy.Interface, t *policy.Tr
 		e.Pool, e.PoolRate, e.PoolBurst = b.counter(poolName), uint64(t.RateBps), uint64(t.Burst.NS(t.RateBps))
 	}
 	c.EDT = e
+	b.edtControllers(hook)
 	if err := c.Validate(); err != nil && len(d.Errs) == 0 {
 		d.Errorf(t.Pos, "%s: %v", where, err)
 	}
@@ -177,6 +178,12 @@ func fqLimit(t *policy.Tree) uint32 {
 // 2mbit hosts at 0.78 to 0.87 of their cap; at or above it with the
 // floor).
 func horizonFor(h time.Duration, limit units.Rate) uint64 {
+	return HorizonFor(h, limit)
+}
+
+// HorizonFor is horizonFor, for the sharing controller when it moves an
+// aggregate's cap.
+func HorizonFor(h time.Duration, limit units.Rate) uint64 {
 	ns := uint64(h)
 	if limit > 0 {
 		ns = max(ns, uint64(float64(minBfifoBytes)*1e9/float64(limit)))

@@ -151,3 +151,52 @@ func TestPlanWeights(t *testing.T) {
 		t.Errorf("a 1mbit host joins: %v", q3)
 	}
 }
+
+// An EDT tree's controller: each child is an aggregate; the plan names
+// its target, and the hook lists the targets whose rate the controller
+// sets (nonprod only: prod beside nonprod is never limited).
+func TestPlanEDTController(t *testing.T) {
+	p := parseEDT(t, `interfaces:
+  - name: eth0
+    egress:
+      backend: edt
+      rate: 30mbit
+      default: b
+      sharing: {mode: controller, cap: 80%}
+      classes:
+        - {name: prod, rate: 2mbit, prio: 0, match: [{dport: 22}]}
+        - {name: a, rate: 1mbit, prio: 1, weight: 1, match: [{dport: 80}]}
+        - {name: b, rate: 1mbit, prio: 1, weight: 2}
+`)
+	pl, err := Build(p, Everything, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := pl.Devices[0]
+	hook, _ := edtOf(t, d)
+	if len(d.Controllers) != 1 {
+		t.Fatalf("controllers %+v", d.Controllers)
+	}
+	c := d.Controllers[0]
+	if c.Capacity != 3e6 || c.Horizon != policy.DefaultHorizon || len(c.Children) != 3 {
+		t.Fatalf("controller %+v", c)
+	}
+	var controlled []string
+	for _, ch := range c.Children {
+		tg := hook.Content.Targets[ch.Target]
+		if tg.Rate != uint64(ch.Ceil) || tg.Counter == 0 || ch.ID == "" {
+			t.Errorf("%s: target %d %+v, child %+v", ch.Name, ch.Target, tg, ch)
+		}
+		if ch.Prod != (ch.Name == "prod") {
+			t.Errorf("%s: prod %v", ch.Name, ch.Prod)
+		}
+		for _, i := range hook.Controlled {
+			if i == ch.Target {
+				controlled = append(controlled, ch.Name)
+			}
+		}
+	}
+	if strings.Join(controlled, ",") != "a,b" {
+		t.Errorf("controlled targets %v, want a and b", controlled)
+	}
+}

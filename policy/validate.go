@@ -380,8 +380,8 @@ func validateBackend(where string, t *Tree, d *Diag) {
 	for _, m := range t.Exempt {
 		validateMatch(where+" exempt", m, d)
 	}
-	var walk func(cs []*Class)
-	walk = func(cs []*Class) {
+	var walk func(cs []*Class, shared bool)
+	walk = func(cs []*Class, shared bool) {
 		for _, c := range cs {
 			what := where + ": class " + c.Name
 			for _, k := range []struct {
@@ -394,16 +394,16 @@ func validateBackend(where string, t *Tree, d *Diag) {
 					d.Errorf(k.at, "%s: %s is for HTB classes; backend edt paces each class in BPF and queues in fq", what, k.key)
 				}
 			}
-			if c.Weight > 0 {
-				d.Errorf(c.WeightPos, "%s: weight shares spare capacity between HTB classes; an edt aggregate is paced at its own ceil and borrows nothing", what)
+			if c.Weight > 0 && !shared {
+				d.Errorf(c.WeightPos, "%s: weight shares spare capacity between HTB classes; an edt aggregate is paced at its own ceil and borrows nothing, unless its parent has sharing: controller", what)
 			}
 			if ph := c.PerHost; ph != nil && (ph.Leaf != "" || ph.Limit != nil) {
 				d.Errorf(ph.Pos, "%s: per_host leaf and limit are for HTB classes; backend edt queues in fq", what)
 			}
-			walk(c.Classes)
+			walk(c.Classes, c.Sharing != nil)
 		}
 	}
-	walk(t.Classes)
+	walk(t.Classes, t.Sharing != nil)
 	if t.Leaf != "" {
 		d.Errorf(t.LeafPos, "%s: leaf is for HTB classes; backend edt queues in fq on every transmit queue", where)
 	}
@@ -451,8 +451,12 @@ func checkSharing(what string, sh *Sharing, base units.Rate, owner *Class, t *Tr
 		}
 	}
 	if t.EDT() {
-		d.Errorf(sh.Pos, "%s: the controller writes HTB ceils; backend edt is not supported yet", what)
-		return
+		for _, c := range children {
+			if !c.IsLeaf() {
+				d.Errorf(sh.Pos, "%s: with backend edt the controller shares between leaf classes (each one aggregate with its own clock), and %s has children or hosts", what, c.Name)
+				return
+			}
+		}
 	}
 	sh.CapBps = base
 	if sh.Cap != nil {

@@ -349,6 +349,30 @@ func udpSend(t *testing.T, ns, addr string, port, n, size int, rate float64) int
 	return sent
 }
 
+// udpFlood sends 1000-byte datagrams from ns to addr at rate (bits/s)
+// to each port until the returned stop is called (more than once is
+// fine).
+func udpFlood(t *testing.T, ns, addr string, rate float64, ports ...int) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	for _, port := range ports {
+		wg.Add(1)
+		go func(port int) {
+			defer wg.Done()
+			for {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				udpSend(t, ns, addr, port, int(rate/8000/4), 1000, rate) // a quarter second at a time
+			}
+		}(port)
+	}
+	var once sync.Once
+	return func() { once.Do(func() { close(done); wg.Wait() }) }
+}
+
 // tcClassBytes reads a class's sent bytes with tc -s.
 func tcClassBytes(t *testing.T, ns, dev, id string) float64 {
 	t.Helper()
@@ -817,23 +841,8 @@ func TestAgentSharingController(t *testing.T) {
         - {name: b, rate: 100kbit, weight: 3, quantum: 67050, match: [{proto: udp, dport: 9002}]}
 `))
 	a := startAgent(t, p.A, pol, "--interval", "500ms")
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for _, port := range []int{9001, 9002} {
-		wg.Add(1)
-		go func(port int) {
-			defer wg.Done()
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				udpSend(t, p.A, testutil.AddrB, port, 500, 1000, 15e6)
-			}
-		}(port)
-	}
-	defer func() { close(stop); wg.Wait() }()
+	stopFlood := udpFlood(t, p.A, testutil.AddrB, 15e6, 9001, 9002)
+	defer stopFlood()
 	ceils := func() map[string]float64 {
 		out := must(t, "--netns", p.A, "show", "--json", "--local", "--interval", "0")
 		var s struct {
@@ -901,9 +910,7 @@ func TestAgentSharingController(t *testing.T) {
 		t.Errorf("ceils after apply %v", c)
 	}
 	// Without the agent the limits are stale: apply puts the policy's back.
-	close(stop)
-	wg.Wait()
-	stop = make(chan struct{})
+	stopFlood()
 	a.stop(syscall.SIGTERM)
 	out := must(t, "--netns", p.A, "apply", pol)
 	if c := ceils(); c["a"] != 20e6 || c["b"] != 20e6 {

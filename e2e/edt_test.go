@@ -529,29 +529,7 @@ func TestEDTSharingController(t *testing.T) {
         - {name: b, rate: 100kbit, prio: 1, weight: 3, match: [{proto: udp, dport: 9002}]}
 `))
 	ag := startAgent(t, a, pol, "--interval", "500ms")
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for _, port := range []int{9001, 9002} {
-		wg.Add(1)
-		go func(port int) {
-			defer wg.Done()
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				udpSend(t, a, "10.9.0.2", port, 250, 1000, 15e6)
-			}
-		}(port)
-	}
-	stopFlood := func() {
-		if stop != nil {
-			close(stop)
-			wg.Wait()
-			stop = nil
-		}
-	}
+	stopFlood := udpFlood(t, a, "10.9.0.2", 15e6, 9001, 9002)
 	defer stopFlood()
 	limits := func() map[string]float64 {
 		m := map[string]float64{}

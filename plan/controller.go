@@ -69,14 +69,21 @@ func (b *builder) controllers() {
 		}
 		b.dev.Controllers = append(b.dev.Controllers, ctl)
 	}
+	eachSharing(t, add)
+}
+
+// eachSharing calls f for every sharing block of t: the direction's
+// (owner "") over the top-level classes, then each class's over its
+// children.
+func eachSharing(t *policy.Tree, f func(owner string, sh *policy.Sharing, cs []*policy.Class)) {
 	if t.Sharing != nil {
-		add("", t.Sharing, t.Classes)
+		f("", t.Sharing, t.Classes)
 	}
 	var walk func(cs []*policy.Class)
 	walk = func(cs []*policy.Class) {
 		for _, c := range cs {
 			if c.Sharing != nil {
-				add(c.Name, c.Sharing, c.Classes)
+				f(c.Name, c.Sharing, c.Classes)
 			}
 			walk(c.Classes)
 		}
@@ -86,19 +93,9 @@ func (b *builder) controllers() {
 
 // hasSharing reports whether the tree has a sharing controller.
 func hasSharing(t *policy.Tree) bool {
-	if t.Sharing != nil {
-		return true
-	}
-	var walk func(cs []*policy.Class) bool
-	walk = func(cs []*policy.Class) bool {
-		for _, c := range cs {
-			if c.Sharing != nil || walk(c.Classes) {
-				return true
-			}
-		}
-		return false
-	}
-	return walk(t.Classes)
+	found := false
+	eachSharing(t, func(string, *policy.Sharing, []*policy.Class) { found = true })
+	return found
 }
 
 // edtControllers plans an EDT tree's sharing controllers: each child is
@@ -137,17 +134,5 @@ func (b *builder) edtControllers(hook *bpf.Hook) {
 		}
 		b.dev.Controllers = append(b.dev.Controllers, ctl)
 	}
-	if t.Sharing != nil {
-		add("", t.Sharing, t.Classes)
-	}
-	var walk func(cs []*policy.Class)
-	walk = func(cs []*policy.Class) {
-		for _, c := range cs {
-			if c.Sharing != nil {
-				add(c.Name, c.Sharing, c.Classes)
-			}
-			walk(c.Classes)
-		}
-	}
-	walk(t.Classes)
+	eachSharing(t, add)
 }

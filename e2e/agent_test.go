@@ -535,15 +535,17 @@ func chromium(t *testing.T) string {
 }
 
 // The dashboard, opened in headless Chromium while traffic flows,
-// renders a chart per tree and the class table, its values change from
-// one screenshot to the next, and the page requests nothing from
-// anywhere but the agent.
+// renders a chart per tree and the class table (and, the tree having a
+// sharing controller, its table and the limits charted), its values
+// change from one screenshot to the next, and the page requests nothing
+// from anywhere but the agent.
 func TestDashboardInChromium(t *testing.T) {
 	browser := chromium(t)
 	p := testutil.NewPair(t)
 	pol := writePolicy(t, "p.yaml", policyFor(p.DevA, `    egress:
       rate: 20mbit
       default: other
+      sharing: controller
       classes:
         - name: video
           rate: 12mbit
@@ -615,8 +617,13 @@ func TestDashboardInChromium(t *testing.T) {
 	if i := strings.Index(chart, `id="legend-`); i > 0 {
 		chart = chart[:i]
 	}
-	if strings.Count(chart, "<canvas") < 1 || !regexp.MustCompile(`data-series="2"`).MatchString(chart) {
-		t.Errorf("no chart with two series drawn:\n%.1500s", chart)
+	// Two classes, and the limit the sharing controller keeps each at.
+	if strings.Count(chart, "<canvas") < 1 || !regexp.MustCompile(`data-series="4"`).MatchString(chart) {
+		t.Errorf("no chart with four series drawn:\n%.1500s", chart)
+	}
+	if i := strings.Index(dom, `id="sharing-veth0-egress"`); i < 0 || !strings.Contains(dom[i:], "<th>demand</th>") ||
+		!strings.Contains(dom[i:], "none (ceil 20.00 Mbit)") {
+		t.Errorf("no sharing table (weight, demand, share, limit; no limit applied below the link's rate)")
 	}
 	// Every request the page made went to the agent. The net log holds
 	// the browser's own requests too (updates, accounts): those have no

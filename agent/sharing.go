@@ -17,11 +17,11 @@ import (
 // controller is one running sharing controller: its plan, the share
 // package's state, and what it last decided.
 type controller struct {
-	dev, iface, dir string
-	cfg             plan.Controller
-	c               *share.Controller
-	last            time.Time
-	drops           map[string]uint64 // per child, at the last step
+	dev   string
+	cfg   plan.Controller
+	c     *share.Controller
+	last  time.Time
+	drops map[string]uint64 // per child, at the last step
 	// EDT: each child's delay histogram totals at the last step: all
 	// packets, and those held back more than heldBack.
 	packets, held map[string]uint64
@@ -43,7 +43,8 @@ func controllerKey(dev string, c plan.Controller) string { return dev + "\x00" +
 // sameConfig: a reload that leaves a controller's configuration alone
 // keeps its measurements and limits.
 func sameConfig(a, b plan.Controller) bool {
-	if a.Owner != b.Owner || a.Quantum != b.Quantum || a.ApplyAbove != b.ApplyAbove || a.Capacity != b.Capacity || len(a.Children) != len(b.Children) {
+	if a.Owner != b.Owner || a.Quantum != b.Quantum || a.ApplyAbove != b.ApplyAbove || a.Capacity != b.Capacity ||
+		a.Horizon != b.Horizon || len(a.Children) != len(b.Children) {
 		return false
 	}
 	for i := range a.Children {
@@ -109,7 +110,7 @@ func (a *Agent) runControllers(p *engine.Prepared, s *stats.Sample) {
 }
 
 func newController(d *plan.Device, cfg plan.Controller) *controller {
-	ctl := &controller{dev: d.Name, iface: d.Interface, dir: d.Dir, cfg: cfg, drops: map[string]uint64{},
+	ctl := &controller{dev: d.Name, cfg: cfg, drops: map[string]uint64{},
 		packets: map[string]uint64{}, held: map[string]uint64{},
 		c: &share.Controller{Capacity: units.Rate(cfg.Capacity).BitsFloat(), ApplyAbove: cfg.ApplyAbove}}
 	for _, ch := range cfg.Children {

@@ -835,8 +835,8 @@ func TestAgentReloadsHostsFileAndSIGHUP(t *testing.T) {
 // 20mbit link with equal quanta; the agent limits them to their weighted
 // shares (5 and 15 Mbit/s) by writing their ceils, shows the decision in
 // its status, metrics and history, and does not count its own ceils as
-// drift. While it runs, a plain apply and plan keep them; once it stops,
-// apply puts the policy's ceils back.
+// drift. While it runs, a plain apply and plan keep them; once it is
+// killed, apply puts the policy's ceils back.
 func TestAgentSharingController(t *testing.T) {
 	p := testutil.NewPair(t)
 	pol := writePolicy(t, "p.yaml", policyFor(p.DevA, `    egress:
@@ -916,9 +916,10 @@ func TestAgentSharingController(t *testing.T) {
 	if c := ceils(); c["a"] != 5e6 {
 		t.Errorf("ceils after apply %v", c)
 	}
-	// Without the agent the limits are stale: apply puts the policy's back.
+	// Killed, the agent leaves its limits behind, stale: the next plain
+	// apply puts the policy's back.
 	stopFlood()
-	a.stop(syscall.SIGTERM)
+	a.stop(syscall.SIGKILL)
 	out := must(t, "--netns", p.A, "apply", pol)
 	if c := ceils(); c["a"] != 20e6 || c["b"] != 20e6 {
 		t.Errorf("apply after the agent stopped: ceils %v, want the policy's 20mbit\n%s", c, out)

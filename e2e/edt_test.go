@@ -515,7 +515,7 @@ func TestEDTKilledApplyIsRecovered(t *testing.T) {
 // 20mbit direction; the agent sees their packets held back (delays at
 // their caps, horizon drops) and writes caps of 5 and 15mbit into their
 // targets, which then pace them there. While it runs those caps are its
-// state, not drift; once it stops, apply puts the policy's back.
+// state, not drift; once it is killed, apply puts the policy's back.
 func TestEDTSharingController(t *testing.T) {
 	needFq(t)
 	a, _ := shardedPair(t, 4, 0)
@@ -567,7 +567,7 @@ func TestEDTSharingController(t *testing.T) {
 		t.Errorf("plan while the controller runs:\n%s", out)
 	}
 	stopFlood()
-	ag.stop(syscall.SIGTERM)
+	ag.stop(syscall.SIGKILL)
 	if out := must(t, "--netns", a, "plan", pol); !strings.Contains(out, "bpf classifier") {
 		t.Errorf("plan after the agent stopped does not put the policy's caps back:\n%s", out)
 	}

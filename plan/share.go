@@ -45,7 +45,7 @@ type sibling struct {
 
 // shareQuanta returns each sibling's quantum and, per prio group whose
 // weights the quanta cannot follow exactly, a note. Within one prio group
-// the quanta are base*weight, base the smallest power of two that gives
+// the quanta are base*weight, base the smallest scale that gives
 // every member at least its own floor (QuantumFor its rate), capped at
 // maxQuantumW.
 func shareQuanta(sibs []sibling) (q []uint32, flattened []string) {

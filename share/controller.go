@@ -5,11 +5,9 @@ import (
 	"time"
 )
 
-// Defaults of a controller (seed 000's values).
-const (
-	DefaultQuantum    = time.Second
-	DefaultApplyAbove = 0.8
-)
+// DefaultApplyAbove is seed 000's delayed-limit threshold, used when a
+// Controller has none (the policy's default is the same).
+const DefaultApplyAbove = 0.8
 
 // Child is a class under a controller, as the policy gives it. Rates are
 // bits per second.

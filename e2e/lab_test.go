@@ -105,6 +105,17 @@ func TestLabUpDownAll(t *testing.T) {
 	}
 	// Traffic crosses the bed: a client reaches the server through the router.
 	testutil.NS(t, lab.Prefix+name+"-c3", "ping", "-c", "1", "-W", "2", lab.Server4.String())
+	// The WAN's neighbours are known, so a modem's loss cannot hit ARP
+	// or neighbour discovery.
+	for _, c := range []struct{ ns, dev, addr string }{
+		{"router", "wan", lab.Server4.String()}, {"router", "wan", lab.Server6.String()},
+		{"server", "isp", lab.RouterWAN4.String()}, {"server", "isp", lab.RouterWAN6.String()},
+	} {
+		out := testutil.NS(t, lab.Prefix+name+"-"+c.ns, "ip", "neigh", "show", "dev", c.dev, "to", c.addr)
+		if !strings.Contains(out, "PERMANENT") {
+			t.Errorf("%s %s: neighbour %s is %q, want PERMANENT", c.ns, c.dev, c.addr, out)
+		}
+	}
 	// As if the run had crashed: down --all finds the leftovers by prefix.
 	out := must(t, "lab", "down", "--all")
 	if strings.Count(out, "removed") < 11 {

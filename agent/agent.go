@@ -18,13 +18,14 @@ package agent
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -34,6 +35,7 @@ import (
 
 	"sluice/engine"
 	"sluice/kernel"
+	"sluice/plan"
 	"sluice/policy"
 	"sluice/safefile"
 	"sluice/stats"
@@ -85,9 +87,14 @@ type Agent struct {
 	reload  chan bool // true: forced (SIGHUP)
 
 	// Owned by the loop.
-	pol        *policy.Policy
-	watched    watched // the files pol was read from
-	recorded   bool    // the records say what pol plans
+	pol      *policy.Policy
+	watched  watched // the files pol was read from
+	recorded bool    // the records say what pol plans
+	// inForce is the plan the kernel was last seen to hold (nil when
+	// the last pass did not end so), and base what pol was read from
+	// (nil when not known for sure): what a hosts_file edit patches.
+	inForce    *plan.Plan
+	base       *watched
 	prevSample *stats.Sample
 	// failures are the last failures logged, by message.
 	failures map[string]failure
@@ -163,6 +170,7 @@ func New(cfg Config) (*Agent, error) {
 		tick: cfg.Interval}
 	a.opts = engine.Options{Netns: cfg.Netns, Full: true, SkipMissing: true, LockTimeout: 30 * time.Second,
 		Warn: func(s string) { a.log.Warn(s) }}
+	loading := time.Now()
 	pol, err := engine.Load(cfg.Policy, a.opts)
 	if err != nil {
 		return nil, err
@@ -171,6 +179,7 @@ func New(cfg Config) (*Agent, error) {
 	if a.watched, err = a.watch(pol); err != nil {
 		return nil, &InputError{Err: err}
 	}
+	a.base = a.watched.readBefore(loading)
 	if a.lock, err = kernel.AcquireAgentLock(kernel.StateDir(cfg.Netns)); err != nil {
 		return nil, err
 	}
@@ -206,13 +215,32 @@ func checkListen(addr string) error {
 }
 
 // watched is what the policy was last read from: its files (the policy
-// file, then every hosts_file), their contents' hash, and a stamp of
-// each, so that a poll costs a stat per file and hashes only when a stamp
-// moved.
+// file, then every hosts_file), their contents, and a stamp of each, so
+// that a poll costs a stat per file and reads only when a stamp moved.
+// The contents are kept (rather than a hash) so that an edit of a
+// hosts_file can be worked out line by line (policy.EditHosts).
 type watched struct {
 	files  []string
-	sum    [32]byte
+	data   [][]byte
 	stamps []stamp
+}
+
+// readBefore returns w if none of its files changed since t (by their
+// stamps, with a margin for the file system's coarse clock), so that a
+// policy loaded at t was read from exactly w's contents; else nil.
+func (w watched) readBefore(t time.Time) *watched {
+	limit := t.Add(-20 * time.Millisecond).UnixNano()
+	for _, st := range w.stamps {
+		if st == (stamp{}) || st.mtime >= limit || st.ctime >= limit {
+			return nil
+		}
+	}
+	return &w
+}
+
+// same says whether w and o hold the same files with the same contents.
+func (w watched) same(o watched) bool {
+	return slices.Equal(w.files, o.files) && slices.EqualFunc(w.data, o.data, bytes.Equal)
 }
 
 type stamp struct {
@@ -239,7 +267,6 @@ func (a *Agent) watch(pol *policy.Policy) (watched, error) {
 
 func (a *Agent) watchFiles(files []string) (watched, error) {
 	w := watched{files: files}
-	h := sha256.New()
 	for _, f := range w.files {
 		// Stamped before reading: a write in between shows at the next poll.
 		w.stamps = append(w.stamps, stampOf(f))
@@ -247,10 +274,8 @@ func (a *Agent) watchFiles(files []string) (watched, error) {
 		if err != nil {
 			return w, err
 		}
-		fmt.Fprintf(h, "%s\x00%d\x00", f, len(b))
-		h.Write(b)
+		w.data = append(w.data, b)
 	}
-	copy(w.sum[:], h.Sum(nil))
 	return w, nil
 }
 
@@ -301,7 +326,7 @@ loop:
 		case <-tick.C:
 			a.pass("interval")
 		case <-watch.C:
-			if a.filesChanged() {
+			if changed, now := a.filesChanged(); changed && !a.editHosts(now) {
 				a.reloadPolicy(false)
 			}
 		case <-a.reload:
@@ -339,7 +364,7 @@ loop:
 // filesChanged reports whether the policy's files differ from those in
 // force. A file that cannot be read counts as changed: the reload says
 // why.
-func (a *Agent) filesChanged() bool {
+func (a *Agent) filesChanged() (bool, watched) {
 	w := a.watched
 	same := true
 	for i, f := range w.files {
@@ -349,37 +374,108 @@ func (a *Agent) filesChanged() bool {
 		}
 	}
 	if same {
-		return false
+		return false, w
 	}
 	now, err := a.watchFiles(w.files)
-	return err != nil || now.sum != w.sum
+	if err == nil && now.same(w) {
+		a.watched = now // touched, not changed
+		return false, now
+	}
+	return true, now
+}
+
+// editHosts takes an edit of hosts_files that changes only hosts'
+// rates and ceils (policy.EditHosts) into the policy in force and the
+// kernel, writing only the host entries of EDT programs that change
+// (plan.PatchHosts, kernel.PatchHosts): with 100,000 hosts, microseconds
+// of writes instead of planning them all again. It reports false where
+// the edit needs the full reload (anything else, or a kernel that does
+// not hold what the agent planned); a line Load would refuse is refused
+// here as the reload refuses it, and the policy in force stays.
+func (a *Agent) editHosts(now watched) bool {
+	if a.base == nil {
+		return false
+	}
+	old := *a.base
+	if a.inForce == nil || !slices.Equal(old.files, now.files) || len(now.data) == 0 || !bytes.Equal(old.data[0], now.data[0]) {
+		return false
+	}
+	start := time.Now()
+	var edits []policy.HostEdit
+	for i := 1; i < len(now.files); i++ {
+		if bytes.Equal(old.data[i], now.data[i]) {
+			continue
+		}
+		e, ok, err := a.pol.EditHosts(now.files[i], old.data[i], now.data[i])
+		if err != nil {
+			a.watched = now // reported once, not every poll
+			var pe policy.Errors
+			if errors.As(err, &pe) {
+				err = fmt.Errorf("%s: %d problem(s):\n%w", a.cfg.Policy, len(pe), err)
+			}
+			a.refused(err)
+			return true
+		}
+		if !ok {
+			return false
+		}
+		edits = append(edits, e...)
+	}
+	hp, ok := a.inForce.PatchHosts(edits)
+	if !ok {
+		return false
+	}
+	if err := kernel.PatchHosts(a.cfg.Netns, a.opts.LockTimeout, hp.Writes); err != nil {
+		a.log.Warn("hosts edit: writing in place failed; reloading in full", "err", err.Error())
+		return false
+	}
+	for _, e := range edits {
+		e.Apply()
+	}
+	hp.Apply()
+	a.watched, a.base = now, &now
+	a.recorded = false // the next pass brings the records up to date
+	a.log.Info("hosts edited in place", "hosts", len(edits), "entries", hp.Entries(), "took", time.Since(start).String())
+	a.metrics.reloads.WithLabelValues("ok").Inc()
+	a.metrics.hostEdits.Add(float64(len(edits)))
+	a.mu.Lock()
+	a.health.LastReload, a.health.ReloadError = time.Now(), ""
+	a.mu.Unlock()
+	return true
+}
+
+// refused reports a policy edit that is refused; the policy in force
+// stays.
+func (a *Agent) refused(err error) {
+	a.log.Error("policy refused; the one in force stays", "policy", a.cfg.Policy, "err", err.Error())
+	a.metrics.reloads.WithLabelValues("refused").Inc()
+	a.mu.Lock()
+	a.health.LastReload, a.health.ReloadError = time.Now(), err.Error()
+	a.mu.Unlock()
 }
 
 // reloadPolicy reads the policy again; a bad one is refused and the one
 // in force stays.
 func (a *Agent) reloadPolicy(forced bool) {
+	loading := time.Now()
 	pol, err := engine.Load(a.cfg.Policy, a.opts)
 	w, werr := a.watch(pol)
 	if pol == nil || werr != nil {
 		w, _ = a.watch(nil)
 	}
-	if !forced && err == nil && w.sum == a.watched.sum {
+	if !forced && err == nil && w.same(a.watched) {
 		a.watched = w // touched, not changed
 		return
 	}
 	a.watched = w // a bad edit is reported once, not every poll
 	now := time.Now()
 	if err != nil {
-		a.log.Error("policy refused; the one in force stays", "policy", a.cfg.Policy, "err", err.Error())
-		a.metrics.reloads.WithLabelValues("refused").Inc()
-		a.mu.Lock()
-		a.health.LastReload, a.health.ReloadError = now, err.Error()
-		a.mu.Unlock()
+		a.refused(err)
 		return
 	}
 	a.log.Info("policy reloaded", "policy", a.cfg.Policy, "forced", forced)
 	a.metrics.reloads.WithLabelValues("ok").Inc()
-	a.pol, a.recorded = pol, false
+	a.pol, a.recorded, a.inForce, a.base = pol, false, nil, w.readBefore(loading)
 	a.mu.Lock()
 	a.health.LastReload, a.health.ReloadError = now, ""
 	a.mu.Unlock()
@@ -423,6 +519,7 @@ func (a *Agent) pass(why string) {
 // reconcile applies the policy's difference from the kernel, and reads
 // the counters after (serr: why they could not be read).
 func (a *Agent) reconcile(why string) (result string, changes int, waiting []string, sample *stats.Sample, serr, err error) {
+	a.inForce = nil
 	p, err := engine.PreparePolicy(a.pol, a.opts)
 	if err != nil {
 		a.logFailure("reconcile failed", why, err)
@@ -431,6 +528,9 @@ func (a *Agent) reconcile(why string) (result string, changes int, waiting []str
 	}
 	defer p.Close()
 	result, changes, err = a.apply(p, why)
+	if err == nil && len(p.Missing) == 0 {
+		a.inForce = p.Plan
+	}
 	t0 := time.Now()
 	if result == "ok" && changes == 0 {
 		sample, serr = stats.CollectFrom(p.Kernel(), p.Live.Objects)

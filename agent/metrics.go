@@ -35,6 +35,7 @@ type metrics struct {
 	reloads      *prometheus.CounterVec
 	repairs      prometheus.Counter
 	shareWrites  prometheus.Counter
+	hostEdits    prometheus.Counter
 	applySeconds prometheus.Histogram
 
 	sentBytes, sentPackets, dropped, overlimits *prometheus.Desc
@@ -59,6 +60,8 @@ func newMetrics(a *Agent) *metrics {
 			Help: "Kernel objects changed behind the agent's back and put back (one per object)."}),
 		shareWrites: prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_sharing_writes_total",
 			Help: "Class ceils the sharing controllers wrote (a limit applied, changed or lifted)."}),
+		hostEdits: prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_host_edits_total",
+			Help: "Hosts whose rate or ceil a hosts_file edit changed in place (EDT trees: their map entries written, nothing planned again)."}),
 		applySeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "sluice_apply_duration_seconds",
 			Help:    "Duration of a reconcile pass: plan, read every tree back, apply the difference.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2.5, 12)}),
@@ -75,7 +78,7 @@ func newMetrics(a *Agent) *metrics {
 		shareShare:  desc("sluice_sharing_share_bits", "The class's weighted max-min share of its parent's capacity, bits per second."),
 		shareLimit:  desc("sluice_sharing_limit_bits", "The ceil the sharing controller keeps the class at now, bits per second (its configured ceil while no limit is applied)."),
 	}
-	m.registry.MustRegister(m.reconciles, m.reloads, m.repairs, m.shareWrites, m.applySeconds,
+	m.registry.MustRegister(m.reconciles, m.reloads, m.repairs, m.shareWrites, m.hostEdits, m.applySeconds,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.classes.MustRegister(m)
 	m.gatherer = prometheus.Gatherers{m.registry, prometheus.GathererFunc(m.gatherClasses)}

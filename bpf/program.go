@@ -380,6 +380,35 @@ func (p *Program) SetTarget(i uint32, t Target) error {
 	return nil
 }
 
+// SwapHosts writes host entries in place: every key must hold its
+// value in old (what the caller last wrote) before any is written,
+// otherwise nothing is written and the error says which differs. The
+// update of one entry is atomic to the packets that look it up.
+func (p *Program) SwapHosts(old, new map[HostKey]Target) error {
+	keys := make([]HostKey, 0, len(new))
+	for k := range new {
+		var have Target
+		if err := p.objs.Hosts.Lookup(k, &have); err != nil {
+			return fmt.Errorf("bpf classifier: host %s: %w", hostKeyText(k), err)
+		}
+		if want, ok := old[k]; !ok || have != want {
+			return fmt.Errorf("bpf classifier: host %s holds another target than planned", hostKeyText(k))
+		}
+		keys = append(keys, k)
+	}
+	for _, k := range keys {
+		if err := p.objs.Hosts.Update(k, new[k], ebpf.UpdateExist); err != nil {
+			return fmt.Errorf("bpf classifier: write host %s: %w", hostKeyText(k), err)
+		}
+	}
+	return nil
+}
+
+func hostKeyText(k HostKey) string {
+	t, p := k.Prefix()
+	return fmt.Sprintf("%s (table %d)", p, t)
+}
+
 // Targets reads the class targets (not the hosts) and the number of
 // policers: enough to name each policer's class.
 func (p *Program) Targets() ([]Target, uint32, error) {

@@ -3,12 +3,15 @@ package e2e
 import (
 	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"sluice/agent"
 	"sluice/stats"
 	"sluice/testutil"
 )
@@ -552,24 +555,13 @@ func TestEDTSharingController(t *testing.T) {
 	}
 	t.Logf("caps in force %.1f s after the flood began", took.Seconds())
 	time.Sleep(time.Second)
-	// Rates over 3 s of the kernel's counters, not one pass's reading.
-	bytes := func() (time.Time, map[string]float64) {
-		s := ag.status().Sample
-		m := map[string]float64{}
-		for _, c := range s.Trees[0].Classes {
-			m[c.Name] = float64(c.Bytes)
-		}
-		return s.At, m
-	}
-	t0, b0 := bytes()
-	time.Sleep(3 * time.Second)
-	t1, b1 := bytes()
-	rate := func(class string) float64 { return (b1[class] - b0[class]) * 8 / t1.Sub(t0).Seconds() }
-	t.Logf("sent over %.1f s: a %.2f, b %.2f Mbit/s (limits %v)", t1.Sub(t0).Seconds(), rate("a")/1e6, rate("b")/1e6, limits())
-	if m := rate("a"); m < 4.25e6 || m > 5.5e6 {
+	rates, took := classRates(func() *stats.Sample { return ag.status().Sample }, 3*time.Second)
+	rate := func(class string) float64 { return rates[class] }
+	t.Logf("sent over %.1f s: a %.2f, b %.2f Mbit/s (limits %v)", took.Seconds(), rate("a")/1e6, rate("b")/1e6, limits())
+	if m := rate("a"); !(m >= 4.25e6 && m <= 5.5e6) {
 		t.Errorf("a sends %.2f Mbit/s under its 5mbit cap", m/1e6)
 	}
-	if m := rate("b"); m < 12.75e6 || m > 16.5e6 {
+	if m := rate("b"); !(m >= 12.75e6 && m <= 16.5e6) {
 		t.Errorf("b sends %.2f Mbit/s under its 15mbit cap", m/1e6)
 	}
 	if v, _ := ag.metric("sluice_drift_repairs_total"); v != 0 {
@@ -586,5 +578,137 @@ func TestEDTSharingController(t *testing.T) {
 	must(t, "--netns", a, "apply", pol)
 	if out := must(t, "--netns", a, "plan", pol); !strings.Contains(out, "no changes") {
 		t.Errorf("plan after apply:\n%s", out)
+	}
+}
+
+// classRates is what each class sent (bits/s) over window, from two
+// readings of the kernel's counters (not one pass's rate), and the span
+// measured.
+func classRates(read func() *stats.Sample, window time.Duration) (map[string]float64, time.Duration) {
+	bytes := func() (time.Time, map[string]float64) {
+		s := read()
+		m := map[string]float64{}
+		for _, tr := range s.Trees {
+			for _, c := range tr.Classes {
+				m[c.Name] = float64(c.Bytes)
+			}
+		}
+		return s.At, m
+	}
+	t0, b0 := bytes()
+	time.Sleep(window)
+	t1, b1 := bytes()
+	out := map[string]float64{}
+	for k, v := range b1 {
+		out[k] = (v - b0[k]) * 8 / t1.Sub(t0).Seconds()
+	}
+	return out, t1.Sub(t0)
+}
+
+// replaceFile writes a file as editors and provisioning tools do: a new
+// file renamed over the old one, so that no reader sees it half written.
+func replaceFile(t *testing.T, file, content string) {
+	t.Helper()
+	tmp := file + ".new"
+	if err := os.WriteFile(tmp, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, file); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A hosts_file edit that changes one subscriber's cap, of 1,000 on an
+// EDT tree, is taken by the agent in place: the one entry is written
+// (no plan of the 1,000 hosts, no reload), the new cap holds on real
+// traffic, and plan agrees with the kernel after. An edit Load would
+// refuse is refused the same way and changes nothing; one that adds a
+// host takes the full reload.
+func TestAgentEditsHostsInPlace(t *testing.T) {
+	needFq(t)
+	a, _ := shardedPair(t, 4, 0)
+	pol := writePolicy(t, "p.yaml", policyFor("veth0", `    egress:
+      backend: edt
+      rate: 200mbit
+      default: rest
+      classes:
+        - {name: subs, rate: 100mbit, per_host: {by: dst, hosts_file: hosts.csv}}
+        - {name: rest, rate: 50mbit}
+`))
+	hosts := filepath.Join(filepath.Dir(pol), "hosts.csv")
+	csv := func(peer string, extra bool) string {
+		var b strings.Builder
+		b.WriteString("name,addresses,rate,ceil\n")
+		for i := range 999 {
+			fmt.Fprintf(&b, "s%d,10.20.%d.%d,1mbit,10mbit\n", i, i/250, i%250+1)
+		}
+		fmt.Fprintf(&b, "peer,10.9.0.2,%s\n", peer)
+		if extra {
+			b.WriteString("late,10.30.0.1,1mbit,10mbit\n")
+		}
+		return b.String()
+	}
+	replaceFile(t, hosts, csv("1mbit,4mbit", false))
+	ag := startAgent(t, a, pol, "--interval", "10s")
+	stop := udpFlood(t, a, "10.9.0.2", 20e6, 9001)
+	defer stop()
+	time.Sleep(time.Second)
+	// Read from the kernel: the agent's own reading is up to 10 s old.
+	show := func() *stats.Sample {
+		var s stats.Sample
+		if err := json.Unmarshal([]byte(must(t, "--netns", a, "show", "--json", "--local", "--interval", "0")), &s); err != nil {
+			t.Fatal(err)
+		}
+		return &s
+	}
+	before, _ := classRates(show, 2*time.Second)
+
+	replaceFile(t, hosts, csv("1mbit,12mbit", false))
+	if _, ok := within(5*time.Second, func() bool { v, _ := ag.metric("sluice_host_edits_total"); return v == 1 }); !ok {
+		t.Fatalf("the edit was not taken in place within 5 s:\n%s", ag.Log())
+	}
+	if strings.Contains(ag.Log(), "policy reloaded") {
+		t.Errorf("a cap change reloaded the policy in full:\n%s", ag.Log())
+	}
+	for _, l := range strings.Split(ag.Log(), "\n") {
+		if strings.Contains(l, "hosts edited in place") {
+			t.Logf("agent: %s", l)
+		}
+	}
+	time.Sleep(time.Second)
+	after, _ := classRates(show, 2*time.Second)
+	t.Logf("peer sent %.2f Mbit/s capped at 4mbit, %.2f Mbit/s at 12mbit", before["subs/peer"]/1e6, after["subs/peer"]/1e6)
+	if r := before["subs/peer"]; !(r >= 3.4e6 && r <= 4.4e6) {
+		t.Errorf("peer at 4mbit sent %.2f Mbit/s", r/1e6)
+	}
+	if r := after["subs/peer"]; !(r >= 10.2e6 && r <= 13.2e6) {
+		t.Errorf("peer at 12mbit sent %.2f Mbit/s", r/1e6)
+	}
+	if out := must(t, "--netns", a, "plan", pol); !strings.Contains(out, "no changes") {
+		t.Errorf("plan after the edit in place:\n%s", out)
+	}
+
+	// Refused as a reload refuses it: the cap in force stays.
+	replaceFile(t, hosts, csv("20mbit,12mbit", false))
+	var health agent.Health
+	if _, ok := within(5*time.Second, func() bool { health = ag.status().Health; return health.ReloadError != "" }); !ok {
+		t.Fatalf("a ceil below the rate was not refused:\n%s", ag.Log())
+	}
+	if want := "hosts.csv:1001:1: hosts file: host peer: ceil 12mbit is below rate 20mbit"; !strings.Contains(health.ReloadError, want) {
+		t.Errorf("refusal %q, want it to say %q", health.ReloadError, want)
+	}
+	replaceFile(t, hosts, csv("1mbit,12mbit", true))
+	if _, ok := within(10*time.Second, func() bool { return strings.Contains(ag.Log(), "policy reloaded") }); !ok {
+		t.Fatalf("a host added did not reload the policy:\n%s", ag.Log())
+	}
+	if _, ok := within(5*time.Second, func() bool { return ag.status().Health.ReloadError == "" }); !ok {
+		t.Errorf("reload error stays: %s", ag.status().Health.ReloadError)
+	}
+	stop()
+	if out := must(t, "--netns", a, "plan", pol); !strings.Contains(out, "no changes") {
+		t.Errorf("plan after the reload:\n%s", out)
+	}
+	if v, _ := ag.metric("sluice_host_edits_total"); v != 1 {
+		t.Errorf("host edits %v, want 1", v)
 	}
 }

@@ -2,6 +2,7 @@ package kernel
 
 import (
 	"fmt"
+	"time"
 
 	"sluice/bpf"
 	"sluice/plan"
@@ -118,6 +119,50 @@ func ourFilter(fs []*tc.Filter) *tc.Filter {
 	for _, f := range fs {
 		if (f.Prio == plan.HookPrio || f.Prio == plan.LegacyHookPrio) && f.Kind == "bpf" && f.BPF != nil && bpf.IsOurs(f.BPF.Name) {
 			return f
+		}
+	}
+	return nil
+}
+
+// PatchHosts writes host entries of sluice's EDT programs in namespace
+// ns (plan.PatchHosts), under the namespace's lock, without loading
+// the records: the entries are checked against what the caller planned
+// last (bpf.Program.SwapHosts) instead, and a program that holds
+// anything else is left alone and reported. It is the agent's fast
+// path for a hosts_file edit; the records catch up at the next apply,
+// which finds the entries it did not write by their fingerprints.
+func PatchHosts(ns string, timeout time.Duration, writes []plan.HostWrite) error {
+	if len(writes) == 0 {
+		return nil
+	}
+	c, err := tc.Open(ns)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	l, err := AcquireLock(StateDir(ns), timeout)
+	if err != nil {
+		return err
+	}
+	defer l.Release()
+	for _, w := range writes {
+		f := hookFilter(w.Hook)
+		fs, err := c.Filters(f.Dev, f.Parent)
+		if err != nil {
+			return err
+		}
+		g := ourFilter(fs)
+		if g == nil {
+			return fmt.Errorf("%s: sluice's program is not there", w.Hook.Dev)
+		}
+		prog, err := bpf.Open(g.BPF.ID)
+		if err != nil {
+			return err
+		}
+		err = prog.SwapHosts(w.Old, w.New)
+		prog.Close()
+		if err != nil {
+			return fmt.Errorf("%s: %w", w.Hook.Dev, err)
 		}
 	}
 	return nil

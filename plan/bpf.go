@@ -97,6 +97,10 @@ func (b *builder) bpfHook() *bpf.Hook {
 				} else if len(entries) == 0 {
 					entries = []*policy.Match{{Fields: map[string]policy.Pos{}}}
 				}
+				if b.dev.hostTables == nil {
+					b.dev.hostTables = map[*policy.PerHost]uint32{}
+				}
+				b.dev.hostTables[ph] = target
 				b.hostTable(c, cl, target, policer)
 			case len(cl.Classes) > 0:
 				kind, target = bpf.KindGate, uint32(len(c.Blocks))

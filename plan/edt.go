@@ -42,7 +42,7 @@ func buildEDT(d *policy.Diag, feats Features, in *policy.Interface, t *policy.Tr
 	if prev == nil {
 		prev = newAlloc()
 	}
-	dev := &Device{Name: devName, Interface: in.Name, Dir: t.Dir, Ifb: t.Dir == policy.Ingress, Alloc: newAlloc(), EDT: true}
+	dev := &Device{Name: devName, Interface: in.Name, Dir: t.Dir, Ifb: t.Dir == policy.Ingress, Alloc: newAlloc(), EDT: true, tree: t}
 	dev.Alloc.Tag = prev.Tag
 	where := in.Name + " " + t.Dir
 	if !feats.Qdiscs["fq"] {
@@ -227,9 +227,8 @@ func (b *builder) pace(t *bpf.Target, name string, cl *policy.Class, rate, limit
 		ph = cl.PerHost
 	}
 	prod := isProd(cl, ph)
-	t.Classid, t.Rate, t.Burst, t.Hist = 0, uint64(limit), burst, hist
-	t.Horizon = horizonFor(b.tree.Horizon, limit)
-	t.Weight = uint32(min(uint64(rate), 1<<32-1))
+	t.Classid, t.Hist = 0, hist
+	setPace(t, b.tree, burst, rate, limit)
 	t.Prod = 0
 	prio := uint32(1)
 	if prod {
@@ -237,6 +236,14 @@ func (b *builder) pace(t *bpf.Target, name string, cl *policy.Class, rate, limit
 	}
 	b.dev.Classes = append(b.dev.Classes, ClassInfo{Name: name, Rate: rate, Ceil: limit, Prio: prio, Leaf: "edt",
 		Counter: t.Counter, Default: name == b.tree.Default, Hist: hist})
+}
+
+// setPace sets what paces an aggregate of tree at rate (its weight)
+// capped at limit, with burst.
+func setPace(t *bpf.Target, tree *policy.Tree, burst uint32, rate, limit units.Rate) {
+	t.Rate, t.Burst = uint64(limit), burst
+	t.Horizon = horizonFor(tree.Horizon, limit)
+	t.Weight = uint32(min(uint64(rate), 1<<32-1))
 }
 
 // redirect is the ingress hook of iface sending everything to ifb.

@@ -85,6 +85,11 @@ type Device struct {
 	// Controllers are the sharing controllers the agent runs.
 	Controllers []Controller
 	Alloc       *Alloc
+	// hostTables are the host tables of its per_host classes (their
+	// number in the BPF program), and tree the tree it was planned from:
+	// what PatchHosts needs.
+	hostTables map[*policy.PerHost]uint32
+	tree       *policy.Tree
 	// Objects, in creation order: for ingress the ifb link first, then
 	// the tree, then the interface's ingress hook and redirect filter.
 	Objects []tc.Object

@@ -90,63 +90,9 @@ func (p *parser) hostsCSV(file string, data []byte) []*HostEntry {
 			errAt(line, 1, "hosts file: %d fields, the header has %d", len(rec), len(header))
 			continue
 		}
-		e := &HostEntry{Name: strings.TrimSpace(rec[0]), File: file, Line: line}
-		switch {
-		case e.Name == "":
-			errAt(line, col(0), "hosts file: a host needs a name")
+		e := hostRecord(rec, file, line, col, names, addrs, rates, errAt)
+		if e == nil {
 			continue
-		case !validName(e.Name):
-			errAt(line, col(0), "hosts file: host name %q: use letters, digits, '_', '.', '-' (up to 64)", e.Name)
-			continue
-		}
-		if prev, dup := names[e.Name]; dup {
-			errAt(line, col(0), "hosts file: host %q appears twice (first on line %d)", e.Name, prev)
-			continue
-		}
-		names[e.Name] = line
-		for _, a := range strings.Fields(rec[1]) {
-			pf, err := parsePrefix(a)
-			if err != nil {
-				errAt(line, col(1), "hosts file: host %s: %v", e.Name, err)
-				continue
-			}
-			if prev, dup := addrs[pf]; dup {
-				errAt(line, col(1), "hosts file: host %s: %s is already listed on line %d", e.Name, pf, prev)
-				continue
-			}
-			addrs[pf] = line
-			e.Addrs = append(e.Addrs, pf)
-		}
-		if len(e.Addrs) == 0 {
-			errAt(line, col(1), "hosts file: host %s has no addresses", e.Name)
-			continue
-		}
-		// An empty rate or ceil takes the per_host default.
-		rate := func(i int, what string) (*Rate, bool) {
-			s := strings.TrimSpace(rec[i])
-			if s == "" {
-				return nil, true
-			}
-			if rt, ok := rates[s]; ok {
-				return rt, true
-			}
-			rt, _, err := ParseRate(s)
-			if err != nil {
-				errAt(line, col(i), "hosts file: host %s: %s: %v", e.Name, what, err)
-				return nil, false
-			}
-			rates[s] = &rt
-			return &rt, true
-		}
-		var ok1, ok2 bool
-		if e.Rate, ok1 = rate(2, "rate"); !ok1 {
-			continue
-		}
-		if e.Ceil, ok2 = rate(3, "ceil"); !ok2 {
-			continue
-		}
-		if len(rec) == 5 {
-			e.Parent = strings.TrimSpace(rec[4])
 		}
 		out = append(out, e)
 	}
@@ -154,6 +100,77 @@ func (p *parser) hostsCSV(file string, data []byte) []*HostEntry {
 		errAt(1, 1, "hosts file: lists no hosts")
 	}
 	return out
+}
+
+// hostRecord parses one record of hosts file file (at line; col gives
+// each field's column) into an entry, or reports why not and returns
+// nil. names and addrs, where given, hold the lines of the names and
+// addresses seen so far, to refuse repeats; rates caches parsed rates.
+func hostRecord(rec []string, file string, line int, col func(int) int, names map[string]int, addrs map[netip.Prefix]int,
+	rates map[string]*Rate, errAt func(line, col int, format string, args ...any)) *HostEntry {
+	e := &HostEntry{Name: strings.TrimSpace(rec[0]), File: file, Line: line}
+	switch {
+	case e.Name == "":
+		errAt(line, col(0), "hosts file: a host needs a name")
+		return nil
+	case !validName(e.Name):
+		errAt(line, col(0), "hosts file: host name %q: use letters, digits, '_', '.', '-' (up to 64)", e.Name)
+		return nil
+	}
+	if names != nil {
+		if prev, dup := names[e.Name]; dup {
+			errAt(line, col(0), "hosts file: host %q appears twice (first on line %d)", e.Name, prev)
+			return nil
+		}
+		names[e.Name] = line
+	}
+	for _, a := range strings.Fields(rec[1]) {
+		pf, err := parsePrefix(a)
+		if err != nil {
+			errAt(line, col(1), "hosts file: host %s: %v", e.Name, err)
+			continue
+		}
+		if addrs != nil {
+			if prev, dup := addrs[pf]; dup {
+				errAt(line, col(1), "hosts file: host %s: %s is already listed on line %d", e.Name, pf, prev)
+				continue
+			}
+			addrs[pf] = line
+		}
+		e.Addrs = append(e.Addrs, pf)
+	}
+	if len(e.Addrs) == 0 {
+		errAt(line, col(1), "hosts file: host %s has no addresses", e.Name)
+		return nil
+	}
+	// An empty rate or ceil takes the per_host default.
+	rate := func(i int, what string) (*Rate, bool) {
+		s := strings.TrimSpace(rec[i])
+		if s == "" {
+			return nil, true
+		}
+		if rt, ok := rates[s]; ok {
+			return rt, true
+		}
+		rt, _, err := ParseRate(s)
+		if err != nil {
+			errAt(line, col(i), "hosts file: host %s: %s: %v", e.Name, what, err)
+			return nil, false
+		}
+		rates[s] = &rt
+		return &rt, true
+	}
+	var ok bool
+	if e.Rate, ok = rate(2, "rate"); !ok {
+		return nil
+	}
+	if e.Ceil, ok = rate(3, "ceil"); !ok {
+		return nil
+	}
+	if len(rec) == 5 {
+		e.Parent = strings.TrimSpace(rec[4])
+	}
+	return e
 }
 
 func csvErr(err error) error {

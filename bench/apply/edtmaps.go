@@ -80,5 +80,55 @@ func measureEDTMaps(n int) result {
 	}
 	r.SluiceChanges = append([]float64(nil), changes...)
 	r.SluiceChangeM = median(changes)
+
+	// The agent's path (policy.EditHosts, plan.PatchHosts): the policy
+	// and plan in force kept, the new file read and compared line by
+	// line, the one changed host's entry written in place.
+	p, _, err := policy.Load(pol)
+	if err != nil {
+		benchrun.Fail(err)
+	}
+	inForce, err := plan.Build(p, feats, prev)
+	if err != nil {
+		benchrun.Fail(err)
+	}
+	for _, o := range inForce.Devices[0].Objects {
+		if h, ok := o.(*bpf.Hook); ok {
+			if err := prog.Write(h.Content, c); err != nil {
+				benchrun.Fail(err)
+			}
+		}
+	}
+	old, _ := os.ReadFile(hosts)
+	var edits []float64
+	for k := 0; k < 9; k++ {
+		os.WriteFile(hosts, []byte(benchrun.HostsCSVCap(n, (k*104729+1)%n)), 0o644)
+		t0 := time.Now()
+		data, err := os.ReadFile(hosts)
+		if err != nil {
+			benchrun.Fail(err)
+		}
+		ed, ok, err := p.EditHosts(hosts, old, data)
+		if err != nil || !ok {
+			benchrun.Fail(fmt.Errorf("hosts edit not taken in place: ok %v, %v", ok, err))
+		}
+		hp, ok := inForce.PatchHosts(ed)
+		if !ok {
+			benchrun.Fail(fmt.Errorf("hosts edit not patched"))
+		}
+		for _, w := range hp.Writes {
+			if err := prog.SwapHosts(w.Old, w.New); err != nil {
+				benchrun.Fail(err)
+			}
+		}
+		for _, e := range ed {
+			e.Apply()
+		}
+		hp.Apply()
+		edits = append(edits, float64(time.Since(t0).Microseconds())/1000)
+		old = data
+	}
+	r.SluiceEdits = edits
+	r.SluiceEditM = median(edits)
 	return r
 }

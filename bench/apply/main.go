@@ -38,11 +38,15 @@ type result struct {
 	SluiceChangeM float64 `json:"sluice_change_ms"`
 	// Every one-subscriber change, in the order taken.
 	SluiceChanges []float64 `json:"sluice_changes_ms"`
-	TCBatchS      float64   `json:"tc_batch_s,omitempty"`
-	TCLines       int       `json:"tc_batch_lines,omitempty"`
-	TCChangeMs    float64   `json:"tc_change_ms,omitempty"`
-	TCNote        string    `json:"tc_note,omitempty"`
-	Speedup       float64   `json:"speedup,omitempty"`
+	// EDT only: the same change as the agent takes a hosts_file edit,
+	// in place (median, and each).
+	SluiceEditM float64   `json:"sluice_edit_in_place_ms,omitempty"`
+	SluiceEdits []float64 `json:"sluice_edits_in_place_ms,omitempty"`
+	TCBatchS    float64   `json:"tc_batch_s,omitempty"`
+	TCLines     int       `json:"tc_batch_lines,omitempty"`
+	TCChangeMs  float64   `json:"tc_change_ms,omitempty"`
+	TCNote      string    `json:"tc_note,omitempty"`
+	Speedup     float64   `json:"speedup,omitempty"`
 }
 
 var (
@@ -68,7 +72,7 @@ func main() {
 			if be == "edt-maps" {
 				r := measureEDTMaps(n)
 				results = append(results, r)
-				fmt.Printf("edt-maps %7d hosts: plan, load and fill %.3f s, one host's cap %.2f ms\n", n, r.SluiceApplyS, r.SluiceChangeM)
+				fmt.Printf("edt-maps %7d hosts: plan, load and fill %.3f s, one host's cap %.2f ms, in place %.2f ms\n", n, r.SluiceApplyS, r.SluiceChangeM, r.SluiceEditM)
 				continue
 			}
 			r := measure(n, be)

@@ -308,3 +308,49 @@ func TestEDTConcurrentCPUs(t *testing.T) {
 		prog.Close()
 	}
 }
+
+// SwapHosts writes host entries only when every one holds what the
+// caller says it does; otherwise nothing is written (the agent then
+// plans in full). TestEDTAgentEditsHostsInPlace shows the new cap on
+// traffic.
+func TestSwapHosts(t *testing.T) {
+	testutil.RequireRoot(t)
+	c := edtContent([]uint64{125_000}, []uint32{0}, 2e9)
+	c.Rules = append([]bpf.Rule{{Family: 4, Flags: bpf.RuleL4, SportHi: 0xffff, DportLo: 2000, DportHi: 2000, Kind: bpf.KindHosts, Target: 0}}, c.Rules...)
+	c.Blocks[0].Count++
+	c.Blocks[1].First++
+	a, b := netip.MustParsePrefix("10.0.0.2/32"), netip.MustParsePrefix("10.0.0.3/32")
+	ka, kb := bpf.HostKeyOf(0, a), bpf.HostKeyOf(0, b)
+	slow := bpf.Target{Counter: 5, Rate: 125_000, Hist: 1}
+	c.Hosts = map[bpf.HostKey]bpf.Target{ka: slow, kb: slow}
+	prog, err := bpf.Load(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer prog.Close()
+	fast := slow
+	fast.Rate = 1_250_000
+	// b's old value is wrong: nothing is written, a included.
+	wrong := fast
+	if err := prog.SwapHosts(map[bpf.HostKey]bpf.Target{ka: slow, kb: wrong}, map[bpf.HostKey]bpf.Target{ka: fast, kb: fast}); err == nil {
+		t.Fatal("SwapHosts wrote over an entry that did not hold the old value")
+	}
+	got, err := prog.Read()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Hosts[ka] != slow || got.Hosts[kb] != slow {
+		t.Fatalf("a refused swap changed the entries: %+v", got.Hosts)
+	}
+	// A key the table does not hold is refused too.
+	kc := bpf.HostKeyOf(0, netip.MustParsePrefix("10.0.0.4/32"))
+	if err := prog.SwapHosts(map[bpf.HostKey]bpf.Target{kc: slow}, map[bpf.HostKey]bpf.Target{kc: fast}); err == nil {
+		t.Fatal("SwapHosts added a host")
+	}
+	if err := prog.SwapHosts(map[bpf.HostKey]bpf.Target{ka: slow}, map[bpf.HostKey]bpf.Target{ka: fast}); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ = prog.Read(); got.Hosts[ka] != fast || got.Hosts[kb] != slow || len(got.Hosts) != 2 {
+		t.Fatalf("after the swap: %+v", got.Hosts)
+	}
+}

@@ -624,7 +624,7 @@ func replaceFile(t *testing.T, file, content string) {
 // traffic, and plan agrees with the kernel after. An edit Load would
 // refuse is refused the same way and changes nothing; one that adds a
 // host takes the full reload.
-func TestAgentEditsHostsInPlace(t *testing.T) {
+func TestEDTAgentEditsHostsInPlace(t *testing.T) {
 	needFq(t)
 	a, _ := shardedPair(t, 4, 0)
 	pol := writePolicy(t, "p.yaml", policyFor("veth0", `    egress:

@@ -2,7 +2,7 @@
 GO  ?= go
 BIN := bin/sluice
 
-.PHONY: build deps demo test test-host unit fuzz soak lint vmtest vmtest-all bpf bpf-check bench bench-utilization bench-classify bench-apply bench-agent bench-edt clean
+.PHONY: build deps demo test test-host unit fuzz soak lint vmtest vmtest-all bpf bpf-check bench bench-utilization bench-classify bench-apply bench-agent bench-edt bench-edt-lane clean
 
 build:
 	$(GO) build -o $(BIN) ./cmd/sluice
@@ -89,6 +89,18 @@ bench-agent:
 bench-edt:
 	$(GO) run ./bench/classify -veth-hosts "" -out bench/results/classify-edt.json
 	$(GO) run ./bench/apply -backend edt-maps -hosts 10,1000,10000,100000 -out bench/results/apply-edt-maps.json
+
+# The EDT backend in full (fq, which this host lacks) in the stock-kernel
+# lane: CPU per Gbit/s beside HTB, and apply from scratch and one host
+# changed with the qdiscs. Emulated (TCG): compare within the run.
+bench-edt-lane:
+	$(GO) build -o out/lane-bench/sluice ./cmd/sluice
+	$(GO) build -o out/lane-bench/bench-edtcpu ./bench/edtcpu
+	$(GO) build -o out/lane-bench/bench-apply ./bench/apply
+	cd out/lane-bench && SLUICE_VM_BIN=$$PWD/sluice VM_CWD=$$PWD VM_RWDIR=$$PWD \
+	  VM_RUN_ONLY="set -e; ./bench-edtcpu -sluice ./sluice -out edt-cpu.json; ./bench-apply -sluice ./sluice -backend edt -queues 4 -hosts 10,1000,100000 -out apply-edt.json" \
+	  ../../vmlane/vmtest.sh 6.12
+	cp out/lane-bench/edt-cpu.json out/lane-bench/apply-edt.json bench/results/
 
 clean:
 	rm -rf bin

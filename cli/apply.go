@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"runtime/debug"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -181,10 +182,11 @@ func resetCmd(g *globals) *cobra.Command {
 // printDiff writes one line per object: + add, ~ change, - delete,
 // -/+ replace.
 // printSharing notes the sibling groups whose quanta cannot follow their
-// weights (docs/policy.md, "Sharing spare capacity").
+// weights (docs/policy.md, "Sharing spare capacity"), and what else a
+// tree cannot do as the policy reads (plan.Device.Notes).
 func printSharing(w io.Writer, p *plan.Plan) {
 	for _, d := range p.Devices {
-		for _, s := range d.Sharing {
+		for _, s := range slices.Concat(d.Sharing, d.Notes) {
 			fmt.Fprintf(w, "note: %s %s: %s\n", d.Interface, d.Dir, s)
 		}
 	}

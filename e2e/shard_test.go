@@ -219,3 +219,48 @@ func subsPolicy(t *testing.T, csv, classifier string) (file, hostsFile string) {
 `), 0o644)
 	return file, hostsFile
 }
+
+// A tree sharded four ways carries at most rate/4 per shard: one host
+// alone, with a ceil of the whole rate, gets a quarter of it (a shard's
+// root is an HTB root class and cannot borrow), and apply says so; with
+// shards: 1 the same host gets the whole rate.
+func TestShardedHostGetsRateOverN(t *testing.T) {
+	a, b := shardedPair(t, 4, 0)
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "hosts.csv"), []byte("name,addresses,rate,ceil\npeer,10.9.0.2,1mbit,40mbit\nother,10.9.0.77,1mbit,5mbit\n"), 0o644)
+	file := filepath.Join(dir, "p.yaml")
+	write := func(shards string) {
+		os.WriteFile(file, []byte(policyFor("veth0", `    egress:
+      rate: 40mbit
+      classifier: bpf`+shards+`
+      default: rest
+      classes:
+        - {name: subs, rate: 20mbit, per_host: {by: dst, hosts_file: hosts.csv}}
+        - {name: rest, rate: 10mbit, ceil: 10mbit}
+`)), 0o644)
+	}
+	testutil.IperfServer(t, b, "10.9.0.2", 5201)
+	for _, c := range []struct {
+		shards string
+		rate   float64
+		note   bool
+	}{{"", 10e6, true}, {"\n      shards: 1", 40e6, false}} {
+		write(c.shards)
+		r0 := sluice(t, "--netns", a, "apply", file)
+		if r0.code != 0 {
+			t.Fatalf("apply: exit %d\n%s%s", r0.code, r0.stdout, r0.stderr)
+		}
+		if has := strings.Contains(r0.stderr, "note: veth0 egress: sharded into 4 HTBs") && strings.Contains(r0.stderr, "peer 40mbit"); has != c.note {
+			t.Errorf("shards %q: note %v, want %v:\n%s", c.shards, has, c.note, r0.stderr)
+		}
+		r, err := testutil.Iperf(a, "10.9.0.2", 5201, 4, 4)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("shards %q: one host got %.2f Mbit/s (%.3f of %.0f)", c.shards, r.Goodput/1e6, r.Goodput/c.rate, c.rate/1e6)
+		if ratio := r.Goodput / c.rate; ratio < 0.85 || ratio > 1.0 {
+			t.Errorf("shards %q: one host got %.2f Mbit/s, want about %.0f", c.shards, r.Goodput/1e6, c.rate/1e6)
+		}
+		must(t, "--netns", a, "reset", "veth0")
+	}
+}

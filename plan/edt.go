@@ -81,7 +81,7 @@ func buildEDT(d *policy.Diag, feats Features, in *policy.Interface, t *policy.Tr
 		e.Queues = [2]bpf.QueueRange{{Count: uint16(prodQ)}, {First: uint16(prodQ), Count: uint16(nonQ)}}
 	}
 	if feats.XPS[devName] && queues > 1 {
-		d.Warnf(t.BackendPos, "%s: transmit packet steering (XPS) is configured on %s and picks queues before sluice does: prod and nonprod traffic may share queues, and a flow may change queue (reordering); clear /sys/class/net/%s/queues/tx-*/xps_cpus", where, devName, devName)
+		dev.Notes = append(dev.Notes, fmt.Sprintf("transmit packet steering (XPS) is configured on %s and picks queues before sluice does: prod and nonprod traffic may share queues, and a flow may change queue (reordering); clear /sys/class/net/%s/queues/tx-*/xps_cpus", devName, devName))
 	}
 	fq := func() *tc.Fq {
 		return &tc.Fq{Limit: fqLimit(t), FlowLimit: fqLimit(t), OrphanMask: FqTag(dev.Alloc.R2Q())}

@@ -84,6 +84,9 @@ type Device struct {
 	Sharing []string
 	// Controllers are the sharing controllers the agent runs.
 	Controllers []Controller
+	// Notes say what the tree cannot do as the policy reads (plan and
+	// apply print them).
+	Notes []string
 	Alloc       *Alloc
 	// hostTables are the host tables of its per_host classes (their
 	// number in the BPF program), and tree the tree it was planned from:

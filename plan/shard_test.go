@@ -231,3 +231,29 @@ func TestShardedReplanKeepsIDsWithoutClashes(t *testing.T) {
 		seen[key] = name
 	}
 }
+
+// A sharded tree says which ceils it cannot reach: each shard's root is
+// an HTB root class, capped at rate/N (measured in e2e
+// TestShardedHostGetsRateOverN); one tree says nothing.
+func TestShardedTreeNotesUnreachableCeils(t *testing.T) {
+	p, err := Build(shardPolicy(t, []int{1, 2, 3}, ""), withQueues(8, false), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	notes := strings.Join(p.Devices[0].Notes, "\n")
+	for _, want := range []string{"sharded into 8 HTBs", "at most 100mbit (rate/8)", "out of reach: rest 800mbit.", "shards: 1"} {
+		if !strings.Contains(notes, want) {
+			t.Errorf("notes %q lack %q", notes, want)
+		}
+	}
+	if strings.Contains(notes, "h1") {
+		t.Errorf("a host of 10mbit is reachable: %q", notes)
+	}
+	p, err = Build(shardPolicy(t, []int{1, 2, 3}, "      shards: 1\n"), withQueues(8, false), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := p.Devices[0].Notes; len(n) != 0 {
+		t.Errorf("one tree: notes %q", n)
+	}
+}

@@ -90,17 +90,22 @@ bench-edt:
 	$(GO) run ./bench/classify -veth-hosts "" -out bench/results/classify-edt.json
 	$(GO) run ./bench/apply -backend edt-maps -hosts 10,1000,10000,100000 -out bench/results/apply-edt-maps.json
 
-# The EDT backend in full (fq, which this host lacks) in the stock-kernel
-# lane: CPU per Gbit/s beside HTB, and apply from scratch and one host
-# changed with the qdiscs. Emulated (TCG): compare within the run.
+# The EDT backend in full (fq, which this host lacks) beside HTB in the
+# stock-kernel lane, in one run: CPU per Gbit/s, the packet rate through
+# a veth, and apply from scratch and one host changed with the qdiscs
+# (HTB up to 10,000 hosts: 100,000 HTB classes take many minutes under
+# emulation). Emulated (TCG): compare within the run. About 15 minutes.
 bench-edt-lane:
 	$(GO) build -o out/lane-bench/sluice ./cmd/sluice
 	$(GO) build -o out/lane-bench/bench-edtcpu ./bench/edtcpu
 	$(GO) build -o out/lane-bench/bench-apply ./bench/apply
+	$(GO) build -o out/lane-bench/bench-classify ./bench/classify
 	cd out/lane-bench && SLUICE_VM_BIN=$$PWD/sluice VM_CWD=$$PWD VM_RWDIR=$$PWD \
-	  VM_RUN_ONLY="set -e; ./bench-edtcpu -sluice ./sluice -out edt-cpu.json; ./bench-apply -sluice ./sluice -backend edt -queues 4 -hosts 10,1000,100000 -out apply-edt.json" \
+	  VM_RUN_ONLY="set -e; ./bench-edtcpu -sluice ./sluice -out edt-cpu.json; \
+	    ./bench-classify -sluice ./sluice -repeat 0 -veth-setups none,htb,bpf,edt -veth-hosts 10,1000,10000,100000 -veth-htb-max 10000 -veth-packets 100000 -out classify-veth-lane.json; \
+	    ./bench-apply -sluice ./sluice -backend htb,edt -queues 4 -hosts 10,1000,10000,100000 -htb-max 10000 -tc-limit 90s -out apply-lane.json" \
 	  ../../vmlane/vmtest.sh 6.12
-	cp out/lane-bench/edt-cpu.json out/lane-bench/apply-edt.json bench/results/
+	cp out/lane-bench/edt-cpu.json out/lane-bench/classify-veth-lane.json out/lane-bench/apply-lane.json bench/results/
 
 clean:
 	rm -rf bin

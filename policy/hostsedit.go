@@ -116,22 +116,11 @@ func sameRate(a, b *Rate) bool { return a == b || a != nil && b != nil && *a == 
 // file (a path as Files gives it).
 func (p *Policy) hostsFileOwners(file string) []*PerHost {
 	var out []*PerHost
-	var walk func(cs []*Class)
-	walk = func(cs []*Class) {
-		for _, c := range cs {
-			if ph := c.PerHost; ph != nil && len(ph.Entries) > 0 && ph.Entries[0].File == file {
-				out = append(out, ph)
-			}
-			walk(c.Classes)
+	p.eachClass(func(c *Class) {
+		if ph := c.PerHost; ph != nil && len(ph.Entries) > 0 && ph.Entries[0].File == file {
+			out = append(out, ph)
 		}
-	}
-	for _, in := range p.Interfaces {
-		for _, t := range []*Tree{in.Egress, in.Ingress} {
-			if t != nil {
-				walk(t.Classes)
-			}
-		}
-	}
+	})
 	return out
 }
 

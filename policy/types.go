@@ -357,19 +357,27 @@ type Match struct {
 func (p *Policy) Files() []string {
 	out := []string{p.File}
 	seen := map[string]bool{p.File: true}
+	p.eachClass(func(c *Class) {
+		if c.PerHost != nil && c.PerHost.HostsFile != "" {
+			f := c.PerHost.HostsFile
+			if !filepath.IsAbs(f) {
+				f = filepath.Join(filepath.Dir(p.File), f)
+			}
+			if !seen[f] {
+				seen[f] = true
+				out = append(out, f)
+			}
+		}
+	})
+	return out
+}
+
+// eachClass calls fn for every class of every tree, parents first.
+func (p *Policy) eachClass(fn func(*Class)) {
 	var walk func(cs []*Class)
 	walk = func(cs []*Class) {
 		for _, c := range cs {
-			if c.PerHost != nil && c.PerHost.HostsFile != "" {
-				f := c.PerHost.HostsFile
-				if !filepath.IsAbs(f) {
-					f = filepath.Join(filepath.Dir(p.File), f)
-				}
-				if !seen[f] {
-					seen[f] = true
-					out = append(out, f)
-				}
-			}
+			fn(c)
 			walk(c.Classes)
 		}
 	}
@@ -380,5 +388,4 @@ func (p *Policy) Files() []string {
 			}
 		}
 	}
-	return out
 }

@@ -56,6 +56,7 @@ var (
 	tcLimit   = flag.Duration("tc-limit", 3*time.Minute, "give up on tc -batch after this long")
 	leafAt    = flag.Int("leaf-none-above", 10000, "subscriber count above which subscribers get HTB's own pfifo (leaf: none)")
 	out       = flag.String("out", "bench/results/apply.json", "results file")
+	htbMax    = flag.Int("htb-max", 0, "host counts above this measure only EDT (0: no limit)")
 	backends  = flag.String("backend", "htb", "comma-separated: htb, edt (needs fq), edt-maps (EDT's program and maps alone, where fq is missing); tc -batch is timed for htb only")
 )
 
@@ -69,6 +70,9 @@ func main() {
 			benchrun.Fail(err)
 		}
 		for _, be := range strings.Split(*backends, ",") {
+			if *htbMax > 0 && n > *htbMax && be == "htb" {
+				continue
+			}
 			if be == "edt-maps" {
 				r := measureEDTMaps(n)
 				results = append(results, r)

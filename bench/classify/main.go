@@ -94,10 +94,12 @@ func hostAddr(i int) netip.Addr {
 
 func main() {
 	out := flag.String("out", "bench/results/classify.json", "where to write the results")
-	repeat := flag.Int("repeat", 2_000_000, "runs per measurement")
+	repeat := flag.Int("repeat", 2_000_000, "runs per measurement (0: skip BPF_PROG_TEST_RUN)")
 	vethHosts := flag.String("veth-hosts", "10,1000,10000", "host counts for the packet rate through a veth (empty: skip)")
 	vethPackets := flag.Int("veth-packets", 300_000, "packets per round through the veth")
 	sluiceBin := flag.String("sluice", "", "sluice binary for the veth runs (default: build it)")
+	setups := flag.String("veth-setups", "none,htb,u32-script,u32,bpf,edt", "what the veth runs compare (edt needs fq: where it is missing the row says so)")
+	htbMax := flag.Int("veth-htb-max", 0, "host counts above this run only none and edt through the veth (0: no limit)")
 	flag.Parse()
 	var results []result
 	// 100,000 hosts exceed one HTB's class ids (sharding is still to
@@ -107,6 +109,9 @@ func main() {
 		backend string
 		n       int
 	}{{"htb", 10}, {"htb", 1000}, {"htb", 10000}, {"htb", 100000}, {"edt", 10}, {"edt", 1000}, {"edt", 10000}, {"edt", 100000}} {
+		if *repeat == 0 {
+			break // -repeat 0: the veth runs only
+		}
 		n := run.n
 		c, err := content(min(n, 30000), run.backend == "edt")
 		if err != nil {
@@ -157,7 +162,7 @@ func main() {
 			if err != nil {
 				benchrun.Fail(fmt.Errorf("-veth-hosts %q: %v", f, err))
 			}
-			veth = append(veth, measureVeth(*sluiceBin, n, *vethPackets)...)
+			veth = append(veth, measureVeth(*sluiceBin, n, *vethPackets, strings.Split(*setups, ","), *htbMax)...)
 		}
 	}
 	os.MkdirAll(filepath.Dir(*out), 0o755)

@@ -26,7 +26,7 @@ import (
 // how the packet is classified.
 type vethResult struct {
 	Hosts      int     `json:"hosts"`
-	Setup      string  `json:"setup"` // none, htb, u32-script, u32, bpf
+	Setup      string  `json:"setup"` // none, htb, u32-script, u32, bpf, edt
 	NsPerPkt   float64 `json:"ns_per_packet,omitempty"`
 	Packets    int     `json:"packets"`
 	Classified uint64  `json:"classified_packets,omitempty"` // counted in the destination host's class
@@ -43,24 +43,29 @@ func vethPolicy(classifier string) string {
 	if classifier == "" {
 		return "interfaces:\n  - name: veth0\n    egress: {rate: 10gbit}\n"
 	}
+	// EDT: the same classes as aggregates (fq at the root, no leaves).
+	how, leaf := "classifier: "+classifier, ", leaf: none"
+	if classifier == "edt" {
+		how, leaf = "backend: edt", ""
+	}
 	return fmt.Sprintf(`interfaces:
   - name: veth0
     egress:
       rate: 10gbit
       default: rest
-      classifier: %s
+      %s
       classes:
         - {name: ssh, rate: 10mbit, match: [{dport: 22}]}
         - {name: dns, rate: 10mbit, match: [{proto: udp, dport: 53}]}
         - {name: voip, rate: 10mbit, match: [{dscp: EF}]}
-        - {name: subs, rate: 9gbit, per_host: {by: dst, hosts_file: hosts.csv, leaf: none}}
+        - {name: subs, rate: 9gbit, per_host: {by: dst, hosts_file: hosts.csv%s}}
         - {name: rest, rate: 100mbit}
-`, classifier)
+`, how, leaf)
 }
 
 // measureVeth applies each setup to a fresh veth and times count packets
 // to the last of n hosts (best of five rounds).
-func measureVeth(sluiceBin string, n, count int) []vethResult {
+func measureVeth(sluiceBin string, n, count int, setups []string, htbMax int) []vethResult {
 	dir, err := os.MkdirTemp("", "sluice-bench-veth")
 	if err != nil {
 		benchrun.Fail(err)
@@ -76,8 +81,11 @@ func measureVeth(sluiceBin string, n, count int) []vethResult {
 	frame := (&testutil.Packet{Src: netip.MustParseAddr("192.0.2.1"), Dst: hostAddr(n - 1), Proto: 6, Sport: 443, Dport: 40000, Payload: 18}).Frame()
 
 	var out []vethResult
-	for _, setup := range []string{"none", "htb", "u32-script", "u32", "bpf"} {
+	for _, setup := range setups {
 		r := vethResult{Hosts: n, Setup: setup, Packets: count}
+		if htbMax > 0 && n > htbMax && setup != "none" && setup != "edt" {
+			continue // HTB classes for every host: minutes to build here
+		}
 		if setup == "u32-script" && n > 1000 {
 			r.Packets = count * 1000 / n // a linear walk: fewer packets, same precision
 		}
@@ -106,7 +114,7 @@ func measureVeth(sluiceBin string, n, count int) []vethResult {
 				benchrun.Fail(fmt.Errorf("tc -batch: %v: %s", err, o))
 			}
 		} else if setup != "none" {
-			cls := map[string]string{"htb": "", "u32": "u32", "bpf": "bpf"}[setup]
+			cls := map[string]string{"htb": "", "u32": "u32", "bpf": "bpf", "edt": "edt"}[setup]
 			pol := filepath.Join(dir, "p-"+setup+".yaml")
 			os.WriteFile(pol, []byte(vethPolicy(cls)), 0o644)
 			if o, err := sluice("apply", "-q", pol); err != nil {
@@ -128,7 +136,7 @@ func measureVeth(sluiceBin string, n, count int) []vethResult {
 			switch setup {
 			case "u32-script":
 				r.Classified = tcClassPackets(ns, fmt.Sprintf("1:%x", 0x10+n-1))
-			case "u32", "bpf":
+			case "u32", "bpf", "edt":
 				r.Classified = hostClassPackets(sluice, fmt.Sprintf("h%d", n-1))
 			}
 			if setup != "none" && setup != "htb" && r.Classified < uint64(rounds*r.Packets) {

@@ -87,7 +87,7 @@ type Device struct {
 	// Notes say what the tree cannot do as the policy reads (plan and
 	// apply print them).
 	Notes []string
-	Alloc       *Alloc
+	Alloc *Alloc
 	// hostTables are the host tables of its per_host classes (their
 	// number in the BPF program), and tree the tree it was planned from:
 	// what PatchHosts needs.

@@ -92,7 +92,7 @@ type Agent struct {
 	recorded bool    // the records say what pol plans
 	// inForce is the plan the kernel was last seen to hold (nil when
 	// the last pass did not end so), and base what pol was read from
-	// (nil when not known for sure): what a hosts_file edit patches.
+	// (the contents the parser saw): what a hosts_file edit patches.
 	inForce    *plan.Plan
 	base       *watched
 	prevSample *stats.Sample
@@ -170,16 +170,14 @@ func New(cfg Config) (*Agent, error) {
 		tick: cfg.Interval}
 	a.opts = engine.Options{Netns: cfg.Netns, Full: true, SkipMissing: true, LockTimeout: 30 * time.Second,
 		Warn: func(s string) { a.log.Warn(s) }}
-	loading := time.Now()
 	pol, err := engine.Load(cfg.Policy, a.opts)
 	if err != nil {
 		return nil, err
 	}
-	a.pol = pol
+	a.pol, a.base = pol, sourcesOf(pol)
 	if a.watched, err = a.watch(pol); err != nil {
 		return nil, &InputError{Err: err}
 	}
-	a.base = a.watched.readBefore(loading)
 	if a.lock, err = kernel.AcquireAgentLock(kernel.StateDir(cfg.Netns)); err != nil {
 		return nil, err
 	}
@@ -225,15 +223,16 @@ type watched struct {
 	stamps []stamp
 }
 
-// readBefore returns w if none of its files changed since t (by their
-// stamps, with a margin for the file system's coarse clock), so that a
-// policy loaded at t was read from exactly w's contents; else nil.
-func (w watched) readBefore(t time.Time) *watched {
-	limit := t.Add(-20 * time.Millisecond).UnixNano()
-	for _, st := range w.stamps {
-		if st == (stamp{}) || st.mtime >= limit || st.ctime >= limit {
+// sourcesOf is what pol was read from: its files with the contents the
+// parser saw (nil if one is missing), whatever the files hold now.
+func sourcesOf(pol *policy.Policy) *watched {
+	w := watched{files: pol.Files()}
+	for _, f := range w.files {
+		b := pol.Source(f)
+		if b == nil {
 			return nil
 		}
+		w.data = append(w.data, b)
 	}
 	return &w
 }
@@ -457,7 +456,6 @@ func (a *Agent) refused(err error) {
 // reloadPolicy reads the policy again; a bad one is refused and the one
 // in force stays.
 func (a *Agent) reloadPolicy(forced bool) {
-	loading := time.Now()
 	pol, err := engine.Load(a.cfg.Policy, a.opts)
 	w, werr := a.watch(pol)
 	if pol == nil || werr != nil {
@@ -475,7 +473,7 @@ func (a *Agent) reloadPolicy(forced bool) {
 	}
 	a.log.Info("policy reloaded", "policy", a.cfg.Policy, "forced", forced)
 	a.metrics.reloads.WithLabelValues("ok").Inc()
-	a.pol, a.recorded, a.inForce, a.base = pol, false, nil, w.readBefore(loading)
+	a.pol, a.recorded, a.inForce, a.base = pol, false, nil, sourcesOf(pol)
 	a.mu.Lock()
 	a.health.LastReload, a.health.ReloadError = now, ""
 	a.mu.Unlock()

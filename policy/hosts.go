@@ -26,6 +26,7 @@ func (p *parser) hostsFile(ph *PerHost, what string) []*HostEntry {
 		p.d.Errorf(ph.HostsFilePos, "%s.hosts_file: %v", what, err)
 		return nil
 	}
+	p.sources[file] = data
 	return p.hostsCSV(file, data)
 }
 

@@ -172,3 +172,24 @@ func TestEditHostsRefusesOrDefers(t *testing.T) {
 		})
 	}
 }
+
+// A policy remembers what it was read from, so that an edit is worked
+// out against exactly that (not what the files hold by then).
+func TestSourceIsWhatWasRead(t *testing.T) {
+	const hosts = "name,addresses,rate,ceil\na,10.0.0.1,1mbit,10mbit\n"
+	p, hf := loadEdit(t, hosts)
+	os.WriteFile(hf, []byte(hosts+"b,10.0.0.2,,\n"), 0o644)
+	if got := string(p.Source(hf)); got != hosts {
+		t.Errorf("Source(hosts file) = %q, want what was read, %q", got, hosts)
+	}
+	if got := string(p.Source(p.File)); got != editPolicy {
+		t.Errorf("Source(policy) = %q", got)
+	}
+	if p.Source("/nonexistent") != nil {
+		t.Error("Source of a file not read is not nil")
+	}
+	files := p.Files()
+	if len(files) != 2 || files[1] != hf {
+		t.Errorf("Files() = %v, want the policy and %s", files, hf)
+	}
+}

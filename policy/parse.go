@@ -40,7 +40,7 @@ func Load(file string) (*Policy, Errors, error) {
 // listing every problem found, each as FILE:LINE:COL: message.
 func Parse(file string, src []byte) (*Policy, Errors, error) {
 	d := &Diag{File: file}
-	p := &parser{d: d, dir: filepath.Dir(file)}
+	p := &parser{d: d, dir: filepath.Dir(file), sources: map[string][]byte{file: src}}
 	var doc yaml.Node
 	dec := yaml.NewDecoder(bytes.NewReader(src))
 	if err := dec.Decode(&doc); err != nil {
@@ -73,12 +73,14 @@ func Parse(file string, src []byte) (*Policy, Errors, error) {
 	if err := d.Err(); err != nil {
 		return nil, d.Warnings, err
 	}
+	pol.sources = p.sources
 	return pol, d.Warnings, nil
 }
 
 type parser struct {
-	d   *Diag
-	dir string // the policy file's directory, for hosts_file
+	d       *Diag
+	dir     string            // the policy file's directory, for hosts_file
+	sources map[string][]byte // what each file read held
 }
 
 func pos(n *yaml.Node) Pos { return Pos{n.Line, n.Column} }

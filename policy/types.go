@@ -21,7 +21,15 @@ import (
 type Policy struct {
 	File       string
 	Interfaces []*Interface
+	// sources are the contents the policy was read from, by file.
+	sources map[string][]byte
 }
+
+// Source returns the contents file (the policy file or a hosts_file, as
+// Files names them) had when the policy was read from it, or nil. A
+// daemon compares them with the files now to work out an edit
+// (EditHosts).
+func (p *Policy) Source(file string) []byte { return p.sources[file] }
 
 // Interface shapes one network device.
 type Interface struct {

@@ -178,6 +178,7 @@ func New(cfg Config) (*Agent, error) {
 	if a.watched, err = a.watch(pol); err != nil {
 		return nil, &InputError{Err: err}
 	}
+	a.watched = unseen(a.watched, a.base)
 	if a.lock, err = kernel.AcquireAgentLock(kernel.StateDir(cfg.Netns)); err != nil {
 		return nil, err
 	}
@@ -235,6 +236,18 @@ func sourcesOf(pol *policy.Policy) *watched {
 		w.data = append(w.data, b)
 	}
 	return &w
+}
+
+// unseen is what to watch after a load that read base, when w was read
+// just after it: w itself, or, where a file changed in between, base's
+// contents without stamps, so that the next poll reads the files again
+// and takes the change as an edit (it would otherwise wait for the
+// next one).
+func unseen(w watched, base *watched) watched {
+	if base == nil || w.same(*base) {
+		return w
+	}
+	return watched{files: base.files, data: base.data, stamps: make([]stamp, len(base.files))}
 }
 
 // same says whether w and o hold the same files with the same contents.
@@ -474,6 +487,7 @@ func (a *Agent) reloadPolicy(forced bool) {
 	a.log.Info("policy reloaded", "policy", a.cfg.Policy, "forced", forced)
 	a.metrics.reloads.WithLabelValues("ok").Inc()
 	a.pol, a.recorded, a.inForce, a.base = pol, false, nil, sourcesOf(pol)
+	a.watched = unseen(w, a.base)
 	a.mu.Lock()
 	a.health.LastReload, a.health.ReloadError = now, ""
 	a.mu.Unlock()

@@ -49,7 +49,7 @@ func (p *Plan) PatchHosts(edits []policy.HostEdit) (hp *HostPatch, ok bool) {
 		}
 		w := byDev[d]
 		if w == nil {
-			w = &HostWrite{Hook: d.hook(), Old: map[bpf.HostKey]bpf.Target{}, New: map[bpf.HostKey]bpf.Target{}}
+			w = &HostWrite{Hook: d.Hook(), Old: map[bpf.HostKey]bpf.Target{}, New: map[bpf.HostKey]bpf.Target{}}
 			if w.Hook == nil || w.Hook.Content.EDT == nil {
 				return nil, false
 			}
@@ -127,8 +127,8 @@ func (p *Plan) hostTable(ph *policy.PerHost) (*Device, uint32) {
 	return nil, 0
 }
 
-// hook is the device's BPF program.
-func (d *Device) hook() *bpf.Hook {
+// Hook is the device's BPF program, or nil.
+func (d *Device) Hook() *bpf.Hook {
 	for _, o := range d.Objects {
 		if h, ok := o.(*bpf.Hook); ok {
 			return h

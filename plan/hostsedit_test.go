@@ -109,7 +109,7 @@ func TestPatchHostsMatchesBuild(t *testing.T) {
 	}
 	for i, d := range want.Devices {
 		got := pl.Devices[i]
-		if !reflect.DeepEqual(got.hook().Content, d.hook().Content) {
+		if !reflect.DeepEqual(got.Hook().Content, d.Hook().Content) {
 			t.Errorf("%s: patched program content differs from the plan's", d.Name)
 		}
 		if !reflect.DeepEqual(got.Classes, d.Classes) {

@@ -48,13 +48,11 @@ func measureEDTMaps(n int) result {
 		if err != nil {
 			benchrun.Fail(err)
 		}
-		for _, o := range pl.Devices[0].Objects {
-			if h, ok := o.(*bpf.Hook); ok {
-				return pl, h.Content
-			}
+		h := pl.Devices[0].Hook()
+		if h == nil {
+			benchrun.Fail(fmt.Errorf("no program planned"))
 		}
-		benchrun.Fail(fmt.Errorf("no program planned"))
-		return nil, nil
+		return pl, h.Content
 	}
 	r := result{Backend: "edt-maps", Hosts: n, Queues: *queues, Leaf: "fq", TCNote: "program and maps only: this kernel has no fq"}
 	os.WriteFile(hosts, []byte(benchrun.HostsCSVCap(n, -1)), 0o644)
@@ -92,12 +90,8 @@ func measureEDTMaps(n int) result {
 	if err != nil {
 		benchrun.Fail(err)
 	}
-	for _, o := range inForce.Devices[0].Objects {
-		if h, ok := o.(*bpf.Hook); ok {
-			if err := prog.Write(h.Content, c); err != nil {
-				benchrun.Fail(err)
-			}
-		}
+	if err := prog.Write(inForce.Devices[0].Hook().Content, c); err != nil {
+		benchrun.Fail(err)
 	}
 	old, _ := os.ReadFile(hosts)
 	var edits []float64

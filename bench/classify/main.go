@@ -80,10 +80,8 @@ func content(n int, edt bool) (*bpf.Content, error) {
 	if err != nil {
 		return nil, err
 	}
-	for _, o := range p.Devices[0].Objects {
-		if h, ok := o.(*bpf.Hook); ok {
-			return h.Content, nil
-		}
+	if h := p.Devices[0].Hook(); h != nil {
+		return h.Content, nil
 	}
 	return nil, fmt.Errorf("no bpf hook planned")
 }

@@ -342,6 +342,8 @@ func qdiscOptionsEqual(l, w *tc.Qdisc) bool {
 			(w.Fq.OrphanMask == 0 || l.Fq.OrphanMask == w.Fq.OrphanMask)
 	case w.MQPrio != nil:
 		return l.MQPrio != nil && *l.MQPrio == *w.MQPrio
+	case w.Cake != nil:
+		return l.Cake != nil && *l.Cake == *w.Cake
 	}
 	return true
 }

@@ -183,7 +183,9 @@ func (qdiscKind) hash(h *fingerprint, o tc.Object) {
 			h.u64(uint64(m.Map[i])<<32 | uint64(m.Count[i])<<16 | uint64(m.Offset[i]))
 		}
 	}
-	present(h, x.Cake)
+	if present(h, x.Cake) {
+		h.flag(x.Cake.SplitGSO)
+	}
 }
 
 func (qdiscKind) holdable() bool { return true }

@@ -21,8 +21,11 @@ import (
 // smoothed round-trip time, averaged over the phase), drops, fairness
 // (Jain's index) or red (the share of bytes policers coloured red).
 // VALUE is a duration
-// (5ms) or a multiple of the same latency in another phase (1.2x idle), a rate (18mbit), a ratio or percentage (0.98, 1%), or a share of
-// the class's configured rate (0.93 rate, 93% of rate).
+// (5ms) or a multiple of the same latency in another phase (1.2x idle), a rate (18mbit), a ratio or percentage (0.98, 1%), a share of
+// the class's configured rate (0.93 rate, 93% of rate), or for a goodput
+// a share of the same subject's goodput in another variant's phase
+// (0.95 of limit/alone): a reference measured on the same machine in
+// the same run, which a slow or emulated machine cannot fail alone.
 type Expectation struct {
 	Text    string
 	Variant string
@@ -36,7 +39,13 @@ type Expectation struct {
 	// Of names another phase: Value is a multiple of the same
 	// subject's metric there ("p50 < 1.2x idle").
 	Of string
+	// OfVariant and OfPhase name another variant's phase: Value is a
+	// share of the same subject's goodput there ("0.95 of limit/alone").
+	OfVariant, OfPhase string
 }
+
+// ofVariant is a goodput relative to another variant's phase.
+var ofVariant = regexp.MustCompile(`^([0-9.]+%?)\s+of\s+([A-Za-z0-9_.-]+)/([A-Za-z0-9_.-]+)$`)
 
 // relative is a latency relative to another phase: 1.2x idle.
 var relative = regexp.MustCompile(`^([0-9]+(?:\.[0-9]+)?)x\s+(\S+)$`)
@@ -131,6 +140,14 @@ func parseExpectation(s string) (*Expectation, error) {
 		}
 		e.Value = v
 	case e.Metric == "goodput":
+		if m := ofVariant.FindStringSubmatch(val); m != nil {
+			v, err := ratio(m[1])
+			if err != nil {
+				return nil, err
+			}
+			e.Value, e.OfVariant, e.OfPhase = v, m[2], m[3]
+			return e, nil
+		}
 		for _, suffix := range []string{" of its rate", " of rate", " rate"} {
 			if strings.HasSuffix(val, suffix) {
 				v, err := ratio(strings.TrimSuffix(val, suffix))
@@ -187,8 +204,9 @@ type Verdict struct {
 	Skipped bool `json:"skipped,omitempty"`
 }
 
-// Check evaluates e on r.
-func (e *Expectation) Check(r *Result) Verdict {
+// Check evaluates e on r; ref is the result of the variant e compares
+// with (OfVariant), nil otherwise.
+func (e *Expectation) Check(r *Result, ref *Result) Verdict {
 	v := Verdict{Expect: e.Text, Variant: r.Variant}
 	ph := r.phase(e.Phase)
 	if ph == nil {
@@ -281,6 +299,14 @@ func (e *Expectation) Check(r *Result) Verdict {
 		}
 		v.Actual = ratioOf(red, n)
 	}
+	if e.OfVariant != "" {
+		base, note := e.reference(ref)
+		if note != "" {
+			v.Note = note
+			return v
+		}
+		want = e.Value * base
+	}
 	switch e.Op {
 	case "<":
 		v.Pass = v.Actual < want
@@ -296,6 +322,30 @@ func (e *Expectation) Check(r *Result) Verdict {
 	}
 	v.Want = fmt.Sprintf("%s %s", e.Op, formatValue(want, unit))
 	return v
+}
+
+// reference is the goodput e compares with in ref, or a note saying
+// why there is none.
+func (e *Expectation) reference(ref *Result) (float64, string) {
+	if ref == nil || ref.Skipped != "" {
+		return 0, fmt.Sprintf("no result of variant %q to compare with", e.OfVariant)
+	}
+	ph := ref.phase(e.OfPhase)
+	if ph == nil {
+		return 0, fmt.Sprintf("variant %s has no phase %q", e.OfVariant, e.OfPhase)
+	}
+	switch e.Subject {
+	case "class":
+		return ph.classGoodput(e.Name), ""
+	case "flow":
+		if fs, ok := ph.Flows[e.Name]; ok {
+			return fs.Goodput, ""
+		}
+		return 0, fmt.Sprintf("variant %s has no flow %s", e.OfVariant, e.Name)
+	case "hosts", "link":
+		return ph.Total, ""
+	}
+	return 0, fmt.Sprintf("%s has no goodput to compare", e.Subject)
 }
 
 func formatValue(v float64, unit string) string {

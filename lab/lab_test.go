@@ -144,7 +144,7 @@ func TestExpectations(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%q: %v", tc.text, err)
 		}
-		if v := e.Check(r); v.Pass != tc.pass {
+		if v := e.Check(r, nil); v.Pass != tc.pass {
 			t.Errorf("%q: pass %v (actual %v, want %s, %s)", tc.text, v.Pass, v.Actual, v.Want, v.Note)
 		}
 	}
@@ -183,11 +183,45 @@ func TestRelativeLatencyExpectations(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%q: %v", tc.text, err)
 		}
-		if v := e.Check(r); v.Pass != tc.pass {
+		if v := e.Check(r, nil); v.Pass != tc.pass {
 			t.Errorf("%q: pass %v (actual %v, want %s, %s)", tc.text, v.Pass, v.Actual, v.Want, v.Note)
 		}
 	}
 	if _, err := parseExpectation("shaped/first: probe ping p50 < 1.2x first"); err == nil {
 		t.Error("a phase compared with itself accepted")
+	}
+}
+
+// A goodput relative to another variant's phase: the reference measured
+// in the same run (19 Mbit/s of the synthetic link).
+func TestRelativeGoodputExpectations(t *testing.T) {
+	r := synthetic()
+	ref := synthetic()
+	ref.Variant = "limit"
+	for _, tc := range []struct {
+		text string
+		ref  *Result
+		pass bool
+	}{
+		{"shaped/all: hosts goodput >= 0.99 of limit/all", ref, true},
+		{"shaped/all: link goodput > 1.01 of limit/all", ref, false},
+		{"shaped/all: class web goodput >= 95% of limit/all", ref, true},
+		{"shaped/all: flow bulk goodput >= 1 of limit/all", ref, true},
+		{"shaped/all: hosts goodput >= 0.5 of limit/nope", ref, false}, // no such phase
+		{"shaped/all: hosts goodput >= 0.5 of limit/all", nil, false},  // no such variant ran
+		{"shaped/all: hosts goodput >= 0.5 of limit/all", &Result{Variant: "limit", Skipped: "no fq"}, false},
+	} {
+		e, err := parseExpectation(tc.text)
+		if err != nil {
+			t.Fatalf("%q: %v", tc.text, err)
+		}
+		if v := e.Check(r, tc.ref); v.Pass != tc.pass {
+			t.Errorf("%q: pass %v (actual %v, want %s, %s)", tc.text, v.Pass, v.Actual, v.Want, v.Note)
+		}
+	}
+	// Through Check: the reference is found among the results by name.
+	s := &Scenario{Expect: []string{"shaped/all: link goodput >= 0.99 of limit/all"}}
+	if vs := Check(s, []*Result{r, ref}); len(vs) != 1 || !vs[0].Pass {
+		t.Errorf("verdicts %+v", vs)
 	}
 }

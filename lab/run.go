@@ -547,7 +547,13 @@ func Check(s *Scenario, results []*Result) []Verdict {
 				continue
 			}
 			matched = true
-			vd := e.Check(r)
+			var ref *Result
+			for _, o := range results {
+				if e.OfVariant != "" && o.Variant == e.OfVariant {
+					ref = o
+				}
+			}
+			vd := e.Check(r, ref)
 			r.Verdicts = append(r.Verdicts, vd)
 			out = append(out, vd)
 		}

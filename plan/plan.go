@@ -288,7 +288,7 @@ func buildTree(d *policy.Diag, feats Features, in *policy.Interface, t *policy.T
 		HTB: &tc.HTBQdisc{Default: uint32(def), R2Q: dev.Alloc.R2Q()}})
 	b.objs = append(b.objs, &tc.Class{Dev: devName, Parent: RootHandle, Handle: RootClassID, Kind: "htb",
 		Rate: t.RateBps, Ceil: t.RateBps, Burst: BurstFor(t.RateBps), Cburst: BurstFor(t.RateBps),
-		Quantum: QuantumFor(t.RateBps), Name: "(root)"})
+		Quantum: QuantumFor(t.RateBps, t.RateBps), Name: "(root)"})
 	var leaves []tc.Object
 	b.shareGroup(nil, t.Classes)
 	b.classTree(t.Classes, RootClassID, &leaves)
@@ -373,7 +373,7 @@ func (b *builder) classTree(cs []*policy.Class, parent tc.Handle, leaves *[]tc.O
 		id := b.classID(c.Name)
 		cl := &tc.Class{Dev: b.dev.Name, Parent: parent, Handle: id, Kind: "htb",
 			Rate: max(c.RateBps/b.div, 1), Ceil: c.CeilBps, Prio: uint32(c.Prio), Name: c.Name}
-		setBursts(cl, c.Burst, c.Cburst, c.Quantum)
+		setBursts(cl, b.tree.RateBps, c.Burst, c.Cburst, c.Quantum)
 		if q, ok := b.quanta[c.Name]; ok {
 			cl.Quantum = q
 		}
@@ -381,7 +381,7 @@ func (b *builder) classTree(cs []*policy.Class, parent tc.Handle, leaves *[]tc.O
 		info := ClassInfo{Name: c.Name, Handle: id, Parent: parent, Rate: cl.Rate, Ceil: cl.Ceil, Prio: cl.Prio,
 			Default: c.Name == b.tree.Default, Counter: b.counter(c.Name), Replica: b.shard > 0}
 		if c.IsLeaf() {
-			leaf := b.leaf(c.Name, id, c.Leaf, c.LeafPos, c.Limit, c.RateBps/b.div, c.CeilBps, false)
+			leaf := b.leaf(c.Name, id, c.Leaf, c.LeafPos, c.Limit, c.RateBps/b.div, c.CeilBps, cl.Quantum, false)
 			if leaf != nil {
 				info.Leaf = leaf.Kind
 				*leaves = append(*leaves, leaf)
@@ -403,8 +403,8 @@ func (b *builder) classTree(cs []*policy.Class, parent tc.Handle, leaves *[]tc.O
 	}
 }
 
-func setBursts(cl *tc.Class, burst, cburst, quantum *policy.Size) {
-	cl.Burst, cl.Cburst, cl.Quantum = BurstFor(cl.Rate), BurstFor(cl.Ceil), QuantumFor(cl.Rate)
+func setBursts(cl *tc.Class, link units.Rate, burst, cburst, quantum *policy.Size) {
+	cl.Burst, cl.Cburst, cl.Quantum = BurstFor(cl.Rate), BurstFor(cl.Ceil), QuantumFor(cl.Rate, link)
 	if burst != nil {
 		cl.Burst = uint32(burst.Bytes)
 	}
@@ -419,7 +419,7 @@ func setBursts(cl *tc.Class, burst, cburst, quantum *policy.Size) {
 // leaf picks and sizes a leaf qdisc. auto takes fq_codel, then sfq, then
 // a bfifo of about 50 ms at ceil, so that a kernel without an AQM never
 // gets a 1000-packet queue.
-func (b *builder) leaf(owner string, class tc.Handle, kind string, at policy.Pos, limit *policy.Limit, rate, ceil units.Rate, perHost bool) *tc.Qdisc {
+func (b *builder) leaf(owner string, class tc.Handle, kind string, at policy.Pos, limit *policy.Limit, rate, ceil units.Rate, quantum uint32, perHost bool) *tc.Qdisc {
 	if kind == "" {
 		kind, at = b.tree.Leaf, b.tree.LeafPos
 	}
@@ -469,11 +469,11 @@ func (b *builder) leaf(owner string, class tc.Handle, kind string, at policy.Pos
 	case "fq":
 		q.Fq = &tc.Fq{Limit: pk}
 	case "cake":
-		q.Cake = &tc.Cake{}
+		q.Cake = &tc.Cake{SplitGSO: true}
 	case "pfifo":
 		q.Fifo = &tc.Fifo{Limit: pk}
 	case "bfifo":
-		l := BfifoLimit(rate, ceil)
+		l := BfifoLimit(rate, ceil, quantum)
 		switch {
 		case limit != nil && limit.Bytes > 0:
 			l = limit.Bytes
@@ -850,13 +850,13 @@ func (b *builder) hostClass(owner *policy.Class, name string, parent tc.Handle, 
 		id, counter = b.classID(name), b.counter(name)
 	}
 	hc := &tc.Class{Dev: b.dev.Name, Parent: parent, Handle: id, Kind: "htb", Rate: rate, Ceil: ceil, Prio: prio, Name: name}
-	setBursts(hc, nil, nil, nil)
+	setBursts(hc, b.tree.RateBps, nil, nil, nil)
 	if q, ok := b.quanta[name]; ok {
 		hc.Quantum = q
 	}
 	b.objs = append(b.objs, hc)
 	hi := ClassInfo{Name: name, Handle: id, Parent: parent, Rate: rate, Ceil: ceil, Prio: prio, Counter: counter}
-	if leaf := b.leaf(name, id, ph.Leaf, ph.LeafPos, ph.Limit, rate, ceil, true); leaf != nil {
+	if leaf := b.leaf(name, id, ph.Leaf, ph.LeafPos, ph.Limit, rate, ceil, hc.Quantum, true); leaf != nil {
 		hi.Leaf = leaf.Kind
 		*leaves = append(*leaves, leaf)
 	}

@@ -116,7 +116,7 @@ func TestOrderedPriosKeepAndInsert(t *testing.T) {
 func TestDefaultsAcrossRates(t *testing.T) {
 	for _, mbit := range []float64{0.1, 1, 20, 100, 1000, 5000, 10000} {
 		rate := units.FromBits(mbit * 1e6)
-		b, q := BurstFor(rate), QuantumFor(rate)
+		b, q := BurstFor(rate), QuantumFor(rate, rate)
 		// At least a millisecond of the rate (timer slack), at least two
 		// frames; a quantum HTB accepts without its r2q warning bounds.
 		if float64(b) < float64(rate)*0.001 || b < 2*frameBytes {
@@ -125,13 +125,24 @@ func TestDefaultsAcrossRates(t *testing.T) {
 		if q < 1000 || q > 200000 {
 			t.Errorf("%vmbit: quantum %d outside HTB's 1000..200000", mbit, q)
 		}
-		if l := BfifoLimit(rate, rate); l < 65536 {
-			t.Errorf("%vmbit: bfifo %d smaller than a GSO packet", mbit, l)
+		if l := BfifoLimit(rate, rate, q); l < 65536 || l < q {
+			t.Errorf("%vmbit: bfifo %d smaller than a GSO packet or a quantum (%d)", mbit, l, q)
 		}
 		// A class borrowing up to ten times its rate queues at most
-		// 50 ms at its rate (above the GSO floor), not at its ceil.
-		if l := BfifoLimit(rate, 10*rate); float64(l) > max(0.050*float64(rate), 65536+3*1514)+1 {
+		// 50 ms at its rate (above the GSO floor and a quantum), not at
+		// its ceil.
+		if l := BfifoLimit(rate, 10*rate, q); float64(l) > max(0.050*float64(rate), 65536+3*1514, float64(q)+3*1514)+1 {
 			t.Errorf("%vmbit rate, 10x ceil: bfifo %d is more than 50 ms at the rate", mbit, l)
+		}
+	}
+	// The quantum's floor: 4 ms of the link, at least three frames, at
+	// most a 64 KB GSO packet; a fast class gets 1 ms of its own rate.
+	for _, c := range []struct {
+		rate, link float64 // mbit
+		want       uint32
+	}{{0.1, 8, 4542}, {0.1, 40, 20000}, {1, 100, 50000}, {1, 1000, 67050}, {1000, 1000, 125000}, {100000, 100000, 200000}} {
+		if q := QuantumFor(units.FromBits(c.rate*1e6), units.FromBits(c.link*1e6)); q != c.want {
+			t.Errorf("%vmbit in a %vmbit tree: quantum %d, want %d", c.rate, c.link, q, c.want)
 		}
 	}
 	// At 20mbit the burst stays at two frames: a bulk class cannot push

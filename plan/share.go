@@ -48,12 +48,12 @@ type sibling struct {
 // the quanta are base*weight, base the smallest scale that gives
 // every member at least its own floor (QuantumFor its rate), capped at
 // maxQuantumW.
-func shareQuanta(sibs []sibling) (q []uint32, flattened []string) {
+func shareQuanta(sibs []sibling, link units.Rate) (q []uint32, flattened []string) {
 	q = make([]uint32, len(sibs))
 	var base [8]float64
 	for _, s := range sibs {
 		if !s.fixed {
-			base[s.prio&7] = max(base[s.prio&7], float64(QuantumFor(s.rate))/s.weight)
+			base[s.prio&7] = max(base[s.prio&7], float64(QuantumFor(s.rate, link))/s.weight)
 		}
 	}
 	var capped [8][]string
@@ -66,7 +66,7 @@ func shareQuanta(sibs []sibling) (q []uint32, flattened []string) {
 			v = maxQuantumW
 			capped[s.prio&7] = append(capped[s.prio&7], s.name)
 		}
-		q[i] = max(uint32(v), QuantumFor(s.rate))
+		q[i] = max(uint32(v), QuantumFor(s.rate, link))
 	}
 	for prio, names := range capped {
 		if len(names) > 0 {
@@ -106,7 +106,7 @@ func (b *builder) shareGroup(owner *policy.Class, cs []*policy.Class) {
 	if len(sibs) < 2 {
 		return // nothing to share with: QuantumFor the rate, as ever
 	}
-	q, flattened := shareQuanta(sibs)
+	q, flattened := shareQuanta(sibs, b.tree.RateBps)
 	if b.quanta == nil {
 		b.quanta = map[string]uint32{}
 	}

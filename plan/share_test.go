@@ -15,30 +15,41 @@ import (
 
 func TestShareQuanta(t *testing.T) {
 	mbit := func(n float64) units.Rate { return units.Rate(n * 125000) }
+	gbit := mbit(1000) // the floor is 64 KB: quanta as before the floor moved
 	for _, tc := range []struct {
 		name string
+		link units.Rate
 		sibs []sibling
 		want []uint32
 		note string
 	}{
-		{"weights 1:2:3", []sibling{{name: "a", rate: mbit(0.3), weight: 1}, {name: "b", rate: mbit(0.3), weight: 2}, {name: "c", rate: mbit(0.3), weight: 3}},
+		{"weights 1:2:3", gbit, []sibling{{name: "a", rate: mbit(0.3), weight: 1}, {name: "b", rate: mbit(0.3), weight: 2}, {name: "c", rate: mbit(0.3), weight: 3}},
 			[]uint32{67050, 134100, 201150}, ""},
-		{"rates 1:5 (the issue's)", []sibling{{name: "a", rate: mbit(1), weight: 1e6}, {name: "b", rate: mbit(5), weight: 5e6}},
+		{"rates 1:5 (the issue's)", gbit, []sibling{{name: "a", rate: mbit(1), weight: 1e6}, {name: "b", rate: mbit(5), weight: 5e6}},
 			[]uint32{67050, 335250}, ""},
-		{"equal rates keep tc's floor", []sibling{{name: "a", rate: mbit(2), weight: 2e6}, {name: "b", rate: mbit(2), weight: 2e6}},
+		{"equal rates keep tc's floor", gbit, []sibling{{name: "a", rate: mbit(2), weight: 2e6}, {name: "b", rate: mbit(2), weight: 2e6}},
 			[]uint32{67050, 67050}, ""},
-		{"fast classes start from 1 ms of the lightest", []sibling{{name: "a", rate: mbit(1000), weight: 1}, {name: "b", rate: mbit(1000), weight: 2}},
+		{"fast classes start from 1 ms of the lightest", gbit, []sibling{{name: "a", rate: mbit(1000), weight: 1}, {name: "b", rate: mbit(1000), weight: 2}},
 			[]uint32{125000, 250000}, ""},
-		{"a light class never falls below its own floor", []sibling{{name: "a", rate: mbit(1000), weight: 1}, {name: "b", rate: mbit(1), weight: 1}},
+		{"a light class never falls below its own floor", gbit, []sibling{{name: "a", rate: mbit(1000), weight: 1}, {name: "b", rate: mbit(1), weight: 1}},
 			[]uint32{125000, 125000}, ""},
-		{"prios share separately", []sibling{{name: "a", rate: mbit(1), weight: 1, prio: 0}, {name: "b", rate: mbit(1), weight: 3, prio: 0}, {name: "c", rate: mbit(1), weight: 1, prio: 1}, {name: "d", rate: mbit(1), weight: 2, prio: 1}},
+		{"prios share separately", gbit, []sibling{{name: "a", rate: mbit(1), weight: 1, prio: 0}, {name: "b", rate: mbit(1), weight: 3, prio: 0}, {name: "c", rate: mbit(1), weight: 1, prio: 1}, {name: "d", rate: mbit(1), weight: 2, prio: 1}},
 			[]uint32{67050, 201150, 67050, 134100}, ""},
-		{"explicit quanta are kept out of the scale", []sibling{{name: "a", rate: mbit(1), weight: 1, fixed: true}, {name: "b", rate: mbit(1), weight: 2}, {name: "c", rate: mbit(1), weight: 4}},
+		{"explicit quanta are kept out of the scale", gbit, []sibling{{name: "a", rate: mbit(1), weight: 1, fixed: true}, {name: "b", rate: mbit(1), weight: 2}, {name: "c", rate: mbit(1), weight: 4}},
 			[]uint32{0, 67050, 134100}, ""},
-		{"beyond 15:1 the quanta stop", []sibling{{name: "a", rate: mbit(1), weight: 1}, {name: "b", rate: mbit(100), weight: 100}},
+		// The case: a 100kbit default class beside 1, 2 and 4
+		// mbit on 21mbit. The floor (4 ms of the link) goes to the
+		// lightest, and the others follow the rates exactly, far below
+		// the 1 MiB cap.
+		{"a small default class", mbit(21), []sibling{{name: "a", rate: mbit(1), weight: 1e6}, {name: "b", rate: mbit(2), weight: 2e6},
+			{name: "c", rate: mbit(4), weight: 4e6}, {name: "d", rate: mbit(0.1), weight: 1e5}},
+			[]uint32{105000, 210000, 420000, 10500}, ""},
+		{"a slow link's floor is three frames", mbit(8), []sibling{{name: "a", rate: mbit(1), weight: 1}, {name: "b", rate: mbit(1), weight: 1}},
+			[]uint32{4542, 4542}, ""},
+		{"beyond 15:1 the quanta stop", gbit, []sibling{{name: "a", rate: mbit(1), weight: 1}, {name: "b", rate: mbit(100), weight: 100}},
 			[]uint32{67050, maxQuantumW}, "prio 0: the weight of b is too far above the lightest sibling's for HTB's quanta (at most 1048576 bytes)"},
 	} {
-		q, notes := shareQuanta(tc.sibs)
+		q, notes := shareQuanta(tc.sibs, tc.link)
 		for i := range q {
 			if q[i] != tc.want[i] {
 				t.Errorf("%s: quanta %v, want %v", tc.name, q, tc.want)
@@ -64,10 +75,11 @@ func TestShareQuantaProperties(t *testing.T) {
 		for i := range sibs {
 			sibs[i] = sibling{rate: units.Rate(1000 + r.Int63n(2e8)), weight: 1 + r.Float64()*20, prio: uint32(r.Intn(2))}
 		}
-		q, _ := shareQuanta(sibs)
+		link := units.Rate(1e5 + r.Int63n(2e8))
+		q, _ := shareQuanta(sibs, link)
 		for i, s := range sibs {
-			if q[i] < QuantumFor(s.rate) || q[i] > maxQuantumW {
-				t.Fatalf("%+v: quantum %d outside [%d, %d]", s, q[i], QuantumFor(s.rate), maxQuantumW)
+			if q[i] < QuantumFor(s.rate, link) || q[i] > maxQuantumW {
+				t.Fatalf("%+v: quantum %d outside [%d, %d]", s, q[i], QuantumFor(s.rate, link), maxQuantumW)
 			}
 			for j, o := range sibs {
 				if o.prio != s.prio || q[i] == maxQuantumW || q[j] == maxQuantumW {
@@ -77,7 +89,7 @@ func TestShareQuantaProperties(t *testing.T) {
 				// little; a floor above base*weight only for the
 				// member that set base.
 				got, want := float64(q[i])/float64(q[j]), s.weight/o.weight
-				if math.Abs(got/want-1) > 0.001 && q[i] != QuantumFor(s.rate) && q[j] != QuantumFor(o.rate) {
+				if math.Abs(got/want-1) > 0.001 && q[i] != QuantumFor(s.rate, link) && q[j] != QuantumFor(o.rate, link) {
 					t.Fatalf("%+v vs %+v: quanta %d:%d, weights %.3f:%.3f", s, o, q[i], q[j], s.weight, o.weight)
 				}
 			}
@@ -126,8 +138,9 @@ func TestPlanWeights(t *testing.T) {
 		return out
 	}
 	q := quanta()
-	for name, want := range map[string]uint32{"a": 67050, "b": 134100, "c": 201150, "voice": 67050,
-		"subs/h1": 67050, "subs/h2": 134100, "subs/h3": 201150} {
+	// The floor of a 30mbit tree is 4 ms of it, 15000 bytes.
+	for name, want := range map[string]uint32{"a": 15000, "b": 30000, "c": 45000, "voice": 15000,
+		"subs/h1": 15000, "subs/h2": 30000, "subs/h3": 45000} {
 		if q[name] != want {
 			t.Errorf("class %s: quantum %d, want %d (all: %v)", name, q[name], want, q)
 		}
@@ -140,14 +153,14 @@ func TestPlanWeights(t *testing.T) {
 			changed++
 		}
 	}
-	if changed != 1 || q2["subs/h3"] != 268200 {
-		t.Errorf("h3 to 8mbit: %d quanta changed (want 1), h3's %d (want 268200)", changed, q2["subs/h3"])
+	if changed != 1 || q2["subs/h3"] != 60000 {
+		t.Errorf("h3 to 8mbit: %d quanta changed (want 1), h3's %d (want 60000)", changed, q2["subs/h3"])
 	}
 	// A host lighter than all the others rescales its siblings: the
 	// lightest gets the floor.
 	os.WriteFile(filepath.Join(dir, "hosts.csv"), []byte("name,addresses,rate,ceil\nh0,10.0.0.9,1mbit,30mbit\nh1,10.0.0.1,2mbit,30mbit\nh2,10.0.0.2,4mbit,30mbit\nh3,10.0.0.3,8mbit,30mbit\n"), 0o644)
 	q3 := quanta()
-	if q3["subs/h0"] != 67050 || q3["subs/h1"] != 134100 || q3["subs/h3"] != 536400 || q3["a"] != q["a"] {
+	if q3["subs/h0"] != 15000 || q3["subs/h1"] != 30000 || q3["subs/h3"] != 120000 || q3["a"] != q["a"] {
 		t.Errorf("a 1mbit host joins: %v", q3)
 	}
 }

@@ -28,47 +28,16 @@ type Member struct {
 // Members of weight 0 or less get nothing; with none left the result is
 // all zeros.
 func MaxMin(capacity float64, ms []Member) []float64 {
-	out := make([]float64, len(ms))
-	if capacity <= 0 || len(ms) == 0 {
-		return out
-	}
-	open := make([]int, 0, len(ms))
-	var weights float64
-	for i, m := range ms {
-		if m.Weight > 0 {
-			open = append(open, i)
-			weights += m.Weight
-		}
-	}
-	if len(open) == 0 {
-		return out
-	}
-	all := weights
-	left := capacity
-	for len(open) > 0 {
-		level := left / weights
-		kept := open[:0]
-		settled := false
-		for _, i := range open {
-			if d := max(ms[i].Demand, 0); d <= level*ms[i].Weight {
-				out[i] = d
-				left -= d
-				weights -= ms[i].Weight
-				settled = true
-			} else {
-				kept = append(kept, i)
-			}
-		}
-		open = kept
-		if !settled {
-			for _, i := range open {
-				out[i] = level * ms[i].Weight
-			}
-			return out
-		}
-	}
+	out := waterfill(capacity, ms)
 	// Every demand met: the rest goes to everyone by weight.
-	if left > 0 {
+	var used, all float64
+	for i, m := range ms {
+		used += out[i]
+		if m.Weight > 0 {
+			all += m.Weight
+		}
+	}
+	if left := capacity - used; left > 0 && all > 0 {
 		for i, m := range ms {
 			if m.Weight > 0 {
 				out[i] += left * m.Weight / all

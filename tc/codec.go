@@ -41,6 +41,7 @@ const (
 	tcaFqPlimit       = 1  // TCA_FQ_PLIMIT
 	tcaFqFlowPlimit   = 2  // TCA_FQ_FLOW_PLIMIT
 	tcaFqOrphanMask   = 10 // TCA_FQ_ORPHAN_MASK
+	tcaCakeSplitGSO   = 17 // TCA_CAKE_SPLIT_GSO
 )
 
 func tcmsg(ifindex int, handle, parent, info uint32) *nl.TcMsg {
@@ -122,7 +123,11 @@ func qdiscOptions(q *Qdisc) (*nl.RtAttr, error) {
 		}
 		return nl.NewRtAttr(tcaOptions, encodeMQPrio(q.MQPrio)), nil
 	case "cake":
-		return nl.NewRtAttr(tcaOptions|unix.NLA_F_NESTED, nil), nil
+		o := nl.NewRtAttr(tcaOptions|unix.NLA_F_NESTED, nil)
+		if q.Cake != nil && q.Cake.SplitGSO {
+			o.AddChild(u32attr(tcaCakeSplitGSO, 1))
+		}
+		return o, nil
 	case "clsact", "ingress", "pfifo_fast", "noqueue", "mq", "tbf", "prio", "netem", "codel", "hfsc", "drr":
 		return nil, nil
 	}
@@ -637,7 +642,11 @@ func decodeQdiscOptions(q *Qdisc, opts []byte) {
 	case "mqprio":
 		q.MQPrio = decodeMQPrio(opts)
 	case "cake":
+		a := parseAttrs(opts)
 		q.Cake = &Cake{}
+		if b := a[tcaCakeSplitGSO]; len(b) >= 4 {
+			q.Cake.SplitGSO = native.Uint32(b) != 0
+		}
 	}
 }
 

@@ -123,7 +123,12 @@ type MQPrio struct {
 
 // Cake options sluice sets. Inside an HTB class cake runs unlimited; the
 // class does the shaping.
-type Cake struct{}
+type Cake struct {
+	// SplitGSO: cake splits GSO super-packets into segments as it queues
+	// them, so that the HTB class above sees (and takes turns in) frames
+	// of the wire's size, not packets of up to 64 KB.
+	SplitGSO bool
+}
 
 // Key: one qdisc per attachment point.
 func (q *Qdisc) Key() string    { return "qdisc/" + q.Dev + "/" + q.Parent.String() }
@@ -186,6 +191,8 @@ func (q *Qdisc) optionString() string {
 		if q.Fq.OrphanMask != 0 {
 			a = append(a, fmt.Sprintf("orphan_mask %d", q.Fq.OrphanMask))
 		}
+	case q.Cake != nil && q.Cake.SplitGSO:
+		a = append(a, "split-gso")
 	case q.MQPrio != nil:
 		m := q.MQPrio
 		a = append(a, fmt.Sprintf("num_tc %d map", m.NumTC))

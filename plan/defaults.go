@@ -47,7 +47,7 @@ const (
 	// is smaller, a turn carries one such packet, and shares follow
 	// packet sizes, not bytes (docs/sharing.md). From 131mbit the floor
 	// is 64 KB.
-	floorTime = 0.004
+	floorTime  = 0.004
 	minQuantum = 3 * frameBytes
 	gsoQuantum = 65536 + frameBytes
 

@@ -7,7 +7,6 @@ import (
 	"testing"
 )
 
-
 func leaf(name string, rate, ceil float64, prio int, weight, demand float64) *Class {
 	return &Class{Name: name, Rate: rate, Ceil: ceil, Prio: prio, Weight: weight, Demand: demand}
 }

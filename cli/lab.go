@@ -29,7 +29,7 @@ without and with policies, and reports rates, fairness and latency.
 
 Scenarios are YAML files (docs/lab.md); built-in ones: ` + strings.Join(lab.Builtin(), ", ") + `.`,
 	}
-	cmd.AddCommand(labListCmd(g), labUpCmd(g), labDownCmd(g), labRunCmd(g))
+	cmd.AddCommand(labListCmd(g), labUpCmd(g), labDownCmd(g), labRunCmd(g), labConformanceCmd(g))
 	return cmd
 }
 

@@ -2,6 +2,7 @@ package lab
 
 import (
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
 	"strconv"
@@ -211,4 +212,12 @@ func (dl *delayLine) Close() error {
 	}
 	dl.wg.Wait()
 	return nil
+}
+
+// StartDelayLine relays every frame between devices r and s of namespace
+// ns through this process, each held for delay (a wire of that
+// propagation delay each way), until Close. Frames are copied, so a
+// sender's socket lets go of them as they reach the line.
+func StartDelayLine(ns string, delay time.Duration) (io.Closer, error) {
+	return startDelayLine(ns, impairment{delay: delay})
 }

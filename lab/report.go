@@ -335,6 +335,9 @@ func (r *Report) WriteHTML(w io.Writer) error {
 	})
 }
 
+// SVG draws p at wIn x hIn inches as inline SVG for a report page.
+func SVG(p *plot.Plot, wIn, hIn float64) (template.HTML, error) { return svg(p, wIn, hIn) }
+
 func svg(p *plot.Plot, wIn, hIn float64) (template.HTML, error) {
 	wt, err := p.WriterTo(vg.Length(wIn)*vg.Inch, vg.Length(hIn)*vg.Inch, "svg")
 	if err != nil {

@@ -222,7 +222,7 @@ func Run(ctx context.Context, b *Bed, s *Scenario, v Variant, opt Options) (*Res
 	}
 	var jobs []job
 	var flows []*FlowSeries
-	var counters []*flowCounters
+	var counters []*FlowCounter
 	var probes []*probeLog
 	t0 := time.Now() // replaced just before the start
 	t0p := &t0
@@ -269,9 +269,9 @@ func Run(ctx context.Context, b *Bed, s *Scenario, v Variant, opt Options) (*Res
 					if t.Type == "udp" {
 						n = 1
 					}
-					var fcs []*flowCounters
+					var fcs []*FlowCounter
 					for k := 0; k < n; k++ {
-						fc := &flowCounters{}
+						fc := &FlowCounter{}
 						fcs = append(fcs, fc)
 						counters = append(counters, fc)
 						name := t.Name
@@ -282,7 +282,7 @@ func Run(ctx context.Context, b *Bed, s *Scenario, v Variant, opt Options) (*Res
 							Host: host, Class: t.Class, CC: t.CC, Goodput: make([]float64, nb)})
 					}
 					if t.Type == "tcp" {
-						c, err := tcpSink(d.ns, at, fcs)
+						c, err := TCPSink(d.ns, at, fcs)
 						if err != nil {
 							return nil, fmt.Errorf("traffic %s: %w", t.Name, err)
 						}
@@ -290,11 +290,11 @@ func Run(ctx context.Context, b *Bed, s *Scenario, v Variant, opt Options) (*Res
 						for k, fc := range fcs {
 							k, fc, f := k, fc, f
 							jobs = append(jobs, job{win, func(ctx context.Context) error {
-								return tcpSend(ctx, f.ns, at, k, t.CC, dscp, fc)
+								return TCPSend(ctx, f.ns, netip.AddrPort{}, at, k, t.CC, dscp, fc)
 							}})
 						}
 					} else {
-						c, err := udpSink(d.ns, at, fcs[0])
+						c, err := UDPSink(d.ns, at, fcs[0])
 						if err != nil {
 							return nil, fmt.Errorf("traffic %s: %w", t.Name, err)
 						}
@@ -306,7 +306,7 @@ func Run(ctx context.Context, b *Bed, s *Scenario, v Variant, opt Options) (*Res
 						}
 						f, fc := f, fcs[0]
 						jobs = append(jobs, job{win, func(ctx context.Context) error {
-							return udpSend(ctx, f.ns, at, rate, size, dscp, fc)
+							return UDPSend(ctx, f.ns, netip.AddrPort{}, at, rate, size, dscp, fc)
 						}})
 					}
 				case "rr", "udp-echo", "ping":

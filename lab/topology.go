@@ -172,38 +172,7 @@ func Up(name string, topo Topology) (b *Bed, err error) {
 	if err := h[b.Switch].LinkAdd(br); err != nil {
 		return nil, fmt.Errorf("bridge: %w", err)
 	}
-	wire := func(ns1, dev1, ns2, dev2 string) error {
-		n1, err := netns.GetFromName(ns1)
-		if err != nil {
-			return err
-		}
-		defer n1.Close()
-		n2, err := netns.GetFromName(ns2)
-		if err != nil {
-			return err
-		}
-		defer n2.Close()
-		root, err := netlink.NewHandle()
-		if err != nil {
-			return err
-		}
-		defer root.Close()
-		tmp := fmt.Sprintf("slv%d", time.Now().UnixNano()%1000000)
-		v := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: tmp, Namespace: netlink.NsFd(n1)}, PeerName: tmp + "p", PeerNamespace: netlink.NsFd(n2)}
-		if err := root.LinkAdd(v); err != nil {
-			return fmt.Errorf("veth %s/%s - %s/%s: %w", ns1, dev1, ns2, dev2, err)
-		}
-		for _, e := range []struct{ ns, from, to string }{{ns1, tmp, dev1}, {ns2, tmp + "p", dev2}} {
-			l, err := h[e.ns].LinkByName(e.from)
-			if err != nil {
-				return err
-			}
-			if err := h[e.ns].LinkSetName(l, e.to); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
+	wire := func(ns1, dev1, ns2, dev2 string) error { return Veth(ns1, dev1, ns2, dev2, 0) }
 	for i, c := range b.Clients {
 		port := fmt.Sprintf("c%d", i+1)
 		if err := wire(c, "eth0", b.Switch, port); err != nil {

@@ -23,14 +23,22 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// A flow's counters, read by the sampler every bucket.
-type flowCounters struct {
+// FlowCounter is a flow's counters: what its receiver read and its
+// sender wrote, and its sender sockets (for TCP_INFO). The lab's sampler
+// reads them every bucket.
+type FlowCounter struct {
 	rx, tx atomic.Uint64
 	mu     sync.Mutex
 	conns  []syscall.RawConn // sender sockets, for TCP_INFO
 }
 
-func (f *flowCounters) addConn(c syscall.RawConn) {
+// Received is the bytes the flow's receiver has read.
+func (f *FlowCounter) Received() uint64 { return f.rx.Load() }
+
+// Sent is the bytes the flow's sender has written.
+func (f *FlowCounter) Sent() uint64 { return f.tx.Load() }
+
+func (f *FlowCounter) addConn(c syscall.RawConn) {
 	f.mu.Lock()
 	f.conns = append(f.conns, c)
 	f.mu.Unlock()
@@ -38,7 +46,7 @@ func (f *flowCounters) addConn(c syscall.RawConn) {
 
 // tcpInfo sums retransmits and segments and averages the smoothed RTT of
 // the flow's open sender sockets.
-func (f *flowCounters) tcpInfo() (retrans, segs uint64, rtt time.Duration, ok bool) {
+func (f *FlowCounter) tcpInfo() (retrans, segs uint64, rtt time.Duration, ok bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	var rttSum time.Duration
@@ -93,9 +101,10 @@ func listen(ns, network string, at netip.AddrPort) (io.Closer, net.Listener, net
 	return pc, nil, pc, nil
 }
 
-// dial connects from ns to dst with DSCP dscp and, for TCP, congestion
-// control cc set before the first packet leaves.
-func dial(ctx context.Context, ns, network string, dst netip.AddrPort, cc string, dscp int) (net.Conn, error) {
+// dial connects from ns (from the local address from, if valid) to dst
+// with DSCP dscp and, for TCP, congestion control cc set before the
+// first packet leaves.
+func dial(ctx context.Context, ns, network string, from, dst netip.AddrPort, cc string, dscp int) (net.Conn, error) {
 	d := net.Dialer{Timeout: 5 * time.Second, Control: func(_, _ string, c syscall.RawConn) error {
 		var serr error
 		err := c.Control(func(fd uintptr) {
@@ -112,6 +121,13 @@ func dial(ctx context.Context, ns, network string, dst netip.AddrPort, cc string
 		}
 		return serr
 	}}
+	if from.Addr().IsValid() {
+		if network == "tcp" {
+			d.LocalAddr = net.TCPAddrFromAddrPort(from)
+		} else {
+			d.LocalAddr = net.UDPAddrFromAddrPort(from)
+		}
+	}
 	var conn net.Conn
 	err := InNetns(ns, func() (err error) {
 		conn, err = d.DialContext(ctx, network, dst.String())
@@ -133,9 +149,9 @@ func serveTCP(l net.Listener, handle func(net.Conn)) {
 	}()
 }
 
-// tcpSink accepts connections on addr:port in ns; each starts with the
+// TCPSink accepts connections on addr:port in ns; each starts with the
 // 4-byte index of its flow, then carries data counted as received.
-func tcpSink(ns string, at netip.AddrPort, flows []*flowCounters) (io.Closer, error) {
+func TCPSink(ns string, at netip.AddrPort, flows []*FlowCounter) (io.Closer, error) {
 	c, l, _, err := listen(ns, "tcp", at)
 	if err != nil {
 		return nil, err
@@ -162,10 +178,11 @@ func tcpSink(ns string, at netip.AddrPort, flows []*flowCounters) (io.Closer, er
 	return c, nil
 }
 
-// tcpSend connects from ns to dst and sends as fast as TCP allows until
-// ctx ends, with congestion control cc and DSCP dscp.
-func tcpSend(ctx context.Context, ns string, dst netip.AddrPort, idx int, cc string, dscp int, f *flowCounters) error {
-	conn, err := dial(ctx, ns, "tcp", dst, cc, dscp)
+// TCPSend connects from ns (from the local address from, if valid) to
+// dst as flow idx of its sink and sends as fast as TCP allows until ctx
+// ends, with congestion control cc and DSCP dscp.
+func TCPSend(ctx context.Context, ns string, from, dst netip.AddrPort, idx int, cc string, dscp int, f *FlowCounter) error {
+	conn, err := dial(ctx, ns, "tcp", from, dst, cc, dscp)
 	if err != nil {
 		return err
 	}
@@ -200,8 +217,8 @@ func tcpSend(ctx context.Context, ns string, dst netip.AddrPort, idx int, cc str
 	return nil
 }
 
-// udpSink counts datagrams arriving on addr:port in ns.
-func udpSink(ns string, at netip.AddrPort, f *flowCounters) (io.Closer, error) {
+// UDPSink counts datagrams arriving on addr:port in ns.
+func UDPSink(ns string, at netip.AddrPort, f *FlowCounter) (io.Closer, error) {
 	c, _, pc, err := listen(ns, "udp", at)
 	if err != nil {
 		return nil, err
@@ -219,9 +236,10 @@ func udpSink(ns string, at netip.AddrPort, f *flowCounters) (io.Closer, error) {
 	return c, nil
 }
 
-// udpSend sends size-byte datagrams at rate bytes/s until ctx ends.
-func udpSend(ctx context.Context, ns string, dst netip.AddrPort, rate units.Rate, size, dscp int, f *flowCounters) error {
-	conn, err := dial(ctx, ns, "udp", dst, "", dscp)
+// UDPSend sends size-byte datagrams at rate bytes/s from ns (from the
+// local address from, if valid) to dst until ctx ends.
+func UDPSend(ctx context.Context, ns string, from, dst netip.AddrPort, rate units.Rate, size, dscp int, f *FlowCounter) error {
+	conn, err := dial(ctx, ns, "udp", from, dst, "", dscp)
 	if err != nil {
 		return err
 	}
@@ -291,7 +309,7 @@ func tcpEchoServer(ns string, at netip.AddrPort) (io.Closer, error) {
 // rrProbe measures request/response round trips over one TCP connection,
 // a request every interval (or as soon as the previous answer arrives).
 func rrProbe(ctx context.Context, ns string, dst netip.AddrPort, size int, interval time.Duration, dscp int, t0 time.Time, log *probeLog) error {
-	conn, err := dial(ctx, ns, "tcp", dst, "", dscp)
+	conn, err := dial(ctx, ns, "tcp", netip.AddrPort{}, dst, "", dscp)
 	if err != nil {
 		return err
 	}

@@ -327,6 +327,10 @@ func (b *builder) walkNames(cs []*policy.Class, add func(name string, host bool)
 	}
 }
 
+// HostClassName is the name of the class of host h of per_host class c,
+// as plans, records and statistics name it.
+func HostClassName(c *policy.Class, h netip.Prefix) string { return hostName(c, h) }
+
 func hostName(c *policy.Class, h netip.Prefix) string {
 	if h.Bits() == h.Addr().BitLen() {
 		return c.Name + "/" + h.Addr().String()

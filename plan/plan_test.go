@@ -131,7 +131,7 @@ func TestDefaultsAcrossRates(t *testing.T) {
 		// A class borrowing up to ten times its rate queues at most
 		// 50 ms at its rate (above the GSO floor and a quantum), not at
 		// its ceil.
-		if l := BfifoLimit(rate, 10*rate, q); float64(l) > max(0.050*float64(rate), 65536+3*1514, float64(q)+3*1514)+1 {
+		if l := BfifoLimit(rate, 10*rate, q); float64(l) > max(0.050*float64(rate), 65536+3*1514, 2*float64(q)+3*1514)+1 {
 			t.Errorf("%vmbit rate, 10x ceil: bfifo %d is more than 50 ms at the rate", mbit, l)
 		}
 	}

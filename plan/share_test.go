@@ -38,16 +38,20 @@ func TestShareQuanta(t *testing.T) {
 		{"explicit quanta are kept out of the scale", gbit, []sibling{{name: "a", rate: mbit(1), weight: 1, fixed: true}, {name: "b", rate: mbit(1), weight: 2}, {name: "c", rate: mbit(1), weight: 4}},
 			[]uint32{0, 67050, 134100}, ""},
 		// The case: a 100kbit default class beside 1, 2 and 4
-		// mbit on 21mbit. The floor (4 ms of the link) goes to the
-		// lightest, and the others follow the rates exactly, far below
-		// the 1 MiB cap.
+		// mbit on 21mbit. The anchor is a (d is lighter than c's
+		// fifteenth): a gets the floor (4 ms of the link), b and c their
+		// multiples; d its weight's quantum, a frame at least.
 		{"a small default class", mbit(21), []sibling{{name: "a", rate: mbit(1), weight: 1e6}, {name: "b", rate: mbit(2), weight: 2e6},
 			{name: "c", rate: mbit(4), weight: 4e6}, {name: "d", rate: mbit(0.1), weight: 1e5}},
-			[]uint32{105000, 210000, 420000, 10500}, ""},
+			[]uint32{10500, 21000, 42000, 1514}, "prio 0: the weight of d is less than 1/15 of the heaviest sibling's"},
 		{"a slow link's floor is three frames", mbit(8), []sibling{{name: "a", rate: mbit(1), weight: 1}, {name: "b", rate: mbit(1), weight: 1}},
 			[]uint32{4542, 4542}, ""},
-		{"beyond 15:1 the quanta stop", gbit, []sibling{{name: "a", rate: mbit(1), weight: 1}, {name: "b", rate: mbit(100), weight: 100}},
-			[]uint32{67050, maxQuantumW}, "prio 0: the weight of b is too far above the lightest sibling's for HTB's quanta (at most 1048576 bytes)"},
+		{"weights 15:1 are followed", gbit, []sibling{{name: "a", rate: mbit(1), weight: 1}, {name: "b", rate: mbit(1), weight: 15}},
+			[]uint32{67050, 1005750}, ""},
+		{"beyond 15:1 the lighter member is below its floor", gbit, []sibling{{name: "a", rate: mbit(1), weight: 1}, {name: "b", rate: mbit(100), weight: 100}},
+			[]uint32{1514, 67050}, "prio 0: the weight of a is less than 1/15 of the heaviest sibling's"},
+		{"fast classes stop at 1 MiB", gbit, []sibling{{name: "a", rate: mbit(1000), weight: 1}, {name: "b", rate: mbit(1000), weight: 15}},
+			[]uint32{125000, maxQuantumW}, "prio 0: the weight of b is too far above the lightest sibling's for HTB's quanta (at most 1048576 bytes)"},
 	} {
 		q, notes := shareQuanta(tc.sibs, tc.link)
 		for i := range q {
@@ -65,31 +69,41 @@ func TestShareQuanta(t *testing.T) {
 	}
 }
 
-// Properties over random groups: every quantum at least its class's
-// floor; within a prio, quanta follow the weights up to rounding unless
-// capped; the lightest member of each group gets exactly its floor.
+// Properties over random groups: every member within the anchor range
+// gets at least its floor and the light ones at least a frame; within a
+// prio, quanta follow the weights up to rounding unless capped or
+// floored.
 func TestShareQuantaProperties(t *testing.T) {
 	r := rand.New(rand.NewSource(7))
 	for n := 0; n < 2000; n++ {
 		sibs := make([]sibling, 2+r.Intn(8))
 		for i := range sibs {
-			sibs[i] = sibling{rate: units.Rate(1000 + r.Int63n(2e8)), weight: 1 + r.Float64()*20, prio: uint32(r.Intn(2))}
+			sibs[i] = sibling{rate: units.Rate(1000 + r.Int63n(2e8)), weight: 1 + r.Float64()*40, prio: uint32(r.Intn(2))}
 		}
 		link := units.Rate(1e5 + r.Int63n(2e8))
 		q, _ := shareQuanta(sibs, link)
+		var heaviest [2]float64
+		for _, s := range sibs {
+			heaviest[s.prio] = max(heaviest[s.prio], s.weight)
+		}
+		floored := func(i int) bool {
+			s := sibs[i]
+			return s.weight*anchorRange >= heaviest[s.prio] && q[i] == QuantumFor(s.rate, link) || q[i] == frameBytes
+		}
 		for i, s := range sibs {
-			if q[i] < QuantumFor(s.rate, link) || q[i] > maxQuantumW {
-				t.Fatalf("%+v: quantum %d outside [%d, %d]", s, q[i], QuantumFor(s.rate, link), maxQuantumW)
+			lo := QuantumFor(s.rate, link)
+			if s.weight*anchorRange < heaviest[s.prio] {
+				lo = frameBytes
+			}
+			if q[i] < lo || q[i] > maxQuantumW {
+				t.Fatalf("%+v: quantum %d outside [%d, %d]", s, q[i], lo, maxQuantumW)
 			}
 			for j, o := range sibs {
 				if o.prio != s.prio || q[i] == maxQuantumW || q[j] == maxQuantumW {
 					continue
 				}
-				// Rounding up and a member's own floor can each add a
-				// little; a floor above base*weight only for the
-				// member that set base.
 				got, want := float64(q[i])/float64(q[j]), s.weight/o.weight
-				if math.Abs(got/want-1) > 0.001 && q[i] != QuantumFor(s.rate, link) && q[j] != QuantumFor(o.rate, link) {
+				if math.Abs(got/want-1) > 0.001 && !floored(i) && !floored(j) {
 					t.Fatalf("%+v vs %+v: quanta %d:%d, weights %.3f:%.3f", s, o, q[i], q[j], s.weight, o.weight)
 				}
 			}

@@ -1,0 +1,290 @@
+package conform
+
+import (
+	"fmt"
+	"hash/fnv"
+	"math"
+	"math/rand"
+	"sort"
+	"strings"
+
+	"sluice/policy"
+	"sluice/share"
+)
+
+// Demand is what one subject sends in a cell: Flows greedy TCP flows, or
+// one UDP flow at Rate (bits/s on the wire, as the shaper counts them).
+type Demand struct {
+	Subject string  `json:"subject"`
+	Proto   string  `json:"proto"`
+	Flows   int     `json:"flows"`
+	Rate    float64 `json:"rate_bps,omitempty"`
+}
+
+// Cell is one demand pattern: which subjects send, and how.
+type Cell struct {
+	Name    string   `json:"name"`
+	Demands []Demand `json:"demands"`
+}
+
+// Describe says what a demand is, in a table's words.
+func (d Demand) Describe() string {
+	if d.Proto == "udp" {
+		return "udp " + mbit(d.Rate)
+	}
+	return fmt.Sprintf("tcp x%d", d.Flows)
+}
+
+// autoCells lists the demand patterns of a tree whose driven subjects
+// are ss: all at once; each alone (four of them, spread, beyond six);
+// every subset of two or more (for up to four subjects; else four
+// drawn at random, the same for the same tree); one heavy subject with
+// eight flows against the others with one; and the first subject with a
+// UDP flow sending half its share of the link while the others are
+// greedy, so that the others must take what it leaves.
+func autoCells(t *policy.Tree, tree string, ss []*Subject) []Cell {
+	n := len(ss)
+	if n == 0 {
+		return nil
+	}
+	tcp := func(idx ...int) []Demand {
+		var ds []Demand
+		for _, i := range idx {
+			ds = append(ds, Demand{Subject: ss[i].Name, Proto: "tcp", Flows: 1})
+		}
+		return ds
+	}
+	all := make([]int, n)
+	for i := range all {
+		all[i] = i
+	}
+	cells := []Cell{{Name: "all", Demands: tcp(all...)}}
+	if n == 1 {
+		return cells
+	}
+	alone := all
+	if n > 6 {
+		alone = []int{0, n / 3, 2 * n / 3, n - 1}
+	}
+	for _, i := range alone {
+		cells = append(cells, Cell{Name: ss[i].Name + " alone", Demands: tcp(i)})
+	}
+	var subsets [][]int
+	if n <= 4 {
+		for mask := 1; mask < 1<<n-1; mask++ {
+			var idx []int
+			for i := 0; i < n; i++ {
+				if mask&(1<<i) != 0 {
+					idx = append(idx, i)
+				}
+			}
+			if len(idx) >= 2 {
+				subsets = append(subsets, idx)
+			}
+		}
+	} else {
+		h := fnv.New64a()
+		h.Write([]byte(tree))
+		r := rand.New(rand.NewSource(int64(h.Sum64())))
+		seen := map[string]bool{}
+		for tries := 0; len(subsets) < 4 && tries < 100; tries++ {
+			idx := r.Perm(n)[:2+r.Intn(n-2)]
+			sort.Ints(idx)
+			if key := fmt.Sprint(idx); !seen[key] {
+				seen[key] = true
+				subsets = append(subsets, idx)
+			}
+		}
+	}
+	for _, idx := range subsets {
+		var names []string
+		for _, i := range idx {
+			names = append(names, ss[i].Name)
+		}
+		cells = append(cells, Cell{Name: strings.Join(names, " + "), Demands: tcp(idx...)})
+	}
+	heavy := tcp(all...)
+	heavy[0].Flows = min(maxFlows, len(ss[0].Flows))
+	if heavy[0].Flows > 1 {
+		cells = append(cells, Cell{Name: ss[0].Name + " with " + fmt.Sprint(heavy[0].Flows) + " flows", Demands: heavy})
+	}
+	for i, s := range ss {
+		if s.UDP == nil {
+			continue
+		}
+		// Half its share when all are busy: a demand that fits, whose
+		// rest the others must take.
+		ideal, err := Reference(t, ss, Cell{Demands: tcp(all...)})
+		if err != nil || ideal[s.Name] <= 0 {
+			break
+		}
+		ds := tcp(all...)
+		ds[i] = Demand{Subject: s.Name, Proto: "udp", Flows: 1, Rate: ideal[s.Name] / 2}
+		cells = append(cells, Cell{Name: s.Name + " udp at half its share", Demands: ds})
+		break
+	}
+	return cells
+}
+
+// Reference is the weighted max-min ideal (share.Ideal) for a cell:
+// what every subject of tree t would get, in bits/s on the wire.
+func Reference(t *policy.Tree, ss []*Subject, c Cell) (map[string]float64, error) {
+	demand := map[string]float64{}
+	for _, d := range c.Demands {
+		switch d.Proto {
+		case "udp":
+			demand[d.Subject] = d.Rate
+		default:
+			demand[d.Subject] = math.Inf(1)
+		}
+	}
+	got, err := share.Ideal(refTree(t, ss, demand))
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]float64{}
+	for _, s := range ss {
+		out[s.Name] = got[s.Name]
+	}
+	return out, nil
+}
+
+// refTree is tree t as the reference sees it: every class, with the
+// hosts among the subjects below their parents, and each leaf's demand.
+func refTree(t *policy.Tree, ss []*Subject, demand map[string]float64) *share.Class {
+	link := bits(t.RateBps)
+	root := &share.Class{Name: "(root)", Rate: link, Ceil: link}
+	hostsUnder := map[*policy.Class][]*Subject{}
+	for _, s := range ss {
+		if s.host {
+			hostsUnder[s.parent] = append(hostsUnder[s.parent], s)
+		}
+	}
+	var build func(parent *share.Class, cs []*policy.Class, sh *policy.Sharing)
+	build = func(parent *share.Class, cs []*policy.Class, sh *policy.Sharing) {
+		prios := map[int]bool{}
+		for _, c := range cs {
+			prios[c.Prio] = true
+		}
+		if sh != nil && sh.CapBps > 0 {
+			parent.Cap = bits(sh.CapBps)
+		}
+		for _, c := range cs {
+			n := &share.Class{Name: c.Name, Rate: bits(c.RateBps), Ceil: bits(c.CeilBps), Prio: c.Prio,
+				Weight: max(c.ShareWeight(), 1e-9), Demand: demand[c.Name]}
+			n.Prod = sh != nil && c.Prio == 0 && len(prios) > 1
+			for _, h := range hostsUnder[c] {
+				n.Children = append(n.Children, &share.Class{Name: h.Name, Rate: h.Rate, Ceil: h.Ceil, Prio: h.Prio,
+					Weight: max(h.Rate, 1e-9), Demand: demand[h.Name]})
+			}
+			build(n, c.Classes, c.Sharing)
+			parent.Children = append(parent.Children, n)
+		}
+	}
+	build(root, t.Classes, t.Sharing)
+	return root
+}
+
+// Verdict says how a cell's measurement compares with the reference.
+type Verdict struct {
+	// Subjects in the cell's order: ideal and measured rates (bits/s on
+	// the wire), their shares of the cell's ideal and measured totals,
+	// and the deviation between the shares.
+	Subjects []SubjectResult `json:"subjects"`
+	// IdealTotal and MeasuredTotal add up the subjects; Utilisation is
+	// MeasuredTotal against IdealTotal, corrected by what a plain limit
+	// carried on the same bed (Efficiency).
+	IdealTotal    float64 `json:"ideal_total_bps"`
+	MeasuredTotal float64 `json:"measured_total_bps"`
+	Efficiency    float64 `json:"efficiency"`
+	Utilisation   float64 `json:"utilisation"`
+	// Worst is the largest deviation, of subject WorstSubject.
+	Worst        float64 `json:"worst"`
+	WorstSubject string  `json:"worst_subject"`
+	Pass         bool    `json:"pass"`
+	Why          string  `json:"why,omitempty"`
+}
+
+// SubjectResult is one subject of a cell.
+type SubjectResult struct {
+	Name          string  `json:"name"`
+	Demand        string  `json:"demand"`
+	Ideal         float64 `json:"ideal_bps"`
+	Measured      float64 `json:"measured_bps"`
+	Goodput       float64 `json:"goodput_bps"`
+	IdealShare    float64 `json:"ideal_share"`
+	MeasuredShare float64 `json:"measured_share"`
+	Deviation     float64 `json:"deviation"`
+}
+
+// Tolerance is how far a cell may stray from the reference: each
+// subject's share of the measured total within 5% of its ideal share,
+// and the total within 5% of what the reference wants (after the bed's
+// own efficiency).
+const Tolerance = 0.05
+
+// Judge compares measured rates (bits/s on the wire, by subject) with
+// the ideal ones. A subject's deviation is the difference between its
+// measured and ideal shares of the cell's totals, relative to its ideal
+// share, but never finer than a quarter of an equal share: a class the
+// reference gives 0.5% of the link is judged to 5% of an eighth of it,
+// not to 5% of its own sliver. eff is what a plain limit at the link's
+// rate carried on the bed, over that rate (1 on an exact machine).
+func Judge(c Cell, ideal, measured, goodput map[string]float64, eff float64) Verdict {
+	v := Verdict{Efficiency: eff}
+	for _, d := range c.Demands {
+		v.IdealTotal += ideal[d.Subject]
+		v.MeasuredTotal += measured[d.Subject]
+	}
+	n := float64(len(c.Demands))
+	floor := 1 / (4 * n)
+	for _, d := range c.Demands {
+		r := SubjectResult{Name: d.Subject, Demand: d.Describe(), Ideal: ideal[d.Subject], Measured: measured[d.Subject], Goodput: goodput[d.Subject]}
+		if v.IdealTotal > 0 {
+			r.IdealShare = r.Ideal / v.IdealTotal
+		}
+		if v.MeasuredTotal > 0 {
+			r.MeasuredShare = r.Measured / v.MeasuredTotal
+		}
+		r.Deviation = math.Abs(r.MeasuredShare-r.IdealShare) / math.Max(r.IdealShare, floor)
+		if !(r.Deviation <= v.Worst) { // NaN counts as worst
+			v.Worst, v.WorstSubject = r.Deviation, r.Name
+		}
+		v.Subjects = append(v.Subjects, r)
+	}
+	if v.IdealTotal > 0 && eff > 0 {
+		v.Utilisation = v.MeasuredTotal / (v.IdealTotal * eff)
+	}
+	switch {
+	case !(v.Worst <= Tolerance):
+		v.Why = fmt.Sprintf("%s: %.1f%% of the total, the reference says %.1f%%", v.WorstSubject,
+			100*shareOf(v, v.WorstSubject, true), 100*shareOf(v, v.WorstSubject, false))
+	case !(math.Abs(v.Utilisation-1) <= Tolerance):
+		v.Why = fmt.Sprintf("together %s where the reference (at this bed's %.0f%%) says %s", mbit(v.MeasuredTotal), 100*eff, mbit(v.IdealTotal*eff))
+	default:
+		v.Pass = true
+	}
+	return v
+}
+
+func shareOf(v Verdict, name string, measured bool) float64 {
+	for _, s := range v.Subjects {
+		if s.Name == name {
+			if measured {
+				return s.MeasuredShare
+			}
+			return s.IdealShare
+		}
+	}
+	return 0
+}
+
+func mbit(bps float64) string {
+	switch {
+	case bps >= 1e9:
+		return fmt.Sprintf("%.2f Gbit/s", bps/1e9)
+	case bps >= 1e6:
+		return fmt.Sprintf("%.2f Mbit/s", bps/1e6)
+	}
+	return fmt.Sprintf("%.0f kbit/s", bps/1e3)
+}

@@ -1,0 +1,331 @@
+package conform
+
+import (
+	"math"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"sluice/policy"
+)
+
+func parse(t *testing.T, src string) *policy.Policy {
+	t.Helper()
+	p, _, err := policy.Parse("test.yaml", []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+const office = `interfaces:
+  - name: eth0
+    egress:
+      rate: 19mbit
+      default: bulk
+      classes:
+        - name: interactive
+          rate: 2mbit
+          ceil: 19mbit
+          prio: 0
+          match: [{proto: icmp}, {dport: 22}, {dscp: EF}, {tcp_ack: true}]
+        - name: web
+          rate: 8mbit
+          prio: 1
+          match: [{proto: tcp, dport: [80, 443]}]
+        - name: bulk
+          rate: 9mbit
+          prio: 2
+  - name: eth1
+    egress:
+      rate: 1gbit
+      default: local
+      classes:
+        - name: internet
+          rate: 95mbit
+          match: [{not_src: 192.168.1.0/24}]
+          per_host: {by: dst, cidr: 192.168.1.0/24, rate: 1mbit, ceil: 95mbit}
+        - name: local
+          rate: 900mbit
+`
+
+func byName(ss []*Subject) map[string]*Subject {
+	m := map[string]*Subject{}
+	for _, s := range ss {
+		m[s.Name] = s
+	}
+	return m
+}
+
+// Every subject's flows land in its class, by the model; classes whose
+// rules no bulk flow can match say why.
+func TestSubjectsOffice(t *testing.T) {
+	p := parse(t, office)
+	eth0 := subjects(p.Interfaces[0].Egress, 8)
+	if len(eth0) != 3 {
+		t.Fatalf("eth0: %d subjects", len(eth0))
+	}
+	m := byName(eth0)
+	// interactive: icmp is not TCP or UDP, so its second entry (dport 22).
+	if f := m["interactive"].Flows; len(f) == 0 || f[0].Dst.Port() != 22 || f[0].Proto != "tcp" {
+		t.Errorf("interactive: %+v (%s)", f, m["interactive"].NotDriven)
+	}
+	if f := m["web"].Flows; len(f) != maxFlows || f[0].Dst.Port() != 80 {
+		t.Errorf("web: %+v", f)
+	}
+	seen := map[[2]uint16]bool{}
+	for _, f := range m["web"].Flows {
+		k := [2]uint16{f.Src.Port(), f.Dst.Port()}
+		if seen[k] {
+			t.Errorf("web: two flows share %v", k)
+		}
+		seen[k] = true
+	}
+	if f := m["bulk"].Flows; len(f) == 0 || f[0].Dst.Port() == 22 || f[0].Dst.Port() == 80 || f[0].Dst.Port() == 443 {
+		t.Errorf("bulk: %+v", f)
+	}
+	if m["web"].UDP != nil {
+		t.Errorf("web is tcp only, got a UDP flow %+v", m["web"].UDP)
+	}
+	if m["bulk"].UDP == nil {
+		t.Error("bulk takes UDP too")
+	}
+
+	eth1 := subjects(p.Interfaces[1].Egress, 4)
+	if len(eth1) != 5 || eth1[0].Name != "internet/192.168.1.1" || eth1[3].Name != "internet/192.168.1.4" || eth1[4].Name != "local" {
+		var names []string
+		for _, s := range eth1 {
+			names = append(names, s.Name)
+		}
+		t.Fatalf("eth1 subjects %v", names)
+	}
+	h := eth1[1]
+	want := netip.MustParseAddr("192.168.1.2")
+	if len(h.Flows) == 0 || h.Flows[0].Dst.Addr() != want || netip.MustParsePrefix("192.168.1.0/24").Contains(h.Flows[0].Src.Addr()) {
+		t.Errorf("host: %+v", h.Flows)
+	}
+	if h.Rate != 1e6 || h.Ceil != 95e6 {
+		t.Errorf("host rate %v ceil %v", h.Rate, h.Ceil)
+	}
+	for _, s := range append(eth0, eth1...) {
+		tree := p.Interfaces[0].Egress
+		if strings.Contains(s.Name, "/") || s.Name == "local" {
+			tree = p.Interfaces[1].Egress
+		}
+		for _, f := range s.Flows {
+			pk := packet{src: f.Src.Addr(), dst: f.Dst.Addr(), proto: protoTCP, sport: f.Src.Port(), dport: f.Dst.Port(), dscp: f.DSCP}
+			if f.Proto == "udp" {
+				pk.proto = protoUDP
+			}
+			if got := classOf(tree, pk); got != s.Name {
+				t.Errorf("%s: flow %v lands in %s", s.Name, f, got)
+			}
+		}
+	}
+}
+
+func TestSubjectsNotDriven(t *testing.T) {
+	p := parse(t, `interfaces:
+  - name: eth0
+    egress:
+      rate: 10mbit
+      default: rest
+      classes:
+        - {name: acks, rate: 1mbit, match: [{tcp_ack: true}]}
+        - {name: ping, rate: 1mbit, match: [{proto: icmp}]}
+        - {name: dns, rate: 1mbit, match: [{proto: udp, dport: 53}]}
+        - {name: shadow, rate: 1mbit, match: [{proto: udp, dport: 53}]}
+        - {name: gate, rate: 2mbit, match: [{src: 10.3.0.0/16}], default: g2, classes: [{name: g1, rate: 1mbit, match: [{dscp: EF}]}, {name: g2, rate: 1mbit}]}
+        - {name: rest, rate: 1mbit}
+`)
+	m := byName(subjects(p.Interfaces[0].Egress, 8))
+	for name, why := range map[string]string{"acks": "pure TCP ACKs", "ping": "no TCP or UDP", "shadow": "lands in class dns first"} {
+		if s := m[name]; len(s.Flows) > 0 || !strings.Contains(s.NotDriven, why) {
+			t.Errorf("%s: flows %v, not driven %q (want %q)", name, s.Flows, s.NotDriven, why)
+		}
+	}
+	if s := m["dns"]; len(s.Flows) != 1 || s.Flows[0].Proto != "udp" || s.Flows[0].Dst.Port() != 53 {
+		// One UDP port and one source port: flows differ by source port.
+		if len(s.Flows) == 0 {
+			t.Errorf("dns: %+v %s", s.Flows, s.NotDriven)
+		}
+	}
+	for _, name := range []string{"g1", "g2"} {
+		s := m[name]
+		if len(s.Flows) == 0 || !netip.MustParsePrefix("10.3.0.0/16").Contains(s.Flows[0].Src.Addr()) {
+			t.Errorf("%s (behind the gate): %+v %s", name, s.Flows, s.NotDriven)
+		}
+	}
+	if m["g1"].Flows[0].DSCP != 46 {
+		t.Errorf("g1's DSCP %d", m["g1"].Flows[0].DSCP)
+	}
+}
+
+// Hosts from a hosts_file: in file order, each with its own rate, hung
+// below its parent column's class in the reference.
+func TestSubjectsHostsFile(t *testing.T) {
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "h.csv"), []byte("name,addresses,rate,ceil,parent\na,10.0.0.1,2mbit,20mbit,\nb,10.0.1.0/28,4mbit,20mbit,gold\nc,2001:db8::5,2mbit,20mbit,\n"), 0o644)
+	file := filepath.Join(dir, "p.yaml")
+	os.WriteFile(file, []byte(`interfaces:
+  - name: eth0
+    egress:
+      rate: 20mbit
+      default: rest
+      classes:
+        - {name: subs, rate: 10mbit, per_host: {by: dst, hosts_file: h.csv}}
+        - {name: gold, rate: 8mbit}
+        - {name: rest, rate: 1mbit}
+`), 0o644)
+	p, _, err := policy.Load(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := p.Interfaces[0].Egress
+	ss := subjects(tr, 8)
+	m := byName(ss)
+	if len(ss) != 4 || m["subs/a"] == nil || m["subs/b"] == nil || m["subs/c"] == nil || m["rest"] == nil {
+		t.Fatalf("subjects %v", m)
+	}
+	if m["gold"] != nil {
+		t.Error("gold holds hosts, not packets: not a subject")
+	}
+	if f := m["subs/b"].Flows; len(f) == 0 || f[0].Dst.Addr() != netip.MustParseAddr("10.0.1.1") {
+		t.Errorf("b: %+v", f)
+	}
+	if f := m["subs/c"].Flows; len(f) == 0 || !f[0].Dst.Addr().Is6() || !f[0].Src.Addr().Is6() {
+		t.Errorf("c (IPv6): %+v", f)
+	}
+	// b hangs below gold (8mbit guaranteed), a and c below subs (10):
+	// with b, a and c busy, b gets gold's 8 and what gold may borrow.
+	ideal, err := Reference(tr, ss, Cell{Demands: []Demand{{Subject: "subs/a", Proto: "tcp"}, {Subject: "subs/b", Proto: "tcp"}, {Subject: "subs/c", Proto: "tcp"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Root 20: subs guaranteed 10, gold 8, rest 1 idle; the 2 left go by
+	// rate 10:8, subs's 11.11 to a and c by their rates (equal).
+	for name, want := range map[string]float64{"subs/a": 50e6 / 9, "subs/c": 50e6 / 9, "subs/b": 80e6 / 9} {
+		if math.Abs(ideal[name]-want) > 1 {
+			t.Errorf("%s: ideal %.0f, want %.0f (%v)", name, ideal[name], want, ideal)
+		}
+	}
+}
+
+func TestAutoCells(t *testing.T) {
+	p := parse(t, office)
+	tr := p.Interfaces[0].Egress
+	ss := subjects(tr, 8)
+	cells := autoCells(tr, "eth0/egress", ss)
+	var names []string
+	for _, c := range cells {
+		names = append(names, c.Name)
+	}
+	want := []string{"all", "interactive alone", "web alone", "bulk alone", "interactive + web", "interactive + bulk", "web + bulk",
+		"interactive with 8 flows", "interactive udp at half its share"}
+	if strings.Join(names, "|") != strings.Join(want, "|") {
+		t.Fatalf("cells %q\nwant %q", names, want)
+	}
+	// The UDP cell's demand is half of interactive's ideal with all busy
+	// (its DSCP entry takes UDP): it gets its 2mbit then (the rates add
+	// up to the link, nothing is spare), so 1mbit.
+	last := cells[len(cells)-1]
+	if d := last.Demands[0]; d.Proto != "udp" || math.Abs(d.Rate-1e6) > 1 {
+		t.Errorf("udp demand %+v", d)
+	}
+	// Many hosts: four alone, four subsets, the same for the same tree.
+	p1 := parse(t, office)
+	tr1 := p1.Interfaces[1].Egress
+	big := subjects(tr1, 8)
+	c1, c2 := autoCells(tr1, "eth1/egress", big), autoCells(tr1, "eth1/egress", big)
+	if len(c1) != 1+4+4+1+1 || c1[5].Name != c2[5].Name {
+		t.Errorf("%d cells; %q vs %q", len(c1), c1[5].Name, c2[5].Name)
+	}
+}
+
+// The reference through a parsed policy: the issue's weights case.
+func TestReferenceWeights(t *testing.T) {
+	p := parse(t, `interfaces:
+  - name: lan
+    egress:
+      rate: 21mbit
+      default: d
+      classes:
+        - {name: a, rate: 1mbit, ceil: 21mbit, match: [{dport: 1}]}
+        - {name: b, rate: 2mbit, ceil: 21mbit, match: [{dport: 2}]}
+        - {name: c, rate: 4mbit, ceil: 21mbit, match: [{dport: 3}]}
+        - {name: d, rate: 100kbit, ceil: 21mbit}
+`)
+	tr := p.Interfaces[0].Egress
+	ss := subjects(tr, 8)
+	abc := Cell{Demands: []Demand{{Subject: "a", Proto: "tcp"}, {Subject: "b", Proto: "tcp"}, {Subject: "c", Proto: "tcp"}}}
+	ideal, err := Reference(tr, ss, abc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]float64{"a": 3e6, "b": 6e6, "c": 12e6, "d": 0} {
+		if math.Abs(ideal[name]-want) > 1 {
+			t.Errorf("%s: %.0f, want %.0f", name, ideal[name], want)
+		}
+	}
+}
+
+func TestJudge(t *testing.T) {
+	c := Cell{Demands: []Demand{{Subject: "a", Proto: "tcp", Flows: 1}, {Subject: "b", Proto: "tcp", Flows: 1}, {Subject: "tiny", Proto: "tcp", Flows: 1}}}
+	ideal := map[string]float64{"a": 6e6, "b": 12e6, "tiny": 0.2e6}
+	for _, tc := range []struct {
+		name     string
+		measured map[string]float64
+		eff      float64
+		pass     bool
+		worst    string
+	}{
+		{"exact", map[string]float64{"a": 6e6, "b": 12e6, "tiny": 0.2e6}, 1, true, ""},
+		// The bed carries 90%: shares exact, total 90%, efficiency 0.9.
+		{"slow bed", map[string]float64{"a": 5.4e6, "b": 10.8e6, "tiny": 0.18e6}, 0.9, true, ""},
+		{"slow bed not corrected", map[string]float64{"a": 5.4e6, "b": 10.8e6, "tiny": 0.18e6}, 1, false, ""},
+		{"a 6% low", map[string]float64{"a": 5.64e6, "b": 12.36e6, "tiny": 0.2e6}, 1, false, "a"},
+		// tiny's share 1.6% instead of 1.1%: 0.5% of the total, within 5%
+		// of a quarter of an equal share (8.3%): 0.42%... just beyond.
+		{"tiny over its floor", map[string]float64{"a": 6e6, "b": 12e6, "tiny": 0.3e6}, 1, false, "tiny"},
+		{"tiny within its floor", map[string]float64{"a": 6e6, "b": 12e6, "tiny": 0.26e6}, 1, true, ""},
+		{"nothing measured", map[string]float64{}, 1, false, ""},
+	} {
+		v := Judge(c, ideal, tc.measured, nil, tc.eff)
+		if v.Pass != tc.pass || tc.worst != "" && v.WorstSubject != tc.worst {
+			t.Errorf("%s: pass %v worst %s %.3f util %.3f (%s)", tc.name, v.Pass, v.WorstSubject, v.Worst, v.Utilisation, v.Why)
+		}
+		if !v.Pass && v.Why == "" {
+			t.Errorf("%s: failed without a reason", tc.name)
+		}
+	}
+	// NaN never passes.
+	if v := Judge(c, ideal, map[string]float64{"a": math.NaN(), "b": 12e6, "tiny": 0.2e6}, nil, 1); v.Pass {
+		t.Error("NaN passed")
+	}
+}
+
+func TestClassOf(t *testing.T) {
+	p := parse(t, office)
+	eth0, eth1 := p.Interfaces[0].Egress, p.Interfaces[1].Egress
+	a := netip.MustParseAddr
+	for _, c := range []struct {
+		tree *policy.Tree
+		p    packet
+		want string
+	}{
+		{eth0, packet{src: a("10.0.0.1"), dst: a("10.0.0.2"), proto: protoTCP, sport: 1000, dport: 22}, "interactive"},
+		{eth0, packet{src: a("10.0.0.1"), dst: a("10.0.0.2"), proto: protoUDP, sport: 1000, dport: 80}, "bulk"},
+		{eth0, packet{src: a("10.0.0.1"), dst: a("10.0.0.2"), proto: protoTCP, sport: 1000, dport: 443}, "web"},
+		{eth0, packet{src: a("10.0.0.1"), dst: a("10.0.0.2"), proto: protoUDP, sport: 1000, dport: 5000, dscp: 46}, "interactive"},
+		{eth1, packet{src: a("8.8.8.8"), dst: a("192.168.1.7"), proto: protoTCP, sport: 1, dport: 2}, "internet/192.168.1.7"},
+		{eth1, packet{src: a("192.168.1.3"), dst: a("192.168.1.7"), proto: protoTCP, sport: 1, dport: 2}, "local"},
+		{eth1, packet{src: a("8.8.8.8"), dst: a("192.168.1.255"), proto: protoTCP, sport: 1, dport: 2}, "local"},
+		{eth1, packet{src: a("8.8.8.8"), dst: a("10.9.9.9"), proto: protoTCP, sport: 1, dport: 2}, "local"},
+	} {
+		if got := classOf(c.tree, c.p); got != c.want {
+			t.Errorf("%v: %s, want %s", c.p, got, c.want)
+		}
+	}
+}

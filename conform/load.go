@@ -1,0 +1,78 @@
+package conform
+
+import (
+	"bytes"
+	"fmt"
+
+	"gopkg.in/yaml.v3"
+
+	"sluice/policy"
+)
+
+// LoadPolicy reads a policy file for a run. With backend ("htb" or
+// "edt") every tree of it runs on that data plane instead of its own:
+// the file is read as it is first (its errors at its own lines), then
+// again with the backend set, whose errors (keys the other backend
+// refuses) name the backend and their class.
+func LoadPolicy(file, backend string) (*policy.Policy, error) {
+	pol, _, err := policy.Load(file)
+	if err != nil || backend == "" {
+		return pol, err
+	}
+	if backend != "htb" && backend != "edt" {
+		return nil, fmt.Errorf("--backend %q: want htb or edt", backend)
+	}
+	src := pol.Source(file)
+	var doc yaml.Node
+	if err := yaml.Unmarshal(src, &doc); err != nil {
+		return nil, err
+	}
+	if len(doc.Content) == 0 {
+		return pol, nil
+	}
+	ifaces := value(doc.Content[0], "interfaces")
+	if ifaces == nil {
+		return pol, nil
+	}
+	for _, in := range ifaces.Content {
+		for _, dir := range []string{"egress", "ingress"} {
+			t := value(in, dir)
+			if t == nil || t.Kind != yaml.MappingNode || value(t, "police") != nil {
+				continue
+			}
+			if v := value(t, "backend"); v != nil {
+				v.Value = backend
+				continue
+			}
+			t.Content = append(t.Content, &yaml.Node{Kind: yaml.ScalarNode, Value: "backend"}, &yaml.Node{Kind: yaml.ScalarNode, Value: backend})
+		}
+	}
+	var out bytes.Buffer
+	enc := yaml.NewEncoder(&out)
+	enc.SetIndent(2)
+	if err := enc.Encode(&doc); err != nil {
+		return nil, err
+	}
+	pol, _, err = policy.Parse(file, out.Bytes())
+	if es, ok := err.(policy.Errors); ok {
+		for _, e := range es {
+			e.Pos = policy.Pos{}
+			e.Msg = "with backend " + backend + ": " + e.Msg
+		}
+		return nil, es
+	}
+	return pol, err
+}
+
+// value is the value of key in mapping n, or nil.
+func value(n *yaml.Node, key string) *yaml.Node {
+	if n == nil || n.Kind != yaml.MappingNode {
+		return nil
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		if n.Content[i].Value == key {
+			return n.Content[i+1]
+		}
+	}
+	return nil
+}

@@ -1,0 +1,263 @@
+package conform
+
+import (
+	"encoding/json"
+	"fmt"
+	"html/template"
+	"io"
+	"strings"
+	"text/tabwriter"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/vg"
+
+	"sluice/lab"
+)
+
+// Report is a conformance run: per tree, what each cell's subjects got
+// against the reference. Its JSON form is report.json (docs/json.md).
+type Report struct {
+	Policy  string  `json:"policy"`
+	Kernel  string  `json:"kernel,omitempty"`
+	RTT     float64 `json:"rtt_s"`
+	Settle  float64 `json:"settle_s"`
+	Measure float64 `json:"measure_s"`
+	// Scale is what every rate of the policy was multiplied by (1: as
+	// written), and ScaleWhy why.
+	Scale    float64          `json:"scale"`
+	ScaleWhy string           `json:"scale_why,omitempty"`
+	Capacity []DeviceCapacity `json:"capacity,omitempty"`
+	Trees    []*TreeReport    `json:"trees"`
+	// Pass: every cell of every tree that ran is within Tolerance.
+	Pass bool `json:"pass"`
+}
+
+// DeviceCapacity is what the bed carried unshaped toward a device.
+type DeviceCapacity struct {
+	Device string  `json:"device"`
+	Bps    float64 `json:"bps"`
+}
+
+// TreeReport is one tree's run.
+type TreeReport struct {
+	Interface  string   `json:"interface"`
+	Direction  string   `json:"direction"`
+	Device     string   `json:"device"`
+	Backend    string   `json:"backend,omitempty"`
+	Classifier string   `json:"classifier,omitempty"`
+	Shards     int      `json:"shards,omitempty"`
+	Queues     int      `json:"queues"`
+	Leaves     []string `json:"leaves,omitempty"`
+	// Rate is the tree's rate (bits/s, scaled); Reference what a plain
+	// limit at that rate carried on the bed, Efficiency their ratio.
+	Rate       float64       `json:"rate_bps"`
+	Reference  float64       `json:"reference_bps"`
+	Efficiency float64       `json:"efficiency"`
+	Subjects   []*Subject    `json:"subjects"`
+	Cells      []*CellReport `json:"cells"`
+	Worst      float64       `json:"worst"`
+	Pass       bool          `json:"pass"`
+	// Skipped says why the tree did not run (a qdisc the kernel lacks).
+	Skipped string `json:"skipped,omitempty"`
+}
+
+// CellReport is one cell and its verdict.
+type CellReport struct {
+	Cell
+	Verdict Verdict `json:"verdict"`
+}
+
+// Name is "eth0 egress".
+func (t *TreeReport) Name() string { return t.Interface + " " + t.Direction }
+
+// Describe is the tree's data plane in a line.
+func (t *TreeReport) Describe() string {
+	var parts []string
+	if t.Backend != "" {
+		parts = append(parts, t.Backend)
+	}
+	if t.Classifier != "" {
+		parts = append(parts, t.Classifier+" classifier")
+	}
+	q := fmt.Sprintf("%d queue", t.Queues)
+	if t.Queues != 1 {
+		q += "s"
+	}
+	if t.Shards > 1 {
+		q += fmt.Sprintf(", %d shards", t.Shards)
+	}
+	parts = append(parts, q)
+	if len(t.Leaves) > 0 {
+		parts = append(parts, "leaves "+strings.Join(t.Leaves, ", "))
+	}
+	return strings.Join(parts, ", ") + "; " + mbit(t.Rate)
+}
+
+// WriteJSON writes the report as indented JSON.
+func (r *Report) WriteJSON(w io.Writer) error {
+	e := json.NewEncoder(w)
+	e.SetIndent("", "  ")
+	return e.Encode(r)
+}
+
+// WriteText writes the tables: per tree, per cell, each subject's ideal
+// and measured rate and share and its deviation; quiet prints a line per
+// cell and the subjects of the cells that failed.
+func (r *Report) WriteText(w io.Writer, quiet bool) {
+	fmt.Fprintf(w, "conformance of %s", r.Policy)
+	if r.Kernel != "" {
+		fmt.Fprintf(w, " on Linux %s", r.Kernel)
+	}
+	rtt := "no propagation delay"
+	if r.RTT > 0 {
+		rtt = fmt.Sprintf("%.0f ms round trip beyond each device", r.RTT*1000)
+	}
+	fmt.Fprintf(w, " (%s; per cell %.0f s to settle, %.0f s measured)\n", rtt, r.Settle, r.Measure)
+	if r.Scale != 1 {
+		fmt.Fprintf(w, "rates x%g: %s", r.Scale, r.ScaleWhy)
+		for _, c := range r.Capacity {
+			fmt.Fprintf(w, " (toward %s: %s)", c.Device, mbit(c.Bps))
+		}
+		fmt.Fprintln(w)
+	}
+	cells, pass := 0, 0
+	var worst *CellReport
+	var worstTree *TreeReport
+	for _, t := range r.Trees {
+		fmt.Fprintf(w, "\n%s: %s\n", t.Name(), t.Describe())
+		if t.Skipped != "" {
+			fmt.Fprintf(w, "  skipped: %s\n", t.Skipped)
+			continue
+		}
+		fmt.Fprintf(w, "  reference: a plain %s limit carried %s (%.0f%%) on this bed\n", mbit(t.Rate), mbit(t.Reference), 100*t.Efficiency)
+		for _, s := range t.Subjects {
+			if s.NotDriven != "" {
+				fmt.Fprintf(w, "  not driven: %s: %s\n", s.Name, s.NotDriven)
+			}
+		}
+		tw := tabwriter.NewWriter(w, 2, 8, 2, ' ', 0)
+		if quiet {
+			fmt.Fprintln(tw, "  CELL\tWORST\tVERDICT")
+		} else {
+			fmt.Fprintln(tw, "  CELL\tSUBJECT\tDEMAND\tIDEAL\tSHARE\tMEASURED\tSHARE\tDEV\t")
+		}
+		for _, c := range t.Cells {
+			cells++
+			if c.Verdict.Pass {
+				pass++
+			}
+			if worst == nil || !(c.Verdict.Worst <= worst.Verdict.Worst) {
+				worst, worstTree = c, t
+			}
+			verdict := "pass"
+			if !c.Verdict.Pass {
+				verdict = "FAIL: " + c.Verdict.Why
+			}
+			if quiet {
+				fmt.Fprintf(tw, "  %s\t%.1f%%\t%s\n", c.Name, 100*c.Verdict.Worst, verdict)
+				continue
+			}
+			for i, s := range c.Verdict.Subjects {
+				name := ""
+				if i == 0 {
+					name = c.Name
+				}
+				fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%.1f%%\t%s\t%.1f%%\t%.1f%%\t\n", name, s.Name, s.Demand, mbit(s.Ideal), 100*s.IdealShare,
+					mbit(s.Measured), 100*s.MeasuredShare, 100*s.Deviation)
+			}
+			fmt.Fprintf(tw, "  \ttotal\t\t%s\t\t%s\t(%.0f%%)\t%.1f%%\t%s\n", mbit(c.Verdict.IdealTotal), mbit(c.Verdict.MeasuredTotal),
+				100*c.Verdict.Utilisation, 100*c.Verdict.Worst, verdict)
+		}
+		tw.Flush()
+		word := "every cell within"
+		if !t.Pass {
+			word = "cells beyond"
+		}
+		fmt.Fprintf(w, "  %s: %s %.0f%% of the reference (worst %.1f%%)\n", t.Name(), word, 100*Tolerance, 100*t.Worst)
+	}
+	fmt.Fprintf(w, "\n%d of %d cells within %.0f%% of the reference", pass, cells, 100*Tolerance)
+	if worst != nil {
+		fmt.Fprintf(w, "; worst %.1f%% (%s, %s)", 100*worst.Verdict.Worst, worstTree.Name(), worst.Name)
+	}
+	fmt.Fprintln(w)
+	if r.Pass {
+		fmt.Fprintln(w, "verdict: PASS")
+	} else {
+		fmt.Fprintln(w, "verdict: FAIL")
+	}
+}
+
+// WriteHTML writes a self-contained page: per tree, a chart of each
+// cell's worst deviation against the 5% line, and the table.
+func (r *Report) WriteHTML(w io.Writer) error {
+	type view struct {
+		T     *TreeReport
+		Chart template.HTML
+	}
+	var views []view
+	for _, t := range r.Trees {
+		v := view{T: t}
+		if len(t.Cells) > 0 {
+			p := plot.New()
+			p.Title.Text = t.Name() + ": worst deviation per cell"
+			p.Y.Label.Text = "% of the reference share"
+			vals := make(plotter.Values, len(t.Cells))
+			names := make([]string, len(t.Cells))
+			for i, c := range t.Cells {
+				vals[i] = 100 * c.Verdict.Worst
+				names[i] = fmt.Sprint(i + 1)
+			}
+			bars, err := plotter.NewBarChart(vals, vg.Points(14))
+			if err != nil {
+				return err
+			}
+			p.Add(bars)
+			line := plotter.NewFunction(func(float64) float64 { return 100 * Tolerance })
+			line.Dashes = []vg.Length{vg.Points(4), vg.Points(3)}
+			p.Add(line)
+			p.NominalX(names...)
+			svg, err := lab.SVG(p, 8, 3)
+			if err != nil {
+				return err
+			}
+			v.Chart = svg
+		}
+		views = append(views, v)
+	}
+	return page.Execute(w, map[string]any{"R": r, "Views": views, "Tol": 100 * Tolerance})
+}
+
+var page = template.Must(template.New("report").Funcs(template.FuncMap{
+	"mbit": mbit,
+	"pct":  func(x float64) string { return fmt.Sprintf("%.1f%%", 100*x) },
+	"inc":  func(i int) int { return i + 1 },
+}).Parse(`<!doctype html>
+<html><head><meta charset="utf-8"><title>sluice conformance: {{.R.Policy}}</title>
+<style>
+body{font:14px system-ui,sans-serif;margin:2em;max-width:70em}
+table{border-collapse:collapse;margin:.5em 0 1.5em}
+td,th{padding:2px 8px;text-align:right;border-bottom:1px solid #eee}
+td:first-child,th:first-child,td:nth-child(2){text-align:left}
+.fail{color:#b00020;font-weight:600}.pass{color:#1b5e20}
+</style></head><body>
+<h1>Conformance of {{.R.Policy}}</h1>
+<p>Kernel {{.R.Kernel}}. Every cell drives some subjects (classes, hosts) through a copy of the policy's devices and compares what each got
+(the kernel's counters) with the weighted max-min reference for the same demand. A cell passes when each subject's share of the total is
+within {{.Tol}}% of the reference's (never judged finer than a quarter of an equal share), and the total within {{.Tol}}% of what the
+reference wants, after the bed's own efficiency.{{if ne .R.Scale 1.0}} Rates x{{.R.Scale}}: {{.R.ScaleWhy}}.{{end}}</p>
+<p class="{{if .R.Pass}}pass{{else}}fail{{end}}">Verdict: {{if .R.Pass}}PASS{{else}}FAIL{{end}}</p>
+{{range .Views}}{{$t := .T}}
+<h2>{{$t.Name}}</h2>
+<p>{{$t.Describe}}{{if $t.Skipped}}. Skipped: {{$t.Skipped}}{{else}}. A plain {{mbit $t.Rate}} limit carried {{mbit $t.Reference}} on this bed.{{end}}</p>
+{{range $t.Subjects}}{{if .NotDriven}}<p>Not driven: {{.Name}}: {{.NotDriven}}</p>{{end}}{{end}}
+{{.Chart}}
+{{if $t.Cells}}<table><tr><th>#</th><th>cell</th><th>subject</th><th>demand</th><th>ideal</th><th>share</th><th>measured</th><th>share</th><th>deviation</th></tr>
+{{range $i, $c := $t.Cells}}{{range $j, $s := $c.Verdict.Subjects}}<tr>{{if eq $j 0}}<td>{{inc $i}}</td><td>{{$c.Name}}</td>{{else}}<td></td><td></td>{{end}}
+<td>{{$s.Name}}</td><td>{{$s.Demand}}</td><td>{{mbit $s.Ideal}}</td><td>{{pct $s.IdealShare}}</td><td>{{mbit $s.Measured}}</td><td>{{pct $s.MeasuredShare}}</td><td>{{pct $s.Deviation}}</td></tr>
+{{end}}<tr><td></td><td></td><td>total</td><td></td><td>{{mbit $c.Verdict.IdealTotal}}</td><td></td><td>{{mbit $c.Verdict.MeasuredTotal}}</td><td>{{pct $c.Verdict.Utilisation}}</td>
+<td class="{{if $c.Verdict.Pass}}pass{{else}}fail{{end}}">{{if $c.Verdict.Pass}}pass{{else}}{{$c.Verdict.Why}}{{end}}</td></tr>
+{{end}}</table>{{end}}
+{{end}}
+</body></html>
+`))

@@ -1,0 +1,747 @@
+package conform
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/netip"
+	"os"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"sluice/engine"
+	"sluice/kernel"
+	"sluice/lab"
+	"sluice/plan"
+	"sluice/policy"
+	"sluice/stats"
+	"sluice/units"
+)
+
+// Options shape a conformance run.
+type Options struct {
+	// Name names the bed (namespaces sllab-NAME-...).
+	Name string
+	// Queues is the number of transmit queues of the bed's copy of each
+	// device; 0 takes the real device's where this host has one of that
+	// name, else 1.
+	Queues int
+	// RTT is the round trip beyond each device (0: none).
+	RTT time.Duration
+	// Settle is left out at the start of each cell; Measure is how long
+	// its counters are read over.
+	Settle, Measure time.Duration
+	// Scale multiplies every rate of the policy; 0 picks one so that
+	// each tree's rate is at most half of what the bed carries
+	// unshaped (measured first), 1 keeps the policy's rates.
+	Scale float64
+	// Hosts is how many hosts of each per_host class are driven.
+	Hosts int
+	// Trees, if set, names the trees to run ("eth0/egress").
+	Trees []string
+	// Cells, if set, gives a tree's demand patterns instead of the
+	// automatic ones (the conformance matrix uses it).
+	Cells func(tree string, ss []*Subject) []Cell
+	// Log receives progress lines (nil: none).
+	Log io.Writer
+	// Keep leaves the bed up after the run (lab down NAME removes it).
+	Keep bool
+}
+
+// Defaults for a run.
+const (
+	DefaultRTT     = 20 * time.Millisecond
+	DefaultSettle  = 2 * time.Second
+	DefaultMeasure = 3 * time.Second
+	DefaultHosts   = 8
+)
+
+func (o *Options) fill() {
+	if o.Settle <= 0 {
+		o.Settle = DefaultSettle
+	}
+	if o.Measure <= 0 {
+		o.Measure = DefaultMeasure
+	}
+	if o.Hosts <= 0 {
+		o.Hosts = DefaultHosts
+	}
+	if o.Name == "" {
+		o.Name = fmt.Sprintf("cf%d", os.Getpid()%100000)
+	}
+}
+
+// missingQdisc finds the planner's refusal of a qdisc the kernel lacks.
+var missingQdisc = regexp.MustCompile(`this kernel has no (\S+) qdisc|needs the (\S+) qdisc \(\S+\), which this kernel lacks`)
+
+// Run drives pol's trees in a bed and compares what each subject got
+// with the reference (docs/sharing.md, Conformance).
+func Run(ctx context.Context, pol *policy.Policy, opt Options) (*Report, error) {
+	opt.fill()
+	r := &runner{pol: pol, opt: opt, rep: &Report{Policy: pol.File, RTT: opt.RTT.Seconds(), Settle: opt.Settle.Seconds(),
+		Measure: opt.Measure.Seconds(), Scale: 1}}
+	if rep, err := kernel.ProbeCached(kernel.StateDir("")); err == nil {
+		r.rep.Kernel = rep.Kernel
+	}
+	var devs []string
+	queues := map[string]int{}
+	for _, in := range pol.Interfaces {
+		devs = append(devs, in.Name)
+		queues[in.Name] = opt.Queues
+		if opt.Queues <= 0 {
+			queues[in.Name] = hostQueues(in.Name)
+		}
+	}
+	r.queues = queues
+	b, err := newBed(opt.Name, devs, queues, opt.RTT)
+	if err != nil {
+		return nil, err
+	}
+	r.bed = b
+	if !opt.Keep {
+		defer b.down()
+	}
+	r.logf("bed %s up: gateway %s with %s", opt.Name, b.gw, strings.Join(devs, ", "))
+	if err := r.run(ctx); err != nil {
+		return nil, err
+	}
+	r.rep.Pass = true
+	for _, t := range r.rep.Trees {
+		if !t.Pass && t.Skipped == "" {
+			r.rep.Pass = false
+		}
+	}
+	return r.rep, nil
+}
+
+// hostQueues is the transmit queues of this host's device dev (the
+// driver's real ones), or 1.
+func hostQueues(dev string) int {
+	ents, err := os.ReadDir("/sys/class/net/" + dev + "/queues")
+	if err != nil {
+		return 1
+	}
+	n := 0
+	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), "tx-") {
+			n++
+		}
+	}
+	return max(n, 1)
+}
+
+type runner struct {
+	pol    *policy.Policy
+	opt    Options
+	bed    *bed
+	rep    *Report
+	queues map[string]int
+	k      *kernel.Kernel
+}
+
+func (r *runner) logf(format string, args ...any) {
+	if r.opt.Log != nil {
+		fmt.Fprintf(r.opt.Log, format+"\n", args...)
+	}
+}
+
+// tree is one tree of the policy under test.
+type tree struct {
+	in   *policy.Interface
+	t    *policy.Tree
+	key  string // eth0/egress
+	dev  string // the device its qdiscs are on (the ifb for ingress)
+	subs []*Subject
+	rep  *TreeReport
+}
+
+func (r *runner) trees() []*tree {
+	var out []*tree
+	for _, in := range r.pol.Interfaces {
+		for _, t := range []*policy.Tree{in.Egress, in.Ingress} {
+			if t == nil {
+				continue
+			}
+			key := in.Name + "/" + t.Dir
+			if len(r.opt.Trees) > 0 && !contains(r.opt.Trees, key) {
+				continue
+			}
+			tr := &tree{in: in, t: t, key: key, dev: in.Name}
+			if t.Dir == policy.Ingress {
+				tr.dev = policy.IfbName(in)
+			}
+			tr.rep = &TreeReport{Interface: in.Name, Direction: t.Dir, Device: tr.dev, Queues: r.queues[in.Name]}
+			out = append(out, tr)
+		}
+	}
+	return out
+}
+
+func contains(xs []string, s string) bool {
+	for _, x := range xs {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+func (r *runner) run(ctx context.Context) error {
+	trees := r.trees()
+	if len(trees) == 0 {
+		return errors.New("no tree to run (the policy has none, or --tree names none of them)")
+	}
+	// How fast the bed is, and so the scale.
+	if err := r.scale(ctx, trees); err != nil {
+		return err
+	}
+	for _, tr := range trees {
+		tr.rep.Rate = bits(tr.t.RateBps)
+		if tr.t.Police != nil {
+			tr.rep.Skipped = "a policer without a tree: nothing is shared"
+			continue
+		}
+		tr.subs = subjects(tr.t, r.opt.Hosts)
+		tr.rep.Subjects = tr.subs
+	}
+	defer func() {
+		if r.k != nil {
+			r.k.Close()
+		}
+	}()
+	// The bed's own efficiency: what a plain limit at each tree's rate
+	// carries here, with one flow (the reference for utilisation).
+	if err := r.calibrate(ctx, trees); err != nil {
+		return err
+	}
+	// The policy itself.
+	p, err := r.apply(r.pol)
+	if err != nil {
+		if m := missingQdisc.FindStringSubmatch(err.Error()); m != nil {
+			for _, tr := range trees {
+				if tr.rep.Skipped == "" {
+					tr.rep.Skipped = "the kernel has no " + m[1] + m[2] + " qdisc"
+				}
+			}
+			r.rep.Trees = treeReports(trees)
+			return nil
+		}
+		return fmt.Errorf("applying the policy: %w", err)
+	}
+	for _, tr := range trees {
+		if d := planned(p, tr); d != nil {
+			describeTree(tr.rep, tr.t, d)
+		}
+	}
+	for _, tr := range trees {
+		if tr.rep.Skipped != "" {
+			continue
+		}
+		if err := r.runTree(ctx, tr); err != nil {
+			return fmt.Errorf("%s: %w", tr.key, err)
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+	}
+	r.rep.Trees = treeReports(trees)
+	return nil
+}
+
+func treeReports(trees []*tree) []*TreeReport {
+	var out []*TreeReport
+	for _, tr := range trees {
+		out = append(out, tr.rep)
+	}
+	return out
+}
+
+func planned(p *plan.Plan, tr *tree) *plan.Device {
+	for _, d := range p.Devices {
+		if d.Name == tr.dev && d.Interface == tr.in.Name && d.Dir == tr.t.Dir {
+			return d
+		}
+	}
+	return nil
+}
+
+// describeTree notes what the planner made of t: backend, classifier,
+// shards and leaves.
+func describeTree(tr *TreeReport, t *policy.Tree, d *plan.Device) {
+	tr.Backend = "htb"
+	if t.EDT() {
+		tr.Backend = "edt"
+	}
+	tr.Classifier = "u32"
+	if t.BPF || t.EDT() {
+		tr.Classifier = "bpf"
+	}
+	tr.Shards = 1
+	leaves := map[string]bool{}
+	roots := 0
+	for _, c := range d.Classes {
+		if c.Name == "(root)" {
+			roots++
+		}
+		if c.Leaf != "" {
+			leaves[c.Leaf] = true
+		}
+	}
+	if roots > 1 {
+		tr.Shards = roots
+	}
+	for l := range leaves {
+		tr.Leaves = append(tr.Leaves, l)
+	}
+	sort.Strings(tr.Leaves)
+}
+
+// apply makes the gateway carry pol, as sluice apply does.
+func (r *runner) apply(pol *policy.Policy) (*plan.Plan, error) {
+	p, err := engine.PreparePolicy(pol, engine.Options{Netns: r.bed.gw, LockTimeout: 30 * time.Second})
+	if err != nil {
+		return nil, err
+	}
+	defer p.Close()
+	if _, err := p.Apply(); err != nil {
+		return nil, err
+	}
+	// The counters are read through sluice's records of what it applied.
+	if r.k != nil {
+		r.k.Close()
+	}
+	if r.k, err = kernel.Open(r.bed.gw); err != nil {
+		return nil, err
+	}
+	return p.Plan, nil
+}
+
+// scale measures what the bed carries unshaped toward each device and
+// scales the policy's rates so that every tree's rate is at most half
+// of it (Options.Scale 0), or by the scale given.
+func (r *runner) scale(ctx context.Context, trees []*tree) error {
+	f := r.opt.Scale
+	if f > 0 {
+		r.pol.ScaleRates(f)
+		r.rep.Scale = f
+		return nil
+	}
+	capacity := map[string]float64{}
+	for _, tr := range trees {
+		if _, done := capacity[tr.in.Name]; done || tr.t.Police != nil {
+			continue
+		}
+		c, err := r.capacity(ctx, tr)
+		if err != nil {
+			return fmt.Errorf("measuring the bed: %w", err)
+		}
+		capacity[tr.in.Name] = c
+		r.rep.Capacity = append(r.rep.Capacity, DeviceCapacity{Device: tr.in.Name, Bps: c})
+		r.logf("the bed carries %s unshaped toward %s", mbit(c), tr.in.Name)
+	}
+	f = 1
+	for _, tr := range trees {
+		if c, ok := capacity[tr.in.Name]; ok && c > 0 {
+			if need := 2 * bits(tr.t.RateBps); need > c {
+				f = math.Min(f, c/need)
+			}
+		}
+	}
+	if f < 1 {
+		f = niceScale(f)
+		r.pol.ScaleRates(f)
+		r.rep.Scale = f
+		r.rep.ScaleWhy = "every rate scaled so that each tree runs at most at half of what the bed carries unshaped"
+		r.logf("rates scaled by %g: %s", f, r.rep.ScaleWhy)
+	}
+	return nil
+}
+
+// niceScale rounds f down to 1, 2 or 5 times a power of ten.
+func niceScale(f float64) float64 {
+	p := math.Pow(10, math.Floor(math.Log10(f)))
+	for _, m := range []float64{5, 2, 1} {
+		if m*p <= f {
+			return m * p
+		}
+	}
+	return p
+}
+
+// capacity is what four greedy TCP flows get through the bed toward
+// tr's device with no policy, in bits/s of goodput.
+func (r *runner) capacity(ctx context.Context, tr *tree) (float64, error) {
+	src, dst := netip.MustParseAddr("198.51.100.1"), netip.MustParseAddr("198.51.100.2")
+	flows := make([]Flow, 4)
+	for i := range flows {
+		flows[i] = Flow{Proto: "tcp", Src: netip.AddrPortFrom(src, uint16(41000+i)), Dst: netip.AddrPortFrom(dst, 5001)}
+	}
+	if err := r.bed.route(tr.in.Name, policy.Egress, flows, false); err != nil {
+		return 0, err
+	}
+	defer r.bed.route(tr.in.Name, policy.Egress, flows, true)
+	var ds []drive
+	for i := range flows {
+		ds = append(ds, drive{flow: flows[i], idx: i})
+	}
+	res, err := r.drive(ctx, tr.in.Name, policy.Egress, ds, 500*time.Millisecond, 1500*time.Millisecond, nil)
+	if err != nil {
+		return 0, err
+	}
+	var sum float64
+	for _, g := range res.goodput {
+		sum += g
+	}
+	return sum * 1514 / 1448, nil // on the wire, as a shaper counts
+}
+
+// calibrate applies a plain limit at each tree's rate and measures what
+// one TCP flow gets through it: the bed's efficiency at that rate (an
+// emulated machine's late timers cost every HTB alike).
+func (r *runner) calibrate(ctx context.Context, trees []*tree) error {
+	var b strings.Builder
+	b.WriteString("interfaces:\n")
+	for _, in := range r.pol.Interfaces {
+		var dirs []string
+		for _, tr := range trees {
+			if tr.in == in && tr.t.Police == nil && tr.rep.Skipped == "" {
+				backend := "htb"
+				if tr.t.EDT() {
+					backend = "edt"
+				}
+				dirs = append(dirs, fmt.Sprintf("    %s: {rate: %dbit, backend: %s}\n", tr.t.Dir, uint64(bits(tr.t.RateBps)), backend))
+			}
+		}
+		if len(dirs) > 0 {
+			fmt.Fprintf(&b, "  - name: %s\n%s", strconv.Quote(in.Name), strings.Join(dirs, ""))
+		}
+	}
+	ref, _, err := policy.Parse("reference.yaml", []byte(b.String()))
+	if err != nil {
+		return fmt.Errorf("the reference policy: %w", err)
+	}
+	if _, err := r.apply(ref); err != nil {
+		if m := missingQdisc.FindStringSubmatch(err.Error()); m != nil {
+			for _, tr := range trees {
+				tr.rep.Skipped = "the kernel has no " + m[1] + m[2] + " qdisc"
+			}
+			return nil
+		}
+		return fmt.Errorf("applying a plain limit: %w", err)
+	}
+	for _, tr := range trees {
+		if tr.rep.Skipped != "" {
+			continue
+		}
+		var flow *Flow
+		for _, s := range tr.subs {
+			if len(s.Flows) > 0 {
+				flow = &s.Flows[0]
+				break
+			}
+		}
+		if flow == nil {
+			tr.rep.Skipped = "no subject can be driven"
+			continue
+		}
+		if err := r.bed.route(tr.in.Name, tr.t.Dir, []Flow{*flow}, false); err != nil {
+			return err
+		}
+		res, err := r.drive(ctx, tr.in.Name, tr.t.Dir, []drive{{flow: *flow}}, r.opt.Settle, r.opt.Measure, []string{tr.dev})
+		r.bed.route(tr.in.Name, tr.t.Dir, []Flow{*flow}, true)
+		if err != nil {
+			return err
+		}
+		tr.rep.Reference = res.total[tr.dev]
+		tr.rep.Efficiency = tr.rep.Reference / bits(tr.t.RateBps)
+		r.logf("%s: a plain %s limit carried %s (%.0f%%)", tr.key, mbit(bits(tr.t.RateBps)), mbit(tr.rep.Reference), 100*tr.rep.Efficiency)
+	}
+	return nil
+}
+
+// runTree checks that each subject's flow lands in its class, then runs
+// the tree's cells.
+func (r *runner) runTree(ctx context.Context, tr *tree) error {
+	var flows []Flow
+	for _, s := range tr.subs {
+		flows = append(flows, s.Flows...)
+		if s.UDP != nil {
+			flows = append(flows, *s.UDP)
+		}
+	}
+	if err := r.bed.route(tr.in.Name, tr.t.Dir, flows, false); err != nil {
+		return err
+	}
+	defer r.bed.route(tr.in.Name, tr.t.Dir, flows, true)
+	// The kernel's word on classification: a short burst of each
+	// subject's flow must land in its class.
+	var driven []*Subject
+	for _, s := range tr.subs {
+		if s.NotDriven != "" {
+			continue
+		}
+		res, err := r.drive(ctx, tr.in.Name, tr.t.Dir, []drive{{flow: s.Flows[0]}}, 0, 600*time.Millisecond, []string{tr.dev})
+		if err != nil {
+			return err
+		}
+		best, bestBytes := "", 0.0
+		for name, v := range res.classes {
+			if v > bestBytes {
+				best, bestBytes = name, v
+			}
+		}
+		if best != s.Name {
+			if best == "" {
+				best = "no class (nothing was counted)"
+			}
+			s.NotDriven = fmt.Sprintf("its flow %s landed in %s, not in its class", s.Flows[0].describe(), best)
+			r.logf("%s: %s: %s", tr.key, s.Name, s.NotDriven)
+			continue
+		}
+		driven = append(driven, s)
+	}
+	var cells []Cell
+	if r.opt.Cells != nil {
+		cells = r.opt.Cells(tr.key, driven)
+	} else {
+		cells = autoCells(tr.t, tr.key, driven)
+	}
+	bySubject := map[string]*Subject{}
+	for _, s := range driven {
+		bySubject[s.Name] = s
+	}
+	tr.rep.Pass = true
+	for _, c := range cells {
+		ideal, err := Reference(tr.t, tr.subs, c)
+		if err != nil {
+			return err
+		}
+		var ds []drive
+		for _, d := range c.Demands {
+			s := bySubject[d.Subject]
+			if s == nil {
+				return fmt.Errorf("cell %q: %s is not a subject that can be driven", c.Name, d.Subject)
+			}
+			if d.Proto == "udp" {
+				if s.UDP == nil {
+					return fmt.Errorf("cell %q: %s takes no UDP", c.Name, d.Subject)
+				}
+				ds = append(ds, drive{flow: *s.UDP, subject: s.Name, rate: d.Rate})
+				continue
+			}
+			for i := 0; i < max(d.Flows, 1) && i < len(s.Flows); i++ {
+				ds = append(ds, drive{flow: s.Flows[i], subject: s.Name, idx: i})
+			}
+		}
+		res, err := r.drive(ctx, tr.in.Name, tr.t.Dir, ds, r.opt.Settle, r.opt.Measure, []string{tr.dev})
+		if err != nil {
+			return err
+		}
+		v := Judge(c, ideal, res.classes, res.bySubject, tr.rep.Efficiency)
+		tr.rep.Cells = append(tr.rep.Cells, &CellReport{Cell: c, Verdict: v})
+		if !v.Pass {
+			tr.rep.Pass = false
+		}
+		if !(v.Worst <= tr.rep.Worst) {
+			tr.rep.Worst = v.Worst
+		}
+		word := "pass"
+		if !v.Pass {
+			word = "FAIL: " + v.Why
+		}
+		r.logf("%s: %-40s worst %5.1f%%  %s", tr.key, c.Name, 100*v.Worst, word)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+	}
+	if len(cells) == 0 {
+		tr.rep.Skipped = "no subject can be driven"
+	}
+	return nil
+}
+
+func (f Flow) describe() string {
+	return fmt.Sprintf("%s %s > %s", f.Proto, f.Src, f.Dst)
+}
+
+// drive is one flow of a measurement.
+type drive struct {
+	flow    Flow
+	subject string
+	idx     int     // TCP: its index at its sink
+	rate    float64 // UDP: bits/s on the wire
+}
+
+// driven is what a measurement read: bits/s per class of the devices
+// (from their counters), per device in total, and per subject of
+// goodput (what the receivers read).
+type driven struct {
+	classes   map[string]float64
+	total     map[string]float64
+	goodput   []float64
+	bySubject map[string]float64
+}
+
+// drive runs flows from the tree's sending end to its receiving end,
+// waits settle, and measures for measure: the classes' counters of devs
+// and the receivers' bytes.
+func (r *runner) drive(ctx context.Context, dev, dir string, ds []drive, settle, measure time.Duration, devs []string) (*driven, error) {
+	sendNS, recvNS := r.bed.ends(dev, dir)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	counters := make([]*lab.FlowCounter, len(ds))
+	var closers []io.Closer
+	defer func() {
+		for _, c := range closers {
+			c.Close()
+		}
+	}()
+	// One TCP sink per destination, flows told apart by index.
+	sinks := map[netip.AddrPort][]*lab.FlowCounter{}
+	for i, d := range ds {
+		counters[i] = &lab.FlowCounter{}
+		if d.flow.Proto == "tcp" {
+			s := sinks[d.flow.Dst]
+			for len(s) <= d.idx {
+				s = append(s, &lab.FlowCounter{})
+			}
+			s[d.idx] = counters[i]
+			sinks[d.flow.Dst] = s
+		}
+	}
+	for at, fcs := range sinks {
+		c, err := lab.TCPSink(recvNS, at, fcs)
+		if err != nil {
+			return nil, err
+		}
+		closers = append(closers, c)
+	}
+	for i, d := range ds {
+		if d.flow.Proto == "udp" {
+			c, err := lab.UDPSink(recvNS, d.flow.Dst, counters[i])
+			if err != nil {
+				return nil, err
+			}
+			closers = append(closers, c)
+		}
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var firstErr error
+	for i, d := range ds {
+		wg.Add(1)
+		go func(d drive, fc *lab.FlowCounter) {
+			defer wg.Done()
+			var err error
+			if d.flow.Proto == "udp" {
+				const size = 1200
+				hdr := 42.0
+				if d.flow.Dst.Addr().Is6() {
+					hdr = 62
+				}
+				payload := units.FromBits(d.rate * size / (size + hdr))
+				err = lab.UDPSend(ctx, sendNS, d.flow.Src, d.flow.Dst, payload, size, int(d.flow.DSCP), fc)
+			} else {
+				err = lab.TCPSend(ctx, sendNS, d.flow.Src, d.flow.Dst, d.idx, "", int(d.flow.DSCP), fc)
+			}
+			if err != nil && ctx.Err() == nil {
+				mu.Lock()
+				if firstErr == nil {
+					firstErr = fmt.Errorf("flow %s: %w", d.flow.describe(), err)
+				}
+				mu.Unlock()
+			}
+		}(d, counters[i])
+	}
+	stop := func() {
+		cancel()
+		wg.Wait()
+	}
+	select {
+	case <-time.After(settle):
+	case <-ctx.Done():
+	}
+	c0, t0, err := r.read(devs)
+	if err != nil {
+		stop()
+		return nil, err
+	}
+	g0 := make([]uint64, len(counters))
+	for i, fc := range counters {
+		g0[i] = fc.Received()
+	}
+	select {
+	case <-time.After(measure):
+	case <-ctx.Done():
+	}
+	c1, t1, err := r.read(devs)
+	g1 := make([]uint64, len(counters))
+	for i, fc := range counters {
+		g1[i] = fc.Received()
+	}
+	stop()
+	if err != nil {
+		return nil, err
+	}
+	if firstErr != nil {
+		return nil, firstErr
+	}
+	dt := t1.Sub(t0).Seconds()
+	res := &driven{classes: map[string]float64{}, total: map[string]float64{}, bySubject: map[string]float64{}}
+	for key, b1 := range c1 {
+		if b0, ok := c0[key]; ok && b1 >= b0 {
+			dev, name, _ := strings.Cut(key, "\x00")
+			v := float64(b1-b0) * 8 / dt
+			if name == "(root)" {
+				res.total[dev] += v
+				continue
+			}
+			res.classes[name] += v
+		}
+	}
+	for i := range counters {
+		g := float64(g1[i]-g0[i]) * 8 / dt
+		res.goodput = append(res.goodput, g)
+		res.bySubject[ds[i].subject] += g
+	}
+	return res, nil
+}
+
+// read sums each class's bytes by device and name (a sharded tree has a
+// copy of a class per shard; an EDT tree counts per aggregate).
+func (r *runner) read(devs []string) (map[string]uint64, time.Time, error) {
+	out := map[string]uint64{}
+	if len(devs) == 0 {
+		return out, time.Now(), nil
+	}
+	smp, err := stats.Collect(r.k, devs)
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	for _, t := range smp.Trees {
+		var aggregates uint64
+		for _, c := range t.Classes {
+			// Leaves only: an inner class counts what its children sent.
+			switch {
+			case c.Name == "(root)":
+				out[t.Device+"\x00(root)"] += c.Bytes
+			case c.Leaf != "":
+				out[t.Device+"\x00"+c.Name] += c.Bytes
+			}
+			if c.Leaf == "edt" {
+				aggregates += c.Bytes
+			}
+		}
+		if t.Backend == "edt" {
+			// No root class: the aggregates add up to the tree.
+			out[t.Device+"\x00(root)"] = aggregates
+		}
+	}
+	return out, smp.At, nil
+}

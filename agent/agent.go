@@ -63,6 +63,9 @@ type Config struct {
 	History int
 	// Log receives the agent's log (default: slog.Default()).
 	Log *slog.Logger
+	// Transform, if set, changes each policy the agent loads before it
+	// is planned (a test bed that runs a policy at scaled rates).
+	Transform func(*policy.Policy)
 }
 
 // AgentFile is the file in the namespace's state directory that says
@@ -173,6 +176,9 @@ func New(cfg Config) (*Agent, error) {
 	pol, err := engine.Load(cfg.Policy, a.opts)
 	if err != nil {
 		return nil, err
+	}
+	if cfg.Transform != nil {
+		cfg.Transform(pol)
 	}
 	a.pol, a.base = pol, sourcesOf(pol)
 	if a.watched, err = a.watch(pol); err != nil {
@@ -470,6 +476,9 @@ func (a *Agent) refused(err error) {
 // in force stays.
 func (a *Agent) reloadPolicy(forced bool) {
 	pol, err := engine.Load(a.cfg.Policy, a.opts)
+	if pol != nil && a.cfg.Transform != nil {
+		a.cfg.Transform(pol)
+	}
 	w, werr := a.watch(pol)
 	if pol == nil || werr != nil {
 		w, _ = a.watch(nil)

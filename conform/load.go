@@ -3,6 +3,8 @@ package conform
 import (
 	"bytes"
 	"fmt"
+	"os"
+	"path/filepath"
 
 	"gopkg.in/yaml.v3"
 
@@ -75,4 +77,44 @@ func value(n *yaml.Node, key string) *yaml.Node {
 		}
 	}
 	return nil
+}
+
+// writeEffective writes the policy as the run reads it (with --backend
+// applied) to a file of its own, hosts_file paths made absolute, for
+// the agent to load; cleanup removes it.
+func writeEffective(pol *policy.Policy) (file string, cleanup func(), err error) {
+	var doc yaml.Node
+	if err := yaml.Unmarshal(pol.Source(pol.File), &doc); err != nil {
+		return "", nil, err
+	}
+	dir := filepath.Dir(pol.File)
+	var walk func(n *yaml.Node)
+	walk = func(n *yaml.Node) {
+		if n == nil {
+			return
+		}
+		if n.Kind == yaml.MappingNode {
+			if v := value(n, "hosts_file"); v != nil && v.Kind == yaml.ScalarNode && !filepath.IsAbs(v.Value) {
+				v.Value = filepath.Join(dir, v.Value)
+			}
+		}
+		for _, c := range n.Content {
+			walk(c)
+		}
+	}
+	walk(&doc)
+	out, err := yaml.Marshal(&doc)
+	if err != nil {
+		return "", nil, err
+	}
+	tmp, err := os.MkdirTemp("", "sluice-conform-policy")
+	if err != nil {
+		return "", nil, err
+	}
+	file = filepath.Join(tmp, filepath.Base(pol.File))
+	if err := os.WriteFile(file, out, 0o600); err != nil {
+		os.RemoveAll(tmp)
+		return "", nil, err
+	}
+	return file, func() { os.RemoveAll(tmp) }, nil
 }

@@ -23,10 +23,8 @@ type Report struct {
 	RTT     float64 `json:"rtt_s"`
 	Settle  float64 `json:"settle_s"`
 	Measure float64 `json:"measure_s"`
-	// Scale is what every rate of the policy was multiplied by (1: as
-	// written), and ScaleWhy why.
-	Scale    float64          `json:"scale"`
-	ScaleWhy string           `json:"scale_why,omitempty"`
+	// Capacity is what the bed carried unshaped toward each device,
+	// measured to scale trees it could not carry at their rates.
 	Capacity []DeviceCapacity `json:"capacity,omitempty"`
 	Trees    []*TreeReport    `json:"trees"`
 	// Pass: every cell of every tree that ran is within Tolerance.
@@ -49,13 +47,17 @@ type TreeReport struct {
 	Shards     int      `json:"shards,omitempty"`
 	Queues     int      `json:"queues"`
 	Leaves     []string `json:"leaves,omitempty"`
-	// Rate is the tree's rate (bits/s, scaled); Reference what a plain
-	// limit at that rate carried on the bed, Efficiency their ratio.
+	// Scale is what the tree's rates were multiplied by (1: as written);
+	// Rate is its rate (bits/s, scaled); Reference what a plain limit at
+	// that rate carried on the bed, Efficiency their ratio.
+	Scale      float64       `json:"scale"`
 	Rate       float64       `json:"rate_bps"`
 	Reference  float64       `json:"reference_bps"`
 	Efficiency float64       `json:"efficiency"`
-	Subjects   []*Subject    `json:"subjects"`
-	Cells      []*CellReport `json:"cells"`
+	// Notes are what plan says the tree cannot do as the policy reads.
+	Notes    []string      `json:"notes,omitempty"`
+	Subjects []*Subject    `json:"subjects"`
+	Cells    []*CellReport `json:"cells"`
 	Worst      float64       `json:"worst"`
 	Pass       bool          `json:"pass"`
 	// Skipped says why the tree did not run (a qdisc the kernel lacks).
@@ -91,7 +93,11 @@ func (t *TreeReport) Describe() string {
 	if len(t.Leaves) > 0 {
 		parts = append(parts, "leaves "+strings.Join(t.Leaves, ", "))
 	}
-	return strings.Join(parts, ", ") + "; " + mbit(t.Rate)
+	s := strings.Join(parts, ", ") + "; " + mbit(t.Rate)
+	if t.Scale != 1 && t.Scale != 0 {
+		s += fmt.Sprintf(" (its rates x%g, for what the bed carries)", t.Scale)
+	}
+	return s
 }
 
 // WriteJSON writes the report as indented JSON.
@@ -114,12 +120,8 @@ func (r *Report) WriteText(w io.Writer, quiet bool) {
 		rtt = fmt.Sprintf("%.0f ms round trip beyond each device", r.RTT*1000)
 	}
 	fmt.Fprintf(w, " (%s; per cell %.0f s to settle, %.0f s measured)\n", rtt, r.Settle, r.Measure)
-	if r.Scale != 1 {
-		fmt.Fprintf(w, "rates x%g: %s", r.Scale, r.ScaleWhy)
-		for _, c := range r.Capacity {
-			fmt.Fprintf(w, " (toward %s: %s)", c.Device, mbit(c.Bps))
-		}
-		fmt.Fprintln(w)
+	for _, c := range r.Capacity {
+		fmt.Fprintf(w, "the bed carries %s unshaped toward %s\n", mbit(c.Bps), c.Device)
 	}
 	cells, pass := 0, 0
 	var worst *CellReport
@@ -131,6 +133,9 @@ func (r *Report) WriteText(w io.Writer, quiet bool) {
 			continue
 		}
 		fmt.Fprintf(w, "  reference: a plain %s limit carried %s (%.0f%%) on this bed\n", mbit(t.Rate), mbit(t.Reference), 100*t.Efficiency)
+		for _, n := range t.Notes {
+			fmt.Fprintf(w, "  plan says: %s\n", n)
+		}
 		for _, s := range t.Subjects {
 			if s.NotDriven != "" {
 				fmt.Fprintf(w, "  not driven: %s: %s\n", s.Name, s.NotDriven)
@@ -245,11 +250,12 @@ td:first-child,th:first-child,td:nth-child(2){text-align:left}
 <p>Kernel {{.R.Kernel}}. Every cell drives some subjects (classes, hosts) through a copy of the policy's devices and compares what each got
 (the kernel's counters) with the weighted max-min reference for the same demand. A cell passes when each subject's share of the total is
 within {{.Tol}}% of the reference's (never judged finer than a quarter of an equal share), and the total within {{.Tol}}% of what the
-reference wants, after the bed's own efficiency.{{if ne .R.Scale 1.0}} Rates x{{.R.Scale}}: {{.R.ScaleWhy}}.{{end}}</p>
+reference wants, after the bed's own efficiency. A tree the bed cannot carry at twice its rate runs with every rate scaled down.</p>
 <p class="{{if .R.Pass}}pass{{else}}fail{{end}}">Verdict: {{if .R.Pass}}PASS{{else}}FAIL{{end}}</p>
 {{range .Views}}{{$t := .T}}
 <h2>{{$t.Name}}</h2>
 <p>{{$t.Describe}}{{if $t.Skipped}}. Skipped: {{$t.Skipped}}{{else}}. A plain {{mbit $t.Rate}} limit carried {{mbit $t.Reference}} on this bed.{{end}}</p>
+{{range $t.Notes}}<p>Plan says: {{.}}</p>{{end}}
 {{range $t.Subjects}}{{if .NotDriven}}<p>Not driven: {{.Name}}: {{.NotDriven}}</p>{{end}}{{end}}
 {{.Chart}}
 {{if $t.Cells}}<table><tr><th>#</th><th>cell</th><th>subject</th><th>demand</th><th>ideal</th><th>share</th><th>measured</th><th>share</th><th>deviation</th></tr>

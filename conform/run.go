@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"math"
 	"net/netip"
 	"os"
@@ -15,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"sluice/agent"
 	"sluice/engine"
 	"sluice/kernel"
 	"sluice/lab"
@@ -37,9 +39,9 @@ type Options struct {
 	// Settle is left out at the start of each cell; Measure is how long
 	// its counters are read over.
 	Settle, Measure time.Duration
-	// Scale multiplies every rate of the policy; 0 picks one so that
-	// each tree's rate is at most half of what the bed carries
-	// unshaped (measured first), 1 keeps the policy's rates.
+	// Scale multiplies every rate of the policy; 0 picks one per tree
+	// so that its rate is at most half of what the bed carries unshaped
+	// toward its device (measured first), 1 keeps the policy's rates.
 	Scale float64
 	// Hosts is how many hosts of each per_host class are driven.
 	Hosts int
@@ -54,9 +56,13 @@ type Options struct {
 	Keep bool
 }
 
+// flowShare is the most of a lone flow's rate each flow of a subject
+// must carry (Run gives subjects flows enough).
+const flowShare = 0.4
+
 // Defaults for a run.
 const (
-	DefaultRTT     = 20 * time.Millisecond
+	DefaultRTT     = 5 * time.Millisecond
 	DefaultSettle  = 2 * time.Second
 	DefaultMeasure = 3 * time.Second
 	DefaultHosts   = 8
@@ -85,7 +91,7 @@ var missingQdisc = regexp.MustCompile(`this kernel has no (\S+) qdisc|needs the 
 func Run(ctx context.Context, pol *policy.Policy, opt Options) (*Report, error) {
 	opt.fill()
 	r := &runner{pol: pol, opt: opt, rep: &Report{Policy: pol.File, RTT: opt.RTT.Seconds(), Settle: opt.Settle.Seconds(),
-		Measure: opt.Measure.Seconds(), Scale: 1}}
+		Measure: opt.Measure.Seconds()}}
 	if rep, err := kernel.ProbeCached(kernel.StateDir("")); err == nil {
 		r.rep.Kernel = rep.Kernel
 	}
@@ -234,10 +240,28 @@ func (r *runner) run(ctx context.Context) error {
 		}
 		return fmt.Errorf("applying the policy: %w", err)
 	}
+	controlled := false
 	for _, tr := range trees {
 		if d := planned(p, tr); d != nil {
 			describeTree(tr.rep, tr.t, d)
+			tr.rep.Notes = d.Notes
+			tr.rep.Notes = append(tr.rep.Notes, d.Sharing...)
+			for _, s := range tr.subs {
+				if sh, ok := d.Alloc.Shards[s.Name]; ok && tr.rep.Shards > 1 {
+					s.Shard = int(sh) + 1
+				}
+			}
+			controlled = controlled || len(d.Controllers) > 0
 		}
+	}
+	// A sharing controller runs in the agent: run it, as sluice agent
+	// would, for the whole run.
+	if controlled {
+		stop, err := r.startAgent(trees)
+		if err != nil {
+			return err
+		}
+		defer stop()
 	}
 	for _, tr := range trees {
 		if tr.rep.Skipped != "" {
@@ -302,6 +326,46 @@ func describeTree(tr *TreeReport, t *policy.Tree, d *plan.Device) {
 	sort.Strings(tr.Leaves)
 }
 
+// startAgent runs sluice's agent on the gateway with the policy (its
+// rates scaled as the run's), until stop.
+func (r *runner) startAgent(trees []*tree) (stop func(), err error) {
+	file, cleanup, err := writeEffective(r.pol)
+	if err != nil {
+		return nil, err
+	}
+	scales := map[string]float64{}
+	for _, tr := range trees {
+		scales[tr.key] = tr.rep.Scale
+	}
+	ag, err := agent.New(agent.Config{Policy: file, Netns: r.bed.gw, Interval: time.Second,
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Transform: func(p *policy.Policy) {
+			for _, in := range p.Interfaces {
+				for _, t := range []*policy.Tree{in.Egress, in.Ingress} {
+					if t != nil {
+						t.ScaleRates(scales[in.Name+"/"+t.Dir])
+					}
+				}
+			}
+		}})
+	if err != nil {
+		cleanup()
+		return nil, fmt.Errorf("starting the agent for the sharing controller: %w", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		ag.Run(ctx)
+	}()
+	r.logf("the agent runs the sharing controller")
+	return func() {
+		cancel()
+		<-done
+		cleanup()
+	}, nil
+}
+
 // apply makes the gateway carry pol, as sluice apply does.
 func (r *runner) apply(pol *policy.Policy) (*plan.Plan, error) {
 	p, err := engine.PreparePolicy(pol, engine.Options{Netns: r.bed.gw, LockTimeout: 30 * time.Second})
@@ -323,42 +387,38 @@ func (r *runner) apply(pol *policy.Policy) (*plan.Plan, error) {
 }
 
 // scale measures what the bed carries unshaped toward each device and
-// scales the policy's rates so that every tree's rate is at most half
-// of it (Options.Scale 0), or by the scale given.
+// scales each tree's rates so that its rate is at most half of it
+// (Options.Scale 0), or every tree's by the scale given.
 func (r *runner) scale(ctx context.Context, trees []*tree) error {
-	f := r.opt.Scale
-	if f > 0 {
-		r.pol.ScaleRates(f)
-		r.rep.Scale = f
+	if f := r.opt.Scale; f > 0 {
+		for _, tr := range trees {
+			tr.t.ScaleRates(f)
+			tr.rep.Scale = f
+		}
 		return nil
 	}
 	capacity := map[string]float64{}
 	for _, tr := range trees {
-		if _, done := capacity[tr.in.Name]; done || tr.t.Police != nil {
+		tr.rep.Scale = 1
+		if tr.t.Police != nil {
 			continue
 		}
-		c, err := r.capacity(ctx, tr)
-		if err != nil {
-			return fmt.Errorf("measuring the bed: %w", err)
-		}
-		capacity[tr.in.Name] = c
-		r.rep.Capacity = append(r.rep.Capacity, DeviceCapacity{Device: tr.in.Name, Bps: c})
-		r.logf("the bed carries %s unshaped toward %s", mbit(c), tr.in.Name)
-	}
-	f = 1
-	for _, tr := range trees {
-		if c, ok := capacity[tr.in.Name]; ok && c > 0 {
-			if need := 2 * bits(tr.t.RateBps); need > c {
-				f = math.Min(f, c/need)
+		c, done := capacity[tr.in.Name]
+		if !done {
+			var err error
+			if c, err = r.capacity(ctx, tr); err != nil {
+				return fmt.Errorf("measuring the bed: %w", err)
 			}
+			capacity[tr.in.Name] = c
+			r.rep.Capacity = append(r.rep.Capacity, DeviceCapacity{Device: tr.in.Name, Bps: c})
+			r.logf("the bed carries %s unshaped toward %s", mbit(c), tr.in.Name)
 		}
-	}
-	if f < 1 {
-		f = niceScale(f)
-		r.pol.ScaleRates(f)
-		r.rep.Scale = f
-		r.rep.ScaleWhy = "every rate scaled so that each tree runs at most at half of what the bed carries unshaped"
-		r.logf("rates scaled by %g: %s", f, r.rep.ScaleWhy)
+		if need := 2 * bits(tr.t.RateBps); c > 0 && need > c {
+			f := niceScale(c / need)
+			tr.t.ScaleRates(f)
+			tr.rep.Scale = f
+			r.logf("%s: rates x%g, so that the tree needs at most half of what the bed carries", tr.key, f)
+		}
 	}
 	return nil
 }
@@ -517,10 +577,22 @@ func (r *runner) runTree(ctx context.Context, tr *tree) error {
 		bySubject[s.Name] = s
 	}
 	tr.rep.Pass = true
+	// A flow can only be as greedy as the bed lets it: one TCP flow that
+	// must carry much of the link falls short of it after every loss
+	// (more under emulation), and the shaper rightly lends what it
+	// leaves. A subject is given flows enough that none must carry more
+	// than flowShare of what one flow got alone through a plain limit.
+	flowCap := flowShare * tr.rep.Reference
 	for _, c := range cells {
 		ideal, err := Reference(tr.t, tr.subs, c)
 		if err != nil {
 			return err
+		}
+		c.Demands = append([]Demand(nil), c.Demands...)
+		for i, d := range c.Demands {
+			if s := bySubject[d.Subject]; d.Proto != "udp" && s != nil && flowCap > 0 {
+				c.Demands[i].Flows = min(max(d.Flows, int(math.Ceil(ideal[d.Subject]/flowCap))), len(s.Flows))
+			}
 		}
 		var ds []drive
 		for _, d := range c.Demands {
@@ -689,6 +761,9 @@ func (r *runner) drive(ctx context.Context, dev, dir string, ds []drive, settle,
 	if err != nil {
 		return nil, err
 	}
+	// What the flows left queued drains before the next measurement:
+	// it would be counted there, in classes that no longer send.
+	r.drain(devs)
 	if firstErr != nil {
 		return nil, firstErr
 	}
@@ -711,6 +786,28 @@ func (r *runner) drive(ctx context.Context, dev, dir string, ds []drive, settle,
 		res.bySubject[ds[i].subject] += g
 	}
 	return res, nil
+}
+
+// drain waits until the classes of devs hold no backlog (at most 5 s).
+func (r *runner) drain(devs []string) {
+	if len(devs) == 0 {
+		return
+	}
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		smp, err := stats.Collect(r.k, devs)
+		if err != nil {
+			return
+		}
+		var backlog uint64
+		for _, t := range smp.Trees {
+			for _, c := range t.Classes {
+				backlog += uint64(c.Backlog)
+			}
+		}
+		if backlog == 0 {
+			return
+		}
+	}
 }
 
 // read sums each class's bytes by device and name (a sharded tree has a

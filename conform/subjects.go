@@ -30,6 +30,8 @@ type Subject struct {
 	// UDP is a UDP flow that lands in the class, nil where its rules
 	// want another protocol.
 	UDP *Flow `json:"udp,omitempty"`
+	// Shard is the host's shard (from 1) in a sharded tree, 0 otherwise.
+	Shard int `json:"shard,omitempty"`
 
 	class      *policy.Class // the leaf class, or a host's per_host class
 	parent     *policy.Class // a host's parent class (its per_host class, or its line's parent column)

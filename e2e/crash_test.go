@@ -22,6 +22,7 @@ func crashPolicy(t *testing.T, hostRate string) string {
     egress:
       rate: 100mbit
       classifier: bpf
+      shards: 4
       default: rest
       classes:
         - name: subs

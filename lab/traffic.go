@@ -200,9 +200,13 @@ func TCPSend(ctx context.Context, ns string, from, dst netip.AddrPort, idx int, 
 	// When the window ends the flow stops at once, as a killed transfer
 	// does: linger 0 resets the connection and discards what is still in
 	// the send buffer (megabytes with autotuning), which would otherwise
-	// drain into the next phase.
+	// drain into the next phase. Set before any close, so that no close
+	// leaves the source port in TIME_WAIT for the next flow bound to it.
 	tcp := conn.(*net.TCPConn)
-	go func() { <-ctx.Done(); tcp.SetLinger(0); conn.SetWriteDeadline(time.Now()) }()
+	if err := tcp.SetLinger(0); err != nil {
+		return err
+	}
+	go func() { <-ctx.Done(); conn.SetWriteDeadline(time.Now()) }()
 	buf := make([]byte, 128<<10)
 	for ctx.Err() == nil {
 		n, err := conn.Write(buf)

@@ -264,7 +264,11 @@ func buildTree(d *policy.Diag, feats Features, in *policy.Interface, t *policy.T
 	dev := &Device{Name: devName, Interface: in.Name, Dir: t.Dir, Ifb: t.Dir == policy.Ingress, Alloc: newAlloc()}
 	dev.Alloc.Tag = prev.Tag
 	b := &builder{d: d, feats: feats, dev: dev, tree: t, prev: prev, byName: map[string]*policy.Class{}, major: 1, div: 1}
-	if n := shardsFor(d, feats, t, devName); n > 1 {
+	n, note := shardsFor(d, feats, t, devName)
+	if note != "" {
+		dev.Notes = append(dev.Notes, note)
+	}
+	if n > 1 {
 		if hasSharing(t) {
 			d.Errorf(t.Pos, "%s %s: sharing: controller on a tree sharded over %d transmit queues is not supported; set shards: 1", in.Name, t.Dir, n)
 		}
@@ -377,7 +381,7 @@ func (b *builder) classTree(cs []*policy.Class, parent tc.Handle, leaves *[]tc.O
 		id := b.classID(c.Name)
 		cl := &tc.Class{Dev: b.dev.Name, Parent: parent, Handle: id, Kind: "htb",
 			Rate: max(c.RateBps/b.div, 1), Ceil: c.CeilBps, Prio: uint32(c.Prio), Name: c.Name}
-		setBursts(cl, b.tree.RateBps, c.Burst, c.Cburst, c.Quantum)
+		setBursts(cl, b.groupRate(c.Parent), c.Burst, c.Cburst, c.Quantum)
 		if q, ok := b.quanta[c.Name]; ok {
 			cl.Quantum = q
 		}
@@ -854,7 +858,7 @@ func (b *builder) hostClass(owner *policy.Class, name string, parent tc.Handle, 
 		id, counter = b.classID(name), b.counter(name)
 	}
 	hc := &tc.Class{Dev: b.dev.Name, Parent: parent, Handle: id, Kind: "htb", Rate: rate, Ceil: ceil, Prio: prio, Name: name}
-	setBursts(hc, b.tree.RateBps, nil, nil, nil)
+	setBursts(hc, b.groupRate(owner), nil, nil, nil)
 	if q, ok := b.quanta[name]; ok {
 		hc.Quantum = q
 	}

@@ -62,26 +62,79 @@ const (
 
 func leafMajorOK(m uint16) bool { b := qdiscBucket(m); return b != shardBucket && b != 0 }
 
+// minHostsPerShard: auto shards a tree only as far as it has this many
+// hosts per shard. Shards do not lend to each other, so a shard's hosts
+// share its part of the rate whatever the others leave idle; with many
+// hosts per shard the demand of each is alike, with few it is not (one
+// busy host against ten on other shards got its shard's whole part).
+const minHostsPerShard = 32
+
 // shardsFor decides how many shards the tree on dev gets: 1 (no
 // sharding) unless it is a BPF tree with host classes on a device with
-// several transmit queues.
-func shardsFor(d *policy.Diag, feats Features, t *policy.Tree, dev string) int {
+// several transmit queues. auto takes no more shards than keep every
+// ceil within a shard's part of the rate and give each shard
+// minHostsPerShard hosts; note says why when it took fewer than queues.
+func shardsFor(d *policy.Diag, feats Features, t *policy.Tree, dev string) (n int, note string) {
 	q := feats.TxQueues[dev]
 	if !t.BPF || t.Shards == 1 || q < 2 || !hasHosts(t.Classes) {
-		return 1
+		return 1, ""
 	}
 	if feats.XPS[dev] {
 		if t.Shards > 1 {
 			d.Errorf(t.ShardsPos, "%s: shards: transmit packet steering (XPS) is configured on %s and would override the queue of each host; clear /sys/class/net/%s/queues/tx-*/xps_cpus or set shards: 1",
 				t.Dir, dev, dev)
 		}
-		return 1 // auto: XPS is someone's choice; do not shard under it
+		return 1, "" // auto: XPS is someone's choice; do not shard under it
 	}
-	n := min(q, policy.MaxShards)
+	n = min(q, policy.MaxShards)
 	if t.Shards > 1 {
-		n = min(n, t.Shards)
+		return min(n, t.Shards), ""
 	}
-	return n
+	// auto: every ceil within a shard's part, enough hosts per shard.
+	byCeil, byHosts := n, n
+	if top := maxHostCeil(t); top > 0 {
+		byCeil = int(t.RateBps / top)
+	}
+	byHosts = t.Hosts / minHostsPerShard
+	m := max(min(n, byCeil, byHosts), 1)
+	if m == n {
+		return n, ""
+	}
+	var why []string
+	if byCeil < n {
+		why = append(why, fmt.Sprintf("a host's ceil of %s needs shards of at least that (at most %d of %s)", policy.FormatBits(maxHostCeil(t)), max(byCeil, 1), policy.FormatBits(t.RateBps)))
+	}
+	if byHosts < n {
+		why = append(why, fmt.Sprintf("%d hosts fill %d shards of %d or more", t.Hosts, max(byHosts, 1), minHostsPerShard))
+	}
+	word := fmt.Sprintf("%d shards", m)
+	if m == 1 {
+		word = "one tree"
+	}
+	return m, fmt.Sprintf("shards: auto made %s for %d transmit queues: %s; a shard cannot lend to the others (shards: N insists)", word, n, strings.Join(why, "; "))
+}
+
+// maxHostCeil is the highest ceil of t's hosts: a host lives in one
+// shard (a class the shards share spreads its flows over all of them,
+// and only its single flows meet a shard's limit).
+func maxHostCeil(t *policy.Tree) units.Rate {
+	var top units.Rate
+	var walk func(cs []*policy.Class)
+	walk = func(cs []*policy.Class) {
+		for _, c := range cs {
+			if ph := c.PerHost; ph != nil {
+				if ph.HostCount() > 0 {
+					top = max(top, ph.CeilBps)
+				}
+				for _, e := range ph.Entries {
+					top = max(top, e.CeilBps)
+				}
+			}
+			walk(c.Classes)
+		}
+	}
+	walk(t.Classes)
+	return top
 }
 
 func hasHosts(cs []*policy.Class) bool {
@@ -93,11 +146,14 @@ func hasHosts(cs []*policy.Class) bool {
 	return false
 }
 
-// shardNote says which ceils of t a tree sharded n ways cannot reach: a
-// shard's root is an HTB root class, which cannot borrow, so each shard
-// carries at most rate/n, and so does a host (pinned to one shard) or a
-// flow of a class the shards share. Measured: one host alone with a ceil
-// of the whole 200mbit, on a tree sharded four ways, got 47.8 Mbit/s.
+// shardNote says what a tree sharded n ways cannot do: a shard's root is
+// an HTB root class, which cannot borrow, so each shard carries at most
+// rate/n, and so does a host (pinned to one shard) or a flow of a class
+// the shards share; and the shards do not lend to each other, so the
+// hosts of a busy shard cannot use what an idle one leaves. Measured:
+// one host alone with a ceil of the whole 200mbit, on a tree sharded
+// four ways, got 47.8 Mbit/s; one busy host against ten on the other
+// shards got its whole shard (docs/sharing.md).
 func shardNote(t *policy.Tree, n int) string {
 	limit := t.RateBps / units.Rate(n)
 	count, names := 0, []string(nil)
@@ -124,15 +180,16 @@ func shardNote(t *policy.Tree, n int) string {
 		}
 	}
 	walk(t.Classes)
-	if count == 0 {
-		return ""
+	s := fmt.Sprintf("sharded into %d HTBs, one per transmit queue: each carries at most %s (rate/%d), and shards do not lend to each other: the hosts of a busy shard share its part whatever the others leave idle",
+		n, policy.FormatBits(limit), n)
+	if count > 0 {
+		more := ""
+		if count > len(names) {
+			more = fmt.Sprintf(" and %d more", count-len(names))
+		}
+		s += fmt.Sprintf("; a host or one flow gets no more, so these ceils are out of reach: %s%s", strings.Join(names, ", "), more)
 	}
-	more := ""
-	if count > len(names) {
-		more = fmt.Sprintf(" and %d more", count-len(names))
-	}
-	return fmt.Sprintf("sharded into %d HTBs, one per transmit queue: a shard's root cannot borrow from the others, so each carries at most %s (rate/%d), and a host or one flow gets no more; ceils above it are out of reach: %s%s. shards: 1 makes one tree; backend: edt shares the rate across queues",
-		n, policy.FormatBits(limit), n, strings.Join(names, ", "), more)
+	return s + ". shards: 1 makes one tree; backend: edt shares the rate across queues"
 }
 
 // sharded builds the tree as n shards under mq.
@@ -242,9 +299,7 @@ func (b *builder) sharded(n int) {
 	leaves := make([]tc.Object, 0, len(hosts)+n*len(common))
 	b.objs = append(b.objs, &tc.Qdisc{Dev: dev.Name, Parent: tc.HandleRoot, Handle: RootHandle, Kind: "mq"})
 	b.div = units.Rate(n)
-	if note := shardNote(t, n); note != "" {
-		dev.Notes = append(dev.Notes, note)
-	}
+	dev.Notes = append(dev.Notes, shardNote(t, n))
 	for s := 0; s < n; s++ {
 		b.shard, b.major = s, shardMajor(s)
 		qh := tc.MakeHandle(b.major, 0)

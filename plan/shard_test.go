@@ -45,7 +45,7 @@ func TestShardedPlan(t *testing.T) {
 	for i := 0; i < 50; i++ {
 		hosts = append(hosts, i)
 	}
-	p, err := Build(shardPolicy(t, hosts, ""), withQueues(8, false), nil)
+	p, err := Build(shardPolicy(t, hosts, "      shards: 8\n"), withQueues(8, false), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +99,7 @@ func TestShardedPlan(t *testing.T) {
 
 	// A new host in the middle: every other host keeps shard and id.
 	more := append([]int{999}, hosts...)
-	p2, err := Build(shardPolicy(t, more, ""), withQueues(8, false), map[string]*Alloc{"eth0": d.Alloc})
+	p2, err := Build(shardPolicy(t, more, "      shards: 8\n"), withQueues(8, false), map[string]*Alloc{"eth0": d.Alloc})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -189,12 +189,12 @@ func TestShardedReplanKeepsIDsWithoutClashes(t *testing.T) {
 		first = append(first, i)
 		second = append(second, i+60)
 	}
-	p1, err := Build(shardPolicy(t, first, ""), withQueues(8, false), nil)
+	p1, err := Build(shardPolicy(t, first, "      shards: 8\n"), withQueues(8, false), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	a1 := p1.Devices[0].Alloc
-	p2, err := Build(shardPolicy(t, second, ""), withQueues(4, false), map[string]*Alloc{"eth0": a1})
+	p2, err := Build(shardPolicy(t, second, "      shards: 8\n"), withQueues(4, false), map[string]*Alloc{"eth0": a1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -236,7 +236,7 @@ func TestShardedReplanKeepsIDsWithoutClashes(t *testing.T) {
 // an HTB root class, capped at rate/N (measured in e2e
 // TestShardedHostGetsRateOverN); one tree says nothing.
 func TestShardedTreeNotesUnreachableCeils(t *testing.T) {
-	p, err := Build(shardPolicy(t, []int{1, 2, 3}, ""), withQueues(8, false), nil)
+	p, err := Build(shardPolicy(t, []int{1, 2, 3}, "      shards: 8\n"), withQueues(8, false), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -255,5 +255,59 @@ func TestShardedTreeNotesUnreachableCeils(t *testing.T) {
 	}
 	if n := p.Devices[0].Notes; len(n) != 0 {
 		t.Errorf("one tree: notes %q", n)
+	}
+}
+
+// shards: auto takes no more shards than keep every host's ceil within
+// a shard's part and give each shard 32 hosts, and says why.
+func TestShardsAuto(t *testing.T) {
+	many := func(n int) []int {
+		var hs []int
+		for i := 0; i < n; i++ {
+			hs = append(hs, i)
+		}
+		return hs
+	}
+	shards := func(p *Plan) int {
+		n := 0
+		for _, c := range p.Devices[0].Classes {
+			if c.Name == "(root)" {
+				n++
+			}
+		}
+		return n
+	}
+	for _, c := range []struct {
+		name  string
+		hosts int
+		ceil  string // the hosts' ceil, for policies of 800mbit
+		want  int
+		note  string
+	}{
+		{"enough hosts, small ceils", 400, "", 8, ""},
+		{"few hosts", 3, "", 1, "3 hosts fill 1 shards of 32 or more"},
+		{"100 hosts", 100, "", 3, "100 hosts fill 3 shards"},
+		{"a host may take the link", 400, "800mbit", 1, "a host's ceil of 800mbit needs shards of at least that (at most 1 of 800mbit)"},
+		{"a host may take a quarter", 400, "200mbit", 4, "at most 4 of 800mbit"},
+	} {
+		p := shardPolicy(t, many(c.hosts), "")
+		if c.ceil != "" {
+			for _, cl := range p.Interfaces[0].Egress.Classes {
+				if cl.PerHost != nil {
+					for _, e := range cl.PerHost.Entries {
+						r, _, _ := policy.ParseRate(c.ceil)
+						e.CeilBps = r.Bps
+					}
+				}
+			}
+		}
+		pl, err := Build(p, withQueues(8, false), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		notes := strings.Join(pl.Devices[0].Notes, "\n")
+		if got := max(shards(pl), 1); got != c.want || c.note != "" && !strings.Contains(notes, c.note) || c.note == "" && strings.Contains(notes, "shards: auto") {
+			t.Errorf("%s: %d shards (want %d), notes %q (want %q)", c.name, got, c.want, notes, c.note)
+		}
 	}
 }

@@ -152,9 +152,10 @@ func TestPlanWeights(t *testing.T) {
 		return out
 	}
 	q := quanta()
-	// The floor of a 30mbit tree is 4 ms of it, 15000 bytes.
+	// The floor is 4 ms of what the group shares: 15000 bytes of the
+	// 30mbit tree for its classes, 10000 of subs's 20mbit for its hosts.
 	for name, want := range map[string]uint32{"a": 15000, "b": 30000, "c": 45000, "voice": 15000,
-		"subs/h1": 15000, "subs/h2": 30000, "subs/h3": 45000} {
+		"subs/h1": 10000, "subs/h2": 20000, "subs/h3": 30000} {
 		if q[name] != want {
 			t.Errorf("class %s: quantum %d, want %d (all: %v)", name, q[name], want, q)
 		}
@@ -167,14 +168,14 @@ func TestPlanWeights(t *testing.T) {
 			changed++
 		}
 	}
-	if changed != 1 || q2["subs/h3"] != 60000 {
-		t.Errorf("h3 to 8mbit: %d quanta changed (want 1), h3's %d (want 60000)", changed, q2["subs/h3"])
+	if changed != 1 || q2["subs/h3"] != 40000 {
+		t.Errorf("h3 to 8mbit: %d quanta changed (want 1), h3's %d (want 40000)", changed, q2["subs/h3"])
 	}
 	// A host lighter than all the others rescales its siblings: the
 	// lightest gets the floor.
 	os.WriteFile(filepath.Join(dir, "hosts.csv"), []byte("name,addresses,rate,ceil\nh0,10.0.0.9,1mbit,30mbit\nh1,10.0.0.1,2mbit,30mbit\nh2,10.0.0.2,4mbit,30mbit\nh3,10.0.0.3,8mbit,30mbit\n"), 0o644)
 	q3 := quanta()
-	if q3["subs/h0"] != 15000 || q3["subs/h1"] != 30000 || q3["subs/h3"] != 120000 || q3["a"] != q["a"] {
+	if q3["subs/h0"] != 10000 || q3["subs/h1"] != 20000 || q3["subs/h3"] != 80000 || q3["a"] != q["a"] {
 		t.Errorf("a 1mbit host joins: %v", q3)
 	}
 }

@@ -10,6 +10,17 @@ import "sluice/units"
 // policy slower (package conform); weights and shares do not change,
 // since every rate moves together.
 func (p *Policy) ScaleRates(f float64) {
+	for _, in := range p.Interfaces {
+		for _, t := range []*Tree{in.Egress, in.Ingress} {
+			if t != nil {
+				t.ScaleRates(f)
+			}
+		}
+	}
+}
+
+// ScaleRates is Policy.ScaleRates for one tree.
+func (t *Tree) ScaleRates(f float64) {
 	if f <= 0 || f == 1 {
 		return
 	}
@@ -57,17 +68,10 @@ func (p *Policy) ScaleRates(f float64) {
 			walk(c.Classes)
 		}
 	}
-	for _, in := range p.Interfaces {
-		for _, t := range []*Tree{in.Egress, in.Ingress} {
-			if t == nil {
-				continue
-			}
-			r(&t.RateBps)
-			police(t.Police)
-			if t.Sharing != nil {
-				r(&t.Sharing.CapBps)
-			}
-			walk(t.Classes)
-		}
+	r(&t.RateBps)
+	police(t.Police)
+	if t.Sharing != nil {
+		r(&t.Sharing.CapBps)
 	}
+	walk(t.Classes)
 }

@@ -1,0 +1,272 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+
+	"sluice/conform"
+	"sluice/kernel"
+	"sluice/testutil"
+)
+
+// The conformance matrix (docs/sharing.md, Conformance): data planes x
+// leaves x shapes, every cell measured against the weighted max-min
+// reference. A cell passes within conform.Tolerance, or fails where the
+// kernel cannot do what the policy asks and plan said so beforehand (a
+// limit: the note that must be in the tree's plan notes).
+//
+// The shapes, each on a device of its own in one policy:
+//   - w0: weights 1:2:4 (by rate) beside a default class 40x lighter than
+//     the lightest, four flows each; then the default class busy too.
+//   - h0: 8 hosts of a per_host class, one with 8 flows; one host alone.
+//   - p0: a class of prio 0 under load beside a bulk class.
+//   - s0 (sharded plane only): hosts of a /24 with ceils of rate/4 on a
+//     4-queue device; one active host against ten on other shards.
+type matrixShape struct {
+	dev, policy string
+	cells       func(ss []*conform.Subject) []conform.Cell
+	limits      map[string]string // cell -> the plan note that explains its deviation
+}
+
+func tcpDemands(ss []*conform.Subject, flows int, names ...string) []conform.Demand {
+	var out []conform.Demand
+	for _, n := range names {
+		for _, s := range ss {
+			if s.Name == n {
+				out = append(out, conform.Demand{Subject: n, Proto: "tcp", Flows: flows})
+			}
+		}
+	}
+	return out
+}
+
+func hostNames(ss []*conform.Subject, prefix string) []string {
+	var out []string
+	for _, s := range ss {
+		if strings.HasPrefix(s.Name, prefix) {
+			out = append(out, s.Name)
+		}
+	}
+	return out
+}
+
+var matrixShapes = map[string]matrixShape{
+	"weights": {dev: "w0", policy: `
+  - name: w0
+    egress:
+      rate: 21mbit
+      default: d{{opts}}
+      classes:
+        - {name: a, rate: 1mbit, ceil: 21mbit, match: [{proto: tcp, dport: 5001}]}
+        - {name: b, rate: 2mbit, ceil: 21mbit, match: [{proto: tcp, dport: 5002}]}
+        - {name: c, rate: 4mbit, ceil: 21mbit, match: [{proto: tcp, dport: 5003}]}
+        - {name: d, rate: 25kbit, ceil: 21mbit}
+`, cells: func(ss []*conform.Subject) []conform.Cell {
+		return []conform.Cell{
+			{Name: "weights 1:2:4, 4 flows each, default idle", Demands: tcpDemands(ss, 4, "a", "b", "c")},
+			{Name: "weights 1:2:4 and the default, 1 flow each", Demands: tcpDemands(ss, 1, "a", "b", "c", "d")},
+		}
+	}, limits: map[string]string{"weights 1:2:4 and the default, 1 flow each": "less than 1/15 of the heaviest sibling's"}},
+	"hosts": {dev: "h0", policy: `
+  - name: h0
+    egress:
+      rate: 20mbit
+      default: other{{opts}}
+      classes:
+        - name: users
+          rate: 19mbit
+          per_host: {by: dst, cidr: 10.20.0.0/24, ceil: 20mbit}
+        - name: other
+          rate: 1mbit
+`, cells: func(ss []*conform.Subject) []conform.Cell {
+		hs := hostNames(ss, "users/")
+		if len(hs) > 8 {
+			hs = hs[:8]
+		}
+		heavy := tcpDemands(ss, 1, hs...)
+		heavy[0].Flows = 8
+		return []conform.Cell{
+			{Name: "8 hosts, one with 8 flows", Demands: heavy},
+			{Name: "one host alone", Demands: tcpDemands(ss, 1, hs[0])},
+		}
+	}},
+	"prio": {dev: "p0", policy: `
+  - name: p0
+    egress:
+      rate: 20mbit
+      default: bulk{{opts}}
+      classes:
+        - {name: rt, rate: 2mbit, prio: 0, match: [{proto: tcp, dport: 22}]}
+        - {name: bulk, rate: 8mbit, prio: 1}
+`, cells: func(ss []*conform.Subject) []conform.Cell {
+		return []conform.Cell{{Name: "prio 0 under load", Demands: tcpDemands(ss, 2, "rt", "bulk")}}
+	}},
+	"shards": {dev: "s0", policy: `
+  - name: s0
+    egress:
+      rate: 20mbit
+      classifier: bpf
+      shards: 4
+      default: other{{opts}}
+      classes:
+        - name: users
+          rate: 19mbit
+          per_host: {by: dst, cidr: 10.21.0.0/24, ceil: 5mbit}
+        - name: other
+          rate: 1mbit
+`, cells: func(ss []*conform.Subject) []conform.Cell {
+		// One host alone on its shard, ten on the others.
+		var one *conform.Subject
+		var ten []string
+		for _, s := range ss {
+			switch {
+			case s.Shard == 0:
+			case one == nil:
+				one = s
+			case s.Shard != one.Shard && len(ten) < 10:
+				ten = append(ten, s.Name)
+			}
+		}
+		if one == nil || len(ten) < 10 {
+			return nil
+		}
+		return []conform.Cell{
+			{Name: "one host against ten on other shards", Demands: tcpDemands(ss, 1, append([]string{one.Name}, ten...)...)},
+			{Name: "one host alone", Demands: tcpDemands(ss, 1, one.Name)},
+		}
+	}, limits: map[string]string{"one host against ten on other shards": "shards do not lend to each other"}},
+}
+
+// matrixRow is one cell of the matrix, for docs/sharing.md.
+type matrixRow struct {
+	Kernel, Plane, Leaf, Shape, Cell string
+	Worst                            float64
+	Pass, Limit                      bool
+	Why                              string
+}
+
+func TestConformanceMatrix(t *testing.T) {
+	testutil.RequireRoot(t)
+	rep, err := kernel.ProbeCached(kernel.StateDir(""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	feats := rep.Features()
+	type plane struct {
+		name, backend string
+		leaves        []string
+		shapes        []string
+		queues        int
+	}
+	planes := []plane{
+		{"htb", "htb", []string{"auto", "bfifo", "fq_codel", "cake"}, []string{"weights", "hosts", "prio"}, 1},
+		{"htb sharded", "htb", []string{"auto", "bfifo", "fq_codel", "cake"}, []string{"shards"}, 4},
+		{"edt", "edt", []string{""}, []string{"weights", "hosts", "prio"}, 4},
+	}
+	auto := "bfifo"
+	for _, l := range []string{"fq_codel", "sfq"} {
+		if feats.Qdiscs[l] {
+			auto = l
+			break
+		}
+	}
+	var rows []matrixRow
+	for _, pl := range planes {
+		for _, leaf := range pl.leaves {
+			if leaf == auto {
+				continue // auto is this leaf here: the same cells
+			}
+			name := pl.name
+			if leaf != "" {
+				name += "/" + leaf
+			}
+			pl, leaf := pl, leaf
+			t.Run(strings.ReplaceAll(name, " ", "-"), func(t *testing.T) {
+				switch {
+				case leaf != "" && leaf != "auto":
+					testutil.NeedFeature(t, leaf, feats.Qdiscs[leaf])
+				case pl.backend == "edt":
+					testutil.NeedFeature(t, "fq", feats.Qdiscs["fq"])
+				}
+				var src strings.Builder
+				src.WriteString("interfaces:")
+				opts := ""
+				if leaf != "" {
+					opts = "\n      leaf: " + leaf
+				}
+				if pl.backend == "edt" {
+					opts = "\n      backend: edt"
+				}
+				byTree := map[string]matrixShape{}
+				for _, sh := range pl.shapes {
+					s := matrixShapes[sh]
+					p := strings.ReplaceAll(s.policy, "{{opts}}", opts)
+					if pl.backend == "edt" {
+						p = strings.ReplaceAll(p, "      classifier: bpf\n      shards: 4\n", "")
+					}
+					src.WriteString(p)
+					byTree[s.dev+"/egress"] = s
+				}
+				file := writePolicy(t, "matrix.yaml", src.String())
+				pol, err := conform.LoadPolicy(file, "")
+				if err != nil {
+					t.Fatalf("%v\n%s", err, src.String())
+				}
+				r, err := conform.Run(context.Background(), pol, conform.Options{
+					Name: strings.TrimPrefix(testutil.Unique("cm"), testutil.Prefix), Queues: pl.queues, Scale: 1, Hosts: 16, RTT: conform.DefaultRTT,
+					Cells: func(tree string, ss []*conform.Subject) []conform.Cell { return byTree[tree].cells(ss) },
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+				var out strings.Builder
+				r.WriteText(&out, false)
+				t.Logf("\n%s", out.String())
+				for _, tr := range r.Trees {
+					shape := ""
+					for k, s := range matrixShapes {
+						if s.dev == tr.Interface {
+							shape = k
+						}
+					}
+					if tr.Skipped != "" {
+						t.Errorf("%s: skipped: %s", tr.Name(), tr.Skipped)
+						continue
+					}
+					if len(tr.Cells) == 0 {
+						t.Errorf("%s: no cells ran", tr.Name())
+					}
+					for _, c := range tr.Cells {
+						row := matrixRow{Kernel: r.Kernel, Plane: pl.name, Leaf: strings.Join(tr.Leaves, ","), Shape: shape, Cell: c.Name,
+							Worst: c.Verdict.Worst, Pass: c.Verdict.Pass, Why: c.Verdict.Why}
+						if pl.backend == "edt" {
+							row.Leaf = "fq"
+						}
+						if !c.Verdict.Pass {
+							note := byTree[tr.Interface+"/egress"].limits[c.Name]
+							if note != "" && strings.Contains(strings.Join(tr.Notes, "\n"), note) {
+								row.Limit = true
+							} else {
+								t.Errorf("%s: %s: %s (worst %.1f%%)", tr.Name(), c.Name, c.Verdict.Why, 100*c.Verdict.Worst)
+							}
+						}
+						rows = append(rows, row)
+					}
+				}
+			})
+		}
+	}
+	if out := os.Getenv("SLUICE_MATRIX_OUT"); out != "" && len(rows) > 0 {
+		sort.SliceStable(rows, func(i, j int) bool { return rows[i].Plane < rows[j].Plane })
+		b, _ := json.MarshalIndent(rows, "", "  ")
+		if err := os.WriteFile(filepath.Join(out, fmt.Sprintf("matrix-%s.json", rep.Kernel)), b, 0o644); err != nil {
+			t.Error(err)
+		}
+	}
+}

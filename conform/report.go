@@ -50,16 +50,16 @@ type TreeReport struct {
 	// Scale is what the tree's rates were multiplied by (1: as written);
 	// Rate is its rate (bits/s, scaled); Reference what a plain limit at
 	// that rate carried on the bed, Efficiency their ratio.
-	Scale      float64       `json:"scale"`
-	Rate       float64       `json:"rate_bps"`
-	Reference  float64       `json:"reference_bps"`
-	Efficiency float64       `json:"efficiency"`
+	Scale      float64 `json:"scale"`
+	Rate       float64 `json:"rate_bps"`
+	Reference  float64 `json:"reference_bps"`
+	Efficiency float64 `json:"efficiency"`
 	// Notes are what plan says the tree cannot do as the policy reads.
 	Notes    []string      `json:"notes,omitempty"`
 	Subjects []*Subject    `json:"subjects"`
 	Cells    []*CellReport `json:"cells"`
-	Worst      float64       `json:"worst"`
-	Pass       bool          `json:"pass"`
+	Worst    float64       `json:"worst"`
+	Pass     bool          `json:"pass"`
 	// Skipped says why the tree did not run (a qdisc the kernel lacks).
 	Skipped string `json:"skipped,omitempty"`
 }

@@ -33,21 +33,29 @@ const (
 	// the packets HTB sees turns its DRR into packet round robin.
 	quantumTime = 0.001
 	maxQuantum  = 200000
-	// The floor is floorTime of the link, at least three frames and at
-	// most one 64 KB GSO packet. A flow crossing a WAN builds packets of
-	// about a millisecond of its pacing rate (TCP's TSO autosizing; GRO
-	// on a router's NIC merges them back), at most two of its rate and
-	// never more than the link's, so at the floor a class's turn holds
+	// The floor is floorTime of what the group shares (the parent's
+	// rate), at least three frames and at most one 64 KB GSO packet. A
+	// flow crossing a WAN builds packets of about a millisecond of its
+	// pacing rate (TCP's TSO autosizing; GRO on a router's NIC merges them
+	// back), at most two of its rate, so at the floor a class's turn holds
 	// at least one of them; a round of n busy classes then takes about
-	// 4n ms at low rates. A fixed 64 KB floor made rounds of half a
-	// second at 8mbit (eight hosts) in which an fq_codel leaf dropped at
-	// every turn: per-host shares 0.78 to 0.95 of the mean against 0.94
-	// to 0.95 with 4.5 KB (Debian 6.1). Flows of sub-millisecond RTT
-	// (a LAN, a datacenter) build packets of up to 64 KB: where the floor
-	// is smaller, a turn carries one such packet, and shares follow
-	// packet sizes, not bytes (docs/sharing.md). From 131mbit the floor
-	// is 64 KB.
-	floorTime  = 0.004
+	// 4n ms at low rates. Flows of sub-millisecond RTT (a LAN, a
+	// datacenter) build packets of up to 64 KB: where the floor is
+	// smaller, a turn carries one such packet and shares follow packet
+	// sizes (Jain 0.93 with 4.5 KB quanta at 40mbit in the lab without
+	// delay, 1.00 with 64 KB; from 131mbit the floor is 64 KB).
+	//
+	// A leaf with an AQM (fq_codel, cake) drops what waits beyond its
+	// target (5 ms), and a class's packets wait for its next turn, a
+	// round of the busy classes' quanta: aqmFloorTime keeps rounds of n
+	// classes near n ms. A fixed 64 KB floor made rounds of half a
+	// second at 8mbit (eight hosts), in which fq_codel dropped at every
+	// turn and hosts got 0.78 to 0.95 of their mean share, against 0.94
+	// to 0.95 with 4.5 KB (Debian 6.1); cake's per-host queues behind
+	// 19.5 KB quanta at 40mbit dropped a single flow's packets until
+	// its queue was empty at its turns (Jain 0.62).
+	floorTime    = 0.004
+	aqmFloorTime = 0.001
 	minQuantum = 3 * frameBytes
 	gsoQuantum = 65536 + frameBytes
 
@@ -81,17 +89,21 @@ func BurstFor(rate units.Rate) uint32 {
 	return uint32(b)
 }
 
-// quantumFloor is the least quantum of a class in a tree whose rate is
-// link (bytes/s).
-func quantumFloor(link units.Rate) uint64 {
-	return min(max(uint64(float64(link)*floorTime), minQuantum), gsoQuantum)
+// quantumFloor is the least quantum of a class whose siblings share link
+// (bytes/s), aqm when its leaf has an AQM.
+func quantumFloor(link units.Rate, aqm bool) uint64 {
+	t := floorTime
+	if aqm {
+		t = aqmFloorTime
+	}
+	return min(max(uint64(float64(link)*t), minQuantum), gsoQuantum)
 }
 
-// QuantumFor is the default quantum of a class with rate in a tree whose
-// rate is link (bytes/s).
-func QuantumFor(rate, link units.Rate) uint32 {
+// QuantumFor is the default quantum of a class with rate whose siblings
+// share link (bytes/s), aqm when its leaf has an AQM.
+func QuantumFor(rate, link units.Rate, aqm bool) uint32 {
 	q := uint64(float64(rate) * quantumTime)
-	return uint32(min(max(q, quantumFloor(link)), maxQuantum))
+	return uint32(min(max(q, quantumFloor(link, aqm)), maxQuantum))
 }
 
 // BfifoLimit is the default bfifo limit (bytes) of a class with rate,

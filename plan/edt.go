@@ -36,6 +36,13 @@ const poolName = "(link)"
 // edtPlan is what the builder needs while compiling an EDT tree.
 type edtPlan struct {
 	hists *idPool[uint16]
+	// split: the tree has prod (prio 0) and nonprod aggregates. Only
+	// then is prio 0 prod: when every aggregate has one prio, all of them
+	// wait for the direction's shared clock (with all of them prod, at
+	// the default prio 0, the direction's rate bound nothing: three
+	// aggregates capped at 21mbit sent 63 Mbit/s through a 21mbit
+	// direction).
+	split bool
 }
 
 func buildEDT(d *policy.Diag, feats Features, in *policy.Interface, t *policy.Tree, devName string, prev *Alloc) *Device {
@@ -66,6 +73,7 @@ func buildEDT(d *policy.Diag, feats Features, in *policy.Interface, t *policy.Tr
 	}
 	queues = max(queues, 1)
 	hasProd, hasNon := kinds(t.Classes)
+	b.edt.split = hasProd && hasNon
 	e := &bpf.EDT{Horizon: uint64(t.Horizon)}
 	nonQ := 0
 	if hasProd && hasNon && queues >= 2 {
@@ -132,7 +140,7 @@ func buildEDT(d *policy.Diag, feats Features, in *policy.Interface, t *policy.Tr
 		for _, cl := range cs {
 			if cl.PerHost != nil {
 				prio := uint32(1)
-				if isProd(cl, nil) {
+				if b.edt.split && isProd(cl, nil) {
 					prio = 0
 				}
 				hist, _ := b.edt.hists.get(cl.Name)
@@ -144,6 +152,20 @@ func buildEDT(d *policy.Diag, feats Features, in *policy.Interface, t *policy.Tr
 	groups(t.Classes)
 	if caps > t.RateBps {
 		e.Pool, e.PoolRate, e.PoolBurst = b.counter(poolName), uint64(t.RateBps), uint64(t.Burst.NS(t.RateBps))
+		if !hasSharing(t) {
+			dev.Notes = append(dev.Notes, fmt.Sprintf("edt: the aggregates' caps add up to more than the direction's %s: when it binds they share it as fq does, per flow, not by rate, weight or host, and no rate is guaranteed (sharing: controller shares it by weight; docs/sharing.md)",
+				policy.FormatBits(t.RateBps)))
+		}
+	}
+	if b.edt.split {
+		var prod units.Rate
+		for _, ci := range b.dev.Classes {
+			if ci.Prio == 0 && ci.Counter != 0 {
+				prod += ci.Ceil
+			}
+		}
+		dev.Notes = append(dev.Notes, fmt.Sprintf("edt: prod aggregates (prio 0) never wait for the others: sending up to their caps (together %s of the direction's %s) they leave the nonprod ones what they do not use, whatever their rates",
+			policy.FormatBits(prod), policy.FormatBits(t.RateBps)))
 	}
 	c.EDT = e
 	b.edtControllers(hook)
@@ -226,7 +248,7 @@ func (b *builder) pace(t *bpf.Target, name string, cl *policy.Class, rate, limit
 	if host {
 		ph = cl.PerHost
 	}
-	prod := isProd(cl, ph)
+	prod := b.edt.split && isProd(cl, ph)
 	t.Classid, t.Hist = 0, hist
 	setPace(t, b.tree, burst, rate, limit)
 	t.Prod = 0

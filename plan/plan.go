@@ -292,7 +292,7 @@ func buildTree(d *policy.Diag, feats Features, in *policy.Interface, t *policy.T
 		HTB: &tc.HTBQdisc{Default: uint32(def), R2Q: dev.Alloc.R2Q()}})
 	b.objs = append(b.objs, &tc.Class{Dev: devName, Parent: RootHandle, Handle: RootClassID, Kind: "htb",
 		Rate: t.RateBps, Ceil: t.RateBps, Burst: BurstFor(t.RateBps), Cburst: BurstFor(t.RateBps),
-		Quantum: QuantumFor(t.RateBps, t.RateBps), Name: "(root)"})
+		Quantum: QuantumFor(t.RateBps, t.RateBps, false), Name: "(root)"})
 	var leaves []tc.Object
 	b.shareGroup(nil, t.Classes)
 	b.classTree(t.Classes, RootClassID, &leaves)
@@ -381,7 +381,7 @@ func (b *builder) classTree(cs []*policy.Class, parent tc.Handle, leaves *[]tc.O
 		id := b.classID(c.Name)
 		cl := &tc.Class{Dev: b.dev.Name, Parent: parent, Handle: id, Kind: "htb",
 			Rate: max(c.RateBps/b.div, 1), Ceil: c.CeilBps, Prio: uint32(c.Prio), Name: c.Name}
-		setBursts(cl, b.groupRate(c.Parent), c.Burst, c.Cburst, c.Quantum)
+		setBursts(cl, b.groupRate(c.Parent), b.aqmLeaf(c.Leaf), c.Burst, c.Cburst, c.Quantum)
 		if q, ok := b.quanta[c.Name]; ok {
 			cl.Quantum = q
 		}
@@ -411,8 +411,8 @@ func (b *builder) classTree(cs []*policy.Class, parent tc.Handle, leaves *[]tc.O
 	}
 }
 
-func setBursts(cl *tc.Class, link units.Rate, burst, cburst, quantum *policy.Size) {
-	cl.Burst, cl.Cburst, cl.Quantum = BurstFor(cl.Rate), BurstFor(cl.Ceil), QuantumFor(cl.Rate, link)
+func setBursts(cl *tc.Class, link units.Rate, aqm bool, burst, cburst, quantum *policy.Size) {
+	cl.Burst, cl.Cburst, cl.Quantum = BurstFor(cl.Rate), BurstFor(cl.Ceil), QuantumFor(cl.Rate, link, aqm)
 	if burst != nil {
 		cl.Burst = uint32(burst.Bytes)
 	}
@@ -427,6 +427,30 @@ func setBursts(cl *tc.Class, link units.Rate, burst, cburst, quantum *policy.Siz
 // leaf picks and sizes a leaf qdisc. auto takes fq_codel, then sfq, then
 // a bfifo of about 50 ms at ceil, so that a kernel without an AQM never
 // gets a 1000-packet queue.
+// autoLeaf is what leaf auto picks on this kernel.
+func (b *builder) autoLeaf() string {
+	switch {
+	case b.feats.Qdiscs["fq_codel"]:
+		return "fq_codel"
+	case b.feats.Qdiscs["sfq"]:
+		return "sfq"
+	}
+	return "bfifo"
+}
+
+// aqmLeaf reports whether a class whose leaf is kind ("" or auto: the
+// tree's, then this kernel's pick) has an AQM, which drops what waits
+// beyond its target: its quanta keep rounds short (quantumFloor).
+func (b *builder) aqmLeaf(kind string) bool {
+	if kind == "" {
+		kind = b.tree.Leaf
+	}
+	if kind == "" || kind == "auto" {
+		kind = b.autoLeaf()
+	}
+	return kind == "fq_codel" || kind == "cake" || kind == "fq"
+}
+
 func (b *builder) leaf(owner string, class tc.Handle, kind string, at policy.Pos, limit *policy.Limit, rate, ceil units.Rate, quantum uint32, perHost bool) *tc.Qdisc {
 	if kind == "" {
 		kind, at = b.tree.Leaf, b.tree.LeafPos
@@ -437,14 +461,7 @@ func (b *builder) leaf(owner string, class tc.Handle, kind string, at policy.Pos
 	case kind == "none":
 		return nil // HTB's own pfifo
 	case kind == "" || kind == "auto":
-		switch {
-		case b.feats.Qdiscs["fq_codel"]:
-			kind = "fq_codel"
-		case b.feats.Qdiscs["sfq"]:
-			kind = "sfq"
-		default:
-			kind = "bfifo"
-		}
+		kind = b.autoLeaf()
 	case !b.feats.Qdiscs[kind]:
 		b.d.Errorf(at, "class %s: leaf %s: this kernel has no %s qdisc (sch_%s is not built or loaded); use another leaf or auto",
 			what, kind, kind, kind)
@@ -858,7 +875,7 @@ func (b *builder) hostClass(owner *policy.Class, name string, parent tc.Handle, 
 		id, counter = b.classID(name), b.counter(name)
 	}
 	hc := &tc.Class{Dev: b.dev.Name, Parent: parent, Handle: id, Kind: "htb", Rate: rate, Ceil: ceil, Prio: prio, Name: name}
-	setBursts(hc, b.groupRate(owner), nil, nil, nil)
+	setBursts(hc, b.groupRate(owner), b.aqmLeaf(ph.Leaf), nil, nil, nil)
 	if q, ok := b.quanta[name]; ok {
 		hc.Quantum = q
 	}

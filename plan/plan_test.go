@@ -116,7 +116,7 @@ func TestOrderedPriosKeepAndInsert(t *testing.T) {
 func TestDefaultsAcrossRates(t *testing.T) {
 	for _, mbit := range []float64{0.1, 1, 20, 100, 1000, 5000, 10000} {
 		rate := units.FromBits(mbit * 1e6)
-		b, q := BurstFor(rate), QuantumFor(rate, rate)
+		b, q := BurstFor(rate), QuantumFor(rate, rate, false)
 		// At least a millisecond of the rate (timer slack), at least two
 		// frames; a quantum HTB accepts without its r2q warning bounds.
 		if float64(b) < float64(rate)*0.001 || b < 2*frameBytes {
@@ -141,7 +141,7 @@ func TestDefaultsAcrossRates(t *testing.T) {
 		rate, link float64 // mbit
 		want       uint32
 	}{{0.1, 8, 4542}, {0.1, 40, 20000}, {1, 100, 50000}, {1, 1000, 67050}, {1000, 1000, 125000}, {100000, 100000, 200000}} {
-		if q := QuantumFor(units.FromBits(c.rate*1e6), units.FromBits(c.link*1e6)); q != c.want {
+		if q := QuantumFor(units.FromBits(c.rate*1e6), units.FromBits(c.link*1e6), false); q != c.want {
 			t.Errorf("%vmbit in a %vmbit tree: quantum %d, want %d", c.rate, c.link, q, c.want)
 		}
 	}

@@ -309,7 +309,7 @@ func (b *builder) sharded(n int) {
 				HTB: &tc.HTBQdisc{Default: uint32(def), R2Q: b.dev.Alloc.R2Q()}},
 			&tc.Class{Dev: dev.Name, Parent: qh, Handle: root, Kind: "htb",
 				Rate: max(t.RateBps/b.div, 1), Ceil: t.RateBps, Burst: BurstFor(t.RateBps), Cburst: BurstFor(t.RateBps),
-				Quantum: QuantumFor(t.RateBps/b.div, t.RateBps), Name: "(root)"})
+				Quantum: QuantumFor(t.RateBps/b.div, t.RateBps, false), Name: "(root)"})
 		dev.Classes = append(dev.Classes, ClassInfo{Name: "(root)", Handle: root, Parent: qh,
 			Rate: max(t.RateBps/b.div, 1), Ceil: t.RateBps, Replica: s > 0})
 		b.shareGroup(nil, t.Classes)

@@ -52,6 +52,7 @@ type sibling struct {
 	weight float64
 	prio   uint32
 	fixed  bool // an explicit quantum: kept, and not part of the scale
+	aqm    bool // its leaf has an AQM (a lower floor: quantumFloor)
 }
 
 // shareQuanta returns each sibling's quantum and, per prio group whose
@@ -70,7 +71,7 @@ func shareQuanta(sibs []sibling, link units.Rate) (q []uint32, notes []string) {
 	}
 	for _, s := range sibs {
 		if p := s.prio & 7; !s.fixed && s.weight*anchorRange >= heaviest[p] {
-			base[p] = max(base[p], float64(QuantumFor(s.rate, link))/s.weight)
+			base[p] = max(base[p], float64(QuantumFor(s.rate, link, s.aqm))/s.weight)
 		}
 	}
 	var capped, light [8][]string
@@ -88,7 +89,7 @@ func shareQuanta(sibs []sibling, link units.Rate) (q []uint32, notes []string) {
 			v = max(v, frameBytes)
 			light[p] = append(light[p], s.name)
 		default:
-			v = max(v, float64(QuantumFor(s.rate, link)))
+			v = max(v, float64(QuantumFor(s.rate, link, s.aqm)))
 		}
 		q[i] = uint32(v)
 	}
@@ -121,17 +122,18 @@ func (b *builder) shareGroup(owner *policy.Class, cs []*policy.Class) {
 	var sibs []sibling
 	for _, c := range cs {
 		sibs = append(sibs, sibling{name: c.Name, rate: max(c.RateBps/b.div, 1), weight: c.ShareWeight(),
-			prio: uint32(c.Prio), fixed: c.Quantum != nil})
+			prio: uint32(c.Prio), fixed: c.Quantum != nil, aqm: c.IsLeaf() && b.aqmLeaf(c.Leaf)})
 	}
 	if owner != nil {
 		if ph := owner.PerHost; ph != nil {
 			prio := hostPrio(owner)
 			for _, h := range b.hostsOf(owner)[b.shard] {
-				sibs = append(sibs, sibling{name: h.name, rate: h.rate, weight: float64(h.rate), prio: prio})
+				sibs = append(sibs, sibling{name: h.name, rate: h.rate, weight: float64(h.rate), prio: prio, aqm: b.aqmLeaf(ph.Leaf)})
 			}
 		}
 		for _, e := range owner.Hosts {
-			sibs = append(sibs, sibling{name: entryName(e.Owner, e), rate: e.RateBps, weight: float64(e.RateBps), prio: hostPrio(e.Owner)})
+			sibs = append(sibs, sibling{name: entryName(e.Owner, e), rate: e.RateBps, weight: float64(e.RateBps), prio: hostPrio(e.Owner),
+				aqm: b.aqmLeaf(e.Owner.PerHost.Leaf)})
 		}
 	}
 	if len(sibs) < 2 {

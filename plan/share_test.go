@@ -88,10 +88,10 @@ func TestShareQuantaProperties(t *testing.T) {
 		}
 		floored := func(i int) bool {
 			s := sibs[i]
-			return s.weight*anchorRange >= heaviest[s.prio] && q[i] == QuantumFor(s.rate, link) || q[i] == frameBytes
+			return s.weight*anchorRange >= heaviest[s.prio] && q[i] == QuantumFor(s.rate, link, s.aqm) || q[i] == frameBytes
 		}
 		for i, s := range sibs {
-			lo := QuantumFor(s.rate, link)
+			lo := QuantumFor(s.rate, link, s.aqm)
 			if s.weight*anchorRange < heaviest[s.prio] {
 				lo = frameBytes
 			}
@@ -152,10 +152,11 @@ func TestPlanWeights(t *testing.T) {
 		return out
 	}
 	q := quanta()
-	// The floor is 4 ms of what the group shares: 15000 bytes of the
-	// 30mbit tree for its classes, 10000 of subs's 20mbit for its hosts.
-	for name, want := range map[string]uint32{"a": 15000, "b": 30000, "c": 45000, "voice": 15000,
-		"subs/h1": 10000, "subs/h2": 20000, "subs/h3": 30000} {
+	// fq_codel leaves (this kernel has it): the floor is 1 ms of what
+	// the group shares, three frames for the 30mbit tree's classes and
+	// subs's 20mbit hosts alike.
+	for name, want := range map[string]uint32{"a": 4542, "b": 9084, "c": 13626, "voice": 4542,
+		"subs/h1": 4542, "subs/h2": 9084, "subs/h3": 13626} {
 		if q[name] != want {
 			t.Errorf("class %s: quantum %d, want %d (all: %v)", name, q[name], want, q)
 		}
@@ -168,14 +169,14 @@ func TestPlanWeights(t *testing.T) {
 			changed++
 		}
 	}
-	if changed != 1 || q2["subs/h3"] != 40000 {
-		t.Errorf("h3 to 8mbit: %d quanta changed (want 1), h3's %d (want 40000)", changed, q2["subs/h3"])
+	if changed != 1 || q2["subs/h3"] != 18168 {
+		t.Errorf("h3 to 8mbit: %d quanta changed (want 1), h3's %d (want 18168)", changed, q2["subs/h3"])
 	}
 	// A host lighter than all the others rescales its siblings: the
 	// lightest gets the floor.
 	os.WriteFile(filepath.Join(dir, "hosts.csv"), []byte("name,addresses,rate,ceil\nh0,10.0.0.9,1mbit,30mbit\nh1,10.0.0.1,2mbit,30mbit\nh2,10.0.0.2,4mbit,30mbit\nh3,10.0.0.3,8mbit,30mbit\n"), 0o644)
 	q3 := quanta()
-	if q3["subs/h0"] != 10000 || q3["subs/h1"] != 20000 || q3["subs/h3"] != 80000 || q3["a"] != q["a"] {
+	if q3["subs/h0"] != 4542 || q3["subs/h1"] != 9084 || q3["subs/h3"] != 36336 || q3["a"] != q["a"] {
 		t.Errorf("a 1mbit host joins: %v", q3)
 	}
 }

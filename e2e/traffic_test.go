@@ -3,6 +3,7 @@ package e2e
 import (
 	"encoding/json"
 	"fmt"
+	"os"
 	"sync"
 	"testing"
 	"time"
@@ -22,11 +23,49 @@ func policyFor(dev, body string) string {
 
 func checkGoodput(t *testing.T, what string, r *testutil.IperfResult, rate float64) {
 	t.Helper()
+	checkGoodputAgainst(t, what, r, rate, nil)
+}
+
+// checkGoodputAgainst is checkGoodput where the machine is emulated (the
+// stock-kernel lane under TCG, SLUICE_EMULATED=1): its timers fire late
+// and every shaper loses a few percent (0.9291 of 20mbit seen once), so
+// the floor is also 0.98 of what ref (a reference shaper, run by the
+// test on the same machine) carried, whichever is lower. On a real
+// machine the floor stays 0.93.
+func checkGoodputAgainst(t *testing.T, what string, r *testutil.IperfResult, rate float64, ref func() float64) {
+	t.Helper()
 	ratio := r.Goodput / rate
 	t.Logf("%s: goodput %.2f Mbit/s = %.4f of %.0f Mbit/s (flows %v, retransmits %d)", what, r.Goodput/1e6, ratio, rate/1e6, mbits(r.Flows), r.Retransmits)
-	if ratio < 0.93 || ratio > 0.975 {
-		t.Errorf("%s: goodput/rate %.4f outside [0.93, 0.975]", what, ratio)
+	lo := 0.93
+	if ratio < lo && ref != nil && os.Getenv("SLUICE_EMULATED") == "1" {
+		refRatio := ref() / rate
+		t.Logf("%s: emulated machine: a reference tbf carried %.4f of the rate", what, refRatio)
+		lo = min(lo, 0.98*refRatio)
 	}
+	if !(lo <= ratio && ratio <= 0.975) {
+		t.Errorf("%s: goodput/rate %.4f outside [%.4f, 0.975]", what, ratio, lo)
+	}
+}
+
+// tbfGoodput replaces dev's root qdisc in ns with a tbf at rate with a
+// 10 ms bucket (robust to late timers) and measures iperf3's goodput
+// from ns to addr through it, as the reference shaper of an emulated
+// machine.
+func tbfGoodput(t *testing.T, ns, dev, addr string, rate float64) float64 {
+	t.Helper()
+	return tbfGoodputPort(t, ns, dev, addr, 5201, rate)
+}
+
+func tbfGoodputPort(t *testing.T, ns, dev, addr string, port int, rate float64) float64 {
+	t.Helper()
+	testutil.NS(t, ns, "tc", "qdisc", "replace", "dev", dev, "root", "tbf", "rate", fmt.Sprintf("%.0fbit", rate),
+		"burst", fmt.Sprintf("%.0f", rate/8*0.010), "limit", fmt.Sprintf("%.0f", rate/8*0.050))
+	defer testutil.NS(t, ns, "tc", "qdisc", "del", "dev", dev, "root")
+	r, err := testutil.Iperf(ns, addr, port, 4, 6)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r.Goodput
 }
 
 func mbits(xs []float64) []string {
@@ -64,7 +103,10 @@ func TestEgressLimit20mbit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	checkGoodput(t, "egress 20mbit", r, link20)
+	checkGoodputAgainst(t, "egress 20mbit", r, link20, func() float64 {
+		must(t, "--netns", p.A, "reset", p.DevA)
+		return tbfGoodput(t, p.A, p.DevA, testutil.AddrB, link20)
+	})
 	for _, c := range sample.Trees[0].Classes {
 		t.Logf("show: %s measured %.2f Mbit/s, overlimits %d", c.Name, c.Measured/1e6, c.Over)
 		if c.Measured < 0.95*link20 || c.Measured > 1.03*link20 || c.Over == 0 {
@@ -82,7 +124,11 @@ func TestIngressLimit20mbit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	checkGoodput(t, "ingress 20mbit", r, link20)
+	checkGoodputAgainst(t, "ingress 20mbit", r, link20, func() float64 {
+		must(t, "--netns", p.A, "reset", p.DevA)
+		testutil.IperfServer(t, p.A, testutil.AddrA, 5202)
+		return tbfGoodputPort(t, p.B, p.DevB, testutil.AddrA, 5202, link20)
+	})
 	show := must(t, "--netns", p.A, "show", "--interval", "0", "--json")
 	if !contains(show, `"device": "ifb-veth0"`) {
 		t.Errorf("show has no ifb tree: %s", show)

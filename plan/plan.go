@@ -494,7 +494,7 @@ func (b *builder) leaf(owner string, class tc.Handle, kind string, at policy.Pos
 	case "fq":
 		q.Fq = &tc.Fq{Limit: pk}
 	case "cake":
-		q.Cake = &tc.Cake{SplitGSO: true}
+		q.Cake = &tc.Cake{SplitGSO: true, RTT: cakeRTT}
 	case "pfifo":
 		q.Fifo = &tc.Fifo{Limit: pk}
 	case "bfifo":

@@ -41,6 +41,7 @@ const (
 	tcaFqPlimit       = 1  // TCA_FQ_PLIMIT
 	tcaFqFlowPlimit   = 2  // TCA_FQ_FLOW_PLIMIT
 	tcaFqOrphanMask   = 10 // TCA_FQ_ORPHAN_MASK
+	tcaCakeRTT        = 7  // TCA_CAKE_RTT
 	tcaCakeSplitGSO   = 17 // TCA_CAKE_SPLIT_GSO
 )
 
@@ -126,6 +127,9 @@ func qdiscOptions(q *Qdisc) (*nl.RtAttr, error) {
 		o := nl.NewRtAttr(tcaOptions|unix.NLA_F_NESTED, nil)
 		if q.Cake != nil && q.Cake.SplitGSO {
 			o.AddChild(u32attr(tcaCakeSplitGSO, 1))
+		}
+		if q.Cake != nil && q.Cake.RTT != 0 {
+			o.AddChild(u32attr(tcaCakeRTT, q.Cake.RTT))
 		}
 		return o, nil
 	case "clsact", "ingress", "pfifo_fast", "noqueue", "mq", "tbf", "prio", "netem", "codel", "hfsc", "drr":
@@ -646,6 +650,9 @@ func decodeQdiscOptions(q *Qdisc, opts []byte) {
 		q.Cake = &Cake{}
 		if b := a[tcaCakeSplitGSO]; len(b) >= 4 {
 			q.Cake.SplitGSO = native.Uint32(b) != 0
+		}
+		if b := a[tcaCakeRTT]; len(b) >= 4 {
+			q.Cake.RTT = native.Uint32(b)
 		}
 	}
 }

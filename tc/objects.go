@@ -128,6 +128,9 @@ type Cake struct {
 	// them, so that the HTB class above sees (and takes turns in) frames
 	// of the wire's size, not packets of up to 64 KB.
 	SplitGSO bool
+	// RTT (µs, 0: cake's 100 ms) sets cake's interval, and its target
+	// to a twentieth of it.
+	RTT uint32
 }
 
 // Key: one qdisc per attachment point.
@@ -191,8 +194,13 @@ func (q *Qdisc) optionString() string {
 		if q.Fq.OrphanMask != 0 {
 			a = append(a, fmt.Sprintf("orphan_mask %d", q.Fq.OrphanMask))
 		}
-	case q.Cake != nil && q.Cake.SplitGSO:
-		a = append(a, "split-gso")
+	case q.Cake != nil:
+		if q.Cake.SplitGSO {
+			a = append(a, "split-gso")
+		}
+		if q.Cake.RTT != 0 {
+			a = append(a, fmt.Sprintf("rtt %dus", q.Cake.RTT))
+		}
 	case q.MQPrio != nil:
 		m := q.MQPrio
 		a = append(a, fmt.Sprintf("num_tc %d map", m.NumTC))

@@ -157,6 +157,9 @@ if [[ $kvm == auto ]]; then
   say "KVM $([[ $kvm == 1 ]] && echo works || echo 'does not boot this kernel here: emulating (TCG), expect 5-15x the host times')"
 fi
 [[ $kvm == 1 ]] && vng_args+=(--qemu-opts="-cpu host,-arch-capabilities") || vng_args+=(--disable-kvm)
+# Timing checks compare with a reference run in the same test where the
+# machine is emulated (its timers fire late: every shaper loses a few %).
+echo "export SLUICE_EMULATED=$((1 - kvm))" >>"$out/env"
 
 # --- run ---------------------------------------------------------------------
 log=$out/guest.log

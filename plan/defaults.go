@@ -56,8 +56,8 @@ const (
 	// its queue was empty at its turns (Jain 0.62).
 	floorTime    = 0.004
 	aqmFloorTime = 0.001
-	minQuantum = 3 * frameBytes
-	gsoQuantum = 65536 + frameBytes
+	minQuantum   = 3 * frameBytes
+	gsoQuantum   = 65536 + frameBytes
 
 	// bfifoTime is the queue a bfifo leaf holds, at the class's rate,
 	// when the kernel has no AQM: about 50 ms. But never less than one

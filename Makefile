@@ -21,7 +21,7 @@ deps:
 test: test-host vmtest
 
 test-host: deps lint
-	GO=$(GO) ./scripts/gotest.sh -count=1 -p 1 ./...
+	GO=$(GO) ./scripts/gotest.sh -count=1 -p 1 -timeout 25m ./...
 
 # Unit tests only (no root needed), under the race detector.
 unit:

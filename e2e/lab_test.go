@@ -100,7 +100,7 @@ func TestLabUpDownAll(t *testing.T) {
 	t.Cleanup(func() { lab.Down(name) })
 	must(t, "lab", "up", "fair-share", "--name", name)
 	got := labNamespaces(t, lab.Prefix+name+"-")
-	if len(got) != 11 { // router, switch, server, 8 clients
+	if len(got) != 12 { // router, modem, switch, server, 8 clients
 		t.Fatalf("lab up made %v", got)
 	}
 	// Traffic crosses the bed: a client reaches the server through the router.
@@ -118,7 +118,7 @@ func TestLabUpDownAll(t *testing.T) {
 	}
 	// As if the run had crashed: down --all finds the leftovers by prefix.
 	out := must(t, "lab", "down", "--all")
-	if strings.Count(out, "removed") < 11 {
+	if strings.Count(out, "removed") < 12 {
 		t.Errorf("down --all: %s", out)
 	}
 	if left := labNamespaces(t, lab.Prefix); len(left) > 0 {
@@ -769,7 +769,7 @@ func TestWeightsScenario(t *testing.T) {
 // others, and comes back to it, within two quanta (the scenario's
 // expectations, measured from 2 s after each change).
 func TestDemandShiftScenario(t *testing.T) {
-	runScenario(t, "demand-shift", 0.75, []string{"CONTROLLER", "QUANTA"}, 13)
+	runScenario(t, "demand-shift", 0.75, []string{"CONTROLLER", "QUANTA"}, 17)
 }
 
 // TestProdNonprodScenario runs the lab's prod-nonprod scenario: with

@@ -4,6 +4,8 @@
 # ran, skipped and failed, and leaves the exit status in $OUT/status.
 . "$1"
 out=$SLUICE_VM_OUT
+# The conformance matrix writes its rows here (docs/sharing.md).
+export SLUICE_MATRIX_OUT=$out
 exec >>"$out/guest.log" 2>&1
 echo "guest: kernel $(uname -r), $(nproc) CPUs, $(awk '/MemTotal/ {print int($2/1024)}' /proc/meminfo) MB"
 status=0

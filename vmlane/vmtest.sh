@@ -131,7 +131,8 @@ fi
 
 {
   for v in "SLUICE_VM_OUT=$out" "SLUICE_VM_REPO=$repo" "SLUICE_VM_KERNEL=$kver" "SLUICE_EXPECT_FEATURES=$features" \
-           "SLUICE_VM_SUITES=${VM_SUITES:-}" "SLUICE_VM_E2E_RUN=${VM_E2E_RUN:-}" "SLUICE_VM_RUN_ONLY=${VM_RUN_ONLY:-}"; do
+           "SLUICE_VM_SUITES=${VM_SUITES:-}" "SLUICE_VM_E2E_RUN=${VM_E2E_RUN:-}" "SLUICE_VM_RUN_ONLY=${VM_RUN_ONLY:-}" \
+           "SLUICE_MATRIX_FULL=${SLUICE_MATRIX_FULL:-}"; do
     printf 'export %s=%q\n' "${v%%=*}" "${v#*=}"
   done
 } >"$out/env"

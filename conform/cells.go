@@ -170,7 +170,7 @@ func refTree(t *policy.Tree, ss []*Subject, demand map[string]float64) *share.Cl
 			parent.Cap = bits(sh.CapBps)
 		}
 		for _, c := range cs {
-			n := &share.Class{Name: c.Name, Rate: bits(c.RateBps), Ceil: bits(c.CeilBps), Prio: c.Prio,
+			n := &share.Class{Name: c.Name, Rate: bits(c.RateBps), Ceil: classCeil(c), Prio: c.Prio,
 				Weight: max(c.ShareWeight(), 1e-9), Demand: demand[c.Name]}
 			n.Prod = sh != nil && c.Prio == 0 && len(prios) > 1
 			for _, h := range hostsUnder[c] {

@@ -329,3 +329,37 @@ func TestClassOf(t *testing.T) {
 		}
 	}
 }
+
+// A policed class carries at most the rate its policer drops above: the
+// reference gives it no more, and the others what it cannot take.
+func TestReferencePoliced(t *testing.T) {
+	for _, tc := range []struct {
+		police string
+		want   float64
+	}{
+		{"{cir: 2mbit, pir: 4mbit, red: drop}", 4e6},
+		{"{cir: 2mbit, pir: 4mbit, yellow: drop, red: drop}", 2e6},
+		{"{cir: 3mbit, cbs: 10kb, ebs: 20kb}", 3e6},
+		{"{cir: 3mbit, red: remark:AF12}", 10e6},
+	} {
+		p := parse(t, `interfaces:
+  - name: lan
+    egress:
+      rate: 20mbit
+      classifier: bpf
+      default: b
+      classes:
+        - {name: a, rate: 10mbit, ceil: 20mbit, match: [{dport: 1}], police: `+tc.police+`}
+        - {name: b, rate: 10mbit, ceil: 20mbit}
+`)
+		tr := p.Interfaces[0].Egress
+		ss := subjects(tr, 8)
+		ideal, err := Reference(tr, ss, Cell{Demands: []Demand{{Subject: "a", Proto: "tcp"}, {Subject: "b", Proto: "tcp"}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if math.Abs(ideal["a"]-tc.want) > 1 || math.Abs(ideal["b"]-(20e6-tc.want)) > 1 {
+			t.Errorf("police %s: a %.0f, b %.0f; want a %.0f", tc.police, ideal["a"], ideal["b"], tc.want)
+		}
+	}
+}

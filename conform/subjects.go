@@ -75,7 +75,7 @@ func subjects(t *policy.Tree, hosts int) []*Subject {
 		if s.host {
 			s.Prio = hostPrio(s.class)
 		} else {
-			s.Rate, s.Ceil, s.Prio, s.Weight = bits(s.class.RateBps), bits(s.class.CeilBps), s.class.Prio, s.class.ShareWeight()
+			s.Rate, s.Ceil, s.Prio, s.Weight = bits(s.class.RateBps), classCeil(s.class), s.class.Prio, s.class.ShareWeight()
 		}
 		s.Flows, s.NotDriven = solve(t, s, nb, 0)
 		if u, _ := solve(t, s, nb, protoUDP); len(u) > 0 {
@@ -86,6 +86,26 @@ func subjects(t *policy.Tree, hosts int) []*Subject {
 }
 
 func bits(r units.Rate) float64 { return r.BitsFloat() }
+
+// classCeil is the most class c can carry: its ceil, or less where its
+// policer drops above a rate (a police block drops what exceeds at once:
+// red beyond pir for RFC 2698, beyond cir for RFC 2697, and yellow
+// beyond cir). Without it the reference hands a policed class what its
+// ceil allows, and the others' shares are judged against a policer's.
+func classCeil(c *policy.Class) float64 {
+	ceil := bits(c.CeilBps)
+	p := c.Police
+	if p == nil {
+		return ceil
+	}
+	switch {
+	case p.Actions[1].Kind == "drop" || p.Actions[2].Kind == "drop" && !p.TwoRate():
+		ceil = min(ceil, bits(p.CIRBps))
+	case p.Actions[2].Kind == "drop":
+		ceil = min(ceil, bits(p.PIRBps))
+	}
+	return ceil
+}
 
 func hostPrio(c *policy.Class) int {
 	if ph := c.PerHost; ph != nil && ph.Prio != nil {

@@ -117,22 +117,8 @@ func (g *globals) conformance(file string, f *conformanceFlags) error {
 		fmt.Fprintln(g.stdout)
 		rep.WriteText(g.stdout, f.quiet)
 	}
-	if err := os.MkdirAll(f.out, 0o755); err != nil {
+	if err := writeReports(f.out, rep); err != nil {
 		return failure(err)
-	}
-	for name, write := range map[string]func(*os.File) error{
-		"report.json": func(w *os.File) error { return rep.WriteJSON(w) },
-		"report.html": func(w *os.File) error { return rep.WriteHTML(w) },
-	} {
-		w, err := os.Create(filepath.Join(f.out, name))
-		if err != nil {
-			return failure(err)
-		}
-		err = write(w)
-		w.Close()
-		if err != nil {
-			return failure(err)
-		}
 	}
 	if !f.asJSON {
 		abs, _ := filepath.Abs(filepath.Join(f.out, "report.html"))

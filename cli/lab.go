@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -230,22 +231,8 @@ func (g *globals) runScenario(nameOrPath string, f *runFlags) error {
 	report := lab.NewReport(s, results, kv)
 	fmt.Fprintln(g.stdout)
 	report.WriteText(g.stdout)
-	if err := os.MkdirAll(f.out, 0o755); err != nil {
+	if err := writeReports(f.out, report); err != nil {
 		return failure(err)
-	}
-	for name, write := range map[string]func(*os.File) error{
-		"report.json": func(w *os.File) error { return report.WriteJSON(w) },
-		"report.html": func(w *os.File) error { return report.WriteHTML(w) },
-	} {
-		w, err := os.Create(filepath.Join(f.out, name))
-		if err != nil {
-			return failure(err)
-		}
-		err = write(w)
-		w.Close()
-		if err != nil {
-			return failure(err)
-		}
 	}
 	abs, _ := filepath.Abs(filepath.Join(f.out, "report.html"))
 	fmt.Fprintf(g.stdout, "\nreport: %s (and report.json beside it)\n", abs)
@@ -335,4 +322,31 @@ everything it built. Needs root; no real network is touched.`,
 	}
 	cmd.Flags().StringVar(&out, "out", "sluice-demo", "directory for the report")
 	return cmd
+}
+
+// reporter is a run's report: lab run's and lab conformance's.
+type reporter interface {
+	WriteJSON(io.Writer) error
+	WriteHTML(io.Writer) error
+}
+
+// writeReports writes report.json and report.html into dir.
+func writeReports(dir string, r reporter) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	for name, write := range map[string]func(io.Writer) error{"report.json": r.WriteJSON, "report.html": r.WriteHTML} {
+		w, err := os.Create(filepath.Join(dir, name))
+		if err != nil {
+			return err
+		}
+		err = write(w)
+		if cerr := w.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }

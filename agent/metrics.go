@@ -76,7 +76,7 @@ func newMetrics(a *Agent) *metrics {
 		edtDelay:    desc("sluice_edt_delay_seconds", "How long the EDT backend held the class's packets back (its departure time minus its arrival), per class."),
 		shareDemand: desc("sluice_sharing_demand_bits", "What the sharing controller counted the class as wanting over its last quantum, bits per second (its ceil when it was held back)."),
 		shareShare:  desc("sluice_sharing_share_bits", "The class's weighted max-min share of its parent's capacity, bits per second."),
-		shareLimit:  desc("sluice_sharing_limit_bits", "The ceil the sharing controller keeps the class at now, bits per second (its configured ceil while no limit is applied)."),
+		shareLimit:  desc("sluice_sharing_limit_bits", "What the sharing controller holds the class to now, bits per second: its share, as the class's guaranteed rate (a controller without a cap, over an HTB tree) or as its ceil; the configured ceil while no limit is applied."),
 	}
 	m.registry.MustRegister(m.reconciles, m.reloads, m.repairs, m.shareWrites, m.hostEdits, m.applySeconds,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

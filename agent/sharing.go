@@ -44,7 +44,7 @@ func controllerKey(dev string, c plan.Controller) string { return dev + "\x00" +
 // keeps its measurements and limits.
 func sameConfig(a, b plan.Controller) bool {
 	if a.Owner != b.Owner || a.Quantum != b.Quantum || a.ApplyAbove != b.ApplyAbove || a.Capacity != b.Capacity ||
-		a.Horizon != b.Horizon || len(a.Children) != len(b.Children) {
+		a.Horizon != b.Horizon || a.Assure != b.Assure || len(a.Children) != len(b.Children) {
 		return false
 	}
 	for i := range a.Children {
@@ -112,7 +112,7 @@ func (a *Agent) runControllers(p *engine.Prepared, s *stats.Sample) {
 func newController(d *plan.Device, cfg plan.Controller) *controller {
 	ctl := &controller{dev: d.Name, cfg: cfg, drops: map[string]uint64{},
 		packets: map[string]uint64{}, held: map[string]uint64{},
-		c: &share.Controller{Capacity: units.Rate(cfg.Capacity).BitsFloat(), ApplyAbove: cfg.ApplyAbove}}
+		c: &share.Controller{Capacity: units.Rate(cfg.Capacity).BitsFloat(), ApplyAbove: cfg.ApplyAbove, Assure: cfg.Assure}}
 	for _, ch := range cfg.Children {
 		ctl.c.Children = append(ctl.c.Children, share.Child{Name: ch.Name, Weight: ch.Weight,
 			Rate: ch.Rate.BitsFloat(), Ceil: ch.Ceil.BitsFloat(), Prod: ch.Prod})
@@ -146,7 +146,7 @@ func (a *Agent) step(p *engine.Prepared, ctl *controller, tree *stats.Tree, plan
 	bytes := make([]uint64, n)
 	backlog := make([]uint64, n)
 	drops := make([]uint64, n)
-	liveCeil := make([]float64, n)
+	liveRate, liveCeil := make([]float64, n), make([]float64, n)
 	found := make([]bool, n)
 	for _, c := range tree.Classes {
 		// Walk up to the controlled child this class belongs to, if any.
@@ -156,7 +156,7 @@ func (a *Agent) step(p *engine.Prepared, ctl *controller, tree *stats.Tree, plan
 				continue
 			}
 			if x == c {
-				bytes[i], liveCeil[i], found[i] = c.Bytes, float64(c.Ceil), true
+				bytes[i], liveRate[i], liveCeil[i], found[i] = c.Bytes, float64(c.Rate), float64(c.Ceil), true
 			}
 			backlog[i] += uint64(c.Backlog)
 			drops[i] += uint64(c.Drops)
@@ -224,16 +224,17 @@ func (a *Agent) step(p *engine.Prepared, ctl *controller, tree *stats.Tree, plan
 	for i, d := range ds {
 		ch := ctl.cfg.Children[i]
 		sh := &stats.Share{Class: ch.Name, Owner: ctl.cfg.Owner, Weight: ch.Weight, Prod: ch.Prod, Usage: d.Usage,
-			Demand: d.Demand, Hungry: d.Hungry, Share: d.Share, Limit: d.Limit, Applied: d.Applied, Ceil: liveCeil[i]}
+			Demand: d.Demand, Hungry: d.Hungry, Share: d.Share, Limit: d.Limit, Applied: d.Applied, Assured: ctl.cfg.Assure,
+			Rate: liveRate[i], Ceil: liveCeil[i]}
 		ctl.decided = append(ctl.decided, sh)
 		if ch.Prod {
 			continue
 		}
 		want := units.FromBits(d.Ceil)
-		if math.Abs(float64(want)-float64(units.FromBits(liveCeil[i]))) < 1 {
-			continue
-		}
 		if edt {
+			if math.Abs(float64(want)-float64(units.FromBits(liveCeil[i]))) < 1 {
+				continue
+			}
 			if int(ch.Target) >= len(targets) {
 				continue
 			}
@@ -251,17 +252,29 @@ func (a *Agent) step(p *engine.Prepared, ctl *controller, tree *stats.Tree, plan
 		if pc == nil {
 			continue
 		}
+		// Kept between the planned rate and ceil, as the reconciler
+		// expects of a controlled class (kernel.Options.KeepCeils).
 		cl := *pc
-		cl.Ceil = max(want, cl.Rate)
+		cl.Ceil = min(max(want, pc.Rate), pc.Ceil)
+		cl.Rate = min(max(units.FromBits(d.Rate), pc.Rate), cl.Ceil)
+		if same(cl.Rate, liveRate[i]) && same(cl.Ceil, liveCeil[i]) {
+			continue
+		}
 		if err := k.Conn.ClassChange(&cl); err != nil {
-			a.logFailure("sharing: writing a ceil failed", "sharing", fmt.Errorf("%s class %s: %w", ctl.dev, ch.Name, err))
+			a.logFailure("sharing: writing a class's rate and ceil failed", "sharing", fmt.Errorf("%s class %s: %w", ctl.dev, ch.Name, err))
 			continue
 		}
 		a.metrics.shareWrites.Inc()
-		sh.Ceil = cl.Ceil.BitsFloat()
-		a.log.Debug("sharing: ceil", "device", ctl.dev, "class", ch.Name, "ceil_bps", sh.Ceil,
+		sh.Rate, sh.Ceil = cl.Rate.BitsFloat(), cl.Ceil.BitsFloat()
+		a.log.Debug("sharing: class", "device", ctl.dev, "class", ch.Name, "rate_bps", sh.Rate, "ceil_bps", sh.Ceil,
 			"usage_bps", d.Usage, "share_bps", d.Share, "applied", d.Applied)
 	}
+}
+
+// same: a planned rate and a live one read back in bits/s agree (the
+// kernel keeps bytes/s).
+func same(r units.Rate, live float64) bool {
+	return math.Abs(float64(r)-float64(units.FromBits(live))) < 1
 }
 
 func byName(cs []plan.Controlled, name string) (int, bool) {

@@ -832,17 +832,27 @@ func TestAgentReloadsHostsFileAndSIGHUP(t *testing.T) {
 }
 
 // The sharing controller: two UDP tenants of weights 1 and 3 flood a
-// 20mbit link with equal quanta; the agent limits them to their weighted
-// shares (5 and 15 Mbit/s) by writing their ceils, shows the decision in
-// its status, metrics and history, and does not count its own ceils as
-// drift. While it runs, a plain apply and plan keep them; once it is
-// killed, apply puts the policy's ceils back.
+// 20mbit link with equal quanta; the agent holds them to their weighted
+// shares (5 and 15 Mbit/s), shows the decision in its status, metrics
+// and history, and does not count its own writes as drift. While it
+// runs, a plain apply and plan keep them; once it is killed, apply puts
+// the policy's back. Without a cap it gives the shares as the classes'
+// rates (the ceils stay the policy's); with one, as their ceils.
 func TestAgentSharingController(t *testing.T) {
+	for _, tc := range []struct{ name, sharing, field string }{
+		{"rates", "{mode: controller, quantum: 500ms}", "rate_bps"},
+		{"ceils", "{mode: controller, quantum: 500ms, cap: 20mbit}", "ceil_bps"},
+	} {
+		t.Run(tc.name, func(t *testing.T) { testSharingController(t, tc.sharing, tc.field) })
+	}
+}
+
+func testSharingController(t *testing.T, sharing, field string) {
 	p := testutil.NewPair(t)
 	pol := writePolicy(t, "p.yaml", policyFor(p.DevA, `    egress:
       rate: 20mbit
       default: b
-      sharing: {mode: controller, quantum: 500ms}
+      sharing: `+sharing+`
       classes:
         - {name: a, rate: 100kbit, weight: 1, quantum: 67050, match: [{proto: udp, dport: 9001}]}
         - {name: b, rate: 100kbit, weight: 3, quantum: 67050, match: [{proto: udp, dport: 9002}]}
@@ -850,12 +860,14 @@ func TestAgentSharingController(t *testing.T) {
 	a := startAgent(t, p.A, pol, "--interval", "500ms")
 	stopFlood := udpFlood(t, p.A, testutil.AddrB, 15e6, 9001, 9002)
 	defer stopFlood()
-	ceils := func() map[string]float64 {
+	// classes reads each class's rate and ceil back.
+	classes := func() map[string][2]float64 {
 		out := must(t, "--netns", p.A, "show", "--json", "--local", "--interval", "0")
 		var s struct {
 			Trees []struct {
 				Classes []struct {
 					Name string  `json:"name"`
+					Rate float64 `json:"rate_bps"`
 					Ceil float64 `json:"ceil_bps"`
 				} `json:"classes"`
 			} `json:"trees"`
@@ -863,20 +875,38 @@ func TestAgentSharingController(t *testing.T) {
 		if err := json.Unmarshal([]byte(out), &s); err != nil || len(s.Trees) != 1 {
 			t.Fatalf("show: %v\n%s", err, out)
 		}
-		m := map[string]float64{}
+		m := map[string][2]float64{}
 		for _, c := range s.Trees[0].Classes {
-			m[c.Name] = c.Ceil
+			m[c.Name] = [2]float64{c.Rate, c.Ceil}
 		}
 		return m
 	}
+	// held is the field the controller writes; the other stays the
+	// policy's.
+	held := func(c [2]float64) float64 {
+		if field == "rate_bps" {
+			return c[0]
+		}
+		return c[1]
+	}
+	other := func(c [2]float64) float64 {
+		if field == "rate_bps" {
+			return c[1]
+		}
+		return c[0]
+	}
+	policyOther := map[bool]float64{true: 20e6, false: 100e3}[field == "rate_bps"]
 	took, ok := within(8*time.Second, func() bool {
-		c := ceils()
-		return c["a"] == 5e6 && c["b"] == 15e6
+		c := classes()
+		return held(c["a"]) == 5e6 && held(c["b"]) == 15e6
 	})
 	if !ok {
-		t.Fatalf("ceils %v after 8 s, want a 5mbit and b 15mbit", ceils())
+		t.Fatalf("classes %v after 8 s, want %s a 5mbit and b 15mbit", classes(), field)
 	}
-	t.Logf("limits in force %.1f s after the flood began", took.Seconds())
+	if c := classes(); other(c["a"]) != policyOther || other(c["b"]) != policyOther {
+		t.Errorf("classes %v: the controller moved what it does not hold (want %.0f)", c, policyOther)
+	}
+	t.Logf("shares in force %.1f s after the flood began", took.Seconds())
 
 	st := a.status()
 	var shares []string
@@ -905,7 +935,7 @@ func TestAgentSharingController(t *testing.T) {
 	// Not drift, and not undone by the user's own apply or plan.
 	time.Sleep(1500 * time.Millisecond)
 	if v, _ := a.metric("sluice_drift_repairs_total"); v != 0 {
-		t.Errorf("the agent repaired its own ceils %v times", v)
+		t.Errorf("the agent repaired its own writes %v times", v)
 	}
 	if out := must(t, "--netns", p.A, "plan", pol); !strings.Contains(out, "no changes") {
 		t.Errorf("plan while the controller runs:\n%s", out)
@@ -913,15 +943,15 @@ func TestAgentSharingController(t *testing.T) {
 	if out := must(t, "--netns", p.A, "apply", pol); !strings.Contains(out, "no changes") {
 		t.Errorf("apply while the controller runs:\n%s", out)
 	}
-	if c := ceils(); c["a"] != 5e6 {
-		t.Errorf("ceils after apply %v", c)
+	if c := classes(); held(c["a"]) != 5e6 {
+		t.Errorf("classes after apply %v", c)
 	}
-	// Killed, the agent leaves its limits behind, stale: the next plain
+	// Killed, the agent leaves its shares behind, stale: the next plain
 	// apply puts the policy's back.
 	stopFlood()
 	a.stop(syscall.SIGKILL)
 	out := must(t, "--netns", p.A, "apply", pol)
-	if c := ceils(); c["a"] != 20e6 || c["b"] != 20e6 {
-		t.Errorf("apply after the agent stopped: ceils %v, want the policy's 20mbit\n%s", c, out)
+	if c := classes(); c["a"] != [2]float64{100e3, 20e6} || c["b"] != [2]float64{100e3, 20e6} {
+		t.Errorf("apply after the agent stopped: classes %v, want the policy's 100kbit and 20mbit\n%s", c, out)
 	}
 }

@@ -798,6 +798,12 @@ func runScenario(t *testing.T, name string, scale float64, variants []string, wa
 	dir := t.TempDir()
 	r := sluice(t, "lab", "run", name, "--scale", fmt.Sprint(scale), "--out", dir, "--name", strings.TrimPrefix(testutil.Unique("scn"), testutil.Prefix))
 	t.Logf("%s", r.stdout)
+	// The failed expectations last, where a CI log's tail shows them.
+	for _, line := range strings.Split(r.stdout, "\n") {
+		if strings.HasPrefix(line, "FAIL  ") {
+			t.Errorf("%s", line)
+		}
+	}
 	if r.code != 0 {
 		t.Fatalf("exit %d\n%s", r.code, r.stderr)
 	}

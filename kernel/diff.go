@@ -182,8 +182,8 @@ type Options struct {
 	// existing clsact): they satisfy the plan but are never deleted.
 	Shared map[string]bool
 	// KeepCeils: a sharing controller runs (the agent), so the live ceil
-	// of a class it controls is its decision, not drift, as long as it
-	// lies between the class's rate and its planned ceil.
+	// and rate of a class it controls are its decision, not drift, as
+	// long as they lie between the class's planned rate and ceil.
 	KeepCeils bool
 }
 
@@ -369,9 +369,10 @@ func filterEqual(l, w *tc.U32) bool {
 }
 
 // keepCeils returns desired with each controlled class's ceil set to its
-// live one, where that lies between the class's rate and planned ceil:
-// the controller's limit stays, and a change made for another reason
-// (a new rate) keeps it too.
+// live one, where that lies between the class's rate and planned ceil,
+// and its rate to the live one where that lies between the planned rate
+// and the ceil: the controller's limit (or assured share) stays, and a
+// change made for another reason keeps it too.
 //
 // For an EDT tree the same holds of a controlled aggregate's rate (its
 // cap) and horizon in the program's targets.
@@ -399,8 +400,15 @@ func keepCeils(live, desired []tc.Object) []tc.Object {
 		switch l := o.(type) {
 		case *tc.Class:
 			w := *out[i].(*tc.Class)
-			if l.Ceil >= w.Rate && l.Ceil <= w.Ceil && l.Ceil != w.Ceil {
+			planned := w
+			if l.Ceil >= planned.Rate && l.Ceil <= planned.Ceil {
 				w.Ceil = l.Ceil
+			}
+			// An assuring controller's share is the class's rate.
+			if l.Rate >= planned.Rate && l.Rate <= w.Ceil {
+				w.Rate = l.Rate
+			}
+			if w != planned {
 				out[i] = &w
 			}
 		case *bpf.Hook:

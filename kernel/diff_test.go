@@ -259,6 +259,30 @@ func TestDiffKeepsControllerCeils(t *testing.T) {
 		t.Errorf("a rate change lost the controller's ceil:\n%s", describe(d))
 	}
 
+	// An assuring controller's rate: between the planned rate and the
+	// ceil it is kept, beside a kept ceil too; above the ceil it is not.
+	raise := func(objs []tc.Object, name string, rate units.Rate) []tc.Object {
+		for _, o := range objs {
+			if c, ok := o.(*tc.Class); ok && c.Name == name {
+				c.Rate = rate
+				c.BufferTicks = tc.XmitTicks(rate, c.Burst)
+			}
+		}
+		return objs
+	}
+	if d := Compute(raise(asLive(want), "web", 20e6/8), want, Options{KeepCeils: true}); !d.Empty() {
+		t.Errorf("a controller's rate within bounds is drift:\n%s", describe(d))
+	}
+	if d := Compute(raise(lower(asLive(want), "web", 12e6/8), "web", 10e6/8), want, Options{KeepCeils: true}); !d.Empty() {
+		t.Errorf("a controller's rate and ceil within bounds are drift:\n%s", describe(d))
+	}
+	if d := Compute(raise(asLive(want), "web", 20e6/8), want, Options{}); len(d.Changes) != 1 || d.Changes[0].Obj.(*tc.Class).Rate != 8e6/8 {
+		t.Errorf("without an agent the policy's rate must come back:\n%s", describe(d))
+	}
+	if d := Compute(raise(lower(asLive(want), "web", 12e6/8), "web", 14e6/8), want, Options{KeepCeils: true}); len(d.Changes) != 1 || d.Changes[0].Obj.(*tc.Class).Rate != 8e6/8 {
+		t.Errorf("a rate above the ceil kept:\n%s", describe(d))
+	}
+
 	// EDT: a controlled target's rate and horizon.
 	hook := func(rate uint64) *bpf.Hook {
 		return &bpf.Hook{Dev: "eth0", Prio: plan.HookPrio, Controlled: []uint32{1},

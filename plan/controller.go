@@ -21,8 +21,13 @@ type Controller struct {
 	Capacity units.Rate `json:"capacity"`
 	// Horizon is an EDT tree's horizon (an aggregate's moves with its
 	// cap: HorizonFor).
-	Horizon  time.Duration `json:"horizon,omitempty"`
-	Children []Controlled  `json:"children"`
+	Horizon time.Duration `json:"horizon,omitempty"`
+	// Assure: the controller gives each child its share as the class's
+	// rate, not its ceil (share.Controller.Assure): an HTB tree whose
+	// parent guarantees the capacity (its rate) and has no cap below
+	// it. Otherwise the shares are ceils (and an EDT tree's caps).
+	Assure   bool         `json:"assure,omitempty"`
+	Children []Controlled `json:"children"`
 }
 
 // Controlled is one child under a controller.
@@ -46,13 +51,26 @@ type Controlled struct {
 func (b *builder) controllers() {
 	t := b.tree
 	byName := map[string]*tc.Class{}
+	byHandle := map[tc.Handle]*tc.Class{}
 	for _, o := range b.objs {
 		if c, ok := o.(*tc.Class); ok {
 			byName[c.Name] = c
+			byHandle[c.Handle] = c
 		}
 	}
 	add := func(owner string, sh *policy.Sharing, cs []*policy.Class) {
 		ctl := Controller{Owner: owner, Quantum: sh.Quantum, ApplyAbove: sh.ApplyAbove, Capacity: sh.CapBps}
+		// Rates are the shares only where the parent class guarantees
+		// all of the capacity and no cap is meant to hold the children
+		// below it: HTB lets a class below its rate send whatever its
+		// parent's state, and lets one borrow up to its parent's ceil.
+		if sh.Cap == nil && len(cs) > 0 {
+			if first := byName[cs[0].Name]; first != nil {
+				if p := byHandle[first.Parent]; p != nil && p.Rate >= sh.CapBps {
+					ctl.Assure = true
+				}
+			}
+		}
 		prios := map[int]bool{}
 		for _, c := range cs {
 			prios[c.Prio] = true

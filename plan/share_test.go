@@ -1,6 +1,7 @@
 package plan
 
 import (
+	"fmt"
 	"math"
 	"math/rand"
 	"os"
@@ -227,5 +228,83 @@ func TestPlanEDTController(t *testing.T) {
 	}
 	if strings.Join(controlled, ",") != "a,b" {
 		t.Errorf("controlled targets %v, want a and b", controlled)
+	}
+}
+
+// A controller over an HTB tree gives the shares as rates (Assure) where
+// the parent guarantees all it shares: the direction's top level, or a
+// class whose rate is its ceil. With a cap, or under a class that only
+// borrows part of what its children share, the shares are ceils; an
+// EDT tree's are caps.
+func TestPlanControllerAssures(t *testing.T) {
+	for _, tc := range []struct {
+		name, src string
+		assure    []bool
+	}{
+		{"top level", `interfaces:
+  - name: eth0
+    egress:
+      rate: 30mbit
+      default: b
+      sharing: controller
+      classes:
+        - {name: a, rate: 1mbit, weight: 1, match: [{dport: 1}]}
+        - {name: b, rate: 1mbit, weight: 2}
+`, []bool{true}},
+		{"cap", `interfaces:
+  - name: eth0
+    egress:
+      rate: 30mbit
+      default: b
+      sharing: {mode: controller, cap: 80%}
+      classes:
+        - {name: a, rate: 1mbit, weight: 1, match: [{dport: 1}]}
+        - {name: b, rate: 1mbit, weight: 2}
+`, []bool{false}},
+		{"under classes", `interfaces:
+  - name: eth0
+    egress:
+      rate: 30mbit
+      default: other
+      classes:
+        - name: full
+          rate: 10mbit
+          ceil: 10mbit
+          sharing: controller
+          classes:
+            - {name: a, rate: 1mbit, match: [{dport: 1}]}
+            - {name: b, rate: 1mbit, match: [{dport: 2}]}
+        - name: borrows
+          rate: 10mbit
+          ceil: 20mbit
+          sharing: controller
+          classes:
+            - {name: c, rate: 1mbit, match: [{dport: 3}]}
+            - {name: d, rate: 1mbit, match: [{dport: 4}]}
+        - {name: other, rate: 1mbit}
+`, []bool{true, false}},
+		{"edt", `interfaces:
+  - name: eth0
+    egress:
+      backend: edt
+      rate: 30mbit
+      default: b
+      sharing: controller
+      classes:
+        - {name: a, rate: 1mbit, match: [{dport: 1}]}
+        - {name: b, rate: 1mbit}
+`, []bool{false}},
+	} {
+		pl, err := Build(parseEDT(t, tc.src), Everything, nil)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		var got []bool
+		for _, c := range pl.Devices[0].Controllers {
+			got = append(got, c.Assure)
+		}
+		if fmt.Sprint(got) != fmt.Sprint(tc.assure) {
+			t.Errorf("%s: assure %v, want %v", tc.name, got, tc.assure)
+		}
 	}
 }

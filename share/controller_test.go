@@ -1,6 +1,7 @@
 package share
 
 import (
+	"fmt"
 	"math"
 	"testing"
 	"time"
@@ -232,5 +233,112 @@ func TestControllerApplyAbove(t *testing.T) {
 		if x.Hungry || x.Share != 6*mbit || x.Limit != 10*mbit || x.Applied != tc.applied {
 			t.Errorf("apply_above %.2f: x %+v, want share 6, limit 10, applied %v", tc.above, x, tc.applied)
 		}
+	}
+}
+
+// htbRates is a fluid model of an HTB parent under an assuring
+// controller: each child gets what it wants up to its rate, and what
+// is left of the capacity is borrowed in equal parts (equal quanta) by
+// those that want more, each up to its ceil.
+func htbRates(capacity float64, want, rates, ceils []float64) []float64 {
+	got := make([]float64, len(want))
+	left := capacity
+	for i, w := range want {
+		got[i] = math.Min(w, rates[i])
+		left -= got[i]
+	}
+	ms := make([]Member, len(want))
+	for i, w := range want {
+		ms[i] = Member{Weight: 1, Demand: math.Max(0, math.Min(w, ceils[i])-got[i])}
+	}
+	for i, b := range maxMinNoRest(math.Max(left, 0), ms) {
+		got[i] += b
+	}
+	return got
+}
+
+// An assuring controller gives each share as the class's rate and keeps
+// the policy's ceil. It starts from the weights' split (no quantum of
+// HTB's equal one), leaves nothing idle when a child uses less than its
+// share (the others borrow it, where ceils that add up to the link would
+// hold them), and its rates never add up to more than the capacity: an
+// idle child's own rate, and prod's, stay reserved.
+func TestControllerAssure(t *testing.T) {
+	cs := append([]Child{{Name: "prod", Weight: 1, Rate: 3 * mbit, Ceil: 30 * mbit, Prod: true}}, tenants(1, 2, 3)...)
+	cs[1].Rate = 2 * mbit // a: an idle child's guarantee stays its own
+	c := &Controller{Children: cs, Capacity: 30 * mbit, Assure: true}
+	want := []float64{1 * mbit, 100 * mbit, 100 * mbit, 100 * mbit}
+	now := time.Unix(0, 0)
+	var bytes [4]uint64
+	var got []float64
+	read := func(ds []Decision) []Reading {
+		rates, ceils := make([]float64, len(cs)), make([]float64, len(cs))
+		for i, d := range ds {
+			rates[i], ceils[i] = d.Rate, d.Ceil
+		}
+		got = htbRates(30*mbit, want, rates, ceils)
+		rs := make([]Reading, len(cs))
+		for i := range cs {
+			bytes[i] += uint64(got[i] / 8)
+			rs[i] = Reading{Bytes: bytes[i], Queued: got[i] < want[i]*0.999}
+		}
+		return rs
+	}
+	check := func(when string, ds []Decision) {
+		t.Helper()
+		sum := 0.0
+		for _, d := range ds {
+			sum += d.Rate
+			if d.Ceil != 30*mbit {
+				t.Errorf("%s: %s's ceil %.1f, want the policy's 30", when, d.Name, d.Ceil/mbit)
+			}
+		}
+		if sum > 30*mbit+1 {
+			t.Errorf("%s: rates add up to %.2f Mbit/s, above the 30 the parent guarantees", when, sum/mbit)
+		}
+	}
+	ds := c.Step(now, make([]Reading, len(cs)))
+	if ds == nil {
+		t.Fatal("an assuring controller's first step decided nothing")
+	}
+	check("first step", ds)
+	// 30 less prod's 3 by 1:2:3, as if everyone wanted its ceil.
+	for i, w := range []float64{3, 4.5, 9, 13.5} {
+		if math.Abs(ds[i].Rate-w*mbit) > 1e3 {
+			t.Errorf("first step: %s's rate %.2f, want %.1f", ds[i].Name, ds[i].Rate/mbit, w)
+		}
+	}
+	for q := 1; q <= 3; q++ {
+		now = now.Add(time.Second)
+		ds = c.Step(now, read(ds))
+		check(fmt.Sprintf("quantum %d", q), ds)
+	}
+	// a goes idle: its 2 mbit rate stays reserved, the rest goes to b
+	// and c by weight, and the link stays full all along.
+	want[1] = 0
+	for q := 1; q <= 3; q++ {
+		now = now.Add(time.Second)
+		ds = c.Step(now, read(ds))
+		check(fmt.Sprintf("a idle, quantum %d", q), ds)
+		if total := got[0] + got[2] + got[3]; total < 30*mbit-1e3 {
+			t.Errorf("a idle, quantum %d: the link carried %.2f of 30 Mbit/s", q, total/mbit)
+		}
+	}
+	if math.Abs(ds[1].Rate-2*mbit) > 1e3 || math.Abs(ds[2].Rate-ds[3].Rate*2/3) > 1e3 {
+		t.Errorf("a idle: rates %.2f %.2f %.2f, want a its own 2 and b:c 2:3", ds[1].Rate/mbit, ds[2].Rate/mbit, ds[3].Rate/mbit)
+	}
+	// b wants only 4: a demand that fits keeps the link full through
+	// the step that finds it, and ends as b's rate.
+	want[2] = 4 * mbit
+	for q := 1; q <= 3; q++ {
+		now = now.Add(time.Second)
+		ds = c.Step(now, read(ds))
+		check(fmt.Sprintf("b at 4, quantum %d", q), ds)
+		if total := got[0] + got[2] + got[3]; total < 30*mbit-1e3 {
+			t.Errorf("b at 4, quantum %d: the link carried %.2f of 30 Mbit/s", q, total/mbit)
+		}
+	}
+	if math.Abs(got[2]-4*mbit) > 1e3 || math.Abs(got[3]-25*mbit) > 1e3 {
+		t.Errorf("b at 4: b %.2f c %.2f, want 4 and 25 (30 less prod's 1)", got[2]/mbit, got[3]/mbit)
 	}
 }

@@ -59,14 +59,17 @@ type Share struct {
 	// Usage is what it sent over the last quantum; Demand what the
 	// controller counted it as wanting (its ceil when held back:
 	// Hungry); Share its weighted max-min share; Limit that share
-	// between its rate and ceil, Applied when in force; Ceil the ceil
-	// the class has now.
+	// between its rate and ceil, Applied when in force: as the class's
+	// rate when Assured, else as its ceil. Rate and Ceil are the class's
+	// now.
 	Usage   float64 `json:"usage_bps"`
 	Demand  float64 `json:"demand_bps"`
 	Hungry  bool    `json:"hungry,omitempty"`
 	Share   float64 `json:"share_bps"`
 	Limit   float64 `json:"limit_bps"`
 	Applied bool    `json:"applied"`
+	Assured bool    `json:"assured,omitempty"`
+	Rate    float64 `json:"rate_bps,omitempty"`
 	Ceil    float64 `json:"ceil_bps"`
 }
 
@@ -433,8 +436,10 @@ func writeSharing(w io.Writer, ss []*Share) {
 		switch {
 		case sh.Prod:
 			name, limit = name+" (prod)", "never"
+		case sh.Applied && sh.Assured:
+			limit = human(sh.Limit) + " (rate)"
 		case sh.Applied:
-			limit = human(sh.Limit)
+			limit = human(sh.Limit) + " (ceil)"
 		}
 		fmt.Fprintf(tw, "%s\t%.4g\t%s\t%s\t%s\t%s\t\n", name, sh.Weight, human(sh.Usage), demand, human(sh.Share), limit)
 	}

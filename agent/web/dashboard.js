@@ -103,7 +103,7 @@ function drawSharing(t) {
       el("td", {}, human(s.usage_bps)),
       el("td", {}, human(s.demand_bps) + (s.hungry ? " (held back)" : "")),
       el("td", {}, human(s.share_bps)),
-      el("td", {class: s.applied ? "warn" : "muted"}, s.applied ? human(s.limit_bps) : "none (ceil " + human(s.ceil_bps) + ")"))))));
+      el("td", {class: s.applied ? "warn" : "muted"}, s.applied ? human(s.limit_bps) + (s.assured ? " (rate)" : " (ceil)") : "none (ceil " + human(s.ceil_bps) + ")"))))));
 }
 
 // drawChart draws each class's measured rate and, for classes under a

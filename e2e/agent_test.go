@@ -622,8 +622,9 @@ func TestDashboardInChromium(t *testing.T) {
 		t.Errorf("no chart with four series drawn:\n%.1500s", chart)
 	}
 	if i := strings.Index(dom, `id="sharing-veth0-egress"`); i < 0 || !strings.Contains(dom[i:], "<th>demand</th>") ||
-		!strings.Contains(dom[i:], "none (ceil 20.00 Mbit)") {
-		t.Errorf("no sharing table (weight, demand, share, limit; no limit applied below the link's rate)")
+		!strings.Contains(dom[i:], "Mbit (rate)</td>") {
+		// No cap: each share is written as the class's rate.
+		t.Errorf("no sharing table (weight, demand, share, and the share held as the class's rate)")
 	}
 	// Every request the page made went to the agent. The net log holds
 	// the browser's own requests too (updates, accounts): those have no

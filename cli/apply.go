@@ -213,8 +213,12 @@ func controllerNotes(p *plan.Plan) []string {
 				}
 				ws = append(ws, fmt.Sprintf("%s %.4g", ch.Name, ch.Weight))
 			}
-			s := fmt.Sprintf("%s %s: a sharing controller splits %s among %s by weight (%s) every %s, writing their ceils; it runs in `sluice agent`, and without one the ceils stay the policy's",
-				d.Interface, d.Dir, policy.FormatBits(c.Capacity), over, strings.Join(ws, ", "), c.Quantum)
+			what := "ceils"
+			if c.Assure {
+				what = "rates" // guarantees: what one leaves the others borrow
+			}
+			s := fmt.Sprintf("%s %s: a sharing controller splits %s among %s by weight (%s) every %s, writing their %s; it runs in `sluice agent`, and without one the %s stay the policy's",
+				d.Interface, d.Dir, policy.FormatBits(c.Capacity), over, strings.Join(ws, ", "), c.Quantum, what, what)
 			if len(prod) > 0 {
 				s += fmt.Sprintf("; %s (prio 0) never limited, their use taken off the %s", strings.Join(prod, ", "), policy.FormatBits(c.Capacity))
 			}

@@ -938,8 +938,9 @@ func testSharingController(t *testing.T, sharing, field string) {
 	if v, _ := a.metric("sluice_drift_repairs_total"); v != 0 {
 		t.Errorf("the agent repaired its own writes %v times", v)
 	}
-	if out := must(t, "--netns", p.A, "plan", pol); !strings.Contains(out, "no changes") {
-		t.Errorf("plan while the controller runs:\n%s", out)
+	what := map[bool]string{true: "writing their rates", false: "writing their ceils"}[field == "rate_bps"]
+	if r := sluice(t, "--netns", p.A, "plan", pol); r.code != 0 || !strings.Contains(r.stdout, "no changes") || !strings.Contains(r.stderr, what) {
+		t.Errorf("plan while the controller runs (want no changes, and a note %q): exit %d\n%s%s", what, r.code, r.stdout, r.stderr)
 	}
 	if out := must(t, "--netns", p.A, "apply", pol); !strings.Contains(out, "no changes") {
 		t.Errorf("apply while the controller runs:\n%s", out)

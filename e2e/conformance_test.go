@@ -168,6 +168,7 @@ func TestConformanceMatrix(t *testing.T) {
 	planes := []plane{
 		{"htb", "htb", []string{"auto", "bfifo", "fq_codel", "cake"}, []string{"weights", "hosts", "prio"}, 1},
 		{"htb sharded", "htb", []string{"auto", "bfifo", "fq_codel", "cake"}, []string{"shards"}, 4},
+		{"htb controller", "htb", []string{"auto"}, []string{"weights"}, 1},
 		{"edt", "edt", []string{""}, []string{"weights", "hosts", "prio"}, 4},
 		{"edt controller", "edt", []string{""}, []string{"weights"}, 4},
 	}
@@ -181,8 +182,8 @@ func TestConformanceMatrix(t *testing.T) {
 			return "prod aggregates (prio 0) never wait for the others"
 		case plane == "edt" && cell != "one host alone":
 			return edtPool
-		case plane == "edt controller":
-			return ""
+		case strings.HasSuffix(plane, "controller"):
+			return "" // what quanta and EDT cannot do, the controller does
 		}
 		return sh.limits[cell]
 	}
@@ -230,7 +231,7 @@ func TestConformanceMatrix(t *testing.T) {
 				if pl.backend == "edt" {
 					opts = "\n      backend: edt"
 				}
-				if pl.name == "edt controller" {
+				if strings.HasSuffix(pl.name, "controller") {
 					opts += "\n      sharing: controller"
 				}
 				byTree := map[string]matrixShape{}

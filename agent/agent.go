@@ -82,10 +82,13 @@ type Info struct {
 // Agent is a running agent. Its exported methods are safe for
 // concurrent use.
 type Agent struct {
-	cfg     Config
-	log     *slog.Logger
-	lock    *kernel.Lock
-	opts    engine.Options
+	cfg  Config
+	log  *slog.Logger
+	lock *kernel.Lock
+	opts engine.Options
+	// sess is the engine session every write goes through: passes, and
+	// the controllers' limits laid over them.
+	sess    *engine.Session
 	metrics *metrics
 	reload  chan bool // true: forced (SIGHUP)
 
@@ -173,6 +176,7 @@ func New(cfg Config) (*Agent, error) {
 		tick: cfg.Interval}
 	a.opts = engine.Options{Netns: cfg.Netns, Full: true, SkipMissing: true, LockTimeout: 30 * time.Second,
 		Warn: func(s string) { a.log.Warn(s) }}
+	a.sess = engine.NewSession(a.opts)
 	pol, err := engine.Load(cfg.Policy, a.opts)
 	if err != nil {
 		return nil, err
@@ -374,6 +378,11 @@ loop:
 		}
 		a.log.Info("reset on exit", "devices", strings.Join(r.Devices, ","))
 	} else {
+		// The controllers' limits lapse now: the next apply puts the
+		// policy's values back.
+		if err := a.sess.Release(); err != nil {
+			a.log.Warn("could not end the limits' lease; they lapse on their own", "err", err)
+		}
 		a.log.Info("stopped; shaping left in place")
 	}
 	return nil
@@ -541,7 +550,7 @@ func (a *Agent) pass(why string) {
 // the counters after (serr: why they could not be read).
 func (a *Agent) reconcile(why string) (result string, changes int, waiting []string, sample *stats.Sample, serr, err error) {
 	a.inForce = nil
-	p, err := engine.PreparePolicy(a.pol, a.opts)
+	p, err := a.sess.Prepare(a.pol)
 	if err != nil {
 		a.logFailure("reconcile failed", why, err)
 		sample, serr = a.collect()
@@ -561,6 +570,8 @@ func (a *Agent) reconcile(why string) (result string, changes int, waiting []str
 	a.tick = a.cfg.Interval
 	if q := minQuantum(p.Plan); q > 0 {
 		a.tick = min(a.tick, q)
+		// The limits hold through a few late steps, not much longer.
+		a.sess.SetLease(max(engine.DefaultLease, 4*q))
 	}
 	if serr == nil && err == nil {
 		a.runControllers(p, sample)

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"time"
 
@@ -26,6 +27,9 @@ type controller struct {
 	// packets, and those held back more than heldBack.
 	packets, held map[string]uint64
 	decided       []*stats.Share
+	// limits are what it decided last, laid over the plan by the
+	// engine session (plan.Limits).
+	limits plan.Limits
 }
 
 // heldBack is the delay beyond which an EDT aggregate's packet counts as
@@ -69,11 +73,13 @@ func minQuantum(p *plan.Plan) time.Duration {
 }
 
 // runControllers steps every controller of p whose quantum has passed,
-// on the pass's reading, writes the ceils they decide, and records their
-// decisions in the reading (stats.Tree.Sharing). It runs with the
-// namespace locked (inside the pass), so no apply interleaves.
+// on the pass's reading, has the engine session write the limits they
+// decide, and records their decisions in the reading
+// (stats.Tree.Sharing). It runs with the namespace locked (inside the
+// pass), so no apply interleaves.
 func (a *Agent) runControllers(p *engine.Prepared, s *stats.Sample) {
 	live := map[string]*controller{}
+	var wrote []written
 	planned := map[tc.Handle]*tc.Class{}
 	for _, d := range p.Plan.Devices {
 		if len(d.Controllers) == 0 {
@@ -102,11 +108,31 @@ func (a *Agent) runControllers(p *engine.Prepared, s *stats.Sample) {
 				tree.Sharing = append(tree.Sharing, ctl.decided...)
 				continue
 			}
-			a.step(p, ctl, tree, planned, s.At)
+			wrote = append(wrote, a.step(p, ctl, tree, planned, s.At)...)
 			tree.Sharing = append(tree.Sharing, ctl.decided...)
 		}
 	}
 	a.ctls = live
+	limits := plan.Limits{}
+	for _, ctl := range live {
+		maps.Copy(limits, ctl.limits)
+	}
+	res, err := a.sess.SetLimits(p, limits)
+	if err != nil {
+		a.logFailure("sharing: writing the limits failed", "sharing", err)
+		return
+	}
+	a.metrics.shareWrites.Add(float64(res.Changes))
+	for _, w := range wrote {
+		w.share.Rate, w.share.Ceil = w.rate, w.ceil
+	}
+}
+
+// written is a share whose limits the step decided: once they are
+// written, the share shows them.
+type written struct {
+	share      *stats.Share
+	rate, ceil float64
 }
 
 func newController(d *plan.Device, cfg plan.Controller) *controller {
@@ -130,9 +156,9 @@ func treeOf(s *stats.Sample, dev string) *stats.Tree {
 }
 
 // step reads the children's counters (each with its descendants: a
-// tenant's subclasses and hosts queue for it), decides, and writes the
-// ceils that differ from the kernel's.
-func (a *Agent) step(p *engine.Prepared, ctl *controller, tree *stats.Tree, planned map[tc.Handle]*tc.Class, now time.Time) {
+// tenant's subclasses and hosts queue for it) and decides the
+// children's limits (ctl.limits), which runControllers has written.
+func (a *Agent) step(p *engine.Prepared, ctl *controller, tree *stats.Tree, planned map[tc.Handle]*tc.Class, now time.Time) []written {
 	byID := map[string]*stats.Class{}
 	for _, c := range tree.Classes {
 		byID[c.ID] = c
@@ -168,7 +194,6 @@ func (a *Agent) step(p *engine.Prepared, ctl *controller, tree *stats.Tree, plan
 		rs[i] = share.Reading{Bytes: bytes[i], Queued: backlog[i] > 0 || drops[i] > ctl.drops[ch.Name]}
 		ctl.drops[ch.Name] = drops[i]
 	}
-	var prog *bpf.Program
 	var targets []bpf.Target
 	if edt {
 		// An aggregate has no queue of its own: what its packets waited
@@ -191,15 +216,16 @@ func (a *Agent) step(p *engine.Prepared, ctl *controller, tree *stats.Tree, plan
 				rs[i].Queued = true
 			}
 		}
-		var err error
-		if prog, err = p.Kernel().OpenHook(ctl.dev, false); err != nil || prog == nil {
+		prog, err := p.Kernel().OpenHook(ctl.dev, false)
+		if err != nil || prog == nil {
 			a.logFailure("sharing: reading the EDT program failed", "sharing", fmt.Errorf("%s: %v", ctl.dev, err))
-			return
+			return nil
 		}
-		defer prog.Close()
-		if targets, _, err = prog.Targets(); err != nil {
+		targets, _, err = prog.Targets()
+		prog.Close()
+		if err != nil {
 			a.logFailure("sharing: reading the EDT program failed", "sharing", err)
-			return
+			return nil
 		}
 		for i, ch := range ctl.cfg.Children {
 			if int(ch.Target) < len(targets) {
@@ -210,17 +236,19 @@ func (a *Agent) step(p *engine.Prepared, ctl *controller, tree *stats.Tree, plan
 	for i := range found {
 		if !found[i] {
 			ctl.c.Reset() // a class missing: measure afresh once it is back
-			ctl.last, ctl.decided = now, nil
-			return
+			ctl.last, ctl.decided, ctl.limits = now, nil, nil
+			return nil
 		}
 	}
 	ds := ctl.c.Step(now, rs)
 	ctl.last = now
 	if ds == nil {
-		return
+		return nil
 	}
 	ctl.decided = ctl.decided[:0]
-	k := p.Kernel()
+	ctl.limits = plan.Limits{}
+	var out []written
+	hook := &bpf.Hook{Dev: ctl.dev}
 	for i, d := range ds {
 		ch := ctl.cfg.Children[i]
 		sh := &stats.Share{Class: ch.Name, Owner: ctl.cfg.Owner, Weight: ch.Weight, Prod: ch.Prod, Usage: d.Usage,
@@ -232,43 +260,35 @@ func (a *Agent) step(p *engine.Prepared, ctl *controller, tree *stats.Tree, plan
 		}
 		want := units.FromBits(d.Ceil)
 		if edt {
-			if math.Abs(float64(want)-float64(units.FromBits(liveCeil[i]))) < 1 {
-				continue
-			}
 			if int(ch.Target) >= len(targets) {
 				continue
 			}
-			tg := targets[ch.Target]
-			tg.Rate, tg.Horizon = uint64(max(want, 1)), plan.HorizonFor(ctl.cfg.Horizon, want)
-			if err := prog.SetTarget(ch.Target, tg); err != nil {
-				a.logFailure("sharing: writing a cap failed", "sharing", fmt.Errorf("%s aggregate %s: %w", ctl.dev, ch.Name, err))
-				continue
+			// The engine holds a cap at most the planned one (the child's ceil).
+			ctl.limits[plan.TargetLimit(hook, ch.Target)] = plan.Limit{Ceil: want}
+			out = append(out, written{sh, liveRate[i], min(max(want, 1), ch.Ceil).BitsFloat()})
+			if !same(want, liveCeil[i]) {
+				a.log.Debug("sharing: aggregate", "device", ctl.dev, "class", ch.Name, "cap_bps", want.BitsFloat(),
+					"usage_bps", d.Usage, "share_bps", d.Share, "applied", d.Applied)
 			}
-			a.metrics.shareWrites.Inc()
-			sh.Ceil = units.Rate(tg.Rate).BitsFloat()
 			continue
 		}
 		pc := planned[ch.Handle]
 		if pc == nil {
 			continue
 		}
-		// Kept between the planned rate and ceil, as the reconciler
-		// expects of a controlled class (kernel.Options.KeepCeils).
-		cl := *pc
-		cl.Ceil = min(max(want, pc.Rate), pc.Ceil)
-		cl.Rate = min(max(units.FromBits(d.Rate), pc.Rate), cl.Ceil)
-		if same(cl.Rate, liveRate[i]) && same(cl.Ceil, liveCeil[i]) {
-			continue
+		// plan.WithLimits holds them between the planned rate and ceil;
+		// the share shows what it will hold.
+		lim := plan.Limit{Rate: units.FromBits(d.Rate), Ceil: want}
+		ctl.limits[plan.ClassLimit(pc)] = lim
+		ceil := min(max(lim.Ceil, pc.Rate), pc.Ceil)
+		rate := min(max(lim.Rate, pc.Rate), ceil)
+		out = append(out, written{sh, rate.BitsFloat(), ceil.BitsFloat()})
+		if !same(rate, liveRate[i]) || !same(ceil, liveCeil[i]) {
+			a.log.Debug("sharing: class", "device", ctl.dev, "class", ch.Name, "rate_bps", rate.BitsFloat(), "ceil_bps", ceil.BitsFloat(),
+				"usage_bps", d.Usage, "share_bps", d.Share, "applied", d.Applied)
 		}
-		if err := k.Conn.ClassChange(&cl); err != nil {
-			a.logFailure("sharing: writing a class's rate and ceil failed", "sharing", fmt.Errorf("%s class %s: %w", ctl.dev, ch.Name, err))
-			continue
-		}
-		a.metrics.shareWrites.Inc()
-		sh.Rate, sh.Ceil = cl.Rate.BitsFloat(), cl.Ceil.BitsFloat()
-		a.log.Debug("sharing: class", "device", ctl.dev, "class", ch.Name, "rate_bps", sh.Rate, "ceil_bps", sh.Ceil,
-			"usage_bps", d.Usage, "share_bps", d.Share, "applied", d.Applied)
 	}
+	return out
 }
 
 // same: a planned rate and a live one read back in bits/s agree (the

@@ -75,10 +75,21 @@ type Prepared struct {
 	// Missing names the policy's interfaces left out because they do not
 	// exist (Options.SkipMissing).
 	Missing []string
+	// Limits are the runtime layer laid over Plan: a Session's, or,
+	// without one, those of a limits record whose lease holds (the
+	// agent's, while it runs). Desired is Plan with them: what the
+	// kernel is to hold.
+	Limits  plan.Limits
+	Desired *plan.Plan
 
 	k    *kernel.Kernel
 	file string
 	opts Options
+	sess *Session
+	// limitsRec is the limits record as read (nil: none), limitsErr why
+	// it could not be read.
+	limitsRec *kernel.LimitsRecord
+	limitsErr error
 }
 
 // Kernel is the namespace the plan was made for.
@@ -123,19 +134,20 @@ func Load(file string, opts Options) (*policy.Policy, error) {
 // Plan plans file against the kernel without changing anything (as
 // `sluice plan`): it reads every tree back.
 func Plan(file string, opts Options) (*Prepared, error) {
-	return prepare(file, nil, opts, false)
+	return prepare(file, nil, opts, false, nil)
 }
 
 // PlanPolicy is Plan for a policy already loaded (file names it in the
 // records).
 func PlanPolicy(pol *policy.Policy, opts Options) (*Prepared, error) {
-	return prepare(pol.File, pol, opts, false)
+	return prepare(pol.File, pol, opts, false, nil)
 }
 
 // prepare plans against the kernel. lock takes the namespace's lock,
 // for an apply; it also allows the fast path (kernel.ReadTouched)
-// unless opts say Full or Force.
-func prepare(file string, pol *policy.Policy, opts Options, lock bool) (*Prepared, error) {
+// unless opts say Full or Force. sess, when set, lays its limits over
+// the plan; otherwise a limits record whose lease holds does.
+func prepare(file string, pol *policy.Policy, opts Options, lock bool, sess *Session) (*Prepared, error) {
 	var ph Phases
 	ph.start()
 	// The records load while the policy parses: with 10,000 hosts each
@@ -166,7 +178,7 @@ func prepare(file string, pol *policy.Policy, opts Options, lock bool) (*Prepare
 		return nil, o.err
 	}
 	k := o.k
-	p := &Prepared{k: k, Policy: pol, Phases: ph, file: file, opts: opts}
+	p := &Prepared{k: k, Policy: pol, Phases: ph, file: file, opts: opts, sess: sess}
 	fail := func(e error) (*Prepared, error) {
 		k.Close()
 		return nil, e
@@ -197,19 +209,15 @@ func prepare(file string, pol *policy.Policy, opts Options, lock bool) (*Prepare
 		return fail(input(err))
 	}
 	p.Phases.mark("plan")
-	// Without an agent, a controller's last ceils are stale and the
-	// records do not know them: read every tree back to put the
-	// policy's ceils back (the fast path would trust the records).
-	stale := hasControllers(p.Plan) && !keepCeils(p.Plan, opts)
-	if lock && !opts.Full && !opts.Force && !stale {
-		l, desired, ok, err := k.ReadTouched(p.Plan)
+	force := p.layLimits()
+	if lock && !opts.Full && !opts.Force && p.limitsErr == nil {
+		l, desired, ok, err := k.ReadTouched(p.Plan, p.Desired, force)
 		if err != nil {
 			return fail(fmt.Errorf("reading the kernel: %w", err))
 		}
 		if ok {
 			p.Live, p.Touched = l, true
 			p.Phases.mark("read touched")
-			l.Opt.KeepCeils = keepCeils(p.Plan, opts)
 			p.Diff = kernel.Compute(l.Objects, desired, l.Opt)
 			p.Phases.mark("diff")
 			return p, nil
@@ -223,8 +231,7 @@ func prepare(file string, pol *policy.Policy, opts Options, lock bool) (*Prepare
 		return fail(fmt.Errorf("reading the kernel: %w", err))
 	}
 	p.Phases.mark("read")
-	p.Live.Opt.KeepCeils = keepCeils(p.Plan, opts)
-	p.Diff = kernel.Compute(p.Live.Objects, p.Plan.Objects(), p.Live.Opt)
+	p.Diff = kernel.Compute(p.Live.Objects, p.Desired.Objects(), p.Live.Opt)
 	p.Phases.mark("diff")
 	if opts.Force {
 		for i := range p.Diff.Changes {
@@ -235,22 +242,6 @@ func prepare(file string, pol *policy.Policy, opts Options, lock bool) (*Prepare
 		}
 	}
 	return p, nil
-}
-
-// keepCeils says whether the ceils a sharing controller set are to be
-// kept: the plan has controllers and an agent runs them in this
-// namespace (without one, the policy's ceils come back).
-func keepCeils(p *plan.Plan, opts Options) bool {
-	return hasControllers(p) && kernel.AgentRunning(kernel.StateDir(opts.Netns))
-}
-
-func hasControllers(p *plan.Plan) bool {
-	for _, d := range p.Devices {
-		if len(d.Controllers) > 0 {
-			return true
-		}
-	}
-	return false
 }
 
 // presentOnly returns pol without its interfaces missing from k's
@@ -272,12 +263,12 @@ func presentOnly(k *kernel.Kernel, pol *policy.Policy) (*policy.Policy, []string
 // Prepare plans file for an apply: it takes the namespace's lock, which
 // the caller releases with Close (after Apply).
 func Prepare(file string, opts Options) (*Prepared, error) {
-	return prepare(file, nil, opts, true)
+	return prepare(file, nil, opts, true, nil)
 }
 
 // PreparePolicy is Prepare for a policy already loaded.
 func PreparePolicy(pol *policy.Policy, opts Options) (*Prepared, error) {
-	return prepare(pol.File, pol, opts, true)
+	return prepare(pol.File, pol, opts, true, nil)
 }
 
 // RecordsError says the apply could not write its records before
@@ -310,7 +301,13 @@ func (p *Prepared) Apply() (*kernel.Result, error) {
 		if err := k.Record(p.Plan, p.Diff, p.Live, p.file); err != nil {
 			return &kernel.Result{}, &CommitError{err}
 		}
+		if err := p.recordLimits(false); err != nil {
+			return &kernel.Result{}, &CommitError{err}
+		}
 		return &kernel.Result{}, nil
+	}
+	if err := p.recordLimits(true); err != nil {
+		return nil, &RecordsError{err}
 	}
 	txn, err := k.Begin(p.Plan, p.Diff, p.Live, p.file)
 	if err != nil {
@@ -329,6 +326,9 @@ func (p *Prepared) Apply() (*kernel.Result, error) {
 	}
 	p.Phases.mark("apply")
 	if err := txn.Commit(); err != nil {
+		return res, &CommitError{err}
+	}
+	if err := p.recordLimits(false); err != nil {
 		return res, &CommitError{err}
 	}
 	p.Phases.mark("record")
@@ -374,6 +374,12 @@ func Reset(devs []string, all bool, opts Options, show func(*kernel.Diff)) (*Res
 	}
 	if err := k.Forget(names); err != nil {
 		return nil, fmt.Errorf("removed, but could not update the records (%w); the next reset finds nothing left and completes it", err)
+	}
+	if len(k.State.Devices) == 0 {
+		// Nothing left for a limit to apply to.
+		if err := kernel.SaveLimits(k.StateDir, nil); err != nil {
+			opts.warn("could not remove the limits record: %v", err)
+		}
 	}
 	return out, nil
 }

@@ -9,7 +9,6 @@ import (
 	"reflect"
 	"sort"
 
-	"sluice/bpf"
 	"sluice/tc"
 )
 
@@ -181,17 +180,10 @@ type Options struct {
 	// Shared names live objects sluice uses but did not create (an
 	// existing clsact): they satisfy the plan but are never deleted.
 	Shared map[string]bool
-	// KeepCeils: a sharing controller runs (the agent), so the live ceil
-	// and rate of a class it controls are its decision, not drift, as
-	// long as they lie between the class's planned rate and ceil.
-	KeepCeils bool
 }
 
 // Compute diffs live against desired.
 func Compute(live, desired []tc.Object, opt Options) *Diff {
-	if opt.KeepCeils {
-		desired = keepCeils(live, desired)
-	}
 	L, D := newGraph(live), newGraph(desired)
 	st := map[string]status{}
 	reason := map[string]string{}
@@ -366,73 +358,4 @@ func filterEqual(l, w *tc.U32) bool {
 		ls.Keys, ws.Keys = nil, nil
 	}
 	return reflect.DeepEqual(ls, ws)
-}
-
-// keepCeils returns desired with each controlled class's ceil set to its
-// live one, where that lies between the class's rate and planned ceil,
-// and its rate to the live one where that lies between the planned rate
-// and the ceil: the controller's limit (or assured share) stays, and a
-// change made for another reason keeps it too.
-//
-// For an EDT tree the same holds of a controlled aggregate's rate (its
-// cap) and horizon in the program's targets.
-func keepCeils(live, desired []tc.Object) []tc.Object {
-	var want map[string]int
-	for i, o := range desired {
-		c, isClass := o.(*tc.Class)
-		h, isHook := o.(*bpf.Hook)
-		if isClass && c.Controlled || isHook && len(h.Controlled) > 0 && h.Content != nil {
-			if want == nil {
-				want = map[string]int{}
-			}
-			want[o.Key()] = i
-		}
-	}
-	if want == nil {
-		return desired
-	}
-	out := append([]tc.Object(nil), desired...)
-	for _, o := range live {
-		i, ok := want[o.Key()]
-		if !ok {
-			continue
-		}
-		switch l := o.(type) {
-		case *tc.Class:
-			w := *out[i].(*tc.Class)
-			planned := w
-			if l.Ceil >= planned.Rate && l.Ceil <= planned.Ceil {
-				w.Ceil = l.Ceil
-			}
-			// An assuring controller's share is the class's rate.
-			if l.Rate >= planned.Rate && l.Rate <= w.Ceil {
-				w.Rate = l.Rate
-			}
-			if w != planned {
-				out[i] = &w
-			}
-		case *bpf.Hook:
-			if l.Content == nil {
-				continue
-			}
-			w := *out[i].(*bpf.Hook)
-			c := *w.Content
-			c.Targets = append([]bpf.Target(nil), c.Targets...)
-			kept := false
-			for _, t := range w.Controlled {
-				if int(t) >= len(c.Targets) || int(t) >= len(l.Content.Targets) {
-					continue
-				}
-				lt, wt := l.Content.Targets[t], &c.Targets[t]
-				if lt.Rate > 0 && lt.Rate <= wt.Rate && (lt.Rate != wt.Rate || lt.Horizon != wt.Horizon) {
-					wt.Rate, wt.Horizon, kept = lt.Rate, lt.Horizon, true
-				}
-			}
-			if kept {
-				w.Content = &c
-				out[i] = &w
-			}
-		}
-	}
-	return out
 }

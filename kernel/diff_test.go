@@ -4,11 +4,9 @@ import (
 	"strings"
 	"testing"
 
-	"sluice/bpf"
 	"sluice/plan"
 	"sluice/policy"
 	"sluice/tc"
-	"sluice/units"
 )
 
 // asLive turns planned objects into what a kernel dump would return.
@@ -221,89 +219,5 @@ func TestDiffSharedHookSurvives(t *testing.T) {
 	}
 	if len(d.Changes) != 3 { // redirect node, its prio, the ifb's root qdisc
 		t.Errorf("changes:\n%s", describe(d))
-	}
-}
-
-// A sharing controller's ceils and EDT caps are kept while it runs
-// (KeepCeils): within the class's rate and its planned ceil they are no
-// drift; outside, or without KeepCeils, the plan's values come back.
-func TestDiffKeepsControllerCeils(t *testing.T) {
-	shared := strings.Replace(base, "      default: bulk\n", "      default: bulk\n      sharing: controller\n", 1)
-	want := build(t, shared)
-	lower := func(objs []tc.Object, name string, ceil units.Rate) []tc.Object {
-		for _, o := range objs {
-			if c, ok := o.(*tc.Class); ok && c.Name == name {
-				if !c.Controlled {
-					t.Fatalf("class %s is not marked controlled", name)
-				}
-				c.Ceil = ceil
-				c.CbufferTicks = tc.XmitTicks(ceil, c.Cburst)
-			}
-		}
-		return objs
-	}
-	live := lower(asLive(want), "web", 12e6/8)
-	if d := Compute(live, want, Options{KeepCeils: true}); !d.Empty() {
-		t.Errorf("a controller's ceil within bounds is drift:\n%s", describe(d))
-	}
-	if d := Compute(live, want, Options{}); len(d.Changes) != 1 {
-		t.Errorf("without an agent the policy's ceil must come back:\n%s", describe(d))
-	}
-	if d := Compute(lower(asLive(want), "web", 1e6/8), want, Options{KeepCeils: true}); len(d.Changes) != 1 {
-		t.Errorf("a ceil below the class's rate kept:\n%s", describe(d))
-	}
-	// A rate change keeps the controller's ceil.
-	want2 := build(t, strings.Replace(shared, "rate: 8mbit", "rate: 9mbit", 1))
-	d := Compute(live, want2, Options{KeepCeils: true})
-	if len(d.Changes) != 1 || d.Changes[0].Obj.(*tc.Class).Ceil != 12e6/8 {
-		t.Errorf("a rate change lost the controller's ceil:\n%s", describe(d))
-	}
-
-	// An assuring controller's rate: between the planned rate and the
-	// ceil it is kept, beside a kept ceil too; above the ceil it is not.
-	raise := func(objs []tc.Object, name string, rate units.Rate) []tc.Object {
-		for _, o := range objs {
-			if c, ok := o.(*tc.Class); ok && c.Name == name {
-				c.Rate = rate
-				c.BufferTicks = tc.XmitTicks(rate, c.Burst)
-			}
-		}
-		return objs
-	}
-	if d := Compute(raise(asLive(want), "web", 20e6/8), want, Options{KeepCeils: true}); !d.Empty() {
-		t.Errorf("a controller's rate within bounds is drift:\n%s", describe(d))
-	}
-	if d := Compute(raise(lower(asLive(want), "web", 12e6/8), "web", 10e6/8), want, Options{KeepCeils: true}); !d.Empty() {
-		t.Errorf("a controller's rate and ceil within bounds are drift:\n%s", describe(d))
-	}
-	if d := Compute(raise(asLive(want), "web", 20e6/8), want, Options{}); len(d.Changes) != 1 || d.Changes[0].Obj.(*tc.Class).Rate != 8e6/8 {
-		t.Errorf("without an agent the policy's rate must come back:\n%s", describe(d))
-	}
-	if d := Compute(raise(lower(asLive(want), "web", 12e6/8), "web", 14e6/8), want, Options{KeepCeils: true}); len(d.Changes) != 1 || d.Changes[0].Obj.(*tc.Class).Rate != 8e6/8 {
-		t.Errorf("a rate above the ceil kept:\n%s", describe(d))
-	}
-
-	// EDT: a controlled target's rate and horizon.
-	hook := func(rate uint64) *bpf.Hook {
-		return &bpf.Hook{Dev: "eth0", Prio: plan.HookPrio, Controlled: []uint32{1},
-			Content: &bpf.Content{Targets: []bpf.Target{{Counter: 1}, {Counter: 2, Rate: rate, Horizon: 100}}, EDT: &bpf.EDT{Horizon: 100}}}
-	}
-	asLiveHook := func(h *bpf.Hook) *bpf.Hook {
-		h.Version, h.ProgID, h.Capacity, h.HistCap = bpf.Version, 7, 64, 64
-		return h
-	}
-	wantHook, liveHook := hook(30e6/8), asLiveHook(hook(10e6/8))
-	liveHook.Content.Targets[1].Horizon = 300
-	if d := Compute([]tc.Object{liveHook}, []tc.Object{wantHook}, Options{KeepCeils: true}); !d.Empty() {
-		t.Errorf("a controller's cap is drift:\n%s", describe(d))
-	}
-	if d := Compute([]tc.Object{liveHook}, []tc.Object{wantHook}, Options{}); len(d.Changes) != 1 {
-		t.Errorf("without an agent the policy's cap must come back:\n%s", describe(d))
-	}
-	if d := Compute([]tc.Object{asLiveHook(hook(40e6 / 8))}, []tc.Object{wantHook}, Options{KeepCeils: true}); len(d.Changes) != 1 {
-		t.Errorf("a cap above the policy's kept:\n%s", describe(d))
-	}
-	if wantHook.Content.Targets[1].Rate != 30e6/8 {
-		t.Error("keeping a cap changed the plan's own content")
 	}
 }

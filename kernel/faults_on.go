@@ -13,7 +13,11 @@ import (
 // as a crash or an operator's kill -9 would:
 //
 //	kill-at-write=N   just before the N-th kernel write (counted from 1)
-//	kill-at=POINT     at a named point: after-journal, before-commit
+//	kill-at=POINT     at a named point: after-journal, before-commit,
+//	                  after-limits (a limits record written, the kernel
+//	                  not yet touched)
+//	kill-at-limits-write=N  just before the N-th write of a limits
+//	                  change (Kernel.ApplyLimits: a controller step)
 //
 // Only the end-to-end tests build this.
 func installFaults(k *Kernel) {
@@ -33,6 +37,33 @@ func installFaults(k *Kernel) {
 			return nil
 		}
 	}
+}
+
+// limitsFaults installs kill-at-limits-write for one limits change,
+// counting from its first write; the returned func removes it.
+func limitsFaults(k *Kernel) func() {
+	for _, f := range strings.Split(os.Getenv("SLUICE_FAULTS"), ",") {
+		v, ok := strings.CutPrefix(f, "kill-at-limits-write=")
+		if !ok {
+			continue
+		}
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			continue
+		}
+		prev, base := k.Conn.BeforeWrite, k.Conn.Writes()
+		k.Conn.BeforeWrite = func(i int, what string) error {
+			if i-base == n {
+				die()
+			}
+			if prev != nil {
+				return prev(i, what)
+			}
+			return nil
+		}
+		return func() { k.Conn.BeforeWrite = prev }
+	}
+	return func() {}
 }
 
 func faultPoint(name string) {

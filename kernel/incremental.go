@@ -27,7 +27,15 @@ const maxTouched = 2000
 // more than maxTouched objects sends the caller to the full path
 // (ok false). Objects the edit does not touch are trusted to be as
 // recorded: `apply --full` and `plan` read everything.
-func (k *Kernel) ReadTouched(p *plan.Plan) (l *Live, desired []tc.Object, ok bool, err error) {
+//
+// The runtime layer (plan.Limits) differs from the fingerprints, which
+// are the policy's: over is p with the limits laid over it (the same
+// devices and objects, in the same order), what the kernel is to hold,
+// and force names the objects to read back whatever their
+// fingerprints say (those the limits record or the new limits touch).
+// A class read only for that may have children: only its rate and
+// ceil can differ.
+func (k *Kernel) ReadTouched(p, over *plan.Plan, force map[string]bool) (l *Live, desired []tc.Object, ok bool, err error) {
 	defer k.Conn.Pin()()
 	if len(p.Devices) != len(k.State.Devices) || k.State.Interrupted() {
 		return nil, nil, false, nil // a tree to remove, or an apply to finish
@@ -35,7 +43,8 @@ func (k *Kernel) ReadTouched(p *plan.Plan) (l *Live, desired []tc.Object, ok boo
 	l = &Live{Opt: Options{Replace: map[string]bool{}, Shared: map[string]bool{}},
 		Adopted: map[string]bool{}, HookShared: map[string]bool{}}
 	deltas := map[string]*fpDelta{}
-	for _, d := range p.Devices {
+	for di, d := range p.Devices {
+		want := over.Devices[di].Objects
 		rec := k.State.Devices[d.Record()]
 		if rec == nil || rec.Objects == nil || d.Ifb {
 			return nil, nil, false, nil
@@ -55,17 +64,24 @@ func (k *Kernel) ReadTouched(p *plan.Plan) (l *Live, desired []tc.Object, ok boo
 		}
 		delta := &fpDelta{set: map[string]uint64{}}
 		deltas[d.Record()] = delta
-		var touched []tc.Object
+		var touched, wanted []tc.Object
+		limitOnly := map[tc.Object]bool{}
 		found := 0
 		for i, o := range d.Objects {
 			fp, had := rec.Objects[keys[i]]
 			if had {
 				found++
 			}
-			if !had || fp != fps[i] {
-				touched = append(touched, o)
+			switch {
+			case !had || fp != fps[i]:
 				delta.set[keys[i]] = fps[i]
+			case force[keys[i]]:
+				limitOnly[o] = true
+			default:
+				continue
 			}
+			touched = append(touched, o)
+			wanted = append(wanted, want[i])
 		}
 		var removed []string
 		if found < len(rec.Objects) { // some recorded object is not planned
@@ -101,14 +117,18 @@ func (k *Kernel) ReadTouched(p *plan.Plan) (l *Live, desired []tc.Object, ok boo
 				return nil, nil, false, nil
 			}
 		}
-		for _, o := range touched {
+		for ti, o := range touched {
 			var live tc.Object
 			switch x := o.(type) {
 			case *tc.Class:
-				if parents[x.Handle] || x.Dev != d.Name {
+				if parents[x.Handle] && !limitOnly[o] || x.Dev != d.Name {
 					return nil, nil, false, nil
 				}
 				c, ok, err := k.leafClass(x.Dev, x.Handle)
+				if limitOnly[o] {
+					c, err = k.Conn.Class(x.Dev, x.Handle)
+					ok = true
+				}
 				if err != nil || !ok {
 					return nil, nil, false, err
 				}
@@ -141,7 +161,7 @@ func (k *Kernel) ReadTouched(p *plan.Plan) (l *Live, desired []tc.Object, ok boo
 			if live != nil {
 				l.Objects = append(l.Objects, live)
 			}
-			desired = append(desired, o)
+			desired = append(desired, wanted[ti])
 		}
 		for _, key := range removed {
 			kind, rest, _ := strings.Cut(key, "/")

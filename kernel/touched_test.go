@@ -19,7 +19,7 @@ import (
 func (b *bed) applyTouched(t *testing.T, pol *policy.Policy) (bool, *kernel.Diff) {
 	t.Helper()
 	p := b.plan(t, pol)
-	live, desired, fast, err := b.k.ReadTouched(p)
+	live, desired, fast, err := b.k.ReadTouched(p, p, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -171,7 +171,7 @@ func TestTouchedReadsOnlyTheEdit(t *testing.T) {
 	hosts[7] = 5
 	pol := load(hosts)
 	pl, _ := b.k.Plan(pol, features(t))
-	if _, _, fast, err := b.k.ReadTouched(pl); err != nil || fast {
+	if _, _, fast, err := b.k.ReadTouched(pl, pl, nil); err != nil || fast {
 		t.Fatalf("ReadTouched on a missing tree: fast %v, err %v", fast, err)
 	}
 }

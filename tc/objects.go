@@ -229,9 +229,9 @@ type Class struct {
 
 	// Name is sluice's name for the class (display only).
 	Name string
-	// Controlled: a sharing controller sets the class's ceil at run time
-	// (between Rate and Ceil); while one runs, a live ceil in that range
-	// is its, not drift (kernel.Options.KeepCeils).
+	// Controlled: a sharing controller sets the class's rate and ceil at
+	// run time, within Rate and Ceil (plan.Limits, laid over the plan by
+	// the engine).
 	Controlled bool
 
 	// Filled in on readback: the kernel keeps bursts as transmission

@@ -1,0 +1,234 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"time"
+
+	"sluice/bpf"
+	"sluice/kernel"
+	"sluice/plan"
+	"sluice/policy"
+	"sluice/tc"
+)
+
+// Session is the engine as a long-lived writer (the agent's): it
+// applies policies as Prepare and Apply do, with its runtime layer
+// (plan.Limits: what the sharing controllers decide) laid over each
+// plan, and changes that layer through the same executor, recorded
+// before the kernel is touched. A reconcile pass therefore keeps the
+// limits, and nothing but the executor writes them.
+//
+// The limits record it writes stands while the process holds the
+// namespace's agent lock (kernel.AcquireAgentLock) and for a lease
+// after each write (SetLease): then a plain `apply` keeps the limits;
+// once either ends (the agent stopped or was killed), the next apply
+// puts the policy's values back. A new session starts with no limits,
+// whatever an earlier one recorded.
+type Session struct {
+	opts   Options
+	lease  time.Duration
+	limits plan.Limits
+}
+
+// DefaultLease is how long a session's limits hold after it last wrote
+// them, unless the caller sets another (SetLease).
+const DefaultLease = 10 * time.Second
+
+// NewSession starts a session acting with opts.
+func NewSession(opts Options) *Session {
+	return &Session{opts: opts, lease: DefaultLease}
+}
+
+// SetLease sets how long the limits hold after each write: a few of
+// the writer's own intervals, so that a late step does not let them
+// lapse.
+func (s *Session) SetLease(d time.Duration) { s.lease = d }
+
+// Limits returns the limits in force (do not change them).
+func (s *Session) Limits() plan.Limits { return s.limits }
+
+// Prepare plans pol with the session's limits for an apply, holding the
+// namespace's lock until Close (as PreparePolicy).
+func (s *Session) Prepare(pol *policy.Policy) (*Prepared, error) {
+	return prepare(pol.File, pol, s.opts, true, s)
+}
+
+// SetLimits makes l the session's limits, writing what they change in
+// the kernel. p is the session's prepared pass, already applied (the
+// lock it holds keeps other writers out). The limits record is written
+// first, with every object the change writes pending, then the changes
+// go through the executor; a refused write rolls the change back and
+// the record with it. Objects the limits leave alone are not read.
+func (s *Session) SetLimits(p *Prepared, l plan.Limits) (*kernel.Result, error) {
+	if p.sess != s || p.Desired == nil {
+		return nil, errors.New("SetLimits: not this session's prepared pass")
+	}
+	next := p.Plan.WithLimits(l)
+	var want []tc.Object
+	for i, d := range next.Devices {
+		was := p.Desired.Devices[i].Objects
+		for j, o := range d.Objects {
+			if limitsDiffer(o, was[j]) {
+				want = append(want, o)
+			}
+		}
+	}
+	res := &kernel.Result{}
+	var d *kernel.Diff
+	if len(want) > 0 {
+		live, err := p.k.ReadLimited(want)
+		if err != nil {
+			return nil, fmt.Errorf("reading the kernel: %w", err)
+		}
+		for i, o := range live {
+			if o == nil {
+				return nil, fmt.Errorf("%s is not in the kernel; the next pass puts it back", want[i].Describe())
+			}
+		}
+		d = kernel.Compute(live, want, kernel.Options{})
+	}
+	var pending []string
+	for _, o := range want {
+		pending = append(pending, o.Key())
+	}
+	old := p.limitsRec
+	if d == nil || d.Empty() {
+		d = nil
+		if len(l) == 0 && old == nil ||
+			old != nil && old.InForce(time.Now()).Equal(l) && len(old.Pending) == 0 && time.Until(old.Until) > s.lease/2 {
+			s.limits, p.Limits, p.Desired = l, l, next
+			return res, nil // nothing to write, and any lease holds a while yet
+		}
+	}
+	rec := kernel.NewLimitsRecord(l, time.Now().Add(s.lease), pending)
+	if err := kernel.SaveLimits(p.k.StateDir, rec); err != nil {
+		return nil, &RecordsError{err}
+	}
+	p.limitsRec, p.limitsErr = rec, nil
+	if d != nil {
+		var err error
+		if res, err = p.k.ApplyLimits(d); err != nil {
+			var ae *kernel.ApplyError
+			if errors.As(err, &ae) && ae.RolledBack {
+				back := kernel.NewLimitsRecord(s.limits, time.Now().Add(s.lease), pending)
+				if serr := kernel.SaveLimits(p.k.StateDir, back); serr == nil {
+					p.limitsRec = back
+				}
+			}
+			return nil, err
+		}
+	}
+	s.limits, p.Limits, p.Desired = l, l, next
+	return res, nil
+}
+
+// limitsDiffer reports whether two overlays of one planned object
+// differ in what limits set (a class's rate and ceil, the targets of a
+// classifier).
+func limitsDiffer(a, b tc.Object) bool {
+	if a == b {
+		return false
+	}
+	switch x := a.(type) {
+	case *tc.Class:
+		y := b.(*tc.Class)
+		return x.Rate != y.Rate || x.Ceil != y.Ceil
+	case *bpf.Hook:
+		y := b.(*bpf.Hook)
+		if x.Content == nil || y.Content == nil {
+			return x.Content != y.Content
+		}
+		return !slices.Equal(x.Content.Targets, y.Content.Targets)
+	}
+	return false
+}
+
+// Release ends the session's lease now, so that the next apply puts
+// the policy's values back (an agent that stops). The kernel keeps the
+// limits until then.
+func (s *Session) Release() error {
+	if len(s.limits) == 0 {
+		return nil
+	}
+	k, err := Open(s.opts)
+	if err != nil {
+		return err
+	}
+	defer k.Close()
+	if err := k.Lock(s.opts.LockTimeout); err != nil {
+		return err
+	}
+	rec, err := kernel.LoadLimits(k.StateDir)
+	if err != nil || rec == nil || rec.Holder != os.Getpid() {
+		return err
+	}
+	rec.Until = time.Now().UTC()
+	return kernel.SaveLimits(k.StateDir, rec)
+}
+
+// layLimits reads the limits record and lays the limits in force over
+// the plan (Prepared.Limits, Desired). It returns the objects an apply
+// must read back whatever the records' fingerprints say: those the
+// record touched and those the limits touch.
+func (p *Prepared) layLimits() map[string]bool {
+	p.limitsRec, p.limitsErr = kernel.LoadLimits(p.k.StateDir)
+	if p.limitsErr != nil {
+		p.opts.warn("%v: reading every tree back", p.limitsErr)
+	}
+	if p.sess != nil {
+		p.Limits = p.sess.limits
+	} else {
+		p.Limits = p.limitsRec.InForce(time.Now())
+	}
+	p.Desired = p.Plan.WithLimits(p.Limits)
+	force := map[string]bool{}
+	for _, k := range p.limitsRec.Touched() {
+		force[k] = true
+	}
+	for _, k := range p.Limits.Objects() {
+		force[k] = true
+	}
+	return force
+}
+
+// recordLimits brings the limits record to the limits this apply lays
+// down: ahead of the kernel writes (with everything the old record or
+// the new limits touch pending), then after them (without). A session
+// renews its lease; a plain apply keeps the lease it found.
+func (p *Prepared) recordLimits(ahead bool) error {
+	old := p.limitsRec
+	var pending []string
+	if ahead {
+		pending = append(old.Touched(), p.Limits.Objects()...)
+	}
+	if len(p.Limits) == 0 && len(pending) == 0 {
+		if old == nil && p.limitsErr == nil {
+			return nil
+		}
+		if err := kernel.SaveLimits(p.k.StateDir, nil); err != nil {
+			return err
+		}
+		p.limitsRec, p.limitsErr = nil, nil
+		return nil
+	}
+	var until time.Time
+	switch {
+	case p.sess != nil:
+		until = time.Now().Add(p.sess.lease)
+	case old != nil:
+		until = old.Until
+	}
+	if old != nil && p.limitsErr == nil && old.InForce(time.Now()).Equal(p.Limits) && len(old.Pending) == 0 &&
+		(p.sess == nil || time.Until(old.Until) > p.sess.lease/2) {
+		return nil // the record already says so
+	}
+	rec := kernel.NewLimitsRecord(p.Limits, until, pending)
+	if err := kernel.SaveLimits(p.k.StateDir, rec); err != nil {
+		return err
+	}
+	p.limitsRec, p.limitsErr = rec, nil
+	return nil
+}

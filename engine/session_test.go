@@ -1,0 +1,214 @@
+package engine_test
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"sluice/engine"
+	"sluice/kernel"
+	"sluice/plan"
+	"sluice/policy"
+	"sluice/tc"
+	"sluice/testutil"
+	"sluice/units"
+)
+
+const controlled = `interfaces:
+  - name: eth0
+    egress:
+      rate: 30mbit
+      default: b
+      sharing: controller
+      classes:
+        - {name: a, rate: 1mbit, match: [{dport: 1}]}
+        - {name: b, rate: 1mbit}
+`
+
+func mbit(n float64) units.Rate { return units.FromBits(n * 1e6) }
+
+// sessionBed is a namespace with eth0, its own records, and the
+// controller policy above.
+func sessionBed(t *testing.T) (engine.Options, *policy.Policy, *kernel.Lock) {
+	t.Helper()
+	testutil.RequireRoot(t)
+	t.Setenv("SLUICE_STATE_DIR", t.TempDir())
+	ns := testutil.NewNetns(t, "eng")
+	testutil.NS(t, ns, "ip", "link", "add", "eth0", "type", "veth", "peer", "name", "eth0p")
+	testutil.NS(t, ns, "ip", "link", "set", "eth0", "up")
+	pol, _, err := policy.Parse("p.yaml", []byte(controlled))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A session's limits stand for others while its process holds the
+	// agent lock, as the agent does.
+	l, err := kernel.AcquireAgentLock(kernel.StateDir(ns))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(l.Release)
+	return engine.Options{Netns: ns, LockTimeout: 5 * time.Second}, pol, l
+}
+
+// liveClass reads class name's rate and ceil from the kernel.
+func liveClass(t *testing.T, opts engine.Options, p *plan.Plan, name string) (rate, ceil units.Rate) {
+	t.Helper()
+	c := classOf(t, p, name)
+	k, err := kernel.Open(opts.Netns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.Close()
+	live, err := k.Conn.Class(c.Dev, c.Handle)
+	if err != nil || live == nil {
+		t.Fatalf("class %s: %v %v", name, live, err)
+	}
+	return live.Rate, live.Ceil
+}
+
+func classOf(t *testing.T, p *plan.Plan, name string) *tc.Class {
+	t.Helper()
+	for _, o := range p.Objects() {
+		if c, ok := o.(*tc.Class); ok && c.Name == name {
+			return c
+		}
+	}
+	t.Fatalf("no class %s", name)
+	return nil
+}
+
+// apply prepares and applies pol once, through s or (nil) as `sluice
+// apply` does, and returns how many changes it made.
+func apply(t *testing.T, s *engine.Session, pol *policy.Policy, opts engine.Options) (int, *engine.Prepared) {
+	t.Helper()
+	var p *engine.Prepared
+	var err error
+	if s != nil {
+		p, err = s.Prepare(pol)
+	} else {
+		p, err = engine.PreparePolicy(pol, opts)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Apply(); err != nil {
+		p.Close()
+		t.Fatal(err)
+	}
+	return len(p.Diff.Changes), p
+}
+
+// A session's limits land in the kernel through the executor, stay
+// through its own passes and a plain apply while the lease holds (on
+// the fast path and the full one), and give way to the policy once it
+// ends; a new session starts without them.
+func TestSessionLimits(t *testing.T) {
+	opts, pol, lock := sessionBed(t)
+	s := engine.NewSession(opts)
+	_, p := apply(t, s, pol, opts)
+	a := classOf(t, p.Plan, "a")
+	res, err := s.SetLimits(p, plan.Limits{plan.ClassLimit(a): {Rate: mbit(10), Ceil: mbit(20)}})
+	p.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Changes != 1 {
+		t.Errorf("setting one class's limits made %d changes", res.Changes)
+	}
+	if r, c := liveClass(t, opts, p.Plan, "a"); r != mbit(10) || c != mbit(20) {
+		t.Fatalf("a: rate %v ceil %v, want 10mbit 20mbit", r, c)
+	}
+	for _, tt := range []struct {
+		name string
+		sess *engine.Session
+		full bool
+	}{
+		{"the session's next pass", s, true},
+		{"apply while the lease holds, fast path", nil, false},
+		{"apply while the lease holds, full read", nil, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			o := opts
+			o.Full = tt.full
+			n, p := apply(t, tt.sess, pol, o)
+			p.Close()
+			if n != 0 {
+				t.Errorf("%d changes, want none: %v", n, p.Diff.Changes)
+			}
+			if r, c := liveClass(t, opts, p.Plan, "a"); r != mbit(10) || c != mbit(20) {
+				t.Errorf("a: rate %v ceil %v, want 10mbit 20mbit", r, c)
+			}
+		})
+	}
+	t.Run("a new session", func(t *testing.T) {
+		n, p := apply(t, engine.NewSession(opts), pol, opts)
+		p.Close()
+		if r, c := liveClass(t, opts, p.Plan, "a"); n != 1 || r != a.Rate || c != a.Ceil {
+			t.Errorf("%d changes; a: rate %v ceil %v, want the policy's %v %v", n, r, c, a.Rate, a.Ceil)
+		}
+	})
+	t.Run("the agent lock released (a killed agent)", func(t *testing.T) {
+		_, p := apply(t, s, pol, opts) // the old session puts its limits back
+		p.Close()
+		lock.Release()
+		defer func() {
+			var err error
+			if lock, err = kernel.AcquireAgentLock(kernel.StateDir(opts.Netns)); err != nil {
+				t.Fatal(err)
+			}
+		}()
+		n, p := apply(t, nil, pol, opts)
+		p.Close()
+		if r, c := liveClass(t, opts, p.Plan, "a"); n != 1 || r != a.Rate || c != a.Ceil {
+			t.Errorf("%d changes; a: rate %v ceil %v, want the policy's %v %v", n, r, c, a.Rate, a.Ceil)
+		}
+	})
+	t.Run("the lease ended", func(t *testing.T) {
+		_, p := apply(t, s, pol, opts) // the old session puts its limits back
+		p.Close()
+		if err := s.Release(); err != nil {
+			t.Fatal(err)
+		}
+		n, p := apply(t, nil, pol, engine.Options{Netns: opts.Netns, LockTimeout: opts.LockTimeout})
+		p.Close()
+		if r, c := liveClass(t, opts, p.Plan, "a"); n != 1 || r != a.Rate || c != a.Ceil {
+			t.Errorf("%d changes on the fast path; a: rate %v ceil %v, want the policy's %v %v", n, r, c, a.Rate, a.Ceil)
+		}
+		if _, err := os.Stat(filepath.Join(kernel.StateDir(opts.Netns), "limits.json")); !os.IsNotExist(err) {
+			t.Errorf("the limits record is still there (%v)", err)
+		}
+	})
+}
+
+// A write the kernel refuses rolls the step back, the record with it.
+func TestSessionLimitsRollBack(t *testing.T) {
+	opts, pol, _ := sessionBed(t)
+	s := engine.NewSession(opts)
+	_, p := apply(t, s, pol, opts)
+	defer p.Close()
+	a, b := classOf(t, p.Plan, "a"), classOf(t, p.Plan, "b")
+	writes := p.Kernel().Conn.Writes()
+	p.Kernel().Conn.BeforeWrite = func(n int, _ string) error {
+		if n == writes+2 {
+			return tc.ErrInjected // the second class
+		}
+		return nil
+	}
+	_, err := s.SetLimits(p, plan.Limits{plan.ClassLimit(a): {Rate: mbit(10), Ceil: mbit(20)}, plan.ClassLimit(b): {Rate: mbit(5), Ceil: mbit(20)}})
+	if err == nil {
+		t.Fatal("a refused write: no error")
+	}
+	for _, c := range []*tc.Class{a, b} {
+		if r, ce := liveClass(t, opts, p.Plan, c.Name); r != c.Rate || ce != c.Ceil {
+			t.Errorf("%s: rate %v ceil %v after the rollback, want %v %v", c.Name, r, ce, c.Rate, c.Ceil)
+		}
+	}
+	if len(s.Limits()) != 0 {
+		t.Errorf("the session took the refused limits: %v", s.Limits())
+	}
+	rec, err := kernel.LoadLimits(kernel.StateDir(opts.Netns))
+	if err != nil || rec.InForce(time.Now()) != nil {
+		t.Errorf("the limits record after the rollback: %+v, %v", rec, err)
+	}
+}

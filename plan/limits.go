@@ -1,0 +1,152 @@
+package plan
+
+import (
+	"maps"
+	"slices"
+	"time"
+
+	"sluice/bpf"
+	"sluice/tc"
+	"sluice/units"
+)
+
+// Limits are the runtime layer: what the agent's sharing controllers
+// decide over the policy while it runs (a controlled class's rate and
+// ceil, a controlled EDT aggregate's cap). The engine lays them over
+// the plan (WithLimits) and applies the result as it applies any plan,
+// so that a reconcile pass keeps them and only the executor writes
+// them. Later run-time features (autorate, shard balancing) add their
+// own entries here.
+type Limits map[LimitKey]Limit
+
+// LimitKey names what a limit applies to: a class (its key, Target 0)
+// or an EDT aggregate (its hook's key and index in the targets).
+type LimitKey struct {
+	Object string
+	Target uint32
+}
+
+// Limit is a class's rate and ceil, or an aggregate's cap (Ceil; Rate
+// unused).
+type Limit struct {
+	Rate, Ceil units.Rate
+}
+
+// ClassLimit keys a limit on class c.
+func ClassLimit(c *tc.Class) LimitKey { return LimitKey{Object: c.Key()} }
+
+// TargetLimit keys a limit on target t of hook h.
+func TargetLimit(h *bpf.Hook, t uint32) LimitKey { return LimitKey{Object: h.Key(), Target: t} }
+
+// Equal reports whether l and m hold the same limits.
+func (l Limits) Equal(m Limits) bool { return maps.Equal(l, m) }
+
+// Objects returns the keys of the objects l limits, sorted.
+func (l Limits) Objects() []string {
+	seen := map[string]bool{}
+	var out []string
+	for k := range l {
+		if !seen[k.Object] {
+			seen[k.Object] = true
+			out = append(out, k.Object)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// WithLimits returns p with l laid over the objects its controllers
+// control. Each limit is held within what the policy allows: a class's
+// ceil between its planned rate and ceil, its rate between its planned
+// rate and that ceil; an aggregate's cap above zero and at most its
+// planned one, with the horizon that goes with it (HorizonFor). Limits
+// on anything else are ignored. p is not changed: devices and objects
+// that a limit changes are copies.
+func (p *Plan) WithLimits(l Limits) *Plan {
+	if len(l) == 0 {
+		return p
+	}
+	out := &Plan{Devices: make([]*Device, len(p.Devices))}
+	for i, d := range p.Devices {
+		out.Devices[i] = d
+		var objs []tc.Object
+		for j, o := range d.Objects {
+			n := limited(d, o, l)
+			if n == nil {
+				continue
+			}
+			if objs == nil {
+				objs = slices.Clone(d.Objects)
+			}
+			objs[j] = n
+		}
+		if objs != nil {
+			c := *d
+			c.Objects = objs
+			out.Devices[i] = &c
+		}
+	}
+	return out
+}
+
+// limited returns o with its limits from l, or nil where they change
+// nothing.
+func limited(d *Device, o tc.Object, l Limits) tc.Object {
+	switch x := o.(type) {
+	case *tc.Class:
+		lim, ok := l[ClassLimit(x)]
+		if !ok || !x.Controlled {
+			return nil
+		}
+		c := *x
+		c.Ceil = min(max(lim.Ceil, x.Rate), x.Ceil)
+		c.Rate = min(max(lim.Rate, x.Rate), c.Ceil)
+		if c.Ceil == x.Ceil && c.Rate == x.Rate {
+			return nil
+		}
+		return &c
+	case *bpf.Hook:
+		if x.Content == nil || len(x.Controlled) == 0 {
+			return nil
+		}
+		var content *bpf.Content
+		for _, t := range x.Controlled {
+			lim, ok := l[TargetLimit(x, t)]
+			if !ok || int(t) >= len(x.Content.Targets) {
+				continue
+			}
+			planned := x.Content.Targets[t]
+			rate := uint64(min(max(lim.Ceil, 1), units.Rate(planned.Rate)))
+			horizon := HorizonFor(d.horizonOf(t), units.Rate(rate))
+			if rate == planned.Rate && horizon == planned.Horizon {
+				continue
+			}
+			if content == nil {
+				c := *x.Content
+				c.Targets = slices.Clone(c.Targets)
+				content = &c
+			}
+			content.Targets[t].Rate, content.Targets[t].Horizon = rate, horizon
+		}
+		if content == nil {
+			return nil
+		}
+		h := *x
+		h.Content = content
+		return &h
+	}
+	return nil
+}
+
+// horizonOf is the configured horizon of the controller that owns
+// target t.
+func (d *Device) horizonOf(t uint32) time.Duration {
+	for _, c := range d.Controllers {
+		for _, ch := range c.Children {
+			if !ch.Prod && ch.Target == t && ch.Handle == 0 {
+				return c.Horizon
+			}
+		}
+	}
+	return 0
+}

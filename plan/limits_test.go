@@ -1,0 +1,136 @@
+package plan
+
+import (
+	"testing"
+
+	"sluice/bpf"
+	"sluice/tc"
+	"sluice/units"
+)
+
+const limitsPolicy = `interfaces:
+  - name: eth0
+    egress:
+      rate: 30mbit
+      default: b
+      sharing: controller
+      classes:
+        - {name: a, rate: 1mbit, ceil: 20mbit, prio: 1, match: [{dport: 1}]}
+        - {name: b, rate: 2mbit, prio: 1}
+        - {name: p, rate: 1mbit, prio: 0, match: [{dport: 2}]}
+`
+
+// A limit lands on the controlled class, held within its planned rate
+// and ceil; the plan it was laid over is unchanged; a prod class and
+// an unknown object take no limit.
+func TestWithLimitsClasses(t *testing.T) {
+	pl, err := Build(parseEDT(t, limitsPolicy), Everything, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	classes := map[string]*tc.Class{}
+	for _, o := range pl.Devices[0].Objects {
+		if c, ok := o.(*tc.Class); ok {
+			classes[c.Name] = c
+		}
+	}
+	a, b, p := classes["a"], classes["b"], classes["p"]
+	if !a.Controlled || !b.Controlled || p.Controlled {
+		t.Fatalf("controlled: a %v b %v p %v", a.Controlled, b.Controlled, p.Controlled)
+	}
+	mbit := func(n float64) units.Rate { return units.FromBits(n * 1e6) }
+	for _, tt := range []struct {
+		name               string
+		lim                Limit
+		wantRate, wantCeil units.Rate
+	}{
+		{"within", Limit{Rate: mbit(5), Ceil: mbit(10)}, mbit(5), mbit(10)},
+		{"ceil above the policy's", Limit{Rate: mbit(5), Ceil: mbit(25)}, mbit(5), mbit(20)},
+		{"rate under the policy's", Limit{Rate: mbit(0.5), Ceil: mbit(10)}, mbit(1), mbit(10)},
+		{"rate above the ceil", Limit{Rate: mbit(12), Ceil: mbit(10)}, mbit(10), mbit(10)},
+		{"ceil under the rate", Limit{Rate: 0, Ceil: mbit(0.1)}, mbit(1), mbit(1)},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			l := Limits{ClassLimit(a): tt.lim, ClassLimit(p): {Rate: mbit(9), Ceil: mbit(9)},
+				{Object: "class/eth9/1:5"}: {Rate: mbit(9), Ceil: mbit(9)}}
+			over := pl.WithLimits(l)
+			var got *tc.Class
+			for _, o := range over.Devices[0].Objects {
+				if c, ok := o.(*tc.Class); ok && c.Name == "a" {
+					got = c
+				}
+				if c, ok := o.(*tc.Class); ok && c.Name == "p" && c != p {
+					t.Errorf("prod class p took a limit: %s", c.Describe())
+				}
+			}
+			if got.Rate != tt.wantRate || got.Ceil != tt.wantCeil {
+				t.Errorf("a: rate %v ceil %v, want %v %v", got.Rate, got.Ceil, tt.wantRate, tt.wantCeil)
+			}
+			if a.Rate != mbit(1) || a.Ceil != mbit(20) {
+				t.Errorf("the plan itself changed: a rate %v ceil %v", a.Rate, a.Ceil)
+			}
+		})
+	}
+	if pl.WithLimits(nil) != pl {
+		t.Error("no limits: not the plan itself")
+	}
+	if over := pl.WithLimits(Limits{ClassLimit(a): {Rate: a.Rate, Ceil: a.Ceil}}); over.Devices[0] != pl.Devices[0] {
+		t.Error("a limit equal to the plan copied the device")
+	}
+}
+
+// An aggregate's cap is held at most at its planned one, with the
+// horizon that goes with it.
+func TestWithLimitsTargets(t *testing.T) {
+	pl, err := Build(parseEDT(t, `interfaces:
+  - name: eth0
+    egress:
+      backend: edt
+      rate: 30mbit
+      default: b
+      sharing: controller
+      classes:
+        - {name: a, rate: 1mbit, ceil: 20mbit, match: [{dport: 1}]}
+        - {name: b, rate: 1mbit}
+`), Everything, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var hook *bpf.Hook
+	for _, o := range pl.Devices[0].Objects {
+		if h, ok := o.(*bpf.Hook); ok {
+			hook = h
+		}
+	}
+	if hook == nil || len(hook.Controlled) != 2 {
+		t.Fatalf("hook %v", hook)
+	}
+	ta := hook.Controlled[0]
+	planned := hook.Content.Targets[ta]
+	for _, tt := range []struct {
+		name string
+		cap  units.Rate
+		want uint64
+	}{
+		{"under", units.FromBits(4e6), uint64(units.FromBits(4e6))},
+		{"above the planned", units.Rate(planned.Rate) * 2, planned.Rate},
+		{"zero", 0, 1},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			over := pl.WithLimits(Limits{TargetLimit(hook, ta): {Ceil: tt.cap}})
+			var got *bpf.Hook
+			for _, o := range over.Devices[0].Objects {
+				if h, ok := o.(*bpf.Hook); ok {
+					got = h
+				}
+			}
+			tg := got.Content.Targets[ta]
+			if tg.Rate != tt.want || tg.Horizon != HorizonFor(pl.Devices[0].Controllers[0].Horizon, units.Rate(tt.want)) {
+				t.Errorf("target rate %d horizon %d, want %d", tg.Rate, tg.Horizon, tt.want)
+			}
+			if hook.Content.Targets[ta] != planned {
+				t.Error("the plan's own targets changed")
+			}
+		})
+	}
+}

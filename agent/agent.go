@@ -414,7 +414,7 @@ func (a *Agent) filesChanged() (bool, watched) {
 // editHosts takes an edit of hosts_files that changes only hosts'
 // rates and ceils (policy.EditHosts) into the policy in force and the
 // kernel, writing only the host entries of EDT programs that change
-// (plan.PatchHosts, kernel.PatchHosts): with 100,000 hosts, microseconds
+// (plan.PatchHosts, engine.Session.PatchHosts): with 100,000 hosts, microseconds
 // of writes instead of planning them all again. It reports false where
 // the edit needs the full reload (anything else, or a kernel that does
 // not hold what the agent planned); a line Load would refuse is refused
@@ -452,7 +452,7 @@ func (a *Agent) editHosts(now watched) bool {
 	if !ok {
 		return false
 	}
-	if err := kernel.PatchHosts(a.cfg.Netns, a.opts.LockTimeout, hp.Writes); err != nil {
+	if _, err := a.sess.PatchHosts(hp.Writes); err != nil {
 		a.log.Warn("hosts edit: writing in place failed; reloading in full", "err", err.Error())
 		return false
 	}

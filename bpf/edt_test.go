@@ -1,6 +1,7 @@
 package bpf_test
 
 import (
+	"errors"
 	"math/rand"
 	"net/netip"
 	"sync"
@@ -332,7 +333,7 @@ func TestSwapHosts(t *testing.T) {
 	fast.Rate = 1_250_000
 	// b's old value is wrong: nothing is written, a included.
 	wrong := fast
-	if err := prog.SwapHosts(map[bpf.HostKey]bpf.Target{ka: slow, kb: wrong}, map[bpf.HostKey]bpf.Target{ka: fast, kb: fast}); err == nil {
+	if err := prog.SwapHosts(map[bpf.HostKey]bpf.Target{ka: slow, kb: wrong}, map[bpf.HostKey]bpf.Target{ka: fast, kb: fast}, nil); err == nil {
 		t.Fatal("SwapHosts wrote over an entry that did not hold the old value")
 	}
 	got, err := prog.Read()
@@ -344,13 +345,28 @@ func TestSwapHosts(t *testing.T) {
 	}
 	// A key the table does not hold is refused too.
 	kc := bpf.HostKeyOf(0, netip.MustParsePrefix("10.0.0.4/32"))
-	if err := prog.SwapHosts(map[bpf.HostKey]bpf.Target{kc: slow}, map[bpf.HostKey]bpf.Target{kc: fast}); err == nil {
+	if err := prog.SwapHosts(map[bpf.HostKey]bpf.Target{kc: slow}, map[bpf.HostKey]bpf.Target{kc: fast}, nil); err == nil {
 		t.Fatal("SwapHosts added a host")
 	}
-	if err := prog.SwapHosts(map[bpf.HostKey]bpf.Target{ka: slow}, map[bpf.HostKey]bpf.Target{ka: fast}); err != nil {
+	if err := prog.SwapHosts(map[bpf.HostKey]bpf.Target{ka: slow}, map[bpf.HostKey]bpf.Target{ka: fast}, nil); err != nil {
 		t.Fatal(err)
 	}
 	if got, _ = prog.Read(); got.Hosts[ka] != fast || got.Hosts[kb] != slow || len(got.Hosts) != 2 {
 		t.Fatalf("after the swap: %+v", got.Hosts)
+	}
+	// A write refused half way (the executor's count, a fault): the
+	// entries written before it get their old values back.
+	writes := 0
+	refuseSecond := func() error {
+		if writes++; writes == 2 {
+			return errors.New("refused")
+		}
+		return nil
+	}
+	if err := prog.SwapHosts(map[bpf.HostKey]bpf.Target{ka: fast, kb: slow}, map[bpf.HostKey]bpf.Target{ka: slow, kb: fast}, refuseSecond); err == nil {
+		t.Fatal("a refused write: no error")
+	}
+	if got, _ = prog.Read(); got.Hosts[ka] != fast || got.Hosts[kb] != slow || writes != 2 {
+		t.Fatalf("after a swap refused half way (%d writes tried): %+v", writes, got.Hosts)
 	}
 }

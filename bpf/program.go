@@ -371,20 +371,14 @@ func sum(per []Counter) Counter {
 	return s
 }
 
-// SetTarget rewrites class target i (a sharing controller's new rate and
-// horizon for an EDT aggregate).
-func (p *Program) SetTarget(i uint32, t Target) error {
-	if err := p.objs.Targets.Update(i, t, ebpf.UpdateExist); err != nil {
-		return fmt.Errorf("bpf classifier: update target %d: %w", i, err)
-	}
-	return nil
-}
-
 // SwapHosts writes host entries in place: every key must hold its
 // value in old (what the caller last wrote) before any is written,
 // otherwise nothing is written and the error says which differs. The
 // update of one entry is atomic to the packets that look it up.
-func (p *Program) SwapHosts(old, new map[HostKey]Target) error {
+// before, if set, runs before each write (the executor counts writes
+// there); if it or a write fails, the entries already written get
+// their old values back.
+func (p *Program) SwapHosts(old, new map[HostKey]Target, before func() error) error {
 	keys := make([]HostKey, 0, len(new))
 	for k := range new {
 		var have Target
@@ -396,9 +390,21 @@ func (p *Program) SwapHosts(old, new map[HostKey]Target) error {
 		}
 		keys = append(keys, k)
 	}
-	for _, k := range keys {
-		if err := p.objs.Hosts.Update(k, new[k], ebpf.UpdateExist); err != nil {
-			return fmt.Errorf("bpf classifier: write host %s: %w", hostKeyText(k), err)
+	for i, k := range keys {
+		err := error(nil)
+		if before != nil {
+			err = before()
+		}
+		if err == nil {
+			if err = p.objs.Hosts.Update(k, new[k], ebpf.UpdateExist); err != nil {
+				err = fmt.Errorf("bpf classifier: write host %s: %w", hostKeyText(k), err)
+			}
+		}
+		if err != nil {
+			for _, w := range keys[:i] {
+				p.objs.Hosts.Update(w, old[w], ebpf.UpdateExist)
+			}
+			return err
 		}
 	}
 	return nil

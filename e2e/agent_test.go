@@ -50,9 +50,16 @@ func (a *agentProc) Log() string {
 // listening on a free port, and waits for its first pass.
 func startAgent(t *testing.T, ns, pol string, extra ...string) *agentProc {
 	t.Helper()
+	return startAgentWith(t, bin, nil, ns, pol, extra...)
+}
+
+// startAgentWith is startAgent for binary (the fault-injecting one),
+// with env added to the environment.
+func startAgentWith(t *testing.T, binary string, env []string, ns, pol string, extra ...string) *agentProc {
+	t.Helper()
 	args := append([]string{"--netns", ns, "agent", pol, "--listen", "127.0.0.1:0", "--log-format", "json"}, extra...)
-	a := &agentProc{t: t, cmd: exec.Command(bin, args...), done: make(chan struct{})}
-	a.cmd.Env = append(os.Environ(), "SLUICE_STATE_DIR="+stateDir(t))
+	a := &agentProc{t: t, cmd: exec.Command(binary, args...), done: make(chan struct{})}
+	a.cmd.Env = append(append(os.Environ(), "SLUICE_STATE_DIR="+stateDir(t)), env...)
 	a.cmd.Stdout, a.cmd.Stderr = a, a
 	if err := a.cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -250,7 +250,7 @@ func TestConformanceMatrix(t *testing.T) {
 					t.Fatalf("%v\n%s", err, src.String())
 				}
 				r, err := conform.Run(context.Background(), pol, conform.Options{
-					Name: strings.TrimPrefix(testutil.Unique("cm"), testutil.Prefix), Queues: pl.queues, Scale: 1, Hosts: 16, RTT: conform.DefaultRTT,
+					Name: strings.TrimPrefix(testutil.Unique("cm"), testutil.Prefix), Queues: pl.queues, Scale: matrixScale(), Hosts: 16, RTT: conform.DefaultRTT,
 					Settle: 3 * time.Second, Measure: 5 * time.Second,
 					Cells: func(tree string, ss []*conform.Subject) []conform.Cell { return byTree[tree].cells(ss) },
 				})
@@ -260,6 +260,11 @@ func TestConformanceMatrix(t *testing.T) {
 				var out strings.Builder
 				r.WriteText(&out, false)
 				t.Logf("\n%s", out.String())
+				for _, tr := range r.Trees {
+					if tr.Efficiency > 0 {
+						t.Logf("%s: headroom: a plain limit at the tree's rate carried %.1f%% of it on this bed", tr.Name(), 100*tr.Efficiency)
+					}
+				}
 				for _, tr := range r.Trees {
 					shape := ""
 					for k, s := range matrixShapes {
@@ -301,4 +306,17 @@ func TestConformanceMatrix(t *testing.T) {
 			t.Error(err)
 		}
 	}
+}
+
+// matrixScale is what the matrix multiplies the shapes' rates by: 1 on
+// a real machine; under emulation (the stock-kernel lane on TCG, whose
+// timers fire late) half, so that the guest carries every cell with
+// room to spare: at full rates a plain limit's own run there carried
+// 88 to 98% from one run to the next, so that the cells' totals could
+// not be judged against it. The headroom is logged per tree.
+func matrixScale() float64 {
+	if os.Getenv("SLUICE_EMULATED") == "1" {
+		return 0.5
+	}
+	return 1
 }

@@ -1,8 +1,10 @@
 package e2e
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -66,7 +68,7 @@ func TestControllerStepKilledAtEveryWrite(t *testing.T) {
 		// The fault binary applies the tree in its first pass, then
 		// dies at the n-th write of a limits change.
 		cmd := exec.Command(faultBin, "--netns", p.A, "agent", pol, "--interval", "300ms")
-		cmd.Env = append(os.Environ(), "SLUICE_STATE_DIR="+stateDir(t), "SLUICE_FAULTS=kill-at-limits-write="+strconv.Itoa(n))
+		cmd.Env = append(os.Environ(), "SLUICE_STATE_DIR="+stateDir(t), "SLUICE_FAULTS=kill-at-patch-write="+strconv.Itoa(n))
 		var log strings.Builder
 		cmd.Stdout, cmd.Stderr = &log, &log
 		if err := cmd.Start(); err != nil {
@@ -100,5 +102,85 @@ func TestControllerStepKilledAtEveryWrite(t *testing.T) {
 		if got := kernelState(t, p.A); got != wantApplied {
 			t.Errorf("killed at write %d of a step, then apply:\n%s\nwant, as undisturbed:\n%s", n, got, wantApplied)
 		}
+	}
+}
+
+// A hosts_file edit the agent writes in place (a patch of the EDT
+// program's host entries), killed at any of its writes, is completed by
+// the next agent start and by the next plain apply: `plan` then finds
+// the kernel as the edited file says.
+func TestEDTHostsPatchKilledAtEveryWrite(t *testing.T) {
+	needFq(t)
+	a, _ := shardedPair(t, 2, 0)
+	pol := writePolicy(t, "p.yaml", policyFor("veth0", `    egress:
+      backend: edt
+      rate: 200mbit
+      default: rest
+      classes:
+        - {name: subs, rate: 100mbit, per_host: {by: dst, hosts_file: hosts.csv}}
+        - {name: rest, rate: 50mbit}
+`))
+	hosts := filepath.Join(filepath.Dir(pol), "hosts.csv")
+	csv := func(ceil string) string {
+		var b strings.Builder
+		b.WriteString("name,addresses,rate,ceil\n")
+		for i := range 4 {
+			c := "10mbit"
+			if i < 3 {
+				c = ceil // three entries change: three writes
+			}
+			fmt.Fprintf(&b, "s%d,10.20.0.%d,1mbit,%s\n", i, i+1, c)
+		}
+		return b.String()
+	}
+	inPlan := func(what string) {
+		t.Helper()
+		if out := must(t, "--netns", a, "plan", pol); !strings.Contains(out, "no changes") {
+			t.Errorf("%s: plan finds the kernel is not as the file says:\n%s", what, out)
+		}
+	}
+	// killedPatch runs the fault agent, edits the file, and waits for it
+	// to die at write n of the patch; false if it wrote it all.
+	killedPatch := func(n int, from, to string) bool {
+		t.Helper()
+		replaceFile(t, hosts, csv(from))
+		must(t, "--netns", a, "apply", pol)
+		ag := startAgentWith(t, faultBin, []string{"SLUICE_FAULTS=kill-at-patch-write=" + strconv.Itoa(n)}, a, pol, "--interval", "10s")
+		replaceFile(t, hosts, csv(to))
+		select {
+		case <-ag.done:
+		case <-time.After(5 * time.Second):
+			if !strings.Contains(ag.Log(), "hosts edited in place") {
+				t.Fatalf("the edit was not taken in place:\n%s", ag.Log())
+			}
+			ag.stop(syscall.SIGKILL)
+			return false
+		}
+		if ws, ok := ag.cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || ws.Signal() != syscall.SIGKILL {
+			t.Fatalf("write %d: the agent ended with %v, not killed\n%s", n, ag.cmd.ProcessState, ag.Log())
+		}
+		if out := must(t, "--netns", a, "plan", pol); strings.Contains(out, "no changes") {
+			t.Errorf("write %d: killed, yet the kernel already holds the whole edit: not killed mid-patch", n)
+		}
+		return true
+	}
+	for n := 1; ; n++ {
+		if n > 8 {
+			t.Fatal("the patch still writes after 8 writes")
+		}
+		if !killedPatch(n, "10mbit", "12mbit") {
+			if n < 4 {
+				t.Fatalf("the patch made %d write(s); the edit changes three entries", n-1)
+			}
+			return
+		}
+		b := startAgent(t, a, pol, "--interval", "10s")
+		inPlan(fmt.Sprintf("killed at write %d, then the agent started", n))
+		b.stop(syscall.SIGTERM)
+		if !killedPatch(n, "10mbit", "12mbit") {
+			t.Fatalf("write %d: not killed the second time", n)
+		}
+		must(t, "--netns", a, "apply", pol)
+		inPlan(fmt.Sprintf("killed at write %d, then apply", n))
 	}
 }

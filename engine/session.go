@@ -110,7 +110,7 @@ func (s *Session) SetLimits(p *Prepared, l plan.Limits) (*kernel.Result, error) 
 	p.limitsRec, p.limitsErr = rec, nil
 	if d != nil {
 		var err error
-		if res, err = p.k.ApplyLimits(d); err != nil {
+		if res, err = p.k.ApplyPatch(d); err != nil {
 			var ae *kernel.ApplyError
 			if errors.As(err, &ae) && ae.RolledBack {
 				back := kernel.NewLimitsRecord(s.limits, time.Now().Add(s.lease), pending)
@@ -123,6 +123,31 @@ func (s *Session) SetLimits(p *Prepared, l plan.Limits) (*kernel.Result, error) 
 	}
 	s.limits, p.Limits, p.Desired = l, l, next
 	return res, nil
+}
+
+// PatchHosts writes host entries in place (plan.HostWrite: an edit of
+// a hosts_file the plan in force takes without planning again), under
+// the namespace's lock, through the executor: an entry that does not
+// hold what the caller planned refuses the patch before anything is
+// written, and a refused write puts back those written before it.
+//
+// No record changes: the policy file already says what the kernel is
+// to hold, and the records' fingerprint of the classifier, which no
+// longer matches, sends the next apply to read it back. So a patch
+// killed at any write is completed by the next apply or agent start.
+func (s *Session) PatchHosts(writes []plan.HostWrite) (*kernel.Result, error) {
+	if len(writes) == 0 {
+		return &kernel.Result{}, nil
+	}
+	k, err := kernel.OpenBare(s.opts.Netns)
+	if err != nil {
+		return nil, err
+	}
+	defer k.Close()
+	if err := k.Lock(s.opts.LockTimeout); err != nil {
+		return nil, err
+	}
+	return k.ApplyPatch(kernel.HostsDiff(writes))
 }
 
 // limitsDiffer reports whether two overlays of one planned object

@@ -9,4 +9,4 @@ func installFaults(*Kernel) {}
 
 func faultPoint(string) {}
 
-func limitsFaults(*Kernel) func() { return func() {} }
+func patchFaults(*Kernel) func() { return func() {} }

@@ -13,11 +13,9 @@ import (
 // as a crash or an operator's kill -9 would:
 //
 //	kill-at-write=N   just before the N-th kernel write (counted from 1)
-//	kill-at=POINT     at a named point: after-journal, before-commit,
-//	                  after-limits (a limits record written, the kernel
-//	                  not yet touched)
-//	kill-at-limits-write=N  just before the N-th write of a limits
-//	                  change (Kernel.ApplyLimits: a controller step)
+//	kill-at=POINT     at a named point: after-journal, before-commit
+//	kill-at-patch-write=N  just before the N-th write of a patch
+//	                  (Kernel.ApplyPatch: a controller step, a hosts edit)
 //
 // Only the end-to-end tests build this.
 func installFaults(k *Kernel) {
@@ -39,11 +37,11 @@ func installFaults(k *Kernel) {
 	}
 }
 
-// limitsFaults installs kill-at-limits-write for one limits change,
+// patchFaults installs kill-at-patch-write for one patch,
 // counting from its first write; the returned func removes it.
-func limitsFaults(k *Kernel) func() {
+func patchFaults(k *Kernel) func() {
 	for _, f := range strings.Split(os.Getenv("SLUICE_FAULTS"), ",") {
-		v, ok := strings.CutPrefix(f, "kill-at-limits-write=")
+		v, ok := strings.CutPrefix(f, "kill-at-patch-write=")
 		if !ok {
 			continue
 		}

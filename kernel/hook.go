@@ -2,7 +2,6 @@ package kernel
 
 import (
 	"fmt"
-	"time"
 
 	"sluice/bpf"
 	"sluice/plan"
@@ -124,46 +123,51 @@ func ourFilter(fs []*tc.Filter) *tc.Filter {
 	return nil
 }
 
-// PatchHosts writes host entries of sluice's EDT programs in namespace
-// ns (plan.PatchHosts), under the namespace's lock, without loading
-// the records: the entries are checked against what the caller planned
-// last (bpf.Program.SwapHosts) instead, and a program that holds
-// anything else is left alone and reported. It is the agent's fast
-// path for a hosts_file edit; the records catch up at the next apply,
-// which finds the entries it did not write by their fingerprints.
-func PatchHosts(ns string, timeout time.Duration, writes []plan.HostWrite) error {
-	if len(writes) == 0 {
-		return nil
-	}
-	c, err := tc.Open(ns)
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	l, err := AcquireLock(StateDir(ns), timeout)
-	if err != nil {
-		return err
-	}
-	defer l.Release()
+// HostSwap is host entries of sluice's classifier on a device changed
+// in place (plan.HostWrite, an agent's hosts_file edit): each entry
+// must hold its value in Old, and gets the one in New. It is a change
+// the executor carries out like any other (Kernel.ApplyPatch), one
+// write per entry; its undo is the swap back.
+type HostSwap struct {
+	Hook     *bpf.Hook
+	Old, New map[bpf.HostKey]bpf.Target
+}
+
+func (s *HostSwap) Key() string    { return s.Hook.Key() + "/hosts" }
+func (s *HostSwap) Device() string { return s.Hook.Dev }
+func (s *HostSwap) Describe() string {
+	return fmt.Sprintf("host entries of the bpf classifier on %s %s: %d", s.Hook.Dev, s.Hook.Direction(), len(s.New))
+}
+
+// HostsDiff is the change that writes writes.
+func HostsDiff(writes []plan.HostWrite) *Diff {
+	d := &Diff{}
 	for _, w := range writes {
-		f := hookFilter(w.Hook)
-		fs, err := c.Filters(f.Dev, f.Parent)
-		if err != nil {
-			return err
-		}
-		g := ourFilter(fs)
-		if g == nil {
-			return fmt.Errorf("%s: sluice's program is not there", w.Hook.Dev)
-		}
-		prog, err := bpf.Open(g.BPF.ID)
-		if err != nil {
-			return err
-		}
-		err = prog.SwapHosts(w.Old, w.New)
-		prog.Close()
-		if err != nil {
-			return fmt.Errorf("%s: %w", w.Hook.Dev, err)
-		}
+		s := &HostSwap{Hook: w.Hook, Old: w.Old, New: w.New}
+		d.Changes = append(d.Changes, Change{Op: tc.Op{Verb: tc.Change, Obj: s}, Old: &HostSwap{Hook: w.Hook, Old: w.New, New: w.Old}})
+	}
+	return d
+}
+
+// swapHosts writes s in the program on its hook.
+func (k *Kernel) swapHosts(s *HostSwap) error {
+	f := hookFilter(s.Hook)
+	fs, err := k.Conn.Filters(f.Dev, f.Parent)
+	if err != nil {
+		return err
+	}
+	g := ourFilter(fs)
+	if g == nil {
+		return fmt.Errorf("%s: sluice's program is not there", s.Hook.Dev)
+	}
+	prog, err := bpf.Open(g.BPF.ID)
+	if err != nil {
+		return err
+	}
+	defer prog.Close()
+	count := func() error { return k.Conn.CountWrite("write a host entry on " + s.Hook.Dev) }
+	if err := prog.SwapHosts(s.Old, s.New, count); err != nil {
+		return fmt.Errorf("%s: %w", s.Hook.Dev, err)
 	}
 	return nil
 }

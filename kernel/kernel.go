@@ -28,6 +28,8 @@ type Kernel struct {
 	lock  *Lock
 	// loads are classifiers Apply loads while the tree is written.
 	loads map[*bpf.Hook]*preload
+	// bare: opened without the records (OpenBare).
+	bare bool
 }
 
 // Open connects to network namespace ns ("" for the current one) and
@@ -57,6 +59,23 @@ func Open(ns string) (*Kernel, error) {
 	return k, nil
 }
 
+// OpenBare connects to ns without loading the records, for a patch
+// (ApplyPatch) whose changes are checked against what the caller
+// planned, not against the records, and that changes none: with
+// 100,000 hosts, reading the records would cost more than the patch.
+func OpenBare(ns string) (*Kernel, error) {
+	if err := ValidNetnsName(ns); ns != "" && err != nil {
+		return nil, &NetnsError{ns, err}
+	}
+	c, err := tc.Open(ns)
+	if err != nil {
+		return nil, &NetnsError{ns, err}
+	}
+	k := &Kernel{Conn: c, NS: ns, StateDir: StateDir(ns), State: emptyState(), bare: true}
+	installFaults(k)
+	return k, nil
+}
+
 // NetnsError is a network namespace that cannot be used (bad input).
 type NetnsError struct {
 	Name string
@@ -80,7 +99,7 @@ func (k *Kernel) Lock(timeout time.Duration) error {
 		return err
 	}
 	k.lock = l
-	if k.State != nil && k.State.Unchanged(k.StateDir) {
+	if k.bare || k.State != nil && k.State.Unchanged(k.StateDir) {
 		return nil // read moments ago; with 10,000 hosts a read costs 50 ms
 	}
 	s, err := LoadState(k.StateDir)

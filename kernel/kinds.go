@@ -40,6 +40,8 @@ func kindOf(o tc.Object) kind {
 		return filterKind{}
 	case *bpf.Hook:
 		return hookKind{}
+	case *HostSwap:
+		return hostSwapKind{}
 	}
 	return nil
 }
@@ -461,4 +463,26 @@ func (hookKind) do(k *Kernel, op tc.Op) error {
 		return k.syncHook(o.ProgID, o.Content, o.Base)
 	}
 	return c.FilterDel(hookFilter(o))
+}
+
+// hostSwapKind is host entries changed in place (HostSwap): only ever
+// in a patch's diff (HostsDiff), never planned or read back.
+type hostSwapKind struct{}
+
+func (hostSwapKind) rank(g *graph, o tc.Object, dev int) []int {
+	return append(hookKind{}.rank(g, o.(*HostSwap).Hook, dev), 1)
+}
+func (hostSwapKind) containers(g *graph, o tc.Object) []string { return nil }
+func (hostSwapKind) needs(o tc.Object) []string                { return nil }
+func (hostSwapKind) compare(live, want tc.Object, D *graph) (equal, changeable bool, why string) {
+	return false, true, ""
+}
+func (hostSwapKind) hash(h *fingerprint, o tc.Object) { h.str(o.Key()) }
+func (hostSwapKind) holdable() bool                   { return false }
+
+func (hostSwapKind) do(k *Kernel, op tc.Op) error {
+	if op.Verb != tc.Change {
+		return fmt.Errorf("cannot %s %s", op.Verb, op.Obj.Describe())
+	}
+	return k.swapHosts(op.Obj.(*HostSwap))
 }

@@ -195,16 +195,16 @@ func (k *Kernel) ReadLimited(objs []tc.Object) ([]tc.Object, error) {
 	return out, nil
 }
 
-// ApplyLimits carries out d, a change of limits only (Compute over the
-// objects ReadLimited read), with Apply's rollback. Under -tags faults,
-// SLUICE_FAULTS=kill-at-limits-write=N kills the process at its N-th
-// write.
-func (k *Kernel) ApplyLimits(d *Diff) (*Result, error) {
+// ApplyPatch carries out d, a change of values in place (limits over
+// the objects ReadLimited read, host entries: HostsDiff), with Apply's
+// rollback. Under -tags faults, SLUICE_FAULTS=kill-at-patch-write=N
+// kills the process at its N-th write.
+func (k *Kernel) ApplyPatch(d *Diff) (*Result, error) {
 	for _, c := range d.Changes {
 		if c.Verb != tc.Change {
-			return nil, fmt.Errorf("a limits change cannot %s %s", c.Verb, c.Obj.Describe())
+			return nil, fmt.Errorf("a patch cannot %s %s", c.Verb, c.Obj.Describe())
 		}
 	}
-	defer limitsFaults(k)()
+	defer patchFaults(k)()
 	return k.Apply(d)
 }

@@ -7,11 +7,13 @@ import (
 	"time"
 
 	"sluice/bpf"
+	"sluice/engine"
 	"sluice/kernel"
 	"sluice/plan"
 )
 
-// PatchHosts writes a host's entry in the program on the device, under
+// A hosts patch (engine.Session.PatchHosts: HostsDiff through the
+// executor) writes a host's entry in the program on the device, under
 // the namespace's lock, only where the entry holds what the caller
 // planned; an entry changed behind its back, a lock held by another
 // sluice or a program gone are refused, and nothing is written. (The
@@ -47,7 +49,9 @@ func TestPatchHostsWritesInPlace(t *testing.T) {
 	new := old
 	new.Rate = 12345
 	write := func(old bpf.Target, timeout time.Duration) error {
-		return kernel.PatchHosts(b.ns, timeout, []plan.HostWrite{{Hook: hook, Old: map[bpf.HostKey]bpf.Target{k: old}, New: map[bpf.HostKey]bpf.Target{k: new}}})
+		s := engine.NewSession(engine.Options{Netns: b.ns, LockTimeout: timeout})
+		_, err := s.PatchHosts([]plan.HostWrite{{Hook: hook, Old: map[bpf.HostKey]bpf.Target{k: old}, New: map[bpf.HostKey]bpf.Target{k: new}}})
+		return err
 	}
 	live := func() bpf.Target {
 		t.Helper()
@@ -69,7 +73,7 @@ func TestPatchHostsWritesInPlace(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := write(old, 200*time.Millisecond); err == nil {
-		t.Error("PatchHosts wrote while another held the namespace's lock")
+		t.Error("the patch wrote while another held the namespace's lock")
 	}
 	l.Release()
 	if live() != old {

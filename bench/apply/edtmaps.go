@@ -111,7 +111,7 @@ func measureEDTMaps(n int) result {
 			benchrun.Fail(fmt.Errorf("hosts edit not patched"))
 		}
 		for _, w := range hp.Writes {
-			if err := prog.SwapHosts(w.Old, w.New); err != nil {
+			if err := prog.SwapHosts(w.Old, w.New, nil); err != nil {
 				benchrun.Fail(err)
 			}
 		}

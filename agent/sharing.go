@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"maps"
 	"math"
+	"reflect"
 	"time"
 
 	"sluice/bpf"
@@ -30,6 +31,9 @@ type controller struct {
 	// limits are what it decided last, laid over the plan by the
 	// engine session (plan.Limits).
 	limits plan.Limits
+	// leafBytes: a sharded tree's leaves' byte counters at the last
+	// step (which hosts are active).
+	leafBytes map[string]uint64
 }
 
 // heldBack is the delay beyond which an EDT aggregate's packet counts as
@@ -48,11 +52,11 @@ func controllerKey(dev string, c plan.Controller) string { return dev + "\x00" +
 // keeps its measurements and limits.
 func sameConfig(a, b plan.Controller) bool {
 	if a.Owner != b.Owner || a.Quantum != b.Quantum || a.ApplyAbove != b.ApplyAbove || a.Capacity != b.Capacity ||
-		a.Horizon != b.Horizon || a.Assure != b.Assure || len(a.Children) != len(b.Children) {
+		a.Horizon != b.Horizon || a.Assure != b.Assure || a.Shards != b.Shards || len(a.Children) != len(b.Children) {
 		return false
 	}
 	for i := range a.Children {
-		if a.Children[i] != b.Children[i] {
+		if !reflect.DeepEqual(a.Children[i], b.Children[i]) {
 			return false
 		}
 	}
@@ -138,7 +142,7 @@ type written struct {
 func newController(d *plan.Device, cfg plan.Controller) *controller {
 	ctl := &controller{dev: d.Name, cfg: cfg, drops: map[string]uint64{},
 		packets: map[string]uint64{}, held: map[string]uint64{},
-		c: &share.Controller{Capacity: units.Rate(cfg.Capacity).BitsFloat(), ApplyAbove: cfg.ApplyAbove, Assure: cfg.Assure}}
+		c: &share.Controller{Capacity: units.Rate(cfg.Capacity).BitsFloat(), ApplyAbove: cfg.ApplyAbove, Assure: cfg.Assure, Hard: cfg.Shards}}
 	for _, ch := range cfg.Children {
 		ctl.c.Children = append(ctl.c.Children, share.Child{Name: ch.Name, Weight: ch.Weight,
 			Rate: ch.Rate.BitsFloat(), Ceil: ch.Ceil.BitsFloat(), Prod: ch.Prod})
@@ -174,6 +178,20 @@ func (a *Agent) step(p *engine.Prepared, ctl *controller, tree *stats.Tree, plan
 	drops := make([]uint64, n)
 	liveRate, liveCeil := make([]float64, n), make([]float64, n)
 	found := make([]bool, n)
+	// A child's bytes are its leaves' (itself, if it is one): the
+	// kernel's HTB counts an inner class's bytes in bursts, a second
+	// or two apart, which would read as a class that stopped and
+	// started. A sharded tree's shards weigh what their active hosts
+	// (leaves that sent since the last step, or queue) weigh: their
+	// rates.
+	isParent := map[string]bool{}
+	for _, c := range tree.Classes {
+		isParent[c.Parent] = true
+	}
+	active := make([]float64, n)
+	if ctl.cfg.Shards && ctl.leafBytes == nil {
+		ctl.leafBytes = map[string]uint64{}
+	}
 	for _, c := range tree.Classes {
 		// Walk up to the controlled child this class belongs to, if any.
 		for x, depth := c, 0; x != nil && depth < 16; x, depth = byID[x.Parent], depth+1 {
@@ -182,7 +200,17 @@ func (a *Agent) step(p *engine.Prepared, ctl *controller, tree *stats.Tree, plan
 				continue
 			}
 			if x == c {
-				bytes[i], liveRate[i], liveCeil[i], found[i] = c.Bytes, float64(c.Rate), float64(c.Ceil), true
+				liveRate[i], liveCeil[i], found[i] = float64(c.Rate), float64(c.Ceil), true
+			}
+			if !isParent[c.ID] {
+				bytes[i] += c.Bytes
+			}
+			if ctl.cfg.Shards && !isParent[c.ID] {
+				prev, seen := ctl.leafBytes[c.ID]
+				ctl.leafBytes[c.ID] = c.Bytes
+				if c.Backlog > 0 || seen && c.Bytes > prev {
+					active[i] += float64(max(c.Rate, 1))
+				}
 			}
 			backlog[i] += uint64(c.Backlog)
 			drops[i] += uint64(c.Drops)
@@ -240,6 +268,11 @@ func (a *Agent) step(p *engine.Prepared, ctl *controller, tree *stats.Tree, plan
 			return nil
 		}
 	}
+	if ctl.cfg.Shards {
+		for i := range ctl.c.Children {
+			ctl.c.Children[i].Weight = max(active[i], 1) // an idle shard weighs next to nothing
+		}
+	}
 	ds := ctl.c.Step(now, rs)
 	ctl.last = now
 	if ds == nil {
@@ -280,9 +313,22 @@ func (a *Agent) step(p *engine.Prepared, ctl *controller, tree *stats.Tree, plan
 		// the share shows what it will hold.
 		lim := plan.Limit{Rate: units.FromBits(d.Rate), Ceil: want}
 		ctl.limits[plan.ClassLimit(pc)] = lim
-		ceil := min(max(lim.Ceil, pc.Rate), pc.Ceil)
-		rate := min(max(lim.Rate, pc.Rate), ceil)
+		lo := pc.Rate
+		if ch.Floor > 0 {
+			lo = ch.Floor
+		}
+		ceil := min(max(lim.Ceil, lo), pc.Ceil)
+		rate := min(max(lim.Rate, lo), ceil)
 		out = append(out, written{sh, rate.BitsFloat(), ceil.BitsFloat()})
+		// A balanced shard's copies of the other classes get their part
+		// of its share as rates (plan.Scaled).
+		if part := d.Rate / ctl.c.Capacity; len(ch.Scaled) > 0 && ctl.c.Capacity > 0 {
+			for _, sc := range ch.Scaled {
+				if rc := planned[sc.Handle]; rc != nil {
+					ctl.limits[plan.ClassLimit(rc)] = plan.Limit{Rate: units.Rate(float64(sc.Rate) * part), Ceil: rc.Ceil}
+				}
+			}
+		}
 		if !same(rate, liveRate[i]) || !same(ceil, liveCeil[i]) {
 			a.log.Debug("sharing: class", "device", ctl.dev, "class", ch.Name, "rate_bps", rate.BitsFloat(), "ceil_bps", ceil.BitsFloat(),
 				"usage_bps", d.Usage, "share_bps", d.Share, "applied", d.Applied)

@@ -201,6 +201,11 @@ func controllerNotes(p *plan.Plan) []string {
 	var out []string
 	for _, d := range p.Devices {
 		for _, c := range d.Controllers {
+			if c.Shards {
+				out = append(out, fmt.Sprintf("%s %s: `sluice agent` balances the %d shards every %s: each shard's rate is its part of %s by the hosts active in it, so that the shards lend to each other; without the agent each keeps rate/%d",
+					d.Interface, d.Dir, len(c.Children), c.Quantum, policy.FormatBits(c.Capacity), len(c.Children)))
+				continue
+			}
 			over := "the top-level classes"
 			if c.Owner != "" {
 				over = "the children of " + c.Owner

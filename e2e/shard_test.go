@@ -280,3 +280,41 @@ func TestShardedHostGetsRateOverN(t *testing.T) {
 		must(t, "--netns", a, "reset", "veth0")
 	}
 }
+
+// Under the agent a sharded tree's shards lend to each other: the
+// agent balances the shards' rates by the hosts active in each, so one
+// host alone with a ceil of the whole rate gets it, where without the
+// agent it gets rate/4 (above).
+func TestShardsBalancedByTheAgent(t *testing.T) {
+	a, b := shardedPair(t, 4, 0)
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "hosts.csv"), []byte("name,addresses,rate,ceil\npeer,10.9.0.2,1mbit,40mbit\nother,10.9.0.77,1mbit,5mbit\n"), 0o644)
+	file := filepath.Join(dir, "p.yaml")
+	os.WriteFile(file, []byte(policyFor("veth0", `    egress:
+      rate: 40mbit
+      classifier: bpf
+      shards: 4
+      default: rest
+      classes:
+        - {name: subs, rate: 20mbit, per_host: {by: dst, hosts_file: hosts.csv}}
+        - {name: rest, rate: 10mbit, ceil: 10mbit}
+`)), 0o644)
+	testutil.IperfServer(t, b, "10.9.0.2", 5201)
+	ag := startAgent(t, a, file, "--interval", "1s")
+	if _, err := testutil.Iperf(a, "10.9.0.2", 5201, 4, 3); err != nil { // the agent sees the host active
+		t.Fatal(err)
+	}
+	r, err := testutil.Iperf(a, "10.9.0.2", 5201, 4, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("one host alone on a balanced 4-shard tree got %.2f Mbit/s of 40", r.Goodput/1e6)
+	if ratio := r.Goodput / 40e6; ratio < 0.85 || ratio > 1.0 {
+		t.Errorf("one host alone got %.2f Mbit/s, want about 40 (the shards balanced)\n%s", r.Goodput/1e6, ag.Log())
+	}
+	// The balance is the agent's runtime state: plan finds nothing to
+	// change while it runs, and says what the agent does.
+	if pr := sluice(t, "--netns", a, "plan", file); pr.code != 0 || !strings.Contains(pr.stdout, "no changes") || !strings.Contains(pr.stderr, "balances the 4 shards") {
+		t.Errorf("plan while the agent balances (want no changes and the note): exit %d\n%s%s", pr.code, pr.stdout, pr.stderr)
+	}
+}

@@ -26,9 +26,22 @@ type Controller struct {
 	// rate, not its ceil (share.Controller.Assure): an HTB tree whose
 	// parent guarantees the capacity (its rate) and has no cap below
 	// it. Otherwise the shares are ceils (and an EDT tree's caps).
-	Assure   bool         `json:"assure,omitempty"`
+	Assure bool `json:"assure,omitempty"`
+	// Shards: the children are the shards of a sharded tree (their root
+	// classes), balanced so that they lend to each other: each shard's
+	// rate is its share of the direction's rate, weighed by the hosts
+	// active in it (agent), the rates adding up to the direction's.
+	Shards   bool         `json:"shards,omitempty"`
 	Children []Controlled `json:"children"`
 }
+
+// ShardQuantum is how often the agent balances a sharded tree's shards.
+const ShardQuantum = time.Second
+
+// shardFloor is the least rate a balanced shard keeps, of the
+// direction's rate over the shards: enough for a host that starts in
+// an idle shard to queue (and so be seen) within a step.
+const shardFloor = 32
 
 // Controlled is one child under a controller.
 type Controlled struct {
@@ -44,6 +57,22 @@ type Controlled struct {
 	// Prod children (prio 0 beside children of higher prios) are never
 	// limited; their use comes off the capacity.
 	Prod bool `json:"prod,omitempty"`
+	// Floor, when set, is the least rate a limit may give the class
+	// (a shard's), instead of its planned rate.
+	Floor units.Rate `json:"floor,omitempty"`
+	// Scaled are a balanced shard's copies of the tree's non-host
+	// classes: each gets its whole rate times the shard's part of the
+	// direction's. HTB lets a class within its rate send whatever its
+	// parent's state, so a shard cut below rate/N with its copies at
+	// rate/N would not be cut at all.
+	Scaled []Scaled `json:"scaled,omitempty"`
+}
+
+// Scaled is a class whose rate a shard balancer scales: its whole
+// rate, before the shards divide it.
+type Scaled struct {
+	Handle tc.Handle  `json:"handle"`
+	Rate   units.Rate `json:"rate"`
 }
 
 // controllers plans the tree's sharing controllers and marks the classes
@@ -153,4 +182,27 @@ func (b *builder) edtControllers(hook *bpf.Hook) {
 		b.dev.Controllers = append(b.dev.Controllers, ctl)
 	}
 	eachSharing(t, add)
+}
+
+// shardBalancer plans the controller that balances a sharded tree's n
+// shards (roots: their root classes, marked controlled).
+func (b *builder) shardBalancer(roots []*tc.Class) {
+	rate := b.tree.RateBps
+	floor := max(rate/units.Rate(len(roots)*shardFloor), 1)
+	ctl := Controller{Owner: "(shards)", Quantum: ShardQuantum, ApplyAbove: 0, Capacity: rate, Assure: true, Shards: true}
+	b.dev.floors = map[tc.Handle]units.Rate{}
+	for s, r := range roots {
+		r.Controlled = true
+		ch := Controlled{Name: fmt.Sprintf("shard %d", s), ID: r.Handle.String(), Handle: r.Handle,
+			Weight: 1, Rate: floor, Ceil: rate, Floor: floor}
+		b.dev.floors[r.Handle] = floor
+		if s < len(b.replicas) {
+			ch.Scaled = b.replicas[s]
+			for _, sc := range ch.Scaled {
+				b.dev.floors[sc.Handle] = max(sc.Rate/units.Rate(len(roots)*shardFloor), 1)
+			}
+		}
+		ctl.Children = append(ctl.Children, ch)
+	}
+	b.dev.Controllers = append(b.dev.Controllers, ctl)
 }

@@ -58,7 +58,8 @@ func (l Limits) Objects() []string {
 // WithLimits returns p with l laid over the objects its controllers
 // control. Each limit is held within what the policy allows: a class's
 // ceil between its planned rate and ceil, its rate between its planned
-// rate and that ceil; an aggregate's cap above zero and at most its
+// rate and that ceil (a balanced shard's root: from its floor, not its
+// planned rate); an aggregate's cap above zero and at most its
 // planned one, with the horizon that goes with it (HorizonFor). Limits
 // on anything else are ignored. p is not changed: devices and objects
 // that a limit changes are copies.
@@ -99,8 +100,12 @@ func limited(d *Device, o tc.Object, l Limits) tc.Object {
 			return nil
 		}
 		c := *x
-		c.Ceil = min(max(lim.Ceil, x.Rate), x.Ceil)
-		c.Rate = min(max(lim.Rate, x.Rate), c.Ceil)
+		lo := x.Rate
+		if f := d.floorOf(x.Handle); f > 0 {
+			lo = f
+		}
+		c.Ceil = min(max(lim.Ceil, lo), x.Ceil)
+		c.Rate = min(max(lim.Rate, lo), c.Ceil)
 		if c.Ceil == x.Ceil && c.Rate == x.Rate {
 			return nil
 		}
@@ -150,3 +155,6 @@ func (d *Device) horizonOf(t uint32) time.Duration {
 	}
 	return 0
 }
+
+// floorOf is the floor of controlled class h (0: its planned rate).
+func (d *Device) floorOf(h tc.Handle) units.Rate { return d.floors[h] }

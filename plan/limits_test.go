@@ -134,3 +134,67 @@ func TestWithLimitsTargets(t *testing.T) {
 		})
 	}
 }
+
+// A sharded tree's balancer may cut a shard below rate/N, its root and
+// its copies of the other classes alike (down to their floors), and
+// give it up to the direction's rate.
+func TestWithLimitsShards(t *testing.T) {
+	pol := parseEDT(t, `interfaces:
+  - name: eth0
+    egress:
+      rate: 40mbit
+      classifier: bpf
+      shards: 4
+      default: rest
+      classes:
+        - {name: subs, rate: 20mbit, per_host: {by: dst, cidr: 10.0.0.0/28, ceil: 40mbit}}
+        - {name: rest, rate: 10mbit}
+`)
+	feats := Everything
+	feats.TxQueues = map[string]int{"eth0": 4}
+	pl, err := Build(pol, feats, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := pl.Devices[0]
+	if len(d.Controllers) != 1 || !d.Controllers[0].Shards || len(d.Controllers[0].Children) != 4 {
+		t.Fatalf("controllers %+v, want one balancing 4 shards", d.Controllers)
+	}
+	ch := d.Controllers[0].Children[0]
+	if len(ch.Scaled) != 2 {
+		t.Fatalf("shard 0 scales %v, want its copies of subs and rest", ch.Scaled)
+	}
+	byHandle := map[tc.Handle]*tc.Class{}
+	for _, o := range d.Objects {
+		if c, ok := o.(*tc.Class); ok {
+			byHandle[c.Handle] = c
+		}
+	}
+	root, subs := byHandle[ch.Handle], byHandle[ch.Scaled[0].Handle]
+	mbit := func(n float64) units.Rate { return units.FromBits(n * 1e6) }
+	for _, tt := range []struct {
+		name         string
+		root, subs   units.Rate
+		wantR, wantS units.Rate
+	}{
+		{"cut below rate/4", mbit(2), mbit(1), mbit(2), mbit(1)},
+		{"the whole rate", mbit(40), mbit(20), mbit(40), mbit(20)},
+		{"under the floors", 1, 1, ch.Floor, max(ch.Scaled[0].Rate/128, 1)},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			over := pl.WithLimits(Limits{ClassLimit(root): {Rate: tt.root, Ceil: root.Ceil}, ClassLimit(subs): {Rate: tt.subs, Ceil: subs.Ceil}})
+			got := map[tc.Handle]*tc.Class{}
+			for _, o := range over.Devices[0].Objects {
+				if c, ok := o.(*tc.Class); ok {
+					got[c.Handle] = c
+				}
+			}
+			if r := got[root.Handle].Rate; r != tt.wantR {
+				t.Errorf("shard root rate %v, want %v (planned %v)", r, tt.wantR, root.Rate)
+			}
+			if r := got[subs.Handle].Rate; r != tt.wantS {
+				t.Errorf("shard's subs rate %v, want %v (planned %v)", r, tt.wantS, subs.Rate)
+			}
+		})
+	}
+}

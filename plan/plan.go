@@ -93,6 +93,9 @@ type Device struct {
 	// what PatchHosts needs.
 	hostTables map[*policy.PerHost]uint32
 	tree       *policy.Tree
+	// floors are the least rates limits may give classes below their
+	// planned rates (a balanced shard's root and copies).
+	floors map[tc.Handle]units.Rate
 	// Objects, in creation order: for ingress the ifb link first, then
 	// the tree, then the interface's ingress hook and redirect filter.
 	Objects []tc.Object
@@ -241,6 +244,9 @@ type builder struct {
 	div     units.Rate // non-host classes' rates are divided among shards
 	shard   int
 	shardOf map[string]uint16 // host class -> shard (the new Alloc.Shards)
+	// replicas are each shard's copies of the non-host classes, with
+	// their whole rates: what the shard balancer scales.
+	replicas [][]Scaled
 	// refs holds each host class's ids once they are all handed out: one
 	// lookup per use instead of one per pool (sharded trees only).
 	refs map[string]hostRef
@@ -384,6 +390,13 @@ func (b *builder) classTree(cs []*policy.Class, parent tc.Handle, leaves *[]tc.O
 		setBursts(cl, b.groupRate(c.Parent), b.aqmLeaf(c.Leaf), c.Burst, c.Cburst, c.Quantum)
 		if q, ok := b.quanta[c.Name]; ok {
 			cl.Quantum = q
+		}
+		if _, host := b.shardOf[c.Name]; b.div > 1 && !host {
+			for len(b.replicas) <= b.shard {
+				b.replicas = append(b.replicas, nil)
+			}
+			b.replicas[b.shard] = append(b.replicas[b.shard], Scaled{Handle: id, Rate: c.RateBps})
+			cl.Controlled = true
 		}
 		b.objs = append(b.objs, cl)
 		info := ClassInfo{Name: c.Name, Handle: id, Parent: parent, Rate: cl.Rate, Ceil: cl.Ceil, Prio: cl.Prio,

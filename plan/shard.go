@@ -111,7 +111,7 @@ func shardsFor(d *policy.Diag, feats Features, t *policy.Tree, dev string) (n in
 	if m == 1 {
 		word = "one tree"
 	}
-	return m, fmt.Sprintf("shards: auto made %s for %d transmit queues: %s; a shard cannot lend to the others (shards: N insists)", word, n, strings.Join(why, "; "))
+	return m, fmt.Sprintf("shards: auto made %s for %d transmit queues: %s; without the agent a shard cannot lend to the others (shards: N insists; the agent balances them)", word, n, strings.Join(why, "; "))
 }
 
 // maxHostCeil is the highest ceil of t's hosts: a host lives in one
@@ -180,14 +180,14 @@ func shardNote(t *policy.Tree, n int) string {
 		}
 	}
 	walk(t.Classes)
-	s := fmt.Sprintf("sharded into %d HTBs, one per transmit queue: each carries at most %s (rate/%d), and shards do not lend to each other: the hosts of a busy shard share its part whatever the others leave idle",
-		n, policy.FormatBits(limit), n)
+	s := fmt.Sprintf("sharded into %d HTBs, one per transmit queue: without `sluice agent` each carries at most %s (rate/%d), and shards do not lend to each other: the hosts of a busy shard share its part whatever the others leave idle; the agent balances the shards' rates every %s by the hosts active in each, their sum the direction's",
+		n, policy.FormatBits(limit), n, ShardQuantum)
 	if count > 0 {
 		more := ""
 		if count > len(names) {
 			more = fmt.Sprintf(" and %d more", count-len(names))
 		}
-		s += fmt.Sprintf("; a host or one flow gets no more, so these ceils are out of reach: %s%s", strings.Join(names, ", "), more)
+		s += fmt.Sprintf("; without the agent a host or one flow gets no more, so these ceils are out of reach: %s%s", strings.Join(names, ", "), more)
 	}
 	return s + ". shards: 1 makes one tree; backend: edt shares the rate across queues"
 }
@@ -300,16 +300,18 @@ func (b *builder) sharded(n int) {
 	b.objs = append(b.objs, &tc.Qdisc{Dev: dev.Name, Parent: tc.HandleRoot, Handle: RootHandle, Kind: "mq"})
 	b.div = units.Rate(n)
 	dev.Notes = append(dev.Notes, shardNote(t, n))
+	roots := make([]*tc.Class, n)
 	for s := 0; s < n; s++ {
 		b.shard, b.major = s, shardMajor(s)
 		qh := tc.MakeHandle(b.major, 0)
 		root := tc.MakeHandle(b.major, 1)
+		roots[s] = &tc.Class{Dev: dev.Name, Parent: qh, Handle: root, Kind: "htb",
+			Rate: max(t.RateBps/b.div, 1), Ceil: t.RateBps, Burst: BurstFor(t.RateBps), Cburst: BurstFor(t.RateBps),
+			Quantum: QuantumFor(t.RateBps/b.div, t.RateBps, false), Name: "(root)"}
 		b.objs = append(b.objs,
 			&tc.Qdisc{Dev: dev.Name, Parent: tc.MakeHandle(1, uint16(s+1)), Handle: qh, Kind: "htb",
 				HTB: &tc.HTBQdisc{Default: uint32(def), R2Q: b.dev.Alloc.R2Q()}},
-			&tc.Class{Dev: dev.Name, Parent: qh, Handle: root, Kind: "htb",
-				Rate: max(t.RateBps/b.div, 1), Ceil: t.RateBps, Burst: BurstFor(t.RateBps), Cburst: BurstFor(t.RateBps),
-				Quantum: QuantumFor(t.RateBps/b.div, t.RateBps, false), Name: "(root)"})
+			roots[s])
 		dev.Classes = append(dev.Classes, ClassInfo{Name: "(root)", Handle: root, Parent: qh,
 			Rate: max(t.RateBps/b.div, 1), Ceil: t.RateBps, Replica: s > 0})
 		b.shareGroup(nil, t.Classes)
@@ -317,6 +319,7 @@ func (b *builder) sharded(n int) {
 	}
 	b.objs = append(b.objs, leaves...)
 	b.shard, b.major = 0, shardMajor(0)
+	b.shardBalancer(roots)
 	hook := <-hookDone
 	b.d.Errs = append(b.d.Errs, hb.d.Errs...)
 	b.d.Warnings = append(b.d.Warnings, hb.d.Warnings...)

@@ -9,6 +9,11 @@ import (
 // Controller has none (the policy's default is the same).
 const DefaultApplyAbove = 0.8
 
+// hardHeadroom is what a Hard controller leaves a child over its
+// usage: more than 1/DefaultApplyAbove, so that a steady child sits
+// below the held-back threshold.
+const hardHeadroom = 1.5
+
 // Child is a class under a controller, as the policy gives it. Rates are
 // bits per second.
 type Child struct {
@@ -90,6 +95,12 @@ type Controller struct {
 	// capacity. ApplyAbove does not apply: a share given as a rate
 	// holds nobody back.
 	Assure bool
+	// Hard: the limits are hard caps (a balanced shard's rate: its root
+	// class has no parent to borrow from), so a child held at its cap
+	// may show no queue at the instant of a reading. One using
+	// ApplyAbove of its limit counts as held back, and one that is not
+	// is left hardHeadroom over its usage (with Assure).
+	Hard bool
 
 	last    []Reading
 	lastAt  time.Time
@@ -148,8 +159,13 @@ func (c *Controller) Step(now time.Time, rs []Reading) []Decision {
 		}
 		// An assured child may borrow past its rate, so only a queue
 		// says it is held back.
-		d.Hungry = first || rs[i].Queued || !c.Assure && c.applied[i] > 0 && d.Usage >= above*c.applied[i]
+		d.Hungry = first || rs[i].Queued || (!c.Assure || c.Hard) && c.applied[i] > 0 && d.Usage >= above*c.applied[i]
 		d.Demand = d.Usage
+		if c.Hard {
+			// Room to grow without a queue: a child using less than
+			// ApplyAbove of its cap stays below it, and is not held.
+			d.Demand = d.Usage * hardHeadroom
+		}
 		if d.Hungry {
 			d.Demand = ch.Ceil
 		}

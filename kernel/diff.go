@@ -1,8 +1,3 @@
-// Package kernel is the only part of sluice that changes the kernel. It
-// reads the live objects sluice owns, diffs them against a plan, applies
-// the difference with the fewest netlink writes, and rolls back to the
-// starting state when a write fails. Ownership (what sluice created) is
-// recorded under /run/sluice and cross-checked with the live tree.
 package kernel
 
 import (

@@ -50,18 +50,7 @@ func controllerKey(dev string, c plan.Controller) string { return dev + "\x00" +
 
 // sameConfig: a reload that leaves a controller's configuration alone
 // keeps its measurements and limits.
-func sameConfig(a, b plan.Controller) bool {
-	if a.Owner != b.Owner || a.Quantum != b.Quantum || a.ApplyAbove != b.ApplyAbove || a.Capacity != b.Capacity ||
-		a.Horizon != b.Horizon || a.Assure != b.Assure || a.Shards != b.Shards || len(a.Children) != len(b.Children) {
-		return false
-	}
-	for i := range a.Children {
-		if !reflect.DeepEqual(a.Children[i], b.Children[i]) {
-			return false
-		}
-	}
-	return true
-}
+func sameConfig(a, b plan.Controller) bool { return reflect.DeepEqual(a, b) }
 
 // minQuantum is the shortest quantum of the plan's controllers (0: none).
 func minQuantum(p *plan.Plan) time.Duration {
@@ -112,7 +101,7 @@ func (a *Agent) runControllers(p *engine.Prepared, s *stats.Sample) {
 				tree.Sharing = append(tree.Sharing, ctl.decided...)
 				continue
 			}
-			wrote = append(wrote, a.step(p, ctl, tree, planned, s.At)...)
+			wrote = append(wrote, a.step(p, d, ctl, tree, planned, s.At)...)
 			tree.Sharing = append(tree.Sharing, ctl.decided...)
 		}
 	}
@@ -162,7 +151,7 @@ func treeOf(s *stats.Sample, dev string) *stats.Tree {
 // step reads the children's counters (each with its descendants: a
 // tenant's subclasses and hosts queue for it) and decides the
 // children's limits (ctl.limits), which runControllers has written.
-func (a *Agent) step(p *engine.Prepared, ctl *controller, tree *stats.Tree, planned map[tc.Handle]*tc.Class, now time.Time) []written {
+func (a *Agent) step(p *engine.Prepared, dev *plan.Device, ctl *controller, tree *stats.Tree, planned map[tc.Handle]*tc.Class, now time.Time) []written {
 	byID := map[string]*stats.Class{}
 	for _, c := range tree.Classes {
 		byID[c.ID] = c
@@ -313,12 +302,7 @@ func (a *Agent) step(p *engine.Prepared, ctl *controller, tree *stats.Tree, plan
 		// the share shows what it will hold.
 		lim := plan.Limit{Rate: units.FromBits(d.Rate), Ceil: want}
 		ctl.limits[plan.ClassLimit(pc)] = lim
-		lo := pc.Rate
-		if ch.Floor > 0 {
-			lo = ch.Floor
-		}
-		ceil := min(max(lim.Ceil, lo), pc.Ceil)
-		rate := min(max(lim.Rate, lo), ceil)
+		rate, ceil := dev.Held(pc, lim) // what the engine will hold
 		out = append(out, written{sh, rate.BitsFloat(), ceil.BitsFloat()})
 		// A balanced shard's copies of the other classes get their part
 		// of its share as rates (plan.Scaled).

@@ -238,19 +238,8 @@ func subsPolicyShards(t *testing.T, csv, classifier, shards string) (file, hosts
 // gets the whole rate, as with shards: 1.
 func TestShardedHostGetsRateOverN(t *testing.T) {
 	a, b := shardedPair(t, 4, 0)
-	dir := t.TempDir()
-	os.WriteFile(filepath.Join(dir, "hosts.csv"), []byte("name,addresses,rate,ceil\npeer,10.9.0.2,1mbit,40mbit\nother,10.9.0.77,1mbit,5mbit\n"), 0o644)
-	file := filepath.Join(dir, "p.yaml")
-	write := func(shards string) {
-		os.WriteFile(file, []byte(policyFor("veth0", `    egress:
-      rate: 40mbit
-      classifier: bpf`+shards+`
-      default: rest
-      classes:
-        - {name: subs, rate: 20mbit, per_host: {by: dst, hosts_file: hosts.csv}}
-        - {name: rest, rate: 10mbit, ceil: 10mbit}
-`)), 0o644)
-	}
+	file := filepath.Join(t.TempDir(), "p.yaml")
+	write := func(shards string) { writeOneHostPolicy(t, file, shards) }
 	testutil.IperfServer(t, b, "10.9.0.2", 5201)
 	for _, c := range []struct {
 		shards string
@@ -287,18 +276,8 @@ func TestShardedHostGetsRateOverN(t *testing.T) {
 // agent it gets rate/4 (above).
 func TestShardsBalancedByTheAgent(t *testing.T) {
 	a, b := shardedPair(t, 4, 0)
-	dir := t.TempDir()
-	os.WriteFile(filepath.Join(dir, "hosts.csv"), []byte("name,addresses,rate,ceil\npeer,10.9.0.2,1mbit,40mbit\nother,10.9.0.77,1mbit,5mbit\n"), 0o644)
-	file := filepath.Join(dir, "p.yaml")
-	os.WriteFile(file, []byte(policyFor("veth0", `    egress:
-      rate: 40mbit
-      classifier: bpf
-      shards: 4
-      default: rest
-      classes:
-        - {name: subs, rate: 20mbit, per_host: {by: dst, hosts_file: hosts.csv}}
-        - {name: rest, rate: 10mbit, ceil: 10mbit}
-`)), 0o644)
+	file := filepath.Join(t.TempDir(), "p.yaml")
+	writeOneHostPolicy(t, file, "\n      shards: 4")
 	testutil.IperfServer(t, b, "10.9.0.2", 5201)
 	ag := startAgent(t, a, file, "--interval", "1s")
 	if _, err := testutil.Iperf(a, "10.9.0.2", 5201, 4, 3); err != nil { // the agent sees the host active
@@ -316,5 +295,26 @@ func TestShardsBalancedByTheAgent(t *testing.T) {
 	// change while it runs, and says what the agent does.
 	if pr := sluice(t, "--netns", a, "plan", file); pr.code != 0 || !strings.Contains(pr.stdout, "no changes") || !strings.Contains(pr.stderr, "balances the 4 shards") {
 		t.Errorf("plan while the agent balances (want no changes and the note): exit %d\n%s%s", pr.code, pr.stdout, pr.stderr)
+	}
+}
+
+// writeOneHostPolicy writes file: a 40mbit BPF tree on veth0 (shards
+// the extra key given) whose host peer (10.9.0.2) may use the whole
+// rate, with its hosts_file beside it.
+func writeOneHostPolicy(t *testing.T, file, shards string) {
+	t.Helper()
+	hosts := "name,addresses,rate,ceil\npeer,10.9.0.2,1mbit,40mbit\nother,10.9.0.77,1mbit,5mbit\n"
+	if err := os.WriteFile(filepath.Join(filepath.Dir(file), "hosts.csv"), []byte(hosts), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(file, []byte(policyFor("veth0", `    egress:
+      rate: 40mbit
+      classifier: bpf`+shards+`
+      default: rest
+      classes:
+        - {name: subs, rate: 20mbit, per_host: {by: dst, hosts_file: hosts.csv}}
+        - {name: rest, rate: 10mbit, ceil: 10mbit}
+`)), 0o644); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -66,6 +66,10 @@ func (s *Session) SetLimits(p *Prepared, l plan.Limits) (*kernel.Result, error) 
 	if p.sess != s || p.Desired == nil {
 		return nil, errors.New("SetLimits: not this session's prepared pass")
 	}
+	if l.Equal(p.Limits) && (len(l) == 0 && p.limitsRec == nil || p.recordHolds(l, s.lease)) {
+		s.limits = l
+		return &kernel.Result{}, nil // the pass already holds them: the common step
+	}
 	next := p.Plan.WithLimits(l)
 	var want []tc.Object
 	for i, d := range next.Devices {
@@ -97,8 +101,7 @@ func (s *Session) SetLimits(p *Prepared, l plan.Limits) (*kernel.Result, error) 
 	old := p.limitsRec
 	if d == nil || d.Empty() {
 		d = nil
-		if len(l) == 0 && old == nil ||
-			old != nil && old.InForce(time.Now()).Equal(l) && len(old.Pending) == 0 && time.Until(old.Until) > s.lease/2 {
+		if len(l) == 0 && old == nil || p.recordHolds(l, s.lease) {
 			s.limits, p.Limits, p.Desired = l, l, next
 			return res, nil // nothing to write, and any lease holds a while yet
 		}
@@ -246,8 +249,11 @@ func (p *Prepared) recordLimits(ahead bool) error {
 	case old != nil:
 		until = old.Until
 	}
-	if old != nil && p.limitsErr == nil && old.InForce(time.Now()).Equal(p.Limits) && len(old.Pending) == 0 &&
-		(p.sess == nil || time.Until(old.Until) > p.sess.lease/2) {
+	var lease time.Duration // a plain apply keeps the lease it found
+	if p.sess != nil {
+		lease = p.sess.lease
+	}
+	if p.recordHolds(p.Limits, lease) {
 		return nil // the record already says so
 	}
 	rec := kernel.NewLimitsRecord(p.Limits, until, pending)
@@ -256,4 +262,12 @@ func (p *Prepared) recordLimits(ahead bool) error {
 	}
 	p.limitsRec, p.limitsErr = rec, nil
 	return nil
+}
+
+// recordHolds reports whether the limits record read (or written) says
+// l, with nothing pending, and its lease holds for more than half of
+// lease yet: then there is nothing to write.
+func (p *Prepared) recordHolds(l plan.Limits, lease time.Duration) bool {
+	r := p.limitsRec
+	return r != nil && p.limitsErr == nil && r.InForce(time.Now()).Equal(l) && len(r.Pending) == 0 && time.Until(r.Until) > lease/2
 }

@@ -144,9 +144,7 @@ func TestSessionLimits(t *testing.T) {
 	t.Run("a new session", func(t *testing.T) {
 		n, p := apply(t, engine.NewSession(opts), pol, opts)
 		p.Close()
-		if r, c := liveClass(t, opts, p.Plan, "a"); n != 1 || r != a.Rate || c != a.Ceil {
-			t.Errorf("%d changes; a: rate %v ceil %v, want the policy's %v %v", n, r, c, a.Rate, a.Ceil)
-		}
+		policyBack(t, opts, p, n, a)
 	})
 	t.Run("the agent lock released (a killed agent)", func(t *testing.T) {
 		_, p := apply(t, s, pol, opts) // the old session puts its limits back
@@ -160,9 +158,7 @@ func TestSessionLimits(t *testing.T) {
 		}()
 		n, p := apply(t, nil, pol, opts)
 		p.Close()
-		if r, c := liveClass(t, opts, p.Plan, "a"); n != 1 || r != a.Rate || c != a.Ceil {
-			t.Errorf("%d changes; a: rate %v ceil %v, want the policy's %v %v", n, r, c, a.Rate, a.Ceil)
-		}
+		policyBack(t, opts, p, n, a)
 	})
 	t.Run("the lease ended", func(t *testing.T) {
 		_, p := apply(t, s, pol, opts) // the old session puts its limits back
@@ -172,13 +168,20 @@ func TestSessionLimits(t *testing.T) {
 		}
 		n, p := apply(t, nil, pol, engine.Options{Netns: opts.Netns, LockTimeout: opts.LockTimeout})
 		p.Close()
-		if r, c := liveClass(t, opts, p.Plan, "a"); n != 1 || r != a.Rate || c != a.Ceil {
-			t.Errorf("%d changes on the fast path; a: rate %v ceil %v, want the policy's %v %v", n, r, c, a.Rate, a.Ceil)
-		}
+		policyBack(t, opts, p, n, a) // on the fast path
 		if _, err := os.Stat(filepath.Join(kernel.StateDir(opts.Netns), "limits.json")); !os.IsNotExist(err) {
 			t.Errorf("the limits record is still there (%v)", err)
 		}
 	})
+}
+
+// policyBack checks that an apply of n changes put class a's policy
+// rate and ceil back.
+func policyBack(t *testing.T, opts engine.Options, p *engine.Prepared, n int, a *tc.Class) {
+	t.Helper()
+	if r, c := liveClass(t, opts, p.Plan, "a"); n != 1 || r != a.Rate || c != a.Ceil {
+		t.Errorf("%d changes; a: rate %v ceil %v, want the policy's %v %v", n, r, c, a.Rate, a.Ceil)
+	}
 }
 
 // A write the kernel refuses rolls the step back, the record with it.

@@ -102,15 +102,22 @@ func (k *Kernel) syncHook(id uint32, want, base *bpf.Content) error {
 // OpenHook opens sluice's classifier on dev's hook, or returns nil if
 // there is none.
 func (k *Kernel) OpenHook(dev string, ingress bool) (*bpf.Program, error) {
-	f := hookFilter(&bpf.Hook{Dev: dev, Ingress: ingress, Prio: plan.HookPrio})
+	g, err := k.hookFilterOf(&bpf.Hook{Dev: dev, Ingress: ingress, Prio: plan.HookPrio})
+	if err != nil || g == nil {
+		return nil, err
+	}
+	return bpf.Open(g.BPF.ID)
+}
+
+// hookFilterOf reads h's hook and returns sluice's classifier filter on
+// it, or nil if there is none.
+func (k *Kernel) hookFilterOf(h *bpf.Hook) (*tc.Filter, error) {
+	f := hookFilter(h)
 	fs, err := k.Conn.Filters(f.Dev, f.Parent)
 	if err != nil {
 		return nil, err
 	}
-	if g := ourFilter(fs); g != nil {
-		return bpf.Open(g.BPF.ID)
-	}
-	return nil, nil
+	return ourFilter(fs), nil
 }
 
 // ourFilter finds sluice's classifier among a hook's filters.
@@ -151,12 +158,10 @@ func HostsDiff(writes []plan.HostWrite) *Diff {
 
 // swapHosts writes s in the program on its hook.
 func (k *Kernel) swapHosts(s *HostSwap) error {
-	f := hookFilter(s.Hook)
-	fs, err := k.Conn.Filters(f.Dev, f.Parent)
+	g, err := k.hookFilterOf(s.Hook)
 	if err != nil {
 		return err
 	}
-	g := ourFilter(fs)
 	if g == nil {
 		return fmt.Errorf("%s: sluice's program is not there", s.Hook.Dev)
 	}

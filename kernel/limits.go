@@ -174,12 +174,10 @@ func (k *Kernel) ReadLimited(objs []tc.Object) ([]tc.Object, error) {
 				out[i] = c
 			}
 		case *bpf.Hook:
-			f := hookFilter(x)
-			fs, err := k.Conn.Filters(f.Dev, f.Parent)
+			g, err := k.hookFilterOf(x)
 			if err != nil {
 				return nil, err
 			}
-			g := ourFilter(fs)
 			if g == nil {
 				continue
 			}

@@ -100,12 +100,7 @@ func limited(d *Device, o tc.Object, l Limits) tc.Object {
 			return nil
 		}
 		c := *x
-		lo := x.Rate
-		if f := d.floorOf(x.Handle); f > 0 {
-			lo = f
-		}
-		c.Ceil = min(max(lim.Ceil, lo), x.Ceil)
-		c.Rate = min(max(lim.Rate, lo), c.Ceil)
+		c.Rate, c.Ceil = d.Held(x, lim)
 		if c.Ceil == x.Ceil && c.Rate == x.Rate {
 			return nil
 		}
@@ -156,5 +151,15 @@ func (d *Device) horizonOf(t uint32) time.Duration {
 	return 0
 }
 
-// floorOf is the floor of controlled class h (0: its planned rate).
-func (d *Device) floorOf(h tc.Handle) units.Rate { return d.floors[h] }
+// Held returns the rate and ceil that lim gives planned class x of d,
+// held within what the policy allows: the ceil between the class's
+// planned rate (or its floor, for a balanced shard's classes) and its
+// planned ceil, the rate between that and the ceil.
+func (d *Device) Held(x *tc.Class, lim Limit) (rate, ceil units.Rate) {
+	lo := x.Rate
+	if f := d.floors[x.Handle]; f > 0 {
+		lo = f
+	}
+	ceil = min(max(lim.Ceil, lo), x.Ceil)
+	return min(max(lim.Rate, lo), ceil), ceil
+}

@@ -208,7 +208,10 @@ func (a *Agent) step(p *engine.Prepared, dev *plan.Device, ctl *controller, tree
 	}
 	rs := make([]share.Reading, n)
 	for i, ch := range ctl.cfg.Children {
-		rs[i] = share.Reading{Bytes: bytes[i], Queued: backlog[i] > 0 || drops[i] > ctl.drops[ch.Name]}
+		// An EDT aggregate's backlog is its clock running ahead, which
+		// one packet at a low cap does: its delays say below whether
+		// the cap held it back.
+		rs[i] = share.Reading{Bytes: bytes[i], Queued: !edt && backlog[i] > 0 || drops[i] > ctl.drops[ch.Name]}
 		ctl.drops[ch.Name] = drops[i]
 	}
 	var targets []bpf.Target

@@ -8,7 +8,8 @@ import (
 
 // A file written between a load and the read that follows it is not
 // lost: the agent watches what the load read, without stamps, so the
-// next poll reads the file again and finds the edit.
+// next polls read the file again (once it has settled) and find the
+// edit.
 func TestEditDuringLoadIsSeen(t *testing.T) {
 	f := filepath.Join(t.TempDir(), "hosts.csv")
 	os.WriteFile(f, []byte("v1"), 0o644)
@@ -26,6 +27,10 @@ func TestEditDuringLoadIsSeen(t *testing.T) {
 	os.WriteFile(f, []byte("v2"), 0o644) // after the load read v1
 	w, _ = a.watchFiles([]string{f})
 	a.watched = unseen(w, base)
+	// Seen once settled: its stamp unchanged from one poll to the next.
+	if changed, _ := a.filesChanged(); changed {
+		t.Fatal("a file was read on the poll that first saw it move")
+	}
 	changed, now := a.filesChanged()
 	if !changed || string(now.data[0]) != "v2" {
 		t.Fatalf("the edit made during the load was missed: changed %v, read %q", changed, now.data[0])

@@ -178,7 +178,9 @@ func (g *globals) runScenario(nameOrPath string, f *runFlags) error {
 		return badInput(fmt.Errorf("--scale must be positive"))
 	}
 	if f.kernel != "" {
-		return g.runScenarioInVM(nameOrPath, s, f)
+		if err := vmlane.CheckKernel(f.kernel); err != nil {
+			return badInput(fmt.Errorf("--kernel: %w", err))
+		}
 	}
 	var variants []lab.Variant
 	for _, v := range s.Variants {
@@ -188,6 +190,9 @@ func (g *globals) runScenario(nameOrPath string, f *runFlags) error {
 	}
 	if len(variants) == 0 {
 		return badInput(fmt.Errorf("no variant named %s in %s", strings.Join(f.variants, ", "), s.Name))
+	}
+	if f.kernel != "" {
+		return g.runScenarioInVM(nameOrPath, s, f)
 	}
 	if f.name == "" {
 		f.name = s.Name
@@ -286,6 +291,8 @@ func (g *globals) runScenarioInVM(nameOrPath string, s *lab.Scenario, f *runFlag
 	switch {
 	case err != nil:
 		return failure(fmt.Errorf("the VM: %w", err))
+	case code == vmlane.NoVM:
+		return failure(fmt.Errorf("no VM ran with %s (said above)", vmlane.Describe(f.kernel)))
 	case code != 0:
 		return &exitError{code, fmt.Errorf("the run inside the VM with %s exited %d", vmlane.Describe(f.kernel), code)}
 	}

@@ -44,7 +44,7 @@ func newBed(name string, devs []string, queues map[string]int, rtt time.Duration
 		return nil, fmt.Errorf("bed name %q: letters, digits and dashes, at most 20", name)
 	}
 	pre := lab.Prefix + name + "-"
-	if len(lab.ListNetns(pre)) > 0 {
+	if len(lab.BedNetns(name)) > 0 {
 		return nil, fmt.Errorf("a bed named %q is already up (sluice lab down %s)", name, name)
 	}
 	b = &bed{name: name, gw: pre + "gw", near: pre + "near", far: map[string]string{}, wire: map[string]string{}}
@@ -119,7 +119,7 @@ func (b *bed) down() {
 	for _, l := range b.lines {
 		l.Close()
 	}
-	for _, ns := range lab.ListNetns(lab.Prefix + b.name + "-") {
+	for _, ns := range lab.BedNetns(b.name) {
 		lab.DeleteNetns(ns)
 	}
 	os.RemoveAll(kernel.StateDir(b.gw))

@@ -770,9 +770,9 @@ func (r *runner) drive(ctx context.Context, dev, dir string, ds []drive, settle,
 	dt := t1.Sub(t0).Seconds()
 	res := &driven{classes: map[string]float64{}, total: map[string]float64{}, bySubject: map[string]float64{}}
 	for key, b1 := range c1 {
-		if b0, ok := c0[key]; ok && b1 >= b0 {
+		if b0, ok := c0[key]; ok {
 			dev, name, _ := strings.Cut(key, "\x00")
-			v := float64(b1-b0) * 8 / dt
+			v := max(b1-b0, 0) * 8 / dt
 			if name == "(root)" {
 				res.total[dev] += v
 				continue
@@ -812,8 +812,8 @@ func (r *runner) drain(devs []string) {
 
 // read sums each class's bytes by device and name (a sharded tree has a
 // copy of a class per shard; an EDT tree counts per aggregate).
-func (r *runner) read(devs []string) (map[string]uint64, time.Time, error) {
-	out := map[string]uint64{}
+func (r *runner) read(devs []string) (map[string]float64, time.Time, error) {
+	out := map[string]float64{}
 	if len(devs) == 0 {
 		return out, time.Now(), nil
 	}
@@ -822,17 +822,20 @@ func (r *runner) read(devs []string) (map[string]uint64, time.Time, error) {
 		return nil, time.Time{}, err
 	}
 	for _, t := range smp.Trees {
-		var aggregates uint64
+		var aggregates float64
 		for _, c := range t.Classes {
+			b := float64(c.Bytes)
+			if c.Leaf == "edt" {
+				// Counted when paced: what waits in fq has not left.
+				b -= float64(c.Backlog)
+				aggregates += b
+			}
 			// Leaves only: an inner class counts what its children sent.
 			switch {
 			case c.Name == "(root)":
-				out[t.Device+"\x00(root)"] += c.Bytes
+				out[t.Device+"\x00(root)"] += b
 			case c.Leaf != "":
-				out[t.Device+"\x00"+c.Name] += c.Bytes
-			}
-			if c.Leaf == "edt" {
-				aggregates += c.Bytes
+				out[t.Device+"\x00"+c.Name] += b
 			}
 		}
 		if t.Backend == "edt" {

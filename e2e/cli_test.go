@@ -3,7 +3,9 @@ package e2e
 import (
 	"bufio"
 	"encoding/json"
+	"errors"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"sluice/kernel"
 	"sluice/testutil"
 )
 
@@ -33,6 +36,31 @@ func TestValidateExitCodes(t *testing.T) {
 	}
 	if r := sluice(t, "show", "--interval", "soon"); r.code != 2 || !strings.Contains(r.stderr, "invalid argument") {
 		t.Errorf("bad flag: exit %d %s", r.code, r.stderr)
+	}
+}
+
+// A namespace sluice never touched (a new one; every one after a reboot
+// empties /run) has no records directory: the readers say there is
+// nothing, and make none (show, munin and munin autoconf once panicked).
+func TestReadersOnANewNamespace(t *testing.T) {
+	ns := testutil.NewNetns(t, "new")
+	for _, c := range []struct {
+		args []string
+		out  string
+	}{
+		{[]string{"show"}, "shapes nothing here"},
+		{[]string{"show", "--json"}, `"trees"`},
+		{[]string{"munin"}, ""},
+		{[]string{"munin", "autoconf"}, "yes"},
+		{[]string{"munin", "config"}, ""},
+	} {
+		r := sluice(t, append([]string{"--netns", ns}, c.args...)...)
+		if r.code != 0 || strings.Contains(r.stderr, "panic") || !strings.Contains(r.stdout, c.out) {
+			t.Errorf("%v: exit %d, want 0 and %q\n%s\n%s", c.args, r.code, c.out, r.stdout, r.stderr)
+		}
+	}
+	if _, err := os.Stat(kernel.StateDir(ns)); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("a reader made the records directory: %v", err)
 	}
 }
 

@@ -12,8 +12,10 @@ import (
 	"time"
 
 	"sluice/agent"
+	"sluice/plan"
 	"sluice/stats"
 	"sluice/testutil"
+	"sluice/units"
 )
 
 // The EDT backend needs fq (and mqprio for its prod/nonprod split),
@@ -200,7 +202,15 @@ func TestEDTExemptionsAndHorizon(t *testing.T) {
 	if c1.Drops == 0 || c1.Drops <= c0.Drops {
 		t.Errorf("horizon drops %d -> %d under a flood of 1.5 times the cap", c0.Drops, c1.Drops)
 	}
-	t.Logf("aggregate passed %.2f Mbit/s (wire bytes), %d horizon drops in %.1f s", c1.Measured/1e6, c1.Drops-c0.Drops, during.At.Sub(before.At).Seconds())
+	t.Logf("aggregate passed %.2f Mbit/s (wire bytes), %d horizon drops in %.1f s, backlog %d then %d bytes", c1.Measured/1e6, c1.Drops-c0.Drops, during.At.Sub(before.At).Seconds(), c0.Backlog, c1.Backlog)
+	// The backlog is the aggregate's clock ahead of now, at its cap:
+	// under a flood some of a horizon's worth (the aggregate's horizon:
+	// 100 ms, or at 4mbit the floor of a 64 KB packet and three frames,
+	// 140 ms), never more than it and a packet.
+	horizon := plan.HorizonFor(100*time.Millisecond, units.FromBits(cap))
+	if full := uint32(float64(horizon) / 1e9 * cap / 8); max(c0.Backlog, c1.Backlog) == 0 || max(c0.Backlog, c1.Backlog) > full+1514 {
+		t.Errorf("backlog %d then %d bytes under a flood; want some, at most %d", c0.Backlog, c1.Backlog, full+1514)
+	}
 	// Below the cap only while the emulated machine's sender stalls for
 	// longer than the horizon (the lane's TCG); above it never.
 	if c1.Measured < 0.9*cap || c1.Measured > 1.03*cap {

@@ -126,6 +126,23 @@ func TestLabUpDownAll(t *testing.T) {
 	}
 }
 
+// lab down NAME removes lab NAME's namespaces, not those of a lab whose
+// name starts with it (`lab down rtr8` once removed lab rtr8-b's).
+func TestLabDownIsByName(t *testing.T) {
+	testutil.RequireRoot(t)
+	name := strings.TrimPrefix(testutil.Unique("dn"), testutil.Prefix)
+	mine, theirs := lab.Prefix+name+"-router", lab.Prefix+name+"-b-router"
+	for _, ns := range []string{mine, theirs} {
+		testutil.Run(t, "ip", "netns", "add", ns)
+		t.Cleanup(func() { exec.Command("ip", "netns", "del", ns).Run() })
+	}
+	out := must(t, "lab", "down", name)
+	left := labNamespaces(t, lab.Prefix+name+"-")
+	if len(left) != 1 || left[0] != theirs {
+		t.Errorf("lab down %s left %v (want only %s)\n%s", name, left, theirs, out)
+	}
+}
+
 const tinyScenario = `name: tiny
 topology: {clients: 1}
 variants:
@@ -573,7 +590,11 @@ func TestCCMatrixFillsEveryRow(t *testing.T) {
 // every latency expectation it misses, and the machine must be slow (its
 // timers late, or unable to carry the modem's rate unshaped); a goodput
 // shortfall counts as the machine's only when it cannot carry the
-// modem's rate unshaped either.
+// modem's rate unshaped either. A probe expectation counts against
+// fq_codel only when a second fq_codel run misses it as clearly too:
+// one stall of the emulated machine puts a single probe tens of ms late
+// (measured: p95 57 ms in one run, 1.9 ms in the next, same build), and
+// a p95 of a half-length phase is its second-worst probe.
 func TestDemoOnStockKernel(t *testing.T) {
 	testutil.RequireRoot(t)
 	if os.Getenv("SLUICE_VM_KERNEL") == "" {
@@ -602,6 +623,19 @@ func TestDemoOnStockKernel(t *testing.T) {
 	for _, v := range bf.Verdicts {
 		bfFailedLatency = bfFailedLatency || !v.Pass && strings.Contains(v.Expect, " probe ")
 	}
+	worse := func(v lab.Verdict) bool {
+		b, ok := bfActual[v.Expect]
+		return !ok || v.Actual > 3*b+10
+	}
+	var again map[string]lab.Verdict // the second fq_codel run, when one was needed
+	for _, v := range fq.Verdicts {
+		if !v.Pass && strings.Contains(v.Expect, " probe ") && worse(v) && again == nil {
+			again = map[string]lab.Verdict{}
+			for _, w := range runHome(t, "").Verdicts {
+				again[w.Expect] = w
+			}
+		}
+	}
 	for _, v := range fq.Verdicts {
 		if v.Pass {
 			continue
@@ -615,9 +649,14 @@ func TestDemoOnStockKernel(t *testing.T) {
 		case strings.Contains(v.Expect, " probe "):
 			// Runs on an emulated machine vary by 2x between themselves:
 			// only a leaf that is clearly worse counts.
-			b, ok := bfActual[v.Expect]
-			if !ok || v.Actual > 3*b+10 {
-				t.Errorf("%s: %.1f ms with fq_codel leaves, %.1f ms with bfifo leaves on the same machine: fq_codel is worse", v.Expect, v.Actual, b)
+			b := bfActual[v.Expect]
+			if worse(v) {
+				a, ok := again[v.Expect]
+				if !ok || !a.Pass && worse(a) {
+					t.Errorf("%s: %.1f then %.1f ms with fq_codel leaves, %.1f ms with bfifo leaves on the same machine: fq_codel is worse", v.Expect, v.Actual, a.Actual, b)
+				}
+				t.Logf("%s: fq_codel %.1f ms, again %.1f ms; bfifo %.1f ms", v.Expect, v.Actual, a.Actual, b)
+				continue
 			}
 			t.Logf("%s: fq_codel %.1f ms, bfifo %.1f ms", v.Expect, v.Actual, b)
 		default:

@@ -113,7 +113,10 @@ func (r *LimitsRecord) Touched() []string {
 // cannot tell what the kernel holds and reads every tree back.
 func LoadLimits(dir string) (*LimitsRecord, error) {
 	d, err := openStateDir(dir, false)
-	if err != nil || d == nil {
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
 		return nil, err
 	}
 	defer d.Close()
@@ -137,11 +140,11 @@ func LoadLimits(dir string) (*LimitsRecord, error) {
 // SaveLimits writes r atomically in dir; nil removes the record.
 func SaveLimits(dir string, r *LimitsRecord) error {
 	d, err := openStateDir(dir, r != nil)
+	if r == nil && errors.Is(err, fs.ErrNotExist) {
+		return nil // nothing to remove
+	}
 	if err != nil {
 		return err
-	}
-	if d == nil {
-		return nil
 	}
 	defer d.Close()
 	if r == nil {

@@ -57,13 +57,12 @@ func ValidNetnsName(ns string) error {
 
 // openStateDir opens the records directory of a namespace, creating it
 // (and the directories leading to it, 0700) when create is set. A
-// missing directory without create gives (nil, nil).
+// missing one without create is an error (fs.ErrNotExist): a caller for
+// whom that means "nothing recorded" says so, and one that forgets gets
+// an error, never a nil directory (show and munin once panicked on a
+// namespace without records).
 func openStateDir(dir string, create bool) (*safefile.Dir, error) {
-	d, err := safefile.OpenDir(dir, create)
-	if !create && errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	}
-	return d, err
+	return safefile.OpenDir(dir, create)
 }
 
 // recordsVersion is the records' format. Version 1 (no identities, no
@@ -129,7 +128,7 @@ func stampOf(d *safefile.Dir) fileStamp {
 // was read from.
 func (s *State) Unchanged(dir string) bool {
 	d, err := openStateDir(dir, false)
-	if err != nil || d == nil {
+	if err != nil {
 		return false
 	}
 	defer d.Close()
@@ -219,11 +218,11 @@ func emptyState() *State {
 // LoadState reads the records (empty if none).
 func LoadState(dir string) (*State, error) {
 	d, err := openStateDir(dir, false)
+	if errors.Is(err, fs.ErrNotExist) {
+		return emptyState(), nil
+	}
 	if err != nil {
 		return nil, &RecordsError{dir, err}
-	}
-	if d == nil {
-		return emptyState(), nil
 	}
 	defer d.Close()
 	return loadState(d)
@@ -482,7 +481,7 @@ func (tx *Tx) Commit(s *State, devs map[string]*DevState) error {
 	s.Journal, s.Netns, s.Devices = nil, tx.fin.Netns, devs
 	s.Bulk, s.BulkSum, s.BulkSize = tx.fin.Bulk, tx.fin.BulkSum, tx.fin.BulkSize
 	s.raw = tx.commit
-	if d, err := openStateDir(tx.dir, false); err == nil && d != nil {
+	if d, err := openStateDir(tx.dir, false); err == nil {
 		s.stamp = stampOf(d)
 		d.Close()
 	}
@@ -498,9 +497,6 @@ func (tx *Tx) finish(name, keep string) error {
 		return nil
 	}
 	d, err := openStateDir(tx.dir, false)
-	if err == nil && d == nil {
-		err = fs.ErrNotExist
-	}
 	if err != nil {
 		return err
 	}

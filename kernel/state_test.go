@@ -1,6 +1,12 @@
 package kernel
 
-import "testing"
+import (
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"testing"
+)
 
 // Lock skips re-reading records that nobody rewrote since Open read
 // them, and re-reads records another sluice saved meanwhile.
@@ -35,5 +41,31 @@ func TestStateUnchanged(t *testing.T) {
 	defer k.lock.Release()
 	if k.State.Devices["eth1"] == nil || k.State.Devices["eth0"] != nil {
 		t.Errorf("Lock kept the stale records: %v", k.State.Names())
+	}
+}
+
+// A namespace without a records directory (a new one, or any after a
+// reboot empties /run) reads as "nothing recorded" through every reader:
+// no nil directory reaches a caller (AgentRunning once dereferenced one,
+// and show, munin and munin autoconf panicked).
+func TestNoRecordsDirectory(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "netns", "new")
+	if AgentRunning(dir) {
+		t.Error("AgentRunning: true without a directory")
+	}
+	if _, err := ReadAgentFile(dir, "agent.json"); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("ReadAgentFile: %v, want not-exist", err)
+	}
+	if s, err := LoadState(dir); err != nil || len(s.Devices) != 0 {
+		t.Errorf("LoadState: %v, %v", s, err)
+	}
+	if r, err := LoadLimits(dir); err != nil || r != nil {
+		t.Errorf("LoadLimits: %v, %v", r, err)
+	}
+	if err := SaveLimits(dir, nil); err != nil {
+		t.Errorf("SaveLimits(nil): %v", err)
+	}
+	if _, err := os.Stat(dir); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("a reader made the directory: %v", err)
 	}
 }

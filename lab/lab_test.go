@@ -225,3 +225,25 @@ func TestRelativeGoodputExpectations(t *testing.T) {
 		t.Errorf("verdicts %+v", vs)
 	}
 }
+
+// A lab's name is not a prefix of others': `lab down rtr8` once removed
+// lab rtr8-b's namespaces too.
+func TestOfBed(t *testing.T) {
+	for _, c := range []struct {
+		ns, name string
+		want     bool
+	}{
+		{"sllab-rtr8-router", "rtr8", true},
+		{"sllab-rtr8-c12", "rtr8", true},
+		{"sllab-rtr8-b-router", "rtr8", false},
+		{"sllab-rtr8-b-router", "rtr8-b", true},
+		{"sllab-rtr8-", "rtr8", false},
+		{"sllab-rtr80-router", "rtr8", false},
+		{"sllab-cm1-far0", "cm1", true},
+		{"other-rtr8-router", "rtr8", false},
+	} {
+		if got := ofBed(c.ns, c.name); got != c.want {
+			t.Errorf("ofBed(%q, %q) = %v", c.ns, c.name, got)
+		}
+	}
+}

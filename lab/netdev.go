@@ -24,8 +24,8 @@ func CreateNetns(name string) error { return createNS(name) }
 // DeleteNetns removes a named network namespace and its devices.
 func DeleteNetns(name string) error { return deleteNS(name) }
 
-// ListNetns lists the named network namespaces starting with prefix.
-func ListNetns(prefix string) []string { return listNS(prefix) }
+// BedNetns lists the namespaces of the lab or bed named name (bedNS).
+func BedNetns(name string) []string { return bedNS(name) }
 
 // handle opens a netlink handle inside namespace ns.
 func handle(ns string) (*netlink.Handle, error) {

@@ -74,6 +74,27 @@ func deleteNS(name string) error {
 	return err
 }
 
+// bedNS lists the namespaces of the lab (or conformance bed) named
+// name: Prefix, the name, a dash and one role (router, c1, gw, far0...;
+// roles have no dash). A name is not a prefix: lab rtr8's namespaces
+// are not rtr8-b's (sllab-rtr8-b-router is lab rtr8-b's router, never
+// lab rtr8's "b-router").
+func bedNS(name string) []string {
+	var out []string
+	for _, ns := range listNS(Prefix + name + "-") {
+		if ofBed(ns, name) {
+			out = append(out, ns)
+		}
+	}
+	return out
+}
+
+// ofBed: namespace ns is one of bed name's.
+func ofBed(ns, name string) bool {
+	role, ok := strings.CutPrefix(ns, Prefix+name+"-")
+	return ok && role != "" && !strings.Contains(role, "-")
+}
+
 // listNS lists the named network namespaces starting with prefix.
 func listNS(prefix string) []string {
 	ents, _ := os.ReadDir("/var/run/netns")

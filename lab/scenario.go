@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"embed"
 	"fmt"
-	"os"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -12,6 +11,9 @@ import (
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"sluice/policy"
+	"sluice/safefile"
 )
 
 //go:embed scenarios/*.yaml
@@ -36,6 +38,8 @@ type Scenario struct {
 	Settle string `yaml:"settle"`
 
 	File string `yaml:"-"`
+	// dir is the folder a file-read scenario's "@file" policies are in.
+	dir string
 }
 
 // Variant is one way to run the scenario.
@@ -53,6 +57,8 @@ type Variant struct {
 	// traffic overrides the scenario's for matrix expansions, whose
 	// substitutions differ per variant.
 	traffic []Traffic
+	// text is the policy, read from its file for "@file.yaml".
+	text string
 }
 
 // Phase is a named stretch of the timeline.
@@ -129,14 +135,34 @@ func Load(nameOrPath string) (*Scenario, error) {
 			return nil, fmt.Errorf("no scenario %q; built in: %s", nameOrPath, strings.Join(Builtin(), ", "))
 		}
 		file = "scenario " + nameOrPath
-	} else if src, err = os.ReadFile(nameOrPath); err != nil {
+	} else if src, err = safefile.ReadRegular(nameOrPath, "scenario", MaxScenarioBytes); err != nil {
 		return nil, err
 	}
-	return Parse(file, src)
+	s, err := parse(file, src)
+	if err != nil {
+		return nil, err
+	}
+	if file == nameOrPath {
+		s.dir = filepath.Dir(nameOrPath)
+	}
+	return s, s.readPolicies()
 }
 
-// Parse reads a scenario from src.
+// MaxScenarioBytes bounds a scenario file: far above any real one.
+const MaxScenarioBytes = 1 << 20
+
+// Parse reads a scenario from src. A variant's policy that refers to a
+// file ("@file.yaml") is refused: only a scenario loaded from a file has
+// a folder to find it in.
 func Parse(file string, src []byte) (*Scenario, error) {
+	s, err := parse(file, src)
+	if err != nil {
+		return nil, err
+	}
+	return s, s.readPolicies()
+}
+
+func parse(file string, src []byte) (*Scenario, error) {
 	s, err := decode(file, src)
 	if err != nil {
 		return nil, err
@@ -336,12 +362,43 @@ func parseDSCP(s string) (int, error) {
 	return v, nil
 }
 
-// ReadPolicyFile lets a variant's policy come from a file next to the
-// scenario ("@file.yaml").
-func (s *Scenario) policyText(v Variant) (string, error) {
-	if !strings.HasPrefix(v.Policy, "@") {
-		return v.Policy, nil
+// readPolicies reads every variant's policy before anything runs: a
+// policy may come from a file in the scenario's folder ("@file.yaml",
+// read as a policy file is: a regular file, bounded), never from outside
+// it; and each must parse and validate, so that a mistake in the last
+// variant is found before the first one runs.
+func (s *Scenario) readPolicies() error {
+	for i := range s.Variants {
+		v := &s.Variants[i]
+		where := fmt.Sprintf("%s: variant %s", s.File, v.Name)
+		v.text = v.Policy
+		if ref, ok := strings.CutPrefix(v.Policy, "@"); ok {
+			switch {
+			case s.dir == "":
+				return fmt.Errorf("%s: policy %q: only a scenario read from a file may refer to one", where, v.Policy)
+			case !filepath.IsLocal(ref):
+				return fmt.Errorf("%s: policy %q: must name a file in the scenario's folder (%s), not outside it", where, v.Policy, s.dir)
+			}
+			b, err := safefile.ReadRegular(filepath.Join(s.dir, ref), "policy", policy.MaxPolicyBytes)
+			if err != nil {
+				return fmt.Errorf("%s: policy %q: %w", where, v.Policy, err)
+			}
+			v.text = string(b)
+		}
+		if strings.TrimSpace(v.text) == "" {
+			continue // unshaped
+		}
+		if _, _, err := policy.Parse(s.Name+"/"+v.Name, []byte(v.text)); err != nil {
+			return fmt.Errorf("%s: %w", where, err)
+		}
 	}
-	b, err := os.ReadFile(filepath.Join(filepath.Dir(s.File), strings.TrimPrefix(v.Policy, "@")))
-	return string(b), err
+	return nil
+}
+
+// policyText is a variant's policy, as read when the scenario was.
+func (s *Scenario) policyText(v Variant) (string, error) {
+	if strings.HasPrefix(v.Policy, "@") && v.text == "" {
+		return "", fmt.Errorf("%s: variant %s: policy %q was not read", s.File, v.Name, v.Policy)
+	}
+	return v.text, nil
 }

@@ -135,7 +135,7 @@ func Up(name string, topo Topology) (b *Bed, err error) {
 	if topo.Modem.Up != "" || topo.Modem.Down != "" || !im.none() {
 		b.Modem = Prefix + name + "-modem"
 	}
-	if len(listNS(Prefix+name+"-")) > 0 {
+	if len(bedNS(name)) > 0 {
 		return nil, fmt.Errorf("a lab named %q is already up (sluice lab down %s)", name, name)
 	}
 	defer func() {
@@ -518,15 +518,15 @@ func (b *Bed) Down() error {
 // Down removes the lab named name; DownAll every lab namespace (also
 // those a crashed run left).
 func Down(name string) ([]string, error) {
-	return downPrefix(Prefix + name + "-")
+	return down(bedNS(name))
 }
 
 // DownAll removes every namespace with the lab prefix.
-func DownAll() ([]string, error) { return downPrefix(Prefix) }
+func DownAll() ([]string, error) { return down(listNS(Prefix)) }
 
-func downPrefix(p string) ([]string, error) {
+func down(nss []string) ([]string, error) {
 	var removed, errs []string
-	for _, ns := range listNS(p) {
+	for _, ns := range nss {
 		if err := deleteNS(ns); err != nil {
 			errs = append(errs, err.Error())
 			continue
@@ -542,7 +542,7 @@ func downPrefix(p string) ([]string, error) {
 
 // Attach returns a Bed for namespaces that are already up.
 func Attach(name string) (*Bed, error) {
-	nss := listNS(Prefix + name + "-")
+	nss := bedNS(name)
 	if len(nss) == 0 {
 		return nil, fmt.Errorf("no lab named %q is up (sluice lab up SCENARIO)", name)
 	}

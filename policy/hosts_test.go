@@ -152,3 +152,30 @@ func TestHostCountsAtValidate(t *testing.T) {
 		t.Errorf("40,000 hosts, one shard: %v", err)
 	}
 }
+
+// An IPv4-mapped address in a hosts file is the IPv4 host: its traffic
+// is IPv4 on the wire (filed as IPv6, it went unshaped, silently).
+func TestHostsFileIPv4Mapped(t *testing.T) {
+	p, _, err := loadWithHosts(t, "name,addresses,rate,ceil\nalice,::ffff:10.0.0.7,,\nbob,::ffff:10.0.1.0/120 2001:db8::7,,\n", "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, c := range p.Interfaces[0].Egress.Classes {
+		if c.PerHost == nil {
+			continue
+		}
+		for _, e := range c.PerHost.Entries {
+			for _, a := range e.Addrs {
+				got = append(got, e.Name+" "+a.String())
+			}
+		}
+	}
+	if want := "alice 10.0.0.7/32,bob 10.0.1.0/24,bob 2001:db8::7/128"; strings.Join(got, ",") != want {
+		t.Errorf("addresses %v, want %s", got, want)
+	}
+	_, _, err = loadWithHosts(t, "name,addresses,rate,ceil\ncarol,::ffff:0:0/80,,\n", "", "")
+	if err == nil || !strings.Contains(err.Error(), "host bits are set") {
+		t.Errorf("a mapped CIDR wider than the mapped space: %v", err)
+	}
+}

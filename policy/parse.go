@@ -177,9 +177,18 @@ func (p *parser) intIn(n *yaml.Node, what string, lo, hi int) (int, bool) {
 	return int(v), true
 }
 
-// MaxWeight bounds a class's weight: weights are relative, and a
-// million to one is far beyond what any share can show.
-const MaxWeight = 1e6
+// MinWeight and MaxWeight bound a class's weight: weights are
+// relative, and a billion to one is far beyond what any share can show,
+// while the controller's arithmetic stays exact (a weight of 1e-320,
+// once accepted, gave two busy classes the whole link each).
+const (
+	MinWeight = 1e-3
+	MaxWeight = 1e6
+)
+
+// MinApplyAbove is the lowest apply_above: a limit applied to a child
+// that uses under 1% of it would hold back a child that is all but idle.
+const MinApplyAbove = 0.01
 
 // weight reads a positive number (a class's relative share).
 func (p *parser) weight(n *yaml.Node, what string) float64 {
@@ -188,8 +197,8 @@ func (p *parser) weight(n *yaml.Node, what string) float64 {
 		return 0
 	}
 	v, err := strconv.ParseFloat(s, 64)
-	if err != nil || !(v > 0) || v > MaxWeight {
-		p.d.Errorf(pos(n), "%s: expected a number above 0 and at most %g (weights are relative: 1, 2, 3 or 10, 20, 30 mean the same), found %q", what, float64(MaxWeight), s)
+	if err != nil || !(v >= MinWeight) || v > MaxWeight {
+		p.d.Errorf(pos(n), "%s: expected a number from %g to %g (weights are relative: 1, 2, 3 or 10, 20, 30 mean the same), found %q", what, MinWeight, float64(MaxWeight), s)
 		return 0
 	}
 	return v
@@ -398,8 +407,8 @@ func (p *parser) sharing(n *yaml.Node, what string) *Sharing {
 			sh.ApplyAbovePos = pos(v)
 			s, _ := p.str(v, what+": apply_above")
 			r, _, err := ParseRate(s)
-			if err != nil || r.Percent == 0 {
-				p.d.Errorf(pos(v), "%s: apply_above: expected a percentage above 0%% and at most 100%% (like 80%%), found %q", what, s)
+			if err != nil || r.Percent < 100*MinApplyAbove {
+				p.d.Errorf(pos(v), "%s: apply_above: expected a percentage from %g%% to 100%% (like 80%%), found %q", what, 100*MinApplyAbove, s)
 				return
 			}
 			sh.ApplyAbove = r.Percent / 100
@@ -563,6 +572,10 @@ var (
 	}
 )
 
+// parsePrefix reads every address and CIDR of a policy or hosts file.
+// An IPv4-mapped IPv6 address (::ffff:10.0.0.7) is the IPv4 address it
+// maps: packets carry it as IPv4, so filed as IPv6 it would match
+// nothing and its host would go unshaped, silently.
 func parsePrefix(s string) (netip.Prefix, error) {
 	if strings.Contains(s, "/") {
 		p, err := netip.ParsePrefix(s)
@@ -571,6 +584,10 @@ func parsePrefix(s string) (netip.Prefix, error) {
 		}
 		if p.Masked() != p {
 			return p, fmt.Errorf("bad CIDR %q: host bits are set; did you mean %s?", s, p.Masked())
+		}
+		// (A mapped prefix shorter than /96 has host bits set: refused above.)
+		if p.Addr().Is4In6() && p.Bits() >= 96 {
+			p = netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96)
 		}
 		return p, nil
 	}
@@ -581,6 +598,7 @@ func parsePrefix(s string) (netip.Prefix, error) {
 	if a.Zone() != "" {
 		return netip.Prefix{}, fmt.Errorf("bad address %q: zones are not supported", s)
 	}
+	a = a.Unmap()
 	return netip.PrefixFrom(a, a.BitLen()), nil
 }
 

@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 )
 
@@ -48,6 +49,34 @@ func Run(kernel, command, bin, cwd, rwdir string, out io.Writer) (int, error) {
 		return ee.ExitCode(), nil
 	}
 	return 0, err
+}
+
+// NoVM is the exit status of a Run in which no VM ran (vmtest.sh's
+// kernel argument named no kernel, or fetching it failed); its output
+// says why.
+const NoVM = 125
+
+var packageVersion = regexp.MustCompile(`^[0-9]+\.[0-9]+\.[0-9]+-[0-9]+$`)
+
+// CheckKernel checks a kernel argument before anything is fetched or
+// booted: 6.1, 6.12, a Debian package version (6.1.0-56), or the path
+// of a kernel image (with a '/': ./vmlinuz). Nothing else reaches apt,
+// where a pattern (6.1*) would fetch every kernel it matches.
+func CheckKernel(kernel string) error {
+	switch {
+	case kernel == "6.1" || kernel == "6.12" || packageVersion.MatchString(kernel):
+		return nil
+	case strings.Contains(kernel, "/"):
+		fi, err := os.Stat(kernel)
+		if err != nil {
+			return fmt.Errorf("kernel %s: %w", kernel, err)
+		}
+		if !fi.Mode().IsRegular() {
+			return fmt.Errorf("kernel %s: not a regular file (a vmlinuz image)", kernel)
+		}
+		return nil
+	}
+	return fmt.Errorf("kernel %q: want 6.1, 6.12, a Debian package version like 6.1.0-56, or the path of a vmlinuz (with a '/', as ./vmlinuz)", kernel)
 }
 
 // Quote quotes args for the guest's shell.

@@ -22,7 +22,9 @@
 #
 # Exit status: the guest's (0 only when every suite passed and no test
 # skipped for a feature the kernel has), 1 on a panic, a missing module
-# or a stalled VM, each said plainly. Output passes through as it comes.
+# or a stalled VM, 125 when no VM ran (a kernel argument that names no
+# kernel, a download that failed), each said plainly. Output passes
+# through as it comes.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 if [[ -z ${VM_RUN_ONLY:-} ]]; then
@@ -38,8 +40,9 @@ cpus=${VM_CPUS:-2}
 mem=${VM_MEM:-4G}
 say() { echo "vmtest: $*" >&2; }
 die() { say "$*"; exit 1; }
+novm() { say "$*"; exit 125; }
 
-[[ $(id -u) -eq 0 ]] || die "needs root (network namespaces inside the guest, apt-get for what is missing)"
+[[ $(id -u) -eq 0 ]] || novm "needs root (network namespaces inside the guest, apt-get for what is missing)"
 
 # --- what the lane needs on the host -------------------------------------
 need=()
@@ -57,7 +60,7 @@ fi
 mkdir -p "$cache"
 # virtme-ng mounts a tmpfs on /var/cache, /var/tmp and /var/log in the
 # guest: the kernels must live elsewhere to be seen there.
-case "$cache" in /var/cache/*|/var/tmp/*|/var/log/*|/tmp/*) die "VM_CACHE=$cache is hidden inside the guest; use another directory";; esac
+case "$cache" in /var/cache/*|/var/tmp/*|/var/log/*|/tmp/*) novm "VM_CACHE=$cache is hidden inside the guest; use another directory";; esac
 venv=$cache/venv
 if [[ ! -x $venv/bin/vng ]]; then
   say "installing virtme-ng in $venv"
@@ -66,13 +69,19 @@ if [[ ! -x $venv/bin/vng ]]; then
 fi
 
 # --- the kernel ------------------------------------------------------------
-if [[ -f $kernel ]]; then
+# The argument is never handed to apt as it is: a pattern (6.1*, .*)
+# would fetch every kernel that matches.
+if [[ $kernel == */* ]]; then
+  [[ -f $kernel ]] || novm "kernel $kernel: no such file (a vmlinuz path)"
   vmlinuz=$(readlink -f "$kernel")
 else
   case $kernel in
     6.1) meta=linux-image-amd64 ;;
     6.12) meta=linux-image-6.12-amd64 ;;
-    *) meta="" ; pkg=linux-image-$kernel-amd64 ;;
+    *)
+      [[ $kernel =~ ^[0-9]+\.[0-9]+\.[0-9]+-[0-9]+$ ]] ||
+        novm "kernel $kernel: want 6.1, 6.12, a Debian package version like 6.1.0-56, or a vmlinuz path"
+      meta="" ; pkg=linux-image-$kernel-amd64 ;;
   esac
   if [[ -n $meta ]]; then
     pkg=$(apt-cache show "$meta" 2>/dev/null | awk -F': ' '/^Depends:/ {print $2; exit}' | sed 's/ (.*//; s/,.*//')
@@ -81,14 +90,14 @@ else
       pkg=$(apt-cache show "$meta" | awk -F': ' '/^Depends:/ {print $2; exit}' | sed 's/ (.*//; s/,.*//')
     fi
   fi
-  [[ -n $pkg ]] || die "no Debian kernel package for $kernel"
+  [[ -n $pkg ]] || novm "no Debian kernel package for $kernel"
   ver=${pkg#linux-image-}
   dir=$cache/$ver
   if [[ ! -f $dir/boot/vmlinuz-$ver ]]; then
     say "fetching $pkg"
     (cd "$cache" && rm -f "$pkg"_*.deb && apt-get download -q "$pkg" 2>&1 | grep -v '^W: Download is performed unsandboxed' || true)
-    deb=$(ls "$cache/$pkg"_*.deb 2>/dev/null | head -1)
-    [[ -n $deb ]] || die "could not download $pkg"
+    deb=$(ls "$cache/$pkg"_*.deb 2>/dev/null | head -1 || true)
+    [[ -n $deb ]] || novm "could not download $pkg (apt-get download; is the version one Debian has?)"
     rm -rf "$dir.tmp" && mkdir -p "$dir.tmp"
     dpkg-deb -x "$deb" "$dir.tmp"
     rm -rf "$dir" && mv "$dir.tmp" "$dir" && rm -f "$deb"
@@ -96,7 +105,7 @@ else
   vmlinuz=$dir/boot/vmlinuz-$ver
 fi
 kver=$(file -b "$vmlinuz" | sed -n 's/.*version \([^ ,]*\).*/\1/p')
-[[ -n $kver ]] || die "$vmlinuz: not a kernel image file(1) can read"
+[[ -n $kver ]] || novm "$vmlinuz: not a kernel image file(1) can read"
 root=$(dirname "$(dirname "$vmlinuz")")
 config=$root/boot/config-$kver
 [[ -f $config ]] || config=""

@@ -66,6 +66,9 @@ type Config struct {
 	// Transform, if set, changes each policy the agent loads before it
 	// is planned (a test bed that runs a policy at scaled rates).
 	Transform func(*policy.Policy)
+	// AllowHosts are names the HTTP server answers to besides IP
+	// addresses, localhost and this machine's name (--allow-host).
+	AllowHosts []string
 }
 
 // AgentFile is the file in the namespace's state directory that says
@@ -116,6 +119,12 @@ type Agent struct {
 	sample  *stats.Sample
 	hist    *history
 	started time.Time
+	gen     uint64 // moves with every change of health, sample or hist
+
+	// The HTTP server's: replies encoded once per generation, and the
+	// Host names it answers to besides IP addresses and localhost.
+	replies   replies
+	hostNames []string
 }
 
 type failure struct {
@@ -194,6 +203,7 @@ func New(cfg Config) (*Agent, error) {
 		return nil, err
 	}
 	a.metrics = newMetrics(a)
+	a.hostNames = hostNames(cfg.AllowHosts)
 	a.health = Health{Policy: cfg.Policy, Netns: cfg.Netns, Started: a.started, IntervalS: cfg.Interval.Seconds()}
 	return a, nil
 }
@@ -323,8 +333,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("--listen: %w", err)
 		}
-		srv = &http.Server{Handler: a.Handler(), ReadHeaderTimeout: 5 * time.Second}
-		go srv.Serve(ln)
+		srv = a.serve(ln)
 		info, _ := json.Marshal(Info{PID: os.Getpid(), Listen: ln.Addr().String(), Policy: a.cfg.Policy})
 		if err := kernel.WriteAgentFile(dir, AgentFile, info); err != nil {
 			a.log.Warn("cannot write the agent file; sluice show will read the kernel itself", "err", err)
@@ -484,6 +493,7 @@ func (a *Agent) editHosts(now watched) bool {
 	a.metrics.reloads.WithLabelValues("ok").Inc()
 	a.metrics.hostEdits.Add(float64(len(edits)))
 	a.mu.Lock()
+	a.gen++
 	a.health.LastReload, a.health.ReloadError = time.Now(), ""
 	a.mu.Unlock()
 	return true
@@ -495,6 +505,7 @@ func (a *Agent) refused(err error) {
 	a.log.Error("policy refused; the one in force stays", "policy", a.cfg.Policy, "err", err.Error())
 	a.metrics.reloads.WithLabelValues("refused").Inc()
 	a.mu.Lock()
+	a.gen++
 	a.health.LastReload, a.health.ReloadError = time.Now(), err.Error()
 	a.mu.Unlock()
 }
@@ -538,6 +549,7 @@ func (a *Agent) reloadPolicy(forced bool) {
 	a.pol, a.recorded, a.inForce, a.base = pol, false, nil, sourcesOf(pol)
 	a.watched = unseen(w, a.base)
 	a.mu.Lock()
+	a.gen++
 	a.health.LastReload, a.health.ReloadError = now, ""
 	a.mu.Unlock()
 	a.pass("reload")
@@ -555,6 +567,7 @@ func (a *Agent) pass(why string) {
 		a.metrics.repairs.Add(float64(changes))
 	}
 	a.mu.Lock()
+	a.gen++
 	defer a.mu.Unlock()
 	h := &a.health
 	h.LastReconcile, h.LastResult, h.Reconciles, h.ApplySeconds = start, result, h.Reconciles+1, took.Seconds()
@@ -709,7 +722,9 @@ func (a *Agent) Status(withHosts bool) Status {
 // (PARENT/HOST: policy class names cannot hold a slash).
 func IsHostClass(name string) bool { return strings.Contains(name, "/") }
 
-// Healthy reports whether the last pass worked.
+// Healthy reports whether the policy is in force: the last pass worked
+// and no interface of the policy is waited for (a policy whose devices
+// are all missing shapes nothing, and once answered 200).
 func (a *Agent) Healthy() (bool, string) {
 	a.mu.RLock()
 	defer a.mu.RUnlock()
@@ -718,6 +733,12 @@ func (a *Agent) Healthy() (bool, string) {
 	}
 	if a.health.Reconciles == 0 {
 		return false, "starting"
+	}
+	if w := a.health.Waiting; len(w) > 0 {
+		return false, "waiting for " + strings.Join(w, ", ") + ": the policy is not in force there"
+	}
+	if a.health.ReloadError != "" {
+		return true, "ok; the last edit of the policy was refused, the one before it is in force"
 	}
 	return true, "ok"
 }

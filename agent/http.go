@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"net/http"
 	"strconv"
+	"strings"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
@@ -30,7 +31,8 @@ func (a *Agent) Handler() http.Handler {
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
 		w.Write(b)
 	})
-	mux.Handle("GET /metrics", promhttp.HandlerFor(a.metrics.gatherer, promhttp.HandlerOpts{}))
+	mux.Handle("GET /metrics", promhttp.HandlerFor(a.metrics.gatherer, promhttp.HandlerOpts{
+		MaxRequestsInFlight: metricsInFlight, Timeout: readTimeout}))
 	mux.HandleFunc("GET /api/v1/status", func(w http.ResponseWriter, r *http.Request) {
 		hosts := true
 		if v := r.URL.Query().Get("hosts"); v != "" {
@@ -47,14 +49,15 @@ func (a *Agent) Handler() http.Handler {
 				return
 			}
 		}
-		writeJSON(w, http.StatusOK, a.Status(hosts))
+		key := "status?hosts=" + strconv.FormatBool(hosts)
+		writeShared(w, a.replies.get(key, a.generation(), func() any { return a.Status(hosts) }))
 	})
 	mux.HandleFunc("GET /api/v1/history", func(w http.ResponseWriter, r *http.Request) {
 		if len(r.URL.Query()) > 0 {
 			apiError(w, http.StatusBadRequest, "history takes no parameters")
 			return
 		}
-		writeJSON(w, http.StatusOK, a.hist.snapshot())
+		writeShared(w, a.replies.get("history", a.generation(), func() any { return a.hist.snapshot() }))
 	})
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		ok, why := a.Healthy()
@@ -67,20 +70,49 @@ func (a *Agent) Handler() http.Handler {
 		fmt.Fprintln(w, why)
 	})
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		if endpoint(r.URL.Path) {
+			w.Header().Set("Allow", "GET, HEAD")
+			apiError(w, http.StatusMethodNotAllowed, fmt.Sprintf("%s %s: the agent's HTTP server only answers GET (and HEAD)", r.Method, r.URL.Path))
+			return
+		}
 		apiError(w, http.StatusNotFound, fmt.Sprintf("%s %s: no such endpoint (see /api/v1/status, /api/v1/history, /metrics, /healthz)", r.Method, r.URL.Path))
 	})
-	return headers(mux)
+	return a.headers(mux)
+}
+
+// endpoint reports whether path is one the server answers (for 405
+// rather than 404 to another method).
+func endpoint(path string) bool {
+	switch path {
+	case "/", "/metrics", "/api/v1/status", "/api/v1/history", "/healthz":
+		return true
+	}
+	return strings.HasPrefix(path, "/static/")
 }
 
 // headers forbids the page anything from elsewhere: the dashboard works
-// offline and cannot be made to load a foreign script.
-func headers(h http.Handler) http.Handler {
+// offline, cannot be made to load a foreign script, and no other site
+// may frame it or, by a DNS name it points at the agent, read it.
+func (a *Agent) headers(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; style-src 'self' 'unsafe-inline'")
+		w.Header().Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; style-src 'self' 'unsafe-inline'; frame-ancestors 'none'")
+		w.Header().Set("X-Frame-Options", "DENY")
 		w.Header().Set("X-Content-Type-Options", "nosniff")
 		w.Header().Set("Cache-Control", "no-store")
+		if !a.allowedHost(r.Host) {
+			apiError(w, http.StatusMisdirectedRequest, fmt.Sprintf("Host %q: not a name of this agent (it answers to IP addresses, localhost and this machine's name; add others with --allow-host)", r.Host))
+			return
+		}
 		h.ServeHTTP(w, r)
 	})
+}
+
+// writeShared writes a JSON reply encoded once and shared (replies).
+func writeShared(w http.ResponseWriter, b []byte) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+	w.WriteHeader(http.StatusOK)
+	w.Write(b)
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {

@@ -92,6 +92,7 @@ namespace is refused. See docs/agent.md.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&cfg.Listen, "listen", "127.0.0.1:9464", "HTTP address for /metrics, /api/v1/status and the dashboard (\"\": none)")
+	f.StringSliceVar(&cfg.AllowHosts, "allow-host", nil, "a name the HTTP server answers to besides IP addresses, localhost and this machine's name (repeatable; others get 421: DNS rebinding)")
 	f.DurationVar(&cfg.Interval, "interval", time.Second, "time between reconcile passes (100ms to 1h)")
 	f.BoolVar(&cfg.ResetOnExit, "reset-on-exit", false, "remove what the agent applied when it stops")
 	f.BoolVar(&cfg.HostMetrics, "host-metrics", false, "export per-host classes with a host label (one series per host)")

@@ -85,7 +85,8 @@ func startAgentWith(t *testing.T, binary string, env []string, ns, pol string, e
 			var i agent.Info
 			if json.Unmarshal(b, &i) == nil && i.PID == a.cmd.Process.Pid {
 				a.addr = i.Listen
-				if code, _ := a.get("/healthz"); code == 200 {
+				// Started: healthy, or waiting for a missing device.
+				if code, body := a.get("/healthz"); code == 200 || code == 503 && strings.Contains(body, "waiting for") {
 					return a
 				}
 			}

@@ -1,0 +1,224 @@
+package agent
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+	"unsafe"
+
+	"sluice/stats"
+)
+
+// Wrong methods are 405 with Allow, unknown paths 404, a Host that is
+// not the agent's 421 (DNS rebinding), and no page may frame the
+// dashboard.
+func TestHTTPMethodsHostsAndFrames(t *testing.T) {
+	a := fakeAgent(3, false)
+	a.hostNames = hostNames([]string{"gw.example"})
+	a.health.Reconciles = 1
+	srv := httptest.NewServer(a.Handler())
+	defer srv.Close()
+	do := func(method, path, host string) *http.Response {
+		t.Helper()
+		req, _ := http.NewRequest(method, srv.URL+path, nil)
+		if host != "" {
+			req.Host = host
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp
+	}
+	for _, c := range []struct {
+		method, path, host string
+		code               int
+	}{
+		{"GET", "/api/v1/status", "", 200},
+		{"POST", "/api/v1/status", "", 405},
+		{"DELETE", "/metrics", "", 405},
+		{"PUT", "/static/app.js", "", 405},
+		{"GET", "/nothing", "", 404},
+		{"GET", "/healthz", "localhost:9464", 200},
+		{"GET", "/healthz", "[::1]:9464", 200},
+		{"GET", "/healthz", "GW.example:9464", 200},
+		{"GET", "/api/v1/status", "attacker.example:9464", 421},
+		{"GET", "/", "attacker.example", 421},
+	} {
+		resp := do(c.method, c.path, c.host)
+		if resp.StatusCode != c.code {
+			t.Errorf("%s %s Host %q: %d, want %d", c.method, c.path, c.host, resp.StatusCode, c.code)
+		}
+		if c.code == 405 && resp.Header.Get("Allow") != "GET, HEAD" {
+			t.Errorf("%s %s: Allow %q", c.method, c.path, resp.Header.Get("Allow"))
+		}
+		if !strings.Contains(resp.Header.Get("Content-Security-Policy"), "frame-ancestors 'none'") || resp.Header.Get("X-Frame-Options") != "DENY" {
+			t.Errorf("%s %s: frame headers %v", c.method, c.path, resp.Header)
+		}
+	}
+}
+
+// /healthz means the policy is in force: not while a device of it is
+// waited for (a policy whose devices are all missing shapes nothing).
+func TestHealthMeansInForce(t *testing.T) {
+	a := fakeAgent(0, false)
+	if ok, why := a.Healthy(); ok || why != "starting" {
+		t.Errorf("before a pass: %v %q", ok, why)
+	}
+	a.health.Reconciles, a.health.LastResult = 1, "ok"
+	if ok, _ := a.Healthy(); !ok {
+		t.Error("after a pass that worked: unhealthy")
+	}
+	a.health.Waiting = []string{"eth0", "eth1"}
+	if ok, why := a.Healthy(); ok || !strings.Contains(why, "waiting for eth0, eth1") {
+		t.Errorf("waiting: %v %q", ok, why)
+	}
+	a.health.Waiting, a.health.ReloadError = nil, "p.yaml:3:1: bad"
+	if ok, why := a.Healthy(); !ok || !strings.Contains(why, "refused") {
+		t.Errorf("a refused edit, the old policy in force: %v %q", ok, why)
+	}
+	a.health.LastResult, a.health.LastError = "error", "boom"
+	if ok, why := a.Healthy(); ok || why != "boom" {
+		t.Errorf("a failed pass: %v %q", ok, why)
+	}
+}
+
+// A reply is encoded once per reading and shared by every request until
+// the reading changes: clients that never read hold one buffer between
+// them, not one each.
+func TestRepliesSharedPerReading(t *testing.T) {
+	a := fakeAgent(2000, false)
+	builds := 0
+	get := func() []byte {
+		return a.replies.get("status", a.generation(), func() any { builds++; return a.Status(true) })
+	}
+	first := get()
+	for i := 0; i < 50; i++ {
+		if b := get(); &b[0] != &first[0] {
+			t.Fatal("a second request got a buffer of its own")
+		}
+	}
+	if builds != 1 {
+		t.Errorf("%d encodings for 51 requests of one reading", builds)
+	}
+	a.mu.Lock()
+	a.gen++
+	a.mu.Unlock()
+	if get(); builds != 2 {
+		t.Errorf("a new reading was not encoded afresh (%d encodings)", builds)
+	}
+}
+
+// The server holds at most max connections. Idle ones (silent, or kept
+// alive) give their place to a new one, the longest idle first, so that
+// clients holding connections cannot keep out one that asks; only when
+// every connection is answering a request is a new one closed.
+func TestConnLimiter(t *testing.T) {
+	const max = 8
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lim := &connLimiter{Listener: ln, max: max, conns: map[net.Conn]*connUse{}}
+	release := make(chan struct{})
+	srv := &http.Server{ConnState: lim.state, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/block" {
+			<-release
+		}
+		fmt.Fprintln(w, "ok")
+	})}
+	go srv.Serve(lim)
+	defer srv.Close()
+	dial := func() net.Conn {
+		t.Helper()
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	ask := func(c net.Conn, path string) (string, error) {
+		fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: localhost\r\n\r\n", path)
+		c.SetReadDeadline(time.Now().Add(2 * time.Second))
+		return bufio.NewReader(c).ReadString('\n')
+	}
+	var idle []net.Conn
+	for i := 0; i < 3*max; i++ {
+		idle = append(idle, dial())
+	}
+	defer func() {
+		for _, c := range idle {
+			c.Close()
+		}
+	}()
+	c := dial()
+	if line, err := ask(c, "/"); err != nil || !strings.Contains(line, "200") {
+		t.Fatalf("a client that asks, beside %d idle ones: %q %v", 3*max, line, err)
+	}
+	c.Close()
+	if n := lim.held(); n > max {
+		t.Errorf("%d connections held, limit %d", n, max)
+	}
+	// The oldest idle ones were closed: reading them says so.
+	idle[0].SetReadDeadline(time.Now().Add(time.Second))
+	if _, err := idle[0].Read(make([]byte, 1)); err == nil || strings.Contains(err.Error(), "timeout") {
+		t.Errorf("the longest idle connection was not closed: %v", err)
+	}
+	// Every connection busy: a new one is closed, and let in once one ends.
+	var busy []net.Conn
+	for i := 0; i < max; i++ {
+		b := dial()
+		fmt.Fprintf(b, "GET /block HTTP/1.1\r\nHost: localhost\r\n\r\n")
+		busy = append(busy, b)
+	}
+	time.Sleep(200 * time.Millisecond)
+	late := dial()
+	if _, err := ask(late, "/"); err == nil {
+		t.Error("answered while every connection was busy")
+	}
+	close(release)
+	for _, b := range busy {
+		b.Close()
+	}
+	time.Sleep(100 * time.Millisecond)
+	again := dial()
+	defer again.Close()
+	if line, err := ask(again, "/"); err != nil || !strings.Contains(line, "200") {
+		t.Errorf("after the busy ones ended: %q %v", line, err)
+	}
+}
+
+// The history keeps its own copy of each series' name, never the
+// reading's: a reading's names may point into a pass's whole records
+// buffer, which a kept name would keep alive.
+func TestHistoryDoesNotPinReadings(t *testing.T) {
+	h := newHistory(5)
+	buf := []byte(strings.Repeat("x", 1<<20) + "eth0egressbulk")
+	big := unsafe.String(&buf[0], len(buf))
+	n := len(big)
+	s := &stats.Sample{At: time.Now(), Trees: []*stats.Tree{{Interface: big[n-14 : n-10], Direction: big[n-10 : n-4],
+		Classes: []*stats.Class{{Name: big[n-4:], Measured: 1}}}}}
+	h.add(s)
+	h.add(s)
+	lo, hi := uintptr(unsafe.Pointer(&buf[0])), uintptr(unsafe.Pointer(&buf[0]))+uintptr(len(buf))
+	for _, row := range h.rate {
+		for _, p := range row {
+			for _, str := range []string{p.key.Interface, p.key.Direction, p.key.Class} {
+				if at := uintptr(unsafe.Pointer(unsafe.StringData(str))); at >= lo && at < hi {
+					t.Fatalf("the history keeps %q inside the reading's buffer", str)
+				}
+			}
+		}
+	}
+	if p0, p1 := h.rate[0][0].key.Class, h.rate[1][0].key.Class; unsafe.StringData(p0) != unsafe.StringData(p1) {
+		t.Error("each pass keeps a copy of its own of a name the history already holds")
+	}
+}

@@ -17,6 +17,7 @@ package agent
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -298,18 +299,23 @@ func (a *Agent) watch(pol *policy.Policy) (watched, error) {
 	return a.watchFiles([]string{a.cfg.Policy})
 }
 
+// watchFiles stamps and reads files. One that cannot be read (deleted)
+// has no data and a zero stamp, and the first such error is returned:
+// the others are still watched, so that putting it back is seen.
 func (a *Agent) watchFiles(files []string) (watched, error) {
 	w := watched{files: files}
+	var first error
 	for _, f := range w.files {
 		// Stamped before reading: a write in between shows at the next poll.
-		w.stamps = append(w.stamps, stampOf(f))
+		st := stampOf(f)
 		b, err := safefile.ReadRegular(f, "policy file", policy.MaxHostsFileBytes)
 		if err != nil {
-			return w, err
+			first = cmp.Or(first, err)
+			st, b = stamp{}, nil
 		}
-		w.data = append(w.data, b)
+		w.stamps, w.data = append(w.stamps, st), append(w.data, b)
 	}
-	return w, nil
+	return w, first
 }
 
 // Reload asks the loop to re-read the policy now (SIGHUP), even if its
@@ -451,7 +457,11 @@ func (a *Agent) editHosts(now watched) bool {
 		return false
 	}
 	old := *a.base
-	if a.inForce == nil || !slices.Equal(old.files, now.files) || len(now.data) == 0 || !bytes.Equal(old.data[0], now.data[0]) {
+	// A file that could not be read (deleted) leaves now.data short: the
+	// full reload says why.
+	if a.inForce == nil || !slices.Equal(old.files, now.files) || len(now.data) != len(now.files) ||
+		slices.ContainsFunc(now.data, func(b []byte) bool { return b == nil }) ||
+		!bytes.Equal(old.data[0], now.data[0]) {
 		return false
 	}
 	start := time.Now()
@@ -474,6 +484,17 @@ func (a *Agent) editHosts(now watched) bool {
 			return false
 		}
 		edits = append(edits, e...)
+	}
+	if len(edits) == 0 {
+		// The files hold what the policy in force was read from: put
+		// back after a refused edit or a deletion. Nothing to write.
+		a.watched, a.base = now, &now
+		a.log.Info("files are back as the policy in force read them; nothing changes", "policy", a.cfg.Policy)
+		a.mu.Lock()
+		a.gen++
+		a.health.ReloadError = ""
+		a.mu.Unlock()
+		return true
 	}
 	hp, ok := a.inForce.PatchHosts(edits)
 	if !ok {
@@ -519,7 +540,13 @@ func (a *Agent) reloadPolicy(forced bool) {
 	}
 	w, werr := a.watch(pol)
 	if pol == nil || werr != nil {
-		w, _ = a.watch(nil)
+		// Refused: watch the policy file and the files of the policy in
+		// force, so that putting a deleted hosts_file back is seen too.
+		files := []string{a.cfg.Policy}
+		if a.base != nil {
+			files = a.base.files
+		}
+		w, _ = a.watchFiles(files)
 	}
 	if !forced && err == nil && w.same(a.watched) {
 		a.watched = w // touched, not changed

@@ -919,9 +919,29 @@ func TestAgentReloadsHostsFileAndSIGHUP(t *testing.T) {
 	if n := strings.Count(a.Log(), "policy refused"); n != 1 {
 		t.Errorf("a broken edit was refused %d times in 2.5 s, want once:\n%s", n, a.Log())
 	}
+	// Put back as it was: no edit, said so, and the refusal cleared.
+	mark := a.Log()
 	os.WriteFile(pol, good, 0o644)
+	if _, ok := within(2*time.Second, func() bool { return a.status().Health.ReloadError == "" }); !ok {
+		t.Errorf("the policy put back as it was: reload error stays %q", a.status().Health.ReloadError)
+	}
 	if code, _ := a.get("/healthz"); code != 200 {
 		t.Errorf("healthz %d after reloads", code)
+	}
+	// A hosts file deleted (refused: the policy names it) and put back.
+	hostsNow, _ := os.ReadFile(hosts)
+	os.Remove(hosts)
+	if _, ok := within(2*time.Second, func() bool { return a.status().Health.ReloadError != "" }); !ok {
+		t.Errorf("a deleted hosts_file was not reported")
+	}
+	os.WriteFile(hosts, hostsNow, 0o644)
+	if _, ok := within(2*time.Second, func() bool { return a.status().Health.ReloadError == "" }); !ok {
+		t.Errorf("the hosts_file put back: reload error stays %q", a.status().Health.ReloadError)
+	}
+	time.Sleep(300 * time.Millisecond)
+	back := strings.TrimPrefix(a.Log(), mark)
+	if strings.Contains(back, "hosts edited in place") || strings.Count(back, "files are back as the policy in force read them") != 2 {
+		t.Errorf("files put back as they were are not an edit:\n%s", back)
 	}
 }
 

@@ -152,6 +152,8 @@ func TestValidationErrors(t *testing.T) {
 			`class a: weight: expected a number from 0.001 to 1e+06 (weights are relative: 1, 2, 3 or 10, 20, 30 mean the same), found "5mbit"`},
 		{"weight on some siblings", wrap("        - name: a\n          rate: 1mbit\n          weight: 2\n"),
 			`:9:19: eth0 egress: weight is set on a but not on bulk (prio 0, at the top of the tree): weights are relative, so set weight on every sibling of one prio or on none`},
+		{"edt burst beyond", "interfaces:\n  - name: eth0\n    egress:\n      rate: 20mbit\n      backend: edt\n      default: a\n      classes:\n        - {name: a, rate: 1mbit, ceil: 2mbit, burst: 4000mb}\n",
+			`:8:54: eth0 egress: class a: burst 4194304000 bytes is 16777 s of the aggregate's cap 2mbit; an EDT aggregate's burst is at most 4s of its cap (1000000 bytes)`},
 		{"weight on edt", "interfaces:\n  - name: eth0\n    egress:\n      rate: 20mbit\n      backend: edt\n      default: a\n      classes:\n        - {name: a, rate: 1mbit, weight: 2}\n",
 			`:8:42: eth0 egress: class a: weight shares spare capacity between HTB classes; an edt aggregate is paced at its own ceil`},
 		{"sharing unknown mode", "interfaces:\n  - name: eth0\n    egress:\n      rate: 20mbit\n      sharing: fair\n      classes: [{name: a, rate: 1mbit}]\n",

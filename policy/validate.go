@@ -553,8 +553,12 @@ func validateClass(where string, t *Tree, c *Class, parentRate, parentCeil units
 	if c.Ceil != nil && c.CeilBps > parentCeil {
 		d.Warnf(c.Ceil.Pos, "%s: ceil %s is above its parent's %s and cannot be reached", what, FormatBits(c.CeilBps), FormatBits(parentCeil))
 	}
-	checkBurst(d, c.Burst, c.RateBps, what, "burst", "rate")
-	checkBurst(d, c.Cburst, c.CeilBps, what, "cburst", "ceil")
+	if t.Backend == "edt" {
+		checkEDTBurst(d, c.Burst, c.CeilBps, what)
+	} else {
+		checkBurst(d, c.Burst, c.RateBps, what, "burst", "rate")
+		checkBurst(d, c.Cburst, c.CeilBps, what, "cburst", "ceil")
+	}
 	if q := c.Quantum; q != nil && q.Bytes > math.MaxInt32 {
 		d.Errorf(q.Pos, "%s: quantum %d bytes: HTB holds at most %d (a signed 32-bit count)", what, q.Bytes, math.MaxInt32)
 	}
@@ -627,6 +631,23 @@ func checkBurst(d *Diag, b *Size, rate units.Rate, what, name, rateName string) 
 			what, name, b.Bytes, secs, rateName, FormatBits(rate), maxBurstTime, uint64(maxBurstTime*float64(rate)))
 	case b.Bytes < 1514:
 		d.Warnf(b.Pos, "%s: %s %d bytes is less than one full-size frame (1514 bytes): the class waits for tokens before every large packet", what, name, b.Bytes)
+	}
+}
+
+// checkEDTBurst checks an EDT class's burst, in EDT's terms: the
+// aggregate may send it at once after an idle spell, at its cap (its
+// ceil), for at most MaxEDTBurst.
+func checkEDTBurst(d *Diag, b *Size, cap units.Rate, what string) {
+	if b == nil || cap == 0 {
+		return
+	}
+	secs := float64(b.Bytes) / float64(cap)
+	switch {
+	case secs > MaxEDTBurst.Seconds():
+		d.Errorf(b.Pos, "%s: burst %d bytes is %.0f s of the aggregate's cap %s; an EDT aggregate's burst is at most %s of its cap (%d bytes)",
+			what, b.Bytes, secs, FormatBits(cap), MaxEDTBurst, uint64(MaxEDTBurst.Seconds()*float64(cap)))
+	case b.Bytes < 1514:
+		d.Warnf(b.Pos, "%s: burst %d bytes is less than one full-size frame (1514 bytes): after an idle spell the aggregate still paces its first large packet", what, b.Bytes)
 	}
 }
 

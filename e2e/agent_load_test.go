@@ -21,10 +21,10 @@ import (
 // the policy's own, its memory within loadRSSMB at 10,000 hosts.
 const (
 	loadHosts    = 10000
-	loadIdle     = 2000 // connections opened and left idle
-	loadSlow     = 200  // clients that ask for the whole status and never read
-	loadRate     = 50   // requests a second from well-behaved clients
-	loadDuration = 30 * time.Second // SLUICE_LOAD_SOAK for longer (make soak)
+	loadIdle     = 2000                // connections opened and left idle
+	loadSlow     = 200                 // clients that ask for the whole status and never read
+	loadRate     = 50                  // requests a second from well-behaved clients
+	loadDuration = 30 * time.Second    // SLUICE_LOAD_SOAK for longer (make soak)
 	loadFDs      = agent.MaxConns + 64 // and the agent's own (netlink, BPF, files)
 	loadRSSMB    = 300
 )

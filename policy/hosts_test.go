@@ -179,3 +179,16 @@ func TestHostsFileIPv4Mapped(t *testing.T) {
 		t.Errorf("a mapped CIDR wider than the mapped space: %v", err)
 	}
 }
+
+// A rate given in a hosts file that comes to nothing is refused, as a
+// class's is, at its line; it was once held at 1 byte/s in silence.
+func TestHostsFileRateThatComesToNothing(t *testing.T) {
+	_, _, err := loadWithHosts(t, "name,addresses,rate,ceil\nalice,10.1.0.1,1e-300%,\n", "", "")
+	if err == nil || !strings.Contains(err.Error(), "hosts.csv:2:1: hosts file: host alice: rate 1e-300% comes to less than 1 byte/s") {
+		t.Errorf("a host's rate of 1e-300%%: %v", err)
+	}
+	_, _, err = loadWithHosts(t, "name,addresses,rate,ceil\nalice,10.1.0.1,,\n", "", "")
+	if err != nil {
+		t.Errorf("a host at the per_host default: %v", err)
+	}
+}

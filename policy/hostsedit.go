@@ -89,7 +89,10 @@ func (p *Policy) EditHosts(file string, old, data []byte) (edits []HostEdit, ok 
 			ed := HostEdit{Entry: was, Rate: e.Rate, Ceil: e.Ceil, RateBps: ph.RateBps, CeilBps: ph.CeilBps}
 			c := was.Owner
 			if e.Rate != nil {
-				ed.RateBps = e.Rate.Resolve(c.RateBps)
+				if ed.RateBps = e.Rate.Resolve(c.RateBps); ed.RateBps == 0 {
+					errAt(line, 1, "hosts file: host %s: rate %s comes to less than 1 byte/s", e.Name, e.Rate.Text)
+					continue
+				}
 			}
 			if e.Ceil != nil {
 				ed.CeilBps = e.Ceil.Resolve(c.CeilBps)

@@ -144,6 +144,8 @@ func TestValidationErrors(t *testing.T) {
 			`:9:18: eth0 egress: class a: burst 1 bytes lasts less than a microsecond at rate 10mbit, and HTB would keep it as 0; give at least 2 bytes`},
 		{"quantum beyond int32", wrap("        - name: a\n          rate: 1mbit\n          quantum: 4000mb\n"),
 			`class a: quantum 4194304000 bytes: HTB holds at most 2147483647`},
+		{"per_host rate that comes to nothing", wrap("        - name: a\n          rate: 1mbit\n          per_host: {by: dst, cidr: 10.0.0.0/24, rate: 1e-300%}\n"),
+			`class a: per_host: rate 1e-300% comes to less than 1 byte/s`},
 		{"weight zero", wrap("        - name: a\n          rate: 1mbit\n          weight: 0\n"),
 			`:9:19: class a: weight: expected a number from 0.001 to 1e+06`},
 		{"weight subnormal", wrap("        - name: a\n          rate: 1mbit\n          weight: 1e-320\n"),

@@ -713,7 +713,11 @@ func validatePerHost(what string, t *Tree, c *Class, ph *PerHost, d *Diag) {
 func hostRates(what string, c *Class, ph *PerHost, n uint64, d *Diag) {
 	ph.RateBps = c.RateBps / units.Rate(n)
 	if ph.Rate != nil {
-		ph.RateBps = ph.Rate.Resolve(c.RateBps)
+		// A rate given that comes to nothing is refused, as a class's is;
+		// only the default share of many hosts is held at 1 byte/s.
+		if ph.RateBps = ph.Rate.Resolve(c.RateBps); ph.RateBps == 0 {
+			d.Errorf(ph.Rate.Pos, "%s: rate %s comes to less than 1 byte/s", what, ph.Rate.Text)
+		}
 	}
 	if ph.RateBps == 0 {
 		ph.RateBps = 1
@@ -730,7 +734,9 @@ func hostRates(what string, c *Class, ph *PerHost, n uint64, d *Diag) {
 	for _, e := range ph.Entries {
 		e.RateBps, e.CeilBps = ph.RateBps, ph.CeilBps
 		if e.Rate != nil {
-			e.RateBps = e.Rate.Resolve(c.RateBps)
+			if e.RateBps = e.Rate.Resolve(c.RateBps); e.RateBps == 0 {
+				d.ErrorIn(e.File, Pos{e.Line, 1}, "hosts file: host %s: rate %s comes to less than 1 byte/s", e.Name, e.Rate.Text)
+			}
 		}
 		if e.Ceil != nil {
 			e.CeilBps = e.Ceil.Resolve(c.CeilBps)

@@ -48,9 +48,12 @@ func newBed(name string, devs []string, queues map[string]int, rtt time.Duration
 		return nil, fmt.Errorf("a bed named %q is already up (sluice lab down %s)", name, name)
 	}
 	b = &bed{name: name, gw: pre + "gw", near: pre + "near", far: map[string]string{}, wire: map[string]string{}}
+	// Every failure returns a nil bed: the deferred down works on built
+	// (on b it found nil, panicked, and left the namespaces behind).
+	built := b
 	defer func() {
 		if err != nil {
-			b.down()
+			built.down()
 		}
 	}()
 	b.nearDev = "slnear"

@@ -126,6 +126,25 @@ func TestLabUpDownAll(t *testing.T) {
 	}
 }
 
+// A test bed whose build fails says why and leaves nothing behind (a
+// failed build once called Down on a nil Bed and panicked, leaving its
+// namespaces). A name too long for a namespace fails at the first one.
+func TestLabUpFailureLeavesNothing(t *testing.T) {
+	testutil.RequireRoot(t)
+	name := strings.Repeat("x", 250)
+	b, err := lab.Up(name, lab.Topology{Clients: 2})
+	if err == nil || b != nil {
+		t.Fatalf("a 250-character lab name: %v, %v", b, err)
+	}
+	if left := labNamespaces(t, lab.Prefix+name); len(left) > 0 {
+		t.Errorf("left behind: %v", left)
+	}
+	r := sluice(t, "lab", "up", "fair-share", "--name", name)
+	if r.code == 0 || strings.Contains(r.stderr, "panic") {
+		t.Errorf("lab up with a name too long: exit %d\n%s", r.code, r.stderr)
+	}
+}
+
 // lab down NAME removes lab NAME's namespaces, not those of a lab whose
 // name starts with it (`lab down rtr8` once removed lab rtr8-b's).
 func TestLabDownIsByName(t *testing.T) {

@@ -138,9 +138,14 @@ func Up(name string, topo Topology) (b *Bed, err error) {
 	if len(bedNS(name)) > 0 {
 		return nil, fmt.Errorf("a lab named %q is already up (sluice lab down %s)", name, name)
 	}
+	// Whatever fails from here, what was built goes: the deferred Down
+	// works on built, since every failure returns a nil Bed (it once
+	// called Down on that nil, and a failed build panicked and left its
+	// namespaces behind).
+	built := b
 	defer func() {
 		if err != nil {
-			b.Down()
+			built.Down()
 			b = nil
 		}
 	}()

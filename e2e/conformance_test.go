@@ -320,3 +320,22 @@ func matrixScale() float64 {
 	}
 	return 1
 }
+
+// A bed that cannot be built (a policy for lo) says why and leaves no
+// namespace behind (its teardown once ran on the nil bed and panicked).
+func TestConformanceBedFailureLeavesNothing(t *testing.T) {
+	testutil.RequireRoot(t)
+	file := writePolicy(t, "lo.yaml", "interfaces:\n  - name: lo\n    egress: {rate: 10mbit}\n")
+	pol, err := conform.LoadPolicy(file, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := strings.TrimPrefix(testutil.Unique("cf"), testutil.Prefix)
+	_, err = conform.Run(context.Background(), pol, conform.Options{Name: name, Settle: time.Second, Measure: time.Second})
+	if err == nil || !strings.Contains(err.Error(), "lo cannot be shaped") {
+		t.Errorf("a bed for lo: %v", err)
+	}
+	if left := labNamespaces(t, "sllab-"+name+"-"); len(left) > 0 {
+		t.Errorf("left behind: %v", left)
+	}
+}

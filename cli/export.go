@@ -50,6 +50,13 @@ its hook is left as a comment.`,
 			if err := batchNames(pol); err != nil {
 				return badInput(err)
 			}
+			// Without privileges neither this kernel's features nor the
+			// records can be read: plan as a first apply on a kernel with
+			// every qdisc would, and say so (the audit needs no root).
+			if !privileged() && (target == "local" || !fresh) {
+				fmt.Fprintln(g.stderr, "sluice export: without root this kernel's features and sluice's records cannot be read: written for a kernel with every qdisc, with the ids a first apply would choose (as --kernel full --fresh); as root it matches the live tree")
+				target, fresh = "full", true
+			}
 			var feats plan.Features
 			switch target {
 			case "local":

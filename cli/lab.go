@@ -30,7 +30,9 @@ without and with policies, and reports rates, fairness and latency.
 
 Scenarios are YAML files (docs/lab.md); built-in ones: ` + strings.Join(lab.Builtin(), ", ") + `.`,
 	}
-	cmd.AddCommand(labListCmd(g), labUpCmd(g), labDownCmd(g), labRunCmd(g), labConformanceCmd(g))
+	bed := "builds and removes test beds of network namespaces"
+	cmd.AddCommand(labListCmd(g), needing(labUpCmd(g), bed), needing(labDownCmd(g), bed), needing(labRunCmd(g), bed),
+		needing(labConformanceCmd(g), bed))
 	return cmd
 }
 

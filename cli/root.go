@@ -55,6 +55,9 @@ netlink with the fewest changes, rolls back on failure, and shows what
 every class is doing.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		PersistentPreRunE: func(cmd *cobra.Command, args []string) error {
+			return checkPrivileges(cmd)
+		},
 	}
 	root.PersistentFlags().StringVar(&g.netns, "netns", "", "run inside the named network namespace (as `ip netns exec NAME`)")
 	root.PersistentFlags().DurationVar(&g.lockTimeout, "lock-timeout", 30*time.Second, "how long to wait for another sluice changing the same namespace")
@@ -64,8 +67,17 @@ every class is doing.`,
 		return badInput(fmt.Errorf("%w\nSee '%s --help'.", err, c.CommandPath()))
 	})
 	root.AddCommand(
-		validateCmd(g), planCmd(g), applyCmd(g), showCmd(g), resetCmd(g), exportCmd(g), doctorCmd(g),
-		labCmd(g), demoCmd(g), agentCmd(g), muninCmd(g),
+		validateCmd(g),
+		needing(planCmd(g), "reads the kernel's traffic control and sluice's records in /run/sluice"),
+		needing(applyCmd(g), "changes the kernel's traffic control"),
+		needing(showCmd(g), "reads the kernel's traffic control and sluice's records in /run/sluice"),
+		needing(resetCmd(g), "changes the kernel's traffic control"),
+		exportCmd(g),
+		needing(doctorCmd(g), "probes the kernel in a scratch network namespace"),
+		labCmd(g),
+		needing(demoCmd(g), "builds a test bed of network namespaces"),
+		needing(agentCmd(g), "keeps the kernel's traffic control in force"),
+		muninCmd(g),
 	)
 	return root
 }

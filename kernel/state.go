@@ -206,6 +206,9 @@ type RecordsError struct {
 }
 
 func (e *RecordsError) Error() string {
+	if errors.Is(e.Err, fs.ErrPermission) {
+		return fmt.Sprintf("records in %s: %v: sluice's records are root's; run it as root", e.Dir, e.Err)
+	}
 	return fmt.Sprintf("records in %s: %v (sluice will not guess what it owns; to start over, remove %s and run apply --force)", e.Dir, e.Err, e.Dir)
 }
 

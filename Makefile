@@ -4,8 +4,11 @@ BIN := bin/sluice
 
 .PHONY: build deps demo test test-host unit fuzz soak lint vmtest vmtest-all bpf bpf-check bench bench-utilization bench-classify bench-apply bench-agent bench-edt bench-edt-lane clean
 
+# The version `sluice version` and sluice_build_info say: the commit
+# (go's own VCS stamp is off where GOFLAGS has -buildvcs=false).
+VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo devel)
 build:
-	$(GO) build -o $(BIN) ./cmd/sluice
+	$(GO) build -ldflags "-X sluice/agent.stamped=$(VERSION)" -o $(BIN) ./cmd/sluice
 
 # The main job: a lab demo in network namespaces (about 30 seconds).
 demo: deps build

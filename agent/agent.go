@@ -144,6 +144,8 @@ type Health struct {
 	// applied (a new or reloaded policy) or error.
 	LastResult  string    `json:"last_result"`
 	LastError   string    `json:"last_error,omitzero"`
+	// LastSuccess is when the last pass that worked started.
+	LastSuccess time.Time `json:"last_success,omitzero"`
 	Reconciles  uint64    `json:"reconciles"`
 	Repairs     uint64    `json:"repairs"`
 	LastRepair  time.Time `json:"last_repair,omitzero"`
@@ -602,6 +604,8 @@ func (a *Agent) pass(why string) {
 	h.LastError = ""
 	if err != nil {
 		h.LastError = err.Error()
+	} else {
+		h.LastSuccess = start
 	}
 	if result == "repaired" {
 		h.Repairs += uint64(changes)

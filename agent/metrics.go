@@ -1,6 +1,8 @@
 package agent
 
 import (
+	"runtime"
+	"runtime/debug"
 	"sluice/units"
 
 	"sort"
@@ -78,7 +80,34 @@ func newMetrics(a *Agent) *metrics {
 		shareShare:  desc("sluice_sharing_share_bits", "The class's weighted max-min share of its parent's capacity, bits per second."),
 		shareLimit:  desc("sluice_sharing_limit_bits", "What the sharing controller holds the class to now, bits per second: its share, as the class's guaranteed rate (a controller without a cap, over an HTB tree) or as its ceil; the configured ceil while no limit is applied."),
 	}
-	m.registry.MustRegister(m.reconciles, m.reloads, m.repairs, m.shareWrites, m.hostEdits, m.applySeconds,
+	// Every result from the start, at 0: an alert on refusals needs the
+	// series before the first one.
+	for _, r := range []string{"ok", "refused"} {
+		m.reloads.WithLabelValues(r)
+	}
+	for _, r := range []string{"ok", "repaired", "applied", "error"} {
+		m.reconciles.WithLabelValues(r)
+	}
+	build := prometheus.NewGauge(prometheus.GaugeOpts{Name: "sluice_build_info",
+		Help: "Always 1: the sluice build, in its labels.", ConstLabels: prometheus.Labels{"version": Version(), "goversion": runtime.Version()}})
+	build.Set(1)
+	healthy := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_healthy",
+		Help: "1 while the policy is in force (what /healthz answers 200 to), else 0."}, func() float64 {
+		if ok, _ := a.Healthy(); ok {
+			return 1
+		}
+		return 0
+	})
+	lastOK := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_last_success_timestamp_seconds",
+		Help: "When the last reconcile pass that worked started (Unix time; 0 before the first)."}, func() float64 {
+		a.mu.RLock()
+		defer a.mu.RUnlock()
+		if a.health.LastSuccess.IsZero() {
+			return 0
+		}
+		return float64(a.health.LastSuccess.UnixNano()) / 1e9
+	})
+	m.registry.MustRegister(m.reconciles, m.reloads, m.repairs, m.shareWrites, m.hostEdits, m.applySeconds, build, healthy, lastOK,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.classes.MustRegister(m)
 	m.gatherer = prometheus.Gatherers{m.registry, prometheus.GathererFunc(m.gatherClasses)}
@@ -232,4 +261,41 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstHistogram(m.edtDelay, count, float64(d.SumNS)/1e9, buckets, lv...)
 		}
 	}
+}
+
+// stamped is the version `make build` stamps in (-X).
+var stamped string
+
+// Version is this build's version: the one stamped in, the module's, or
+// the commit it was built from (go build stamps it), or "devel".
+func Version() string {
+	if stamped != "" {
+		return stamped
+	}
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "devel"
+	}
+	if v := bi.Main.Version; v != "" && v != "(devel)" {
+		return v
+	}
+	rev, dirty := "", false
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.modified":
+			dirty = s.Value == "true"
+		}
+	}
+	if len(rev) > 12 {
+		rev = rev[:12]
+	}
+	switch {
+	case rev == "":
+		return "devel"
+	case dirty:
+		return rev + "-dirty"
+	}
+	return rev
 }

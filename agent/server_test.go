@@ -222,3 +222,27 @@ func TestHistoryDoesNotPinReadings(t *testing.T) {
 		t.Error("each pass keeps a copy of its own of a name the history already holds")
 	}
 }
+
+// The agent's own health is in its metrics from the first scrape: the
+// build, whether the policy is in force, when a pass last worked, and
+// every reload result at 0 (an alert on refusals needs the series
+// before the first refusal).
+func TestHealthMetrics(t *testing.T) {
+	a := fakeAgent(1, false)
+	body := scrape(t, a)
+	for _, want := range []string{`sluice_build_info{goversion="`, "sluice_healthy 0", "sluice_last_success_timestamp_seconds 0",
+		`sluice_reload_total{result="refused"} 0`, `sluice_reconcile_total{result="error"} 0`} {
+		if !strings.Contains(body, want) {
+			t.Errorf("no %q in the scrape", want)
+		}
+	}
+	a.mu.Lock()
+	a.health.Reconciles, a.health.LastResult, a.health.LastSuccess = 1, "ok", time.Unix(1700000000, 0)
+	a.mu.Unlock()
+	body = scrape(t, a)
+	for _, want := range []string{"sluice_healthy 1", "sluice_last_success_timestamp_seconds 1.7e+09"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("no %q in the scrape after a pass", want)
+		}
+	}
+}

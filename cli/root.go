@@ -78,6 +78,7 @@ every class is doing.`,
 		needing(demoCmd(g), "builds a test bed of network namespaces"),
 		needing(agentCmd(g), "keeps the kernel's traffic control in force"),
 		muninCmd(g),
+		versionCmd(g),
 	)
 	return root
 }

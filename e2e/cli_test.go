@@ -73,7 +73,7 @@ func TestMissingInterfaceChangesNothing(t *testing.T) {
 	pol := writePolicy(t, "p.yaml", "interfaces:\n  - name: eth0\n    egress: {rate: 10mbit}\n  - name: eth9\n    egress: {rate: 10mbit}\n")
 	for _, cmd := range []string{"plan", "apply"} {
 		r := sluice(t, "--netns", ns, cmd, pol)
-		if r.code != 2 || !strings.Contains(r.stderr, "p.yaml:4:11: interface eth9 does not exist") {
+		if r.code != 2 || !strings.Contains(r.stderr, "p.yaml:4:11: interface eth9 does not exist") || !strings.Contains(r.stderr, "(it has eth0, eth0p, lo)") {
 			t.Fatalf("%s: exit %d\n%s", cmd, r.code, r.stderr)
 		}
 	}

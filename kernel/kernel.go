@@ -176,13 +176,17 @@ func (e *ForeignRootError) Error() string {
 // namespace, located in the policy file.
 func (k *Kernel) CheckInterfaces(pol *policy.Policy) error {
 	d := &policy.Diag{File: pol.File}
+	var have []string
 	for _, in := range pol.Interfaces {
 		if !k.Conn.LinkExists(in.Name) {
 			where := "this network namespace"
 			if k.NS != "" {
 				where = "network namespace " + k.NS
 			}
-			d.Errorf(in.NamePos, "interface %s does not exist in %s", in.Name, where)
+			if have == nil {
+				have = k.Conn.LinkNames()
+			}
+			d.Errorf(in.NamePos, "interface %s does not exist in %s (it has %s)", in.Name, where, strings.Join(have, ", "))
 		}
 	}
 	return d.Err()

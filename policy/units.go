@@ -114,6 +114,16 @@ func byteWord(u string) string {
 func rateUnitHint(num, u string) string {
 	switch {
 	case u == "":
+		// A big bare number is more likely kbit (tc scripts and
+		// wondershaper count in kbit) or bit than mbit: 19000 is
+		// 19000kbit, not 19 gigabits.
+		v, _ := strconv.ParseFloat(num, 64)
+		switch {
+		case v >= 1e6:
+			return fmt.Sprintf("missing unit: write %sbit (bits/s, %s), %skbit, or %sbps (bytes/s)", num, FormatBits(units.FromBits(v)), num, num)
+		case v >= 1e3:
+			return fmt.Sprintf("missing unit: write %skbit (kilobits/s, %s), %smbit, or %skbps (kilobytes/s)", num, FormatBits(units.FromBits(v*1e3)), num, num)
+		}
 		return fmt.Sprintf("missing unit: write %smbit (megabits/s), %skbit, %sgbit, or %sbps (bytes/s)", num, num, num, num)
 	case strings.HasSuffix(u, "bits"):
 		return fmt.Sprintf("%q is not a unit; did you mean %s%s?", u, num, strings.TrimSuffix(u, "s"))

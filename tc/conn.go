@@ -3,6 +3,7 @@ package tc
 import (
 	"errors"
 	"fmt"
+	"sort"
 	"sync"
 
 	"github.com/vishvananda/netlink"
@@ -177,6 +178,21 @@ func (c *Conn) IfName(index int) string {
 func (c *Conn) LinkExists(dev string) bool {
 	_, err := c.links.LinkByName(dev)
 	return err == nil
+}
+
+// LinkNames lists the namespace's devices, sorted (nil if they cannot
+// be read).
+func (c *Conn) LinkNames() []string {
+	ls, err := c.links.LinkList()
+	if err != nil {
+		return nil
+	}
+	names := make([]string, 0, len(ls))
+	for _, l := range ls {
+		names = append(names, l.Attrs().Name)
+	}
+	sort.Strings(names)
+	return names
 }
 
 // GetLink reads a link's state, or nil if it does not exist.

@@ -142,8 +142,8 @@ type Health struct {
 	LastReconcile time.Time `json:"last_reconcile"`
 	// LastResult is ok (nothing to do), repaired (drift undone),
 	// applied (a new or reloaded policy) or error.
-	LastResult  string    `json:"last_result"`
-	LastError   string    `json:"last_error,omitzero"`
+	LastResult string `json:"last_result"`
+	LastError  string `json:"last_error,omitzero"`
 	// LastSuccess is when the last pass that worked started.
 	LastSuccess time.Time `json:"last_success,omitzero"`
 	Reconciles  uint64    `json:"reconciles"`

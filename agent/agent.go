@@ -459,8 +459,8 @@ func (a *Agent) editHosts(now watched) bool {
 		return false
 	}
 	old := *a.base
-	// A file that could not be read (deleted) leaves now.data short: the
-	// full reload says why.
+	// A file that could not be read (deleted) has no data: the full
+	// reload says why.
 	if a.inForce == nil || !slices.Equal(old.files, now.files) || len(now.data) != len(now.files) ||
 		slices.ContainsFunc(now.data, func(b []byte) bool { return b == nil }) ||
 		!bytes.Equal(old.data[0], now.data[0]) {

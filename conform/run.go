@@ -16,6 +16,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"sluice/agent"
 	"sluice/engine"
 	"sluice/kernel"
@@ -149,6 +151,9 @@ type runner struct {
 	rep    *Report
 	queues map[string]int
 	k      *kernel.Kernel
+	// agentLog, where SLUICE_CONFORM_AGENT_LOG keeps the agent's log,
+	// also gets when each measurement starts and ends.
+	agentLog *slog.Logger
 }
 
 func (r *runner) logf(format string, args ...any) {
@@ -337,8 +342,23 @@ func (r *runner) startAgent(trees []*tree) (stop func(), err error) {
 	for _, tr := range trees {
 		scales[tr.key] = tr.rep.Scale
 	}
+	// SLUICE_CONFORM_AGENT_LOG=FILE keeps the agent's debug log (its
+	// controllers' decisions every quantum): how a controlled cell's
+	// deviation is explained.
+	var logTo io.Writer = io.Discard
+	if name := os.Getenv("SLUICE_CONFORM_AGENT_LOG"); name != "" {
+		f, err := os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_APPEND|unix.O_NOFOLLOW, 0o644)
+		if err != nil {
+			cleanup()
+			return nil, fmt.Errorf("SLUICE_CONFORM_AGENT_LOG: %w", err)
+		}
+		prev := cleanup
+		cleanup = func() { r.agentLog = nil; f.Close(); prev() }
+		logTo = f
+		r.agentLog = slog.New(slog.NewTextHandler(f, nil))
+	}
 	ag, err := agent.New(agent.Config{Policy: file, Netns: r.bed.gw, Interval: time.Second,
-		Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Log: slog.New(slog.NewTextHandler(logTo, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		Transform: func(p *policy.Policy) {
 			for _, in := range p.Interfaces {
 				for _, t := range []*policy.Tree{in.Egress, in.Ingress} {
@@ -743,6 +763,14 @@ func (r *runner) drive(ctx context.Context, dev, dir string, ds []drive, settle,
 	if err != nil {
 		stop()
 		return nil, err
+	}
+	if r.agentLog != nil {
+		var who []string
+		for _, d := range ds {
+			who = append(who, d.subject)
+		}
+		r.agentLog.Info("conform: measuring", "devs", devs, "subjects", who)
+		defer r.agentLog.Info("conform: measured", "devs", devs)
 	}
 	g0 := make([]uint64, len(counters))
 	for i, fc := range counters {

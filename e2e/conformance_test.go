@@ -196,10 +196,8 @@ func TestConformanceMatrix(t *testing.T) {
 	}
 	// The whole matrix runs with SLUICE_MATRIX_FULL=1. Otherwise a leaf
 	// that is not this kernel's auto runs where it is (bfifo runs on the
-	// host), and a sharded tree's shards are shown on one leaf: the lane
-	// keeps to its time budget. cake leaves fail the hosts shape on 6.1
-	// (the host with eight flows +16%, docs/sharing.md): open, so they
-	// run only in the full matrix until fixed.
+	// host, cake in the lane), and a sharded tree's shards are shown on
+	// one leaf: the lane keeps to its time budget.
 	full := os.Getenv("SLUICE_MATRIX_FULL") == "1"
 	var rows []matrixRow
 	for _, pl := range planes {
@@ -207,7 +205,7 @@ func TestConformanceMatrix(t *testing.T) {
 			if leaf == auto {
 				continue // auto is this leaf here: the same cells
 			}
-			if !full && (leaf == "bfifo" || leaf == "cake" || pl.name == "htb sharded" && leaf != "auto") {
+			if !full && (leaf == "bfifo" || pl.name == "htb sharded" && leaf != "auto") {
 				continue
 			}
 			name := pl.name

@@ -188,6 +188,7 @@ func (qdiscKind) hash(h *fingerprint, o tc.Object) {
 	if present(h, x.Cake) {
 		h.flag(x.Cake.SplitGSO)
 		h.u64(uint64(x.Cake.RTT))
+		h.u64(uint64(x.Cake.Target))
 	}
 }
 

@@ -57,6 +57,10 @@ type Controlled struct {
 	// Prod children (prio 0 beside children of higher prios) are never
 	// limited; their use comes off the capacity.
 	Prod bool `json:"prod,omitempty"`
+	// Capped: lighter than HTB's quanta can weigh (below 1/anchorRange
+	// of the heaviest sibling of its prio), so an assuring controller
+	// holds its share as its ceil too (share.Child.Capped).
+	Capped bool `json:"capped,omitempty"`
 	// Floor, when set, is the least rate a limit may give the class
 	// (a shard's), instead of its planned rate.
 	Floor units.Rate `json:"floor,omitempty"`
@@ -101,8 +105,10 @@ func (b *builder) controllers() {
 			}
 		}
 		prios := map[int]bool{}
+		heaviest := map[int]float64{}
 		for _, c := range cs {
 			prios[c.Prio] = true
+			heaviest[c.Prio] = max(heaviest[c.Prio], c.ShareWeight())
 		}
 		for _, c := range cs {
 			cl := byName[c.Name]
@@ -112,7 +118,7 @@ func (b *builder) controllers() {
 			prod := len(prios) > 1 && c.Prio == 0
 			cl.Controlled = !prod
 			ctl.Children = append(ctl.Children, Controlled{Name: c.Name, ID: cl.Handle.String(), Handle: cl.Handle, Weight: c.ShareWeight(),
-				Rate: cl.Rate, Ceil: cl.Ceil, Prod: prod})
+				Rate: cl.Rate, Ceil: cl.Ceil, Prod: prod, Capped: !prod && c.ShareWeight()*anchorRange < heaviest[c.Prio]})
 		}
 		b.dev.Controllers = append(b.dev.Controllers, ctl)
 	}

@@ -69,14 +69,16 @@ const (
 	minBfifoBytes = 65536 + 3*frameBytes
 
 	// cakeRTT (µs) is a cake leaf's rtt: its AQM's interval, and its
-	// target a twentieth of it (20 ms). A class's packets wait for its
-	// turn, and cake, unlike fq_codel, drops a flow's packets that wait
-	// beyond its target even when the flow holds only one or two: with
-	// cake's 100 ms (target 5 ms) the per-host cakes of eight hosts at
-	// 40mbit dropped the lone flows' packets until their queues were
-	// empty at their turns, and the host with eight flows took 12 of the
-	// 40 Mbit/s (Jain 0.69); with 400 ms, 4.4 to 4.7 each (Jain 1.00),
-	// a tenth of the retransmits (Debian 6.1).
+	// target a twentieth of it (20 ms), both sent as tc's `rtt` sends
+	// them. A class's packets wait for its turn, and cake, unlike
+	// fq_codel, drops a flow's packets that wait beyond its target even
+	// when the flow holds only one or two: with cake's 100 ms (target 5
+	// ms) the per-host cakes of eight hosts at 40mbit dropped the lone
+	// flows' packets until their queues were empty at their turns, and
+	// the host with eight flows took 12 of the 40 Mbit/s (Jain 0.69);
+	// with an interval of 400 ms, 4.4 to 4.7 each (Jain 1.00), a tenth
+	// of the retransmits (Debian 6.1). Until this release the target was
+	// not sent, and stayed at cake's 5 ms while tc's script said 20.
 	cakeRTT = 400_000
 
 	// perHostFlows: per-host fq_codel leaves need far fewer flow slots
@@ -100,21 +102,45 @@ func BurstFor(rate units.Rate) uint32 {
 	return uint32(b)
 }
 
+// Leaf is what a class's leaf hands HTB, as its quantum's floor sees it.
+type Leaf uint8
+
+const (
+	// LeafFIFO: packets as TCP built them (GSO, up to 64 KB), no AQM.
+	LeafFIFO Leaf = iota
+	// LeafAQM: the same packets, from a leaf that drops what waits
+	// beyond its target (fq_codel, fq): rounds kept short.
+	LeafAQM
+	// LeafFrames: an AQM leaf that splits GSO packets into frames as it
+	// queues them (cake's split-gso): HTB sees frames, so one frame is
+	// a turn that counts bytes, and rounds are kept shortest. cake,
+	// unlike fq_codel, drops a flow's packets that waited beyond its
+	// target even when the flow holds one or two: a host whose turn
+	// comes later than that loses its packets for waiting its turn
+	// (measured on 6.1: 8 hosts at 10mbit with three-frame quanta, a
+	// round of 30 ms against cake's 20 ms target, gave the host with
+	// eight flows 14.5% of the link for its 12.5%).
+	LeafFrames
+)
+
 // quantumFloor is the least quantum of a class whose siblings share link
-// (bytes/s), aqm when its leaf has an AQM.
-func quantumFloor(link units.Rate, aqm bool) uint64 {
-	t := floorTime
-	if aqm {
+// (bytes/s), whose leaf is leaf.
+func quantumFloor(link units.Rate, leaf Leaf) uint64 {
+	t, least := floorTime, uint64(minQuantum)
+	switch leaf {
+	case LeafAQM:
 		t = aqmFloorTime
+	case LeafFrames:
+		t, least = aqmFloorTime, frameBytes
 	}
-	return min(max(uint64(float64(link)*t), minQuantum), gsoQuantum)
+	return min(max(uint64(float64(link)*t), least), gsoQuantum)
 }
 
 // QuantumFor is the default quantum of a class with rate whose siblings
-// share link (bytes/s), aqm when its leaf has an AQM.
-func QuantumFor(rate, link units.Rate, aqm bool) uint32 {
+// share link (bytes/s), whose leaf is leaf.
+func QuantumFor(rate, link units.Rate, leaf Leaf) uint32 {
 	q := uint64(float64(rate) * quantumTime)
-	return uint32(min(max(q, quantumFloor(link, aqm)), maxQuantum))
+	return uint32(min(max(q, quantumFloor(link, leaf)), maxQuantum))
 }
 
 // BfifoLimit is the default bfifo limit (bytes) of a class with rate,

@@ -298,9 +298,9 @@ func buildTree(d *policy.Diag, feats Features, in *policy.Interface, t *policy.T
 		HTB: &tc.HTBQdisc{Default: uint32(def), R2Q: dev.Alloc.R2Q()}})
 	b.objs = append(b.objs, &tc.Class{Dev: devName, Parent: RootHandle, Handle: RootClassID, Kind: "htb",
 		Rate: t.RateBps, Ceil: t.RateBps, Burst: BurstFor(t.RateBps), Cburst: BurstFor(t.RateBps),
-		Quantum: QuantumFor(t.RateBps, t.RateBps, false), Name: "(root)"})
+		Quantum: QuantumFor(t.RateBps, t.RateBps, LeafFIFO), Name: "(root)"})
 	var leaves []tc.Object
-	b.shareGroup(nil, t.Classes)
+	b.shareGroup(nil, t.Classes, 0)
 	b.classTree(t.Classes, RootClassID, &leaves)
 	b.controllers()
 	b.objs = append(b.objs, leaves...)
@@ -387,10 +387,11 @@ func (b *builder) classTree(cs []*policy.Class, parent tc.Handle, leaves *[]tc.O
 		id := b.classID(c.Name)
 		cl := &tc.Class{Dev: b.dev.Name, Parent: parent, Handle: id, Kind: "htb",
 			Rate: max(c.RateBps/b.div, 1), Ceil: c.CeilBps, Prio: uint32(c.Prio), Name: c.Name}
-		setBursts(cl, b.groupRate(c.Parent), b.aqmLeaf(c.Leaf), c.Burst, c.Cburst, c.Quantum)
+		setBursts(cl, b.groupRate(c.Parent), b.leafKind(c.Leaf), c.Burst, c.Cburst, c.Quantum)
 		if q, ok := b.quanta[c.Name]; ok {
 			cl.Quantum = q
 		}
+		turnBurst(cl, c.Cburst)
 		if _, host := b.shardOf[c.Name]; b.div > 1 && !host {
 			for len(b.replicas) <= b.shard {
 				b.replicas = append(b.replicas, nil)
@@ -410,7 +411,11 @@ func (b *builder) classTree(cs []*policy.Class, parent tc.Handle, leaves *[]tc.O
 		}
 		b.dev.Classes = append(b.dev.Classes, info)
 		if !c.IsLeaf() {
-			b.shareGroup(c, c.Classes)
+			var turn uint32
+			if b.reach(c) > cl.Rate {
+				turn = cl.Quantum
+			}
+			b.shareGroup(c, c.Classes, turn)
 		}
 		if c.PerHost != nil {
 			for _, h := range b.hostsOf(c)[b.shard] {
@@ -424,8 +429,8 @@ func (b *builder) classTree(cs []*policy.Class, parent tc.Handle, leaves *[]tc.O
 	}
 }
 
-func setBursts(cl *tc.Class, link units.Rate, aqm bool, burst, cburst, quantum *policy.Size) {
-	cl.Burst, cl.Cburst, cl.Quantum = BurstFor(cl.Rate), BurstFor(cl.Ceil), QuantumFor(cl.Rate, link, aqm)
+func setBursts(cl *tc.Class, link units.Rate, leaf Leaf, burst, cburst, quantum *policy.Size) {
+	cl.Burst, cl.Cburst, cl.Quantum = BurstFor(cl.Rate), BurstFor(cl.Ceil), QuantumFor(cl.Rate, link, leaf)
 	if burst != nil {
 		cl.Burst = uint32(burst.Bytes)
 	}
@@ -436,6 +441,27 @@ func setBursts(cl *tc.Class, link units.Rate, aqm bool, burst, cburst, quantum *
 		cl.Quantum = uint32(quantum.Bytes)
 	}
 }
+
+// turnBurst makes a class's cburst hold its quantum, unless the policy
+// sets it. A class borrowing at its parent's level sends its quantum per
+// turn at the parent's speed, and its ceil's bucket stops it after
+// cburst: a class whose ceil is far below the link lost the rest of
+// every turn, and waited a whole round for the next (measured in
+// examples/isp.yaml: hosts with 100mbit ceils, 12500-byte cbursts and
+// 167625-byte quanta got 62 and 69 of their 100 Mbit/s beside classes
+// with 1gbit ceils, about a cburst and a packet per 2.4 ms round). Over
+// time the ceil holds as before: a turn is a burst at the link's speed
+// of at most one quantum. HTB keeps a burst as its time at the rate, in
+// 32 bits of 64 ns ticks (about 274 s): a slow ceil's is held well
+// within it.
+func turnBurst(cl *tc.Class, cburst *policy.Size) {
+	if cburst == nil {
+		cl.Cburst = max(cl.Cburst, min(cl.Quantum, uint32(min(float64(cl.Ceil)*maxTurnBurstTime, 1<<30))))
+	}
+}
+
+// maxTurnBurstTime bounds turnBurst's cburst, in seconds at the ceil.
+const maxTurnBurstTime = 200
 
 // leaf picks and sizes a leaf qdisc. auto takes fq_codel, then sfq, then
 // a bfifo of about 50 ms at ceil, so that a kernel without an AQM never
@@ -451,17 +477,31 @@ func (b *builder) autoLeaf() string {
 	return "bfifo"
 }
 
-// aqmLeaf reports whether a class whose leaf is kind ("" or auto: the
-// tree's, then this kernel's pick) has an AQM, which drops what waits
-// beyond its target: its quanta keep rounds short (quantumFloor).
-func (b *builder) aqmLeaf(kind string) bool {
+// leafKind says what a class whose leaf is kind ("" or auto: the
+// tree's, then this kernel's pick) hands HTB: its quanta's floor
+// (quantumFloor).
+func (b *builder) leafKind(kind string) Leaf {
 	if kind == "" {
 		kind = b.tree.Leaf
 	}
 	if kind == "" || kind == "auto" {
 		kind = b.autoLeaf()
 	}
-	return kind == "fq_codel" || kind == "cake" || kind == "fq"
+	switch kind {
+	case "cake":
+		return LeafFrames
+	case "fq_codel", "fq":
+		return LeafAQM
+	}
+	return LeafFIFO
+}
+
+// leafOf is leafKind for class c; an inner class holds no packets.
+func (b *builder) leafOf(c *policy.Class) Leaf {
+	if !c.IsLeaf() {
+		return LeafFIFO
+	}
+	return b.leafKind(c.Leaf)
 }
 
 func (b *builder) leaf(owner string, class tc.Handle, kind string, at policy.Pos, limit *policy.Limit, rate, ceil units.Rate, quantum uint32, perHost bool) *tc.Qdisc {
@@ -507,7 +547,7 @@ func (b *builder) leaf(owner string, class tc.Handle, kind string, at policy.Pos
 	case "fq":
 		q.Fq = &tc.Fq{Limit: pk}
 	case "cake":
-		q.Cake = &tc.Cake{SplitGSO: true, RTT: cakeRTT}
+		q.Cake = &tc.Cake{SplitGSO: true, RTT: cakeRTT, Target: tc.CakeTarget(cakeRTT)}
 	case "pfifo":
 		q.Fifo = &tc.Fifo{Limit: pk}
 	case "bfifo":
@@ -888,10 +928,11 @@ func (b *builder) hostClass(owner *policy.Class, name string, parent tc.Handle, 
 		id, counter = b.classID(name), b.counter(name)
 	}
 	hc := &tc.Class{Dev: b.dev.Name, Parent: parent, Handle: id, Kind: "htb", Rate: rate, Ceil: ceil, Prio: prio, Name: name}
-	setBursts(hc, b.groupRate(owner), b.aqmLeaf(ph.Leaf), nil, nil, nil)
+	setBursts(hc, b.groupRate(owner), b.leafKind(ph.Leaf), nil, nil, nil)
 	if q, ok := b.quanta[name]; ok {
 		hc.Quantum = q
 	}
+	turnBurst(hc, nil)
 	b.objs = append(b.objs, hc)
 	hi := ClassInfo{Name: name, Handle: id, Parent: parent, Rate: rate, Ceil: ceil, Prio: prio, Counter: counter}
 	if leaf := b.leaf(name, id, ph.Leaf, ph.LeafPos, ph.Limit, rate, ceil, hc.Quantum, true); leaf != nil {

@@ -116,7 +116,7 @@ func TestOrderedPriosKeepAndInsert(t *testing.T) {
 func TestDefaultsAcrossRates(t *testing.T) {
 	for _, mbit := range []float64{0.1, 1, 20, 100, 1000, 5000, 10000} {
 		rate := units.FromBits(mbit * 1e6)
-		b, q := BurstFor(rate), QuantumFor(rate, rate, false)
+		b, q := BurstFor(rate), QuantumFor(rate, rate, LeafFIFO)
 		// At least a millisecond of the rate (timer slack), at least two
 		// frames; a quantum HTB accepts without its r2q warning bounds.
 		if float64(b) < float64(rate)*0.001 || b < 2*frameBytes {
@@ -141,8 +141,19 @@ func TestDefaultsAcrossRates(t *testing.T) {
 		rate, link float64 // mbit
 		want       uint32
 	}{{0.1, 8, 4542}, {0.1, 40, 20000}, {1, 100, 50000}, {1, 1000, 67050}, {1000, 1000, 125000}, {100000, 100000, 200000}} {
-		if q := QuantumFor(units.FromBits(c.rate*1e6), units.FromBits(c.link*1e6), false); q != c.want {
+		if q := QuantumFor(units.FromBits(c.rate*1e6), units.FromBits(c.link*1e6), LeafFIFO); q != c.want {
 			t.Errorf("%vmbit in a %vmbit tree: quantum %d, want %d", c.rate, c.link, q, c.want)
+		}
+	}
+	// Under an AQM leaf the floor is 1 ms of the link; under cake, which
+	// hands HTB frames, as little as one frame.
+	for _, c := range []struct {
+		leaf       Leaf
+		rate, link float64 // mbit
+		want       uint32
+	}{{LeafAQM, 0.1, 8, 4542}, {LeafAQM, 0.1, 80, 10000}, {LeafFrames, 0.1, 8, 1514}, {LeafFrames, 0.1, 10, 1514}, {LeafFrames, 0.1, 40, 5000}, {LeafFrames, 1, 1000, 67050}} {
+		if q := QuantumFor(units.FromBits(c.rate*1e6), units.FromBits(c.link*1e6), c.leaf); q != c.want {
+			t.Errorf("leaf %d: %vmbit in a %vmbit tree: quantum %d, want %d", c.leaf, c.rate, c.link, q, c.want)
 		}
 	}
 	// At 20mbit the burst stays at two frames: a bulk class cannot push
@@ -384,5 +395,32 @@ func TestMarksGoToBPFWhereU32IgnoresThem(t *testing.T) {
 	}
 	if _, err := Build(p, noMark, nil); err == nil || !strings.Contains(err.Error(), "p.yaml:10:26: class a: mark: this kernel's u32 cannot match marks") || !strings.Contains(err.Error(), "classifier bpf") {
 		t.Fatalf("classifier u32 with marks: %v", err)
+	}
+}
+
+// A class's cburst holds its quantum (a turn at the parent's speed),
+// unless the policy sets it, and stays well within what HTB can hold at
+// a slow ceil.
+func TestCburstHoldsATurn(t *testing.T) {
+	for _, c := range []struct {
+		name                 string
+		ceil                 units.Rate
+		quantum, cburst, got uint32
+		set                  bool
+	}{
+		{"a 100mbit ceil and a 167625-byte turn", 12500000, 167625, 12500, 167625, false},
+		{"a cburst above the turn stays", 125000000, 67050, 250000, 250000, false},
+		{"the policy's cburst stays", 12500000, 167625, 12500, 12500, true},
+		{"a slow ceil's is bounded", 100, 67050, 3028, 20000, false},
+	} {
+		cl := &tc.Class{Ceil: c.ceil, Quantum: c.quantum, Cburst: c.cburst}
+		var set *policy.Size
+		if c.set {
+			set = &policy.Size{Bytes: uint64(c.cburst)}
+		}
+		turnBurst(cl, set)
+		if cl.Cburst != c.got {
+			t.Errorf("%s: cburst %d, want %d", c.name, cl.Cburst, c.got)
+		}
 	}
 }

@@ -36,6 +36,22 @@ import (
 // Any other edit changes the edited class alone, as apply's fast path
 // wants.
 //
+// Two kinds of member stand outside the scale. A class that can never
+// borrow (its ceil, or what its children may use together, at most its
+// rate) never joins DRR at this level, whatever its weight: it gets its
+// own floor. Counted, subscribers of 800mbit whose hosts' ceils add up
+// to 450mbit made business (100mbit) the anchor of a 1gbit tree, and
+// voice, other and guests (50, 30 and 20mbit) fell below the floor
+// (docs/sharing.md, the examples). And the members of an inner class
+// that borrows take their turns as one: HTB's round at the parent's
+// level moves past the inner class once every one of its busy leaves
+// has had its quantum, so the class's turn is the sum of its busy
+// children's quanta, not its own. Its children's quanta therefore add
+// up to at least the class's own (turn), split by weight, so that the
+// class takes its weight's share beside its siblings when its children
+// are busy (measured before: business's two hosts, with quanta sized
+// within business alone, took 129 of their 200 Mbit/s).
+//
 // Quanta stop at maxQuantumW: a turn of the heaviest class is a burst
 // the others wait behind, and at 30mbit quanta of 0.64, 1.3 and 2 MB
 // (1:2:3 from 640 KB) gave the lightest 2.4 instead of 4.9 Mbit/s with
@@ -52,32 +68,48 @@ type sibling struct {
 	weight float64
 	prio   uint32
 	fixed  bool // an explicit quantum: kept, and not part of the scale
-	aqm    bool // its leaf has an AQM (a lower floor: quantumFloor)
+	leaf   Leaf // what its leaf hands HTB (the floor: quantumFloor)
+	// bounded: it can never borrow (what it may use is at most its
+	// rate): its floor, outside the scale.
+	bounded bool
 }
 
 // shareQuanta returns each sibling's quantum and, per prio group whose
 // weights the quanta cannot follow exactly, a note. Within one prio group
 // the quanta are base*weight, base the smallest scale that gives every
 // member within anchorRange of the heaviest at least its own floor
-// (QuantumFor its rate), capped at maxQuantumW; lighter members get
-// base*weight, at least a frame.
-func shareQuanta(sibs []sibling, link units.Rate) (q []uint32, notes []string) {
+// (QuantumFor its rate) and, where the siblings take their turns as one
+// of turn bytes (an inner class that borrows; 0: none), gives them
+// together at least turn; capped at maxQuantumW. Lighter members get
+// base*weight, at least a frame; bounded ones their floor.
+func shareQuanta(sibs []sibling, link units.Rate, turn uint32) (q []uint32, notes []string) {
 	q = make([]uint32, len(sibs))
-	var heaviest, base [8]float64
+	var heaviest, base, weights [8]float64
+	scaled := func(s sibling) bool { return !s.fixed && !s.bounded }
 	for _, s := range sibs {
-		if !s.fixed {
+		if scaled(s) {
 			heaviest[s.prio&7] = max(heaviest[s.prio&7], s.weight)
+			weights[s.prio&7] += s.weight
 		}
 	}
 	for _, s := range sibs {
-		if p := s.prio & 7; !s.fixed && s.weight*anchorRange >= heaviest[p] {
-			base[p] = max(base[p], float64(QuantumFor(s.rate, link, s.aqm))/s.weight)
+		if p := s.prio & 7; scaled(s) && s.weight*anchorRange >= heaviest[p] {
+			base[p] = max(base[p], float64(QuantumFor(s.rate, link, s.leaf))/s.weight)
+		}
+	}
+	for p := range base {
+		if weights[p] > 0 {
+			base[p] = max(base[p], float64(turn)/weights[p])
 		}
 	}
 	var capped, light [8][]string
 	for i, s := range sibs {
 		p := s.prio & 7
 		if s.fixed {
+			continue
+		}
+		if s.bounded {
+			q[i] = QuantumFor(s.rate, link, s.leaf)
 			continue
 		}
 		v := math.Ceil(base[p] * s.weight)
@@ -89,7 +121,7 @@ func shareQuanta(sibs []sibling, link units.Rate) (q []uint32, notes []string) {
 			v = max(v, frameBytes)
 			light[p] = append(light[p], s.name)
 		default:
-			v = max(v, float64(QuantumFor(s.rate, link, s.aqm)))
+			v = max(v, float64(QuantumFor(s.rate, link, s.leaf)))
 		}
 		q[i] = uint32(v)
 	}
@@ -117,29 +149,31 @@ func shareQuanta(sibs []sibling, link units.Rate) (q []uint32, notes []string) {
 // shareGroup sets b.quanta for the children of owner (nil: the top of the
 // tree, whose children are cs): its classes and its hosts (per_host
 // addresses, hosts_file entries) share its spare capacity by weight, a
-// host's weight being its rate.
-func (b *builder) shareGroup(owner *policy.Class, cs []*policy.Class) {
+// host's weight being its rate. turn is owner's quantum where owner
+// borrows (its children then take their turns as one), else 0.
+func (b *builder) shareGroup(owner *policy.Class, cs []*policy.Class, turn uint32) {
 	var sibs []sibling
 	for _, c := range cs {
-		sibs = append(sibs, sibling{name: c.Name, rate: max(c.RateBps/b.div, 1), weight: c.ShareWeight(),
-			prio: uint32(c.Prio), fixed: c.Quantum != nil, aqm: c.IsLeaf() && b.aqmLeaf(c.Leaf)})
+		rate := max(c.RateBps/b.div, 1)
+		sibs = append(sibs, sibling{name: c.Name, rate: rate, weight: c.ShareWeight(),
+			prio: uint32(c.Prio), fixed: c.Quantum != nil, leaf: b.leafOf(c), bounded: b.reach(c) <= rate})
 	}
 	if owner != nil {
 		if ph := owner.PerHost; ph != nil {
 			prio := hostPrio(owner)
 			for _, h := range b.hostsOf(owner)[b.shard] {
-				sibs = append(sibs, sibling{name: h.name, rate: h.rate, weight: float64(h.rate), prio: prio, aqm: b.aqmLeaf(ph.Leaf)})
+				sibs = append(sibs, sibling{name: h.name, rate: h.rate, weight: float64(h.rate), prio: prio, leaf: b.leafKind(ph.Leaf), bounded: h.ceil <= h.rate})
 			}
 		}
 		for _, e := range owner.Hosts {
 			sibs = append(sibs, sibling{name: entryName(e.Owner, e), rate: e.RateBps, weight: float64(e.RateBps), prio: hostPrio(e.Owner),
-				aqm: b.aqmLeaf(e.Owner.PerHost.Leaf)})
+				leaf: b.leafKind(e.Owner.PerHost.Leaf), bounded: e.CeilBps <= e.RateBps})
 		}
 	}
-	if len(sibs) < 2 {
+	if len(sibs) < 2 && turn == 0 {
 		return // nothing to share with: QuantumFor the rate, as ever
 	}
-	q, notes := shareQuanta(sibs, b.groupRate(owner))
+	q, notes := shareQuanta(sibs, b.groupRate(owner), turn)
 	if b.quanta == nil {
 		b.quanta = map[string]uint32{}
 	}
@@ -157,6 +191,28 @@ func (b *builder) shareGroup(owner *policy.Class, cs []*policy.Class) {
 			b.dev.Sharing = append(b.dev.Sharing, fmt.Sprintf("under %s, %s", under, f))
 		}
 	}
+}
+
+// reach is the most class c can ever use: its ceil, or less where its
+// children's ceils (classes and hosts of this shard) add up to less. A
+// class whose reach is at most its rate never borrows.
+func (b *builder) reach(c *policy.Class) units.Rate {
+	if c.IsLeaf() {
+		return c.CeilBps
+	}
+	var sum units.Rate
+	for _, ch := range c.Classes {
+		sum += b.reach(ch)
+	}
+	if c.PerHost != nil {
+		for _, h := range b.hostsOf(c)[b.shard] {
+			sum += h.ceil
+		}
+	}
+	for _, e := range c.Hosts {
+		sum += e.CeilBps
+	}
+	return min(c.CeilBps, sum)
 }
 
 // groupRate is what the children of owner (nil: the top of the tree)

@@ -23,38 +23,54 @@ func TestShareQuanta(t *testing.T) {
 		sibs []sibling
 		want []uint32
 		note string
+		turn uint32
 	}{
 		{"weights 1:2:3", gbit, []sibling{{name: "a", rate: mbit(0.3), weight: 1}, {name: "b", rate: mbit(0.3), weight: 2}, {name: "c", rate: mbit(0.3), weight: 3}},
-			[]uint32{67050, 134100, 201150}, ""},
+			[]uint32{67050, 134100, 201150}, "", 0},
 		{"rates 1:5 (the issue's)", gbit, []sibling{{name: "a", rate: mbit(1), weight: 1e6}, {name: "b", rate: mbit(5), weight: 5e6}},
-			[]uint32{67050, 335250}, ""},
+			[]uint32{67050, 335250}, "", 0},
 		{"equal rates keep tc's floor", gbit, []sibling{{name: "a", rate: mbit(2), weight: 2e6}, {name: "b", rate: mbit(2), weight: 2e6}},
-			[]uint32{67050, 67050}, ""},
+			[]uint32{67050, 67050}, "", 0},
 		{"fast classes start from 1 ms of the lightest", gbit, []sibling{{name: "a", rate: mbit(1000), weight: 1}, {name: "b", rate: mbit(1000), weight: 2}},
-			[]uint32{125000, 250000}, ""},
+			[]uint32{125000, 250000}, "", 0},
 		{"a light class never falls below its own floor", gbit, []sibling{{name: "a", rate: mbit(1000), weight: 1}, {name: "b", rate: mbit(1), weight: 1}},
-			[]uint32{125000, 125000}, ""},
+			[]uint32{125000, 125000}, "", 0},
 		{"prios share separately", gbit, []sibling{{name: "a", rate: mbit(1), weight: 1, prio: 0}, {name: "b", rate: mbit(1), weight: 3, prio: 0}, {name: "c", rate: mbit(1), weight: 1, prio: 1}, {name: "d", rate: mbit(1), weight: 2, prio: 1}},
-			[]uint32{67050, 201150, 67050, 134100}, ""},
+			[]uint32{67050, 201150, 67050, 134100}, "", 0},
 		{"explicit quanta are kept out of the scale", gbit, []sibling{{name: "a", rate: mbit(1), weight: 1, fixed: true}, {name: "b", rate: mbit(1), weight: 2}, {name: "c", rate: mbit(1), weight: 4}},
-			[]uint32{0, 67050, 134100}, ""},
+			[]uint32{0, 67050, 134100}, "", 0},
 		// The issue's case: a 100kbit default class beside 1, 2 and 4
 		// mbit on 21mbit. The anchor is a (d is lighter than c's
 		// fifteenth): a gets the floor (4 ms of the link), b and c their
 		// multiples; d its weight's quantum, a frame at least.
 		{"a small default class", mbit(21), []sibling{{name: "a", rate: mbit(1), weight: 1e6}, {name: "b", rate: mbit(2), weight: 2e6},
 			{name: "c", rate: mbit(4), weight: 4e6}, {name: "d", rate: mbit(0.1), weight: 1e5}},
-			[]uint32{10500, 21000, 42000, 1514}, "prio 0: the weight of d is less than 1/15 of the heaviest sibling's"},
+			[]uint32{10500, 21000, 42000, 1514}, "prio 0: the weight of d is less than 1/15 of the heaviest sibling's", 0},
 		{"a slow link's floor is three frames", mbit(8), []sibling{{name: "a", rate: mbit(1), weight: 1}, {name: "b", rate: mbit(1), weight: 1}},
-			[]uint32{4542, 4542}, ""},
+			[]uint32{4542, 4542}, "", 0},
 		{"weights 15:1 are followed", gbit, []sibling{{name: "a", rate: mbit(1), weight: 1}, {name: "b", rate: mbit(1), weight: 15}},
-			[]uint32{67050, 1005750}, ""},
+			[]uint32{67050, 1005750}, "", 0},
 		{"beyond 15:1 the lighter member is below its floor", gbit, []sibling{{name: "a", rate: mbit(1), weight: 1}, {name: "b", rate: mbit(100), weight: 100}},
-			[]uint32{1514, 67050}, "prio 0: the weight of a is less than 1/15 of the heaviest sibling's"},
+			[]uint32{1514, 67050}, "prio 0: the weight of a is less than 1/15 of the heaviest sibling's", 0},
 		{"fast classes stop at 1 MiB", gbit, []sibling{{name: "a", rate: mbit(1000), weight: 1}, {name: "b", rate: mbit(1000), weight: 15}},
-			[]uint32{125000, maxQuantumW}, "prio 0: the weight of b is too far above the lightest sibling's for HTB's quanta (at most 1048576 bytes)"},
+			[]uint32{125000, maxQuantumW}, "prio 0: the weight of b is too far above the lightest sibling's for HTB's quanta (at most 1048576 bytes)", 0},
+		// examples/isp.yaml's top: subscribers (800mbit) cannot borrow,
+		// its hosts' ceils adding up to less than its rate, so the
+		// anchor is guests, the lightest within 1/15 of business, and
+		// every class that borrows keeps its floor.
+		{"a class that cannot borrow is out of the scale", gbit, []sibling{{name: "voice", rate: mbit(50), weight: 50}, {name: "subscribers", rate: mbit(800), weight: 800, bounded: true},
+			{name: "business", rate: mbit(100), weight: 100}, {name: "guests", rate: mbit(20), weight: 20}, {name: "other", rate: mbit(30), weight: 30}},
+			[]uint32{167625, 100000, 335250, 67050, 100575}, "", 0},
+		// business's hosts take their turns as business's: they add up
+		// to its quantum, by weight.
+		{"children of a borrowing class add up to its turn", mbit(100), []sibling{{name: "dave", rate: mbit(50), weight: 50}, {name: "erin", rate: mbit(50), weight: 50}},
+			[]uint32{167625, 167625}, "", 335250},
+		{"a turn smaller than the floors changes nothing", mbit(100), []sibling{{name: "a", rate: mbit(50), weight: 1}, {name: "b", rate: mbit(50), weight: 2}},
+			[]uint32{50000, 100000}, "", 60000},
+		{"a turn is split by prio group", mbit(100), []sibling{{name: "a", rate: mbit(50), weight: 1}, {name: "b", rate: mbit(50), weight: 3}, {name: "c", rate: mbit(50), weight: 1, prio: 1}},
+			[]uint32{100000, 300000, 400000}, "", 400000},
 	} {
-		q, notes := shareQuanta(tc.sibs, tc.link)
+		q, notes := shareQuanta(tc.sibs, tc.link, tc.turn)
 		for i := range q {
 			if q[i] != tc.want[i] {
 				t.Errorf("%s: quanta %v, want %v", tc.name, q, tc.want)
@@ -73,26 +89,43 @@ func TestShareQuanta(t *testing.T) {
 // Properties over random groups: every member within the anchor range
 // gets at least its floor and the light ones at least a frame; within a
 // prio, quanta follow the weights up to rounding unless capped or
-// floored.
+// floored; a group's quanta add up to at least its turn unless capped;
+// a bounded member gets its floor and changes no other's quantum.
 func TestShareQuantaProperties(t *testing.T) {
 	r := rand.New(rand.NewSource(7))
-	for n := 0; n < 2000; n++ {
+	for n := 0; n < 4000; n++ {
 		sibs := make([]sibling, 2+r.Intn(8))
 		for i := range sibs {
-			sibs[i] = sibling{rate: units.Rate(1000 + r.Int63n(2e8)), weight: 1 + r.Float64()*40, prio: uint32(r.Intn(2))}
+			sibs[i] = sibling{rate: units.Rate(1000 + r.Int63n(2e8)), weight: 1 + r.Float64()*40, prio: uint32(r.Intn(2)), bounded: r.Intn(5) == 0}
 		}
 		link := units.Rate(1e5 + r.Int63n(2e8))
-		q, _ := shareQuanta(sibs, link)
+		var turn uint32
+		if r.Intn(2) == 0 {
+			turn = uint32(r.Int63n(3 << 20))
+		}
+		q, _ := shareQuanta(sibs, link, turn)
 		var heaviest [2]float64
 		for _, s := range sibs {
-			heaviest[s.prio] = max(heaviest[s.prio], s.weight)
+			if !s.bounded {
+				heaviest[s.prio] = max(heaviest[s.prio], s.weight)
+			}
 		}
 		floored := func(i int) bool {
 			s := sibs[i]
-			return s.weight*anchorRange >= heaviest[s.prio] && q[i] == QuantumFor(s.rate, link, s.aqm) || q[i] == frameBytes
+			return s.weight*anchorRange >= heaviest[s.prio] && q[i] == QuantumFor(s.rate, link, s.leaf) || q[i] == frameBytes
 		}
+		var sum [2]uint64
+		var capped [2]bool
 		for i, s := range sibs {
-			lo := QuantumFor(s.rate, link, s.aqm)
+			lo := QuantumFor(s.rate, link, s.leaf)
+			if s.bounded {
+				if q[i] != lo {
+					t.Fatalf("%+v: bounded, quantum %d, want its floor %d", s, q[i], lo)
+				}
+				continue
+			}
+			sum[s.prio] += uint64(q[i])
+			capped[s.prio] = capped[s.prio] || q[i] == maxQuantumW
 			if s.weight*anchorRange < heaviest[s.prio] {
 				lo = frameBytes
 			}
@@ -100,12 +133,35 @@ func TestShareQuantaProperties(t *testing.T) {
 				t.Fatalf("%+v: quantum %d outside [%d, %d]", s, q[i], lo, maxQuantumW)
 			}
 			for j, o := range sibs {
-				if o.prio != s.prio || q[i] == maxQuantumW || q[j] == maxQuantumW {
+				if o.prio != s.prio || o.bounded || q[i] == maxQuantumW || q[j] == maxQuantumW {
 					continue
 				}
 				got, want := float64(q[i])/float64(q[j]), s.weight/o.weight
 				if math.Abs(got/want-1) > 0.001 && !floored(i) && !floored(j) {
 					t.Fatalf("%+v vs %+v: quanta %d:%d, weights %.3f:%.3f", s, o, q[i], q[j], s.weight, o.weight)
+				}
+			}
+		}
+		for p := range sum {
+			if sum[p] > 0 && !capped[p] && sum[p]+8 < uint64(turn) {
+				t.Fatalf("prio %d: quanta add up to %d, below the turn %d (%+v: %v)", p, sum[p], turn, sibs, q)
+			}
+		}
+		// Bounded members are outside the scale: dropping them leaves
+		// the others' quanta as they were.
+		var rest []sibling
+		var restQ []uint32
+		for i, s := range sibs {
+			if !s.bounded {
+				rest = append(rest, s)
+				restQ = append(restQ, q[i])
+			}
+		}
+		if len(rest) > 0 {
+			q2, _ := shareQuanta(rest, link, turn)
+			for i := range q2 {
+				if q2[i] != restQ[i] {
+					t.Fatalf("bounded members changed the others' quanta: %v, without them %v", restQ, q2)
 				}
 			}
 		}
@@ -306,5 +362,34 @@ func TestPlanControllerAssures(t *testing.T) {
 		if fmt.Sprint(got) != fmt.Sprint(tc.assure) {
 			t.Errorf("%s: assure %v, want %v", tc.name, got, tc.assure)
 		}
+	}
+}
+
+// A child lighter than HTB's quanta weigh (below 1/15 of the heaviest
+// sibling of its prio) is capped: an assuring controller holds its share
+// as its ceil too. Prod children never are.
+func TestPlanControllerCapsTheLight(t *testing.T) {
+	pl, err := Build(parseEDT(t, `interfaces:
+  - name: eth0
+    egress:
+      rate: 21mbit
+      default: d
+      sharing: controller
+      classes:
+        - {name: rt, rate: 10kbit, prio: 0, match: [{dport: 22}]}
+        - {name: a, rate: 1mbit, prio: 1, match: [{dport: 1}]}
+        - {name: b, rate: 2mbit, prio: 1, match: [{dport: 2}]}
+        - {name: c, rate: 4mbit, prio: 1, match: [{dport: 3}]}
+        - {name: d, rate: 25kbit, prio: 1}
+`), Everything, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	capped := map[string]bool{}
+	for _, c := range pl.Devices[0].Controllers[0].Children {
+		capped[c.Name] = c.Capped
+	}
+	if want := map[string]bool{"rt": false, "a": false, "b": false, "c": false, "d": true}; fmt.Sprint(capped) != fmt.Sprint(want) {
+		t.Errorf("capped %v, want %v", capped, want)
 	}
 }

@@ -342,3 +342,62 @@ func TestControllerAssure(t *testing.T) {
 		t.Errorf("b at 4: b %.2f c %.2f, want 4 and 25 (30 less prod's 1)", got[2]/mbit, got[3]/mbit)
 	}
 }
+
+// A capped child of an assuring controller is held to its share by its
+// ceil too, while it wants more than its share: a busy default class
+// 40 times lighter than its siblings borrows nothing they leave for an
+// instant. Alone, its ceil opens to what the others' idle rates leave
+// (their rates stay reserved, but it may borrow them), so it still gets
+// the whole link; the others keep their policy ceils throughout.
+func TestControllerAssureCapped(t *testing.T) {
+	cs := tenants(1, 2, 4)
+	for i := range cs {
+		cs[i].Rate = float64(i+1) * mbit
+	}
+	cs = append(cs, Child{Name: "d", Weight: 0.025, Rate: 0.025 * mbit, Ceil: 10.5 * mbit, Capped: true})
+	for i := range cs {
+		cs[i].Ceil = 10.5 * mbit
+	}
+	c := &Controller{Children: cs, Capacity: 10.5 * mbit, Assure: true}
+	want := []float64{100 * mbit, 100 * mbit, 100 * mbit, 100 * mbit}
+	now := time.Unix(0, 0)
+	var bytes [4]uint64
+	var got []float64
+	step := func(ds []Decision) []Decision {
+		rates, ceils := make([]float64, len(cs)), make([]float64, len(cs))
+		for i, d := range ds {
+			rates[i], ceils[i] = d.Rate, d.Ceil
+		}
+		got = htbRates(10.5*mbit, want, rates, ceils)
+		rs := make([]Reading, len(cs))
+		for i := range cs {
+			bytes[i] += uint64(got[i] / 8)
+			rs[i] = Reading{Bytes: bytes[i], Queued: got[i] < want[i]*0.999}
+		}
+		now = now.Add(time.Second)
+		return c.Step(now, rs)
+	}
+	ds := c.Step(now, make([]Reading, len(cs)))
+	for q := 0; q < 4; q++ {
+		ds = step(ds)
+	}
+	share := 10.5 * mbit * 0.025 / 7.025
+	if d := ds[3]; math.Abs(d.Ceil-share) > 1e3 || math.Abs(d.Rate-share) > 1e3 {
+		t.Errorf("all busy: d's rate %.0f and ceil %.0f, want its share %.0f in both", d.Rate, d.Ceil, share)
+	}
+	if math.Abs(got[3]-share) > 1e3 {
+		t.Errorf("all busy: d got %.0f, want its share %.0f", got[3], share)
+	}
+	for _, d := range ds[:3] {
+		if d.Ceil != 10.5*mbit {
+			t.Errorf("all busy: %s's ceil %.2f, want the policy's 10.5", d.Name, d.Ceil/mbit)
+		}
+	}
+	want[0], want[1], want[2] = 0, 0, 0
+	for q := 0; q < 3; q++ {
+		ds = step(ds)
+	}
+	if ds[3].Ceil < 10.5*mbit-1e3 || got[3] < 10.5*mbit-1e3 {
+		t.Errorf("alone: d's ceil %.2f, got %.2f, want the whole 10.5 Mbit/s", ds[3].Ceil/mbit, got[3]/mbit)
+	}
+}

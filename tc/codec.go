@@ -42,6 +42,7 @@ const (
 	tcaFqFlowPlimit   = 2  // TCA_FQ_FLOW_PLIMIT
 	tcaFqOrphanMask   = 10 // TCA_FQ_ORPHAN_MASK
 	tcaCakeRTT        = 7  // TCA_CAKE_RTT
+	tcaCakeTarget     = 8  // TCA_CAKE_TARGET
 	tcaCakeSplitGSO   = 17 // TCA_CAKE_SPLIT_GSO
 )
 
@@ -130,6 +131,11 @@ func qdiscOptions(q *Qdisc) (*nl.RtAttr, error) {
 		}
 		if q.Cake != nil && q.Cake.RTT != 0 {
 			o.AddChild(u32attr(tcaCakeRTT, q.Cake.RTT))
+			t := q.Cake.Target
+			if t == 0 {
+				t = CakeTarget(q.Cake.RTT)
+			}
+			o.AddChild(u32attr(tcaCakeTarget, t))
 		}
 		return o, nil
 	case "clsact", "ingress", "pfifo_fast", "noqueue", "mq", "tbf", "prio", "netem", "codel", "hfsc", "drr":
@@ -653,6 +659,9 @@ func decodeQdiscOptions(q *Qdisc, opts []byte) {
 		}
 		if b := a[tcaCakeRTT]; len(b) >= 4 {
 			q.Cake.RTT = native.Uint32(b)
+		}
+		if b := a[tcaCakeTarget]; len(b) >= 4 {
+			q.Cake.Target = native.Uint32(b)
 		}
 	}
 }

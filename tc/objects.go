@@ -128,10 +128,17 @@ type Cake struct {
 	// them, so that the HTB class above sees (and takes turns in) frames
 	// of the wire's size, not packets of up to 64 KB.
 	SplitGSO bool
-	// RTT (µs, 0: cake's 100 ms) sets cake's interval, and its target
-	// to a twentieth of it.
-	RTT uint32
+	// RTT (µs, 0: cake's 100 ms) sets cake's interval, and Target (µs)
+	// its AQM's target: tc's `rtt` sets both, the target to a twentieth
+	// of the interval, and so does sluice (Target 0: RTT/20). The
+	// kernel sets neither from the other: sent alone, an rtt leaves
+	// cake's target at its 5 ms.
+	RTT    uint32
+	Target uint32
 }
+
+// CakeTarget is the target tc's `rtt` sets with interval rtt (µs).
+func CakeTarget(rtt uint32) uint32 { return max(rtt/20, 1) }
 
 // Key: one qdisc per attachment point.
 func (q *Qdisc) Key() string    { return "qdisc/" + q.Dev + "/" + q.Parent.String() }
@@ -200,6 +207,10 @@ func (q *Qdisc) optionString() string {
 		}
 		if q.Cake.RTT != 0 {
 			a = append(a, fmt.Sprintf("rtt %dus", q.Cake.RTT))
+		}
+		if t := q.Cake.Target; t != 0 && (q.Cake.RTT == 0 || t != CakeTarget(q.Cake.RTT)) {
+			// Only a live cake set by other means: tc cannot say it.
+			a = append(a, fmt.Sprintf("(target %dus)", t))
 		}
 	case q.MQPrio != nil:
 		m := q.MQPrio

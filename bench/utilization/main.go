@@ -126,7 +126,7 @@ func measure(conn *tc.Conn, ns string, mbit float64, cfg string, secs int) point
 	args := []string{"tc", "-n", ns, "class", "add", "dev", "veth0", "parent", "1:", "classid", "1:10", "htb",
 		"rate", tc.FormatRate(rate), "ceil", tc.FormatRate(rate)}
 	if cfg == "sluice" || strings.HasPrefix(cfg, "burst=") {
-		p.Burst, p.Quantum = plan.BurstFor(rate), plan.QuantumFor(rate, rate, false)
+		p.Burst, p.Quantum = plan.BurstFor(rate), plan.QuantumFor(rate, rate, plan.LeafFIFO)
 		if ms, ok := strings.CutPrefix(cfg, "burst="); ok { // the burst study: another burst time
 			t, _ := strconv.ParseFloat(strings.TrimSuffix(ms, "ms"), 64)
 			p.Burst = max(uint32(float64(rate)*t/1000), 2*1514)
@@ -141,7 +141,7 @@ func measure(conn *tc.Conn, ns string, mbit float64, cfg string, secs int) point
 	}
 	// The same leaf for both: what sluice's auto picks on a kernel
 	// without an AQM.
-	must("tc", "-n", ns, "qdisc", "add", "dev", "veth0", "parent", "1:10", "handle", "10:", "bfifo", "limit", fmt.Sprint(plan.BfifoLimit(rate, rate, plan.QuantumFor(rate, rate, false))))
+	must("tc", "-n", ns, "qdisc", "add", "dev", "veth0", "parent", "1:10", "handle", "10:", "bfifo", "limit", fmt.Sprint(plan.BfifoLimit(rate, rate, plan.QuantumFor(rate, rate, plan.LeafFIFO))))
 	if cfg == "tc-default" {
 		cls, _ := conn.Classes("veth0", tc.MakeHandle(1, 0))
 		for _, c := range cls {

@@ -663,11 +663,12 @@ func (a *Agent) apply(p *engine.Prepared, why string) (string, int, error) {
 		return "ok", 0, nil // the records are current: no write
 	}
 	drift := why == "interval" && a.recorded && !p.Diff.Empty()
-	for _, c := range p.Diff.Changes {
-		if drift {
-			a.log.Warn("drift repaired", "change", c.Verb.String(), "object", c.Obj.Key())
-		} else {
-			a.log.Info("change", "why", why, "change", c.Verb.String(), "object", c.Obj.Key())
+	// One line per object at debug level: a first apply of a policy
+	// with hosts is hundreds of objects, which belong in the summary
+	// line below, not one journal line each.
+	if a.log.Enabled(context.Background(), slog.LevelDebug) {
+		for _, c := range p.Diff.Changes {
+			a.log.Debug("change", "why", why, "change", c.Verb.String(), "object", c.Obj.Key())
 		}
 	}
 	res, err := p.Apply()
@@ -682,12 +683,43 @@ func (a *Agent) apply(p *engine.Prepared, why string) (string, int, error) {
 	case n == 0:
 		return "ok", 0, nil
 	case drift:
-		a.log.Info("repaired drift", "changes", n, "writes", res.Writes)
+		a.log.Warn("repaired drift", "changes", n, "writes", res.Writes, "summary", summarize(p.Diff.Changes))
 		return "repaired", n, nil
 	default:
-		a.log.Info("applied", "why", why, "changes", n, "writes", res.Writes)
+		a.log.Info("applied", "why", why, "changes", n, "writes", res.Writes, "summary", summarize(p.Diff.Changes))
 		return "applied", n, nil
 	}
+}
+
+// summarize says what changes do in one line: how many of each verb and
+// kind, and the first few objects ("change 1 class: class/eth0/1:11";
+// "add 254 class, add 254 qdisc, add 1 filter: class/eth1/1:11, ...").
+func summarize(cs []kernel.Change) string {
+	type key struct{ verb, kind string }
+	var order []key
+	count := map[key]int{}
+	for _, c := range cs {
+		kind, _, _ := strings.Cut(c.Obj.Key(), "/")
+		k := key{c.Verb.String(), kind}
+		if count[k] == 0 {
+			order = append(order, k)
+		}
+		count[k]++
+	}
+	var parts []string
+	for _, k := range order {
+		parts = append(parts, fmt.Sprintf("%s %d %s", k.verb, count[k], k.kind))
+	}
+	const shown = 3
+	var objs []string
+	for i, c := range cs {
+		if i == shown {
+			objs = append(objs, fmt.Sprintf("and %d more", len(cs)-shown))
+			break
+		}
+		objs = append(objs, c.Obj.Key())
+	}
+	return strings.Join(parts, ", ") + ": " + strings.Join(objs, ", ")
 }
 
 // logFailure logs a failed pass; the same failure again is logged at

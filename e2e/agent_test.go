@@ -199,9 +199,14 @@ func TestAgentWaitsForFilesToSettle(t *testing.T) {
 	}
 	text := src.String()
 	pol := writePolicy(t, "p.yaml", text)
-	a := startAgent(t, ns, pol)
+	// At debug level, every object changed is logged (below, none must
+	// be while the file is rewritten).
+	a := startAgent(t, ns, pol, "--log-level", "debug")
 	if _, ok := within(3*time.Second, func() bool { return strings.Count(tcShow(t, ns, "class", "show", "dev", "eth0"), "class htb") == 13 }); !ok {
 		t.Fatalf("not applied:\n%s", a.Log())
+	}
+	if n := strings.Count(a.Log(), `"msg":"change","why":"start"`); n < 13 {
+		t.Errorf("the first apply logged %d objects at debug level, want every one (13 classes at least):\n%s", n, a.Log())
 	}
 	before := a.Log()
 	// In place, as a config tool writing line by line: 18 lines over 2.7 s.
@@ -260,8 +265,12 @@ func TestAgentRepairsDriftAndReloads(t *testing.T) {
 	if v, ok := a.metric("sluice_drift_repairs_total"); !ok || v < 1 {
 		t.Errorf("sluice_drift_repairs_total = %v (%v)", v, ok)
 	}
-	if !strings.Contains(a.Log(), `"msg":"drift repaired","change":"change","object":"class/eth0/1:11"`) {
+	// At info level: one line a pass, no line an object.
+	if !strings.Contains(a.Log(), `"msg":"repaired drift","changes":1,`) || !strings.Contains(a.Log(), `"summary":"change 1 class: class/eth0/1:11"`) {
 		t.Errorf("the repair is not logged:\n%s", a.Log())
+	}
+	if strings.Contains(a.Log(), `"msg":"change"`) || strings.Count(a.Log(), `"msg":"applied","why":"start"`) != 1 {
+		t.Errorf("the first apply is not one line at info level:\n%s", a.Log())
 	}
 
 	testutil.NS(t, ns, "tc", "qdisc", "del", "dev", "eth0", "root")
@@ -285,8 +294,8 @@ func TestAgentRepairsDriftAndReloads(t *testing.T) {
 	}
 	time.Sleep(200 * time.Millisecond)
 	reload := strings.TrimPrefix(a.Log(), before)
-	if n := strings.Count(reload, `"msg":"change","why":"reload"`); n != 1 || !strings.Contains(reload, `"change":"change","object":"class/eth0/1:11"`) {
-		t.Errorf("reload made %d changes, want one class change:\n%s", n, reload)
+	if !strings.Contains(reload, `"msg":"applied","why":"reload","changes":1,`) || !strings.Contains(reload, `"summary":"change 1 class: class/eth0/1:11"`) {
+		t.Errorf("reload did not make one class change:\n%s", reload)
 	}
 
 	// A broken edit: refused, logged with its position, shown by the

@@ -61,11 +61,16 @@ func oneShotGC() {
 }
 
 func planCmd(g *globals) *cobra.Command {
-	var force bool
+	var force, detailed bool
 	cmd := &cobra.Command{
 		Use:   "plan FILE",
 		Short: "Show what apply would change on the live kernel",
-		Args:  cobra.ExactArgs(1),
+		Long: `Plan shows what apply would change on the live kernel, and changes nothing.
+
+With --detailed-exitcode the exit status says whether there is anything
+to change: 0 none, 3 changes to make, 1 a failure, 2 bad input (terraform
+uses 2 for changes; in sluice 2 is bad input in every command).`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o, err := g.engineOptions(cmd)
 			if err != nil {
@@ -83,10 +88,14 @@ func planCmd(g *globals) *cobra.Command {
 			}
 			printDiff(g.stdout, p.Diff)
 			printSharing(g.stderr, p.Plan)
+			if detailed && !p.Diff.Empty() {
+				return quietExit(ExitChanges)
+			}
 			return nil
 		},
 	}
 	cmd.Flags().BoolVar(&force, "force", false, "plan to replace root qdiscs sluice did not create")
+	cmd.Flags().BoolVar(&detailed, "detailed-exitcode", false, "exit 3 when there are changes to make, 0 when none")
 	return cmd
 }
 

@@ -16,11 +16,19 @@ import (
 	"sluice/policy"
 )
 
-// Exit codes (contract): 0 success, 1 failure while acting, 2 bad input.
+// Exit codes (contract): 0 success, 1 failure while acting, 2 bad input;
+// plan --detailed-exitcode: 3 when there are changes to make (terraform
+// uses 2, which sluice gives bad input in every command).
 const (
 	ExitFailure  = 1
 	ExitBadInput = 2
+	ExitChanges  = 3
 )
+
+// quietExit is an exit code that is not a failure: nothing to print.
+type quietExit int
+
+func (q quietExit) Error() string { return fmt.Sprintf("exit %d", int(q)) }
 
 // exitError carries an exit code to main.
 type exitError struct {
@@ -90,6 +98,10 @@ func Main(args []string) int {
 	err := cmd.Execute()
 	if err == nil {
 		return 0
+	}
+	var q quietExit
+	if errors.As(err, &q) {
+		return int(q)
 	}
 	fmt.Fprintln(os.Stderr, "sluice:", err)
 	var ee *exitError

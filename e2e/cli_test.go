@@ -92,12 +92,25 @@ func TestPlanApplyShowReset(t *testing.T) {
 	if !strings.Contains(plan, "+ class eth0 parent 1:1 classid 1:10 htb rate 2mbit ceil 19mbit") || !strings.Contains(plan, "+ link ifb-eth0 type ifb") {
 		t.Fatalf("plan:\n%.2000s", plan)
 	}
+	// --detailed-exitcode: 3 with changes to make (the same plan on
+	// stdout, but for the tree tags a first apply draws; nothing more on
+	// stderr), 0 without, 2 for bad input.
+	tags := regexp.MustCompile(`r2q \d+`)
+	if r := sluice(t, "--netns", ns, "plan", "--detailed-exitcode", pol); r.code != 3 || tags.ReplaceAllString(r.stdout, "") != tags.ReplaceAllString(plan, "") || strings.Contains(r.stderr, "sluice:") {
+		t.Errorf("plan --detailed-exitcode with changes: exit %d, stderr %q", r.code, r.stderr)
+	}
+	if r := sluice(t, "--netns", ns, "plan", "--detailed-exitcode", "no-such.yaml"); r.code != 2 {
+		t.Errorf("plan --detailed-exitcode of a missing file: exit %d", r.code)
+	}
 	out := must(t, "--netns", ns, "apply", "-q", pol)
 	if !regexp.MustCompile(`applied: \d+ change\(s\), \d+ netlink write\(s\)`).MatchString(out) {
 		t.Errorf("apply says %q", out)
 	}
 	if out := must(t, "--netns", ns, "plan", pol); strings.TrimSpace(out) != "no changes" {
 		t.Fatalf("plan after apply: %.1000s", out)
+	}
+	if r := sluice(t, "--netns", ns, "plan", "--detailed-exitcode", pol); r.code != 0 || strings.TrimSpace(r.stdout) != "no changes" {
+		t.Errorf("plan --detailed-exitcode without changes: exit %d\n%s", r.code, r.stdout)
 	}
 	if out := must(t, "--netns", ns, "apply", pol); strings.TrimSpace(out) != "no changes" {
 		t.Fatalf("second apply: %.1000s", out)

@@ -47,7 +47,7 @@ func labListCmd(g *globals) *cobra.Command {
 				if err != nil {
 					return failure(err)
 				}
-				fmt.Fprintf(g.stdout, "%-12s %s\n", n, firstSentence(s.Description))
+				fmt.Fprintf(g.stdout, "%-17s %5s  %s\n", n, fmt.Sprintf("%.0f s", s.RunTime().Seconds()), firstSentence(s.Description))
 			}
 			return nil
 		},

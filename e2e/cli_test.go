@@ -360,7 +360,9 @@ func TestWithoutRoot(t *testing.T) {
 	if r := run("version"); r.code != 0 || !regexp.MustCompile(`^sluice \S+ \(go1\.[0-9.]+, linux/\w+\)\n$`).MatchString(r.stdout) {
 		t.Errorf("version: exit %d %q %s", r.code, r.stdout, r.stderr)
 	}
-	if r := run("lab", "list"); r.code != 0 || !strings.Contains(r.stdout, "fair-share") {
-		t.Errorf("lab list without root: exit %d\n%s", r.code, r.stderr)
+	// Each scenario with how long its traffic runs: fair-share's three
+	// variants of 19 s.
+	if r := run("lab", "list"); r.code != 0 || !regexp.MustCompile(`(?m)^fair-share +57 s  Eight users`).MatchString(r.stdout) {
+		t.Errorf("lab list without root: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 }

@@ -227,6 +227,17 @@ func decode(file string, src []byte) (*Scenario, error) {
 	return &s, nil
 }
 
+// RunTime is how long the scenario's traffic runs at scale 1: its
+// timeline once per variant (building and clearing the test bed come on
+// top, a few seconds).
+func (s *Scenario) RunTime() time.Duration {
+	_, _, total, err := s.phaseTimes(1)
+	if err != nil {
+		return 0
+	}
+	return total * time.Duration(max(len(s.Variants), 1))
+}
+
 // Durations of the timeline.
 func (s *Scenario) phaseTimes(scale float64) ([]Phase, []time.Duration, time.Duration, error) {
 	var ds []time.Duration

@@ -43,6 +43,8 @@ type metrics struct {
 	sentBytes, sentPackets, dropped, overlimits *prometheus.Desc
 	backlog, rate, ceil, policer, edtDelay      *prometheus.Desc
 	shareDemand, shareShare, shareLimit         *prometheus.Desc
+	// The names before base units, kept one release.
+	oldRate, oldCeil, oldDemand, oldShare, oldLimit *prometheus.Desc
 }
 
 func newMetrics(a *Agent) *metrics {
@@ -72,13 +74,18 @@ func newMetrics(a *Agent) *metrics {
 		dropped:     desc("sluice_class_dropped_packets_total", "Packets dropped in the class (its leaf queue's drops included)."),
 		overlimits:  desc("sluice_class_overlimits_total", "Times the class was over its rate and had to wait or borrow."),
 		backlog:     desc("sluice_class_backlog_bytes", "Bytes queued in the class now."),
-		rate:        desc("sluice_class_rate_bytes", "Configured guaranteed rate, bytes per second."),
-		ceil:        desc("sluice_class_ceil_bytes", "Configured ceiling, bytes per second."),
+		rate:        desc("sluice_class_rate_bytes_per_second", "Configured guaranteed rate, bytes per second."),
+		ceil:        desc("sluice_class_ceil_bytes_per_second", "Configured ceiling, bytes per second."),
+		oldRate:     desc("sluice_class_rate_bytes", "Deprecated (removed in the next release): sluice_class_rate_bytes_per_second."),
+		oldCeil:     desc("sluice_class_ceil_bytes", "Deprecated (removed in the next release): sluice_class_ceil_bytes_per_second."),
 		policer:     desc("sluice_policer_packets_total", "Packets a BPF policer metered, by colour (red is dropped).", "color"),
 		edtDelay:    desc("sluice_edt_delay_seconds", "How long the EDT backend held the class's packets back (its departure time minus its arrival), per class."),
-		shareDemand: desc("sluice_sharing_demand_bits", "What the sharing controller counted the class as wanting over its last quantum, bits per second (its ceil when it was held back)."),
-		shareShare:  desc("sluice_sharing_share_bits", "The class's weighted max-min share of its parent's capacity, bits per second."),
-		shareLimit:  desc("sluice_sharing_limit_bits", "What the sharing controller holds the class to now, bits per second: its share, as the class's guaranteed rate (a controller without a cap, over an HTB tree) or as its ceil; the configured ceil while no limit is applied."),
+		shareDemand: desc("sluice_sharing_demand_bytes_per_second", "What the sharing controller counted the class as wanting over its last quantum, bytes per second (its ceil when it was held back)."),
+		shareShare:  desc("sluice_sharing_share_bytes_per_second", "The class's weighted max-min share of its parent's capacity, bytes per second."),
+		shareLimit:  desc("sluice_sharing_limit_bytes_per_second", "What the sharing controller holds the class to now, bytes per second: its share, as the class's guaranteed rate (a controller without a cap, over an HTB tree) or as its ceil; the configured ceil while no limit is applied."),
+		oldDemand:   desc("sluice_sharing_demand_bits", "Deprecated (removed in the next release): sluice_sharing_demand_bytes_per_second, in bits per second."),
+		oldShare:    desc("sluice_sharing_share_bits", "Deprecated (removed in the next release): sluice_sharing_share_bytes_per_second, in bits per second."),
+		oldLimit:    desc("sluice_sharing_limit_bits", "Deprecated (removed in the next release): sluice_sharing_limit_bytes_per_second, in bits per second."),
 	}
 	// Every result from the start, at 0: an alert on refusals needs the
 	// series before the first one.
@@ -137,7 +144,7 @@ func (m *metrics) gatherClasses() ([]*dto.MetricFamily, error) {
 // Describe sends the class metrics' descriptions.
 func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{m.sentBytes, m.sentPackets, m.dropped, m.overlimits, m.backlog, m.rate, m.ceil, m.policer, m.edtDelay,
-		m.shareDemand, m.shareShare, m.shareLimit} {
+		m.shareDemand, m.shareShare, m.shareLimit, m.oldRate, m.oldCeil, m.oldDemand, m.oldShare, m.oldLimit} {
 		ch <- d
 	}
 }
@@ -212,6 +219,8 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 			{m.backlog, prometheus.GaugeValue, x.backlg},
 			{m.rate, prometheus.GaugeValue, x.rate},
 			{m.ceil, prometheus.GaugeValue, x.ceil},
+			{m.oldRate, prometheus.GaugeValue, x.rate},
+			{m.oldCeil, prometheus.GaugeValue, x.ceil},
 		} {
 			ch <- prometheus.MustNewConstMetric(v.d, v.t, v.val, x.lv...)
 		}
@@ -241,9 +250,12 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 			if sh.Applied {
 				limit = sh.Limit
 			}
-			ch <- prometheus.MustNewConstMetric(m.shareDemand, prometheus.GaugeValue, sh.Demand, lv...)
-			ch <- prometheus.MustNewConstMetric(m.shareShare, prometheus.GaugeValue, sh.Share, lv...)
-			ch <- prometheus.MustNewConstMetric(m.shareLimit, prometheus.GaugeValue, limit, lv...)
+			ch <- prometheus.MustNewConstMetric(m.shareDemand, prometheus.GaugeValue, sh.Demand/8, lv...)
+			ch <- prometheus.MustNewConstMetric(m.shareShare, prometheus.GaugeValue, sh.Share/8, lv...)
+			ch <- prometheus.MustNewConstMetric(m.shareLimit, prometheus.GaugeValue, limit/8, lv...)
+			ch <- prometheus.MustNewConstMetric(m.oldDemand, prometheus.GaugeValue, sh.Demand, lv...)
+			ch <- prometheus.MustNewConstMetric(m.oldShare, prometheus.GaugeValue, sh.Share, lv...)
+			ch <- prometheus.MustNewConstMetric(m.oldLimit, prometheus.GaugeValue, limit, lv...)
 		}
 		for _, d := range t.Delays {
 			lv := []string{t.Interface, t.Direction, d.Class}

@@ -46,6 +46,9 @@ func TestMetricsLabels(t *testing.T) {
 	out := scrape(t, fakeAgent(3, false))
 	for _, want := range []string{
 		`sluice_class_sent_bytes_total{class="subs",device="eth0",direction="egress"} 9e+08`,
+		`sluice_class_rate_bytes_per_second{class="subs",device="eth0",direction="egress"} 1e+08`,
+		`sluice_class_ceil_bytes_per_second{class="(root)",device="eth0",direction="egress"} 1.25e+08`,
+		// The names before base units, kept one release.
 		`sluice_class_rate_bytes{class="subs",device="eth0",direction="egress"} 1e+08`,
 		`sluice_class_ceil_bytes{class="(root)",device="eth0",direction="egress"} 1.25e+08`,
 		`sluice_policer_packets_total{class="guests",color="yellow",device="eth0",direction="egress"} 2`,

@@ -173,13 +173,32 @@ func TestConnLimiter(t *testing.T) {
 		t.Errorf("the longest idle connection was not closed: %v", err)
 	}
 	// Every connection busy: a new one is closed, and let in once one ends.
+	// Each busy one is let in once the one before is answering: a
+	// connection that has not sent its request yet is idle, and the
+	// next one may take its place.
+	busyNow := func() int {
+		lim.mu.Lock()
+		defer lim.mu.Unlock()
+		n := 0
+		for _, u := range lim.conns {
+			if u.busy {
+				n++
+			}
+		}
+		return n
+	}
 	var busy []net.Conn
 	for i := 0; i < max; i++ {
 		b := dial()
 		fmt.Fprintf(b, "GET /block HTTP/1.1\r\nHost: localhost\r\n\r\n")
 		busy = append(busy, b)
+		for deadline := time.Now().Add(2 * time.Second); busyNow() <= i && time.Now().Before(deadline); {
+			time.Sleep(5 * time.Millisecond)
+		}
 	}
-	time.Sleep(200 * time.Millisecond)
+	if n := busyNow(); n != max {
+		t.Fatalf("%d connections busy, want %d", n, max)
+	}
 	late := dial()
 	if _, err := ask(late, "/"); err == nil {
 		t.Error("answered while every connection was busy")

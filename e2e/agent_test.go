@@ -521,11 +521,11 @@ func TestAgentMetricsMatchTraffic(t *testing.T) {
 	if pk, _ := a.metric("sluice_class_sent_packets_total", `class="udp"`); pk < n*0.98 || pk > n*1.02 {
 		t.Errorf("packets %.0f, want %d", pk, n)
 	}
-	if v, ok := a.metric("sluice_class_rate_bytes", `class="udp"`); !ok || v != 10e6/8 {
-		t.Errorf("sluice_class_rate_bytes %v", v)
+	if v, ok := a.metric("sluice_class_rate_bytes_per_second", `class="udp"`); !ok || v != 10e6/8 {
+		t.Errorf("sluice_class_rate_bytes_per_second %v", v)
 	}
-	if v, ok := a.metric("sluice_class_ceil_bytes", `class="udp"`); !ok || v != 20e6/8 {
-		t.Errorf("sluice_class_ceil_bytes %v", v)
+	if v, ok := a.metric("sluice_class_ceil_bytes_per_second", `class="udp"`); !ok || v != 20e6/8 {
+		t.Errorf("sluice_class_ceil_bytes_per_second %v", v)
 	}
 	if v, ok := a.metric("sluice_reconcile_total", `result="ok"`); !ok || v < 2 {
 		t.Errorf("sluice_reconcile_total{result=ok} %v", v)
@@ -1039,11 +1039,14 @@ func testSharingController(t *testing.T, sharing, field string) {
 	if got := strings.Join(shares, " "); got != "a:1:5000000:5000000:true b:3:15000000:15000000:true" {
 		t.Errorf("status sharing %q", got)
 	}
-	if v, ok := a.metric("sluice_sharing_limit_bits", `class="a"`); !ok || v != 5e6 {
-		t.Errorf("sluice_sharing_limit_bits{class=a} %v %v", v, ok)
+	if v, ok := a.metric("sluice_sharing_limit_bytes_per_second", `class="a"`); !ok || v != 5e6/8 {
+		t.Errorf("sluice_sharing_limit_bytes_per_second{class=a} %v %v", v, ok)
 	}
-	if v, ok := a.metric("sluice_sharing_demand_bits", `class="b"`); !ok || v != 20e6 {
-		t.Errorf("sluice_sharing_demand_bits{class=b} %v (b is held back: its demand counts as its ceil)", v)
+	if v, ok := a.metric("sluice_sharing_limit_bits", `class="a"`); !ok || v != 5e6 {
+		t.Errorf("sluice_sharing_limit_bits{class=a} (deprecated, kept a release) %v %v", v, ok)
+	}
+	if v, ok := a.metric("sluice_sharing_demand_bytes_per_second", `class="b"`); !ok || v != 20e6/8 {
+		t.Errorf("sluice_sharing_demand_bytes_per_second{class=b} %v (b is held back: its demand counts as its ceil)", v)
 	}
 	if v, ok := a.metric("sluice_sharing_writes_total"); !ok || v < 2 {
 		t.Errorf("sluice_sharing_writes_total %v", v)

@@ -427,7 +427,7 @@ func TestEDTAgent(t *testing.T) {
 		t.Fatalf("no delay histogram for prod's packets:\n%s", body)
 	}
 	bytes, _ := ag.metric("sluice_class_sent_bytes_total", `class="prod"`)
-	ceil, _ := ag.metric("sluice_class_ceil_bytes", `class="prod"`)
+	ceil, _ := ag.metric("sluice_class_ceil_bytes_per_second", `class="prod"`)
 	if bytes < 1e6 || ceil != 100e6/8 {
 		t.Fatalf("prod: %v bytes sent, ceil %v bytes/s (want its 100mbit cap)", bytes, ceil)
 	}

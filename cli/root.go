@@ -64,11 +64,14 @@ every class is doing.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkNamespaceFlags(cmd); err != nil {
+				return err
+			}
 			return checkPrivileges(cmd)
 		},
 	}
-	root.PersistentFlags().StringVar(&g.netns, "netns", "", "run inside the named network namespace (as `ip netns exec NAME`)")
-	root.PersistentFlags().DurationVar(&g.lockTimeout, "lock-timeout", 30*time.Second, "how long to wait for another sluice changing the same namespace")
+	root.PersistentFlags().StringVar(&g.netns, "netns", "", "run inside the named network namespace (as `ip netns exec NAME`): plan, apply, show, reset, export, agent, munin")
+	root.PersistentFlags().DurationVar(&g.lockTimeout, "lock-timeout", 30*time.Second, "how long to wait for another sluice changing the same namespace: plan, apply, reset, agent")
 	root.SetOut(g.stdout)
 	root.SetErr(g.stderr)
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
@@ -76,16 +79,16 @@ every class is doing.`,
 	})
 	root.AddCommand(
 		validateCmd(g),
-		needing(planCmd(g), "reads the kernel's traffic control and sluice's records in /run/sluice"),
-		needing(applyCmd(g), "changes the kernel's traffic control"),
-		needing(showCmd(g), "reads the kernel's traffic control and sluice's records in /run/sluice"),
-		needing(resetCmd(g), "changes the kernel's traffic control"),
-		exportCmd(g),
+		inNamespace(needing(planCmd(g), "reads the kernel's traffic control and sluice's records in /run/sluice")),
+		inNamespace(needing(applyCmd(g), "changes the kernel's traffic control")),
+		inNamespace(needing(showCmd(g), "reads the kernel's traffic control and sluice's records in /run/sluice")),
+		inNamespace(needing(resetCmd(g), "changes the kernel's traffic control")),
+		inNamespace(exportCmd(g)),
 		needing(doctorCmd(g), "probes the kernel in a scratch network namespace"),
 		labCmd(g),
 		needing(demoCmd(g), "builds a test bed of network namespaces"),
-		needing(agentCmd(g), "keeps the kernel's traffic control in force"),
-		muninCmd(g),
+		inNamespace(needing(agentCmd(g), "keeps the kernel's traffic control in force")),
+		inNamespace(muninCmd(g)),
 		versionCmd(g),
 	)
 	return root

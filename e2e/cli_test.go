@@ -366,3 +366,29 @@ func TestWithoutRoot(t *testing.T) {
 		t.Errorf("lab list without root: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 }
+
+// --netns and --lock-timeout are refused where they mean nothing (a
+// user who gives them expects an effect that would silently not happen),
+// before anything runs; where they mean something they are taken.
+func TestNamespaceFlagsOnlyWhereTheyAct(t *testing.T) {
+	pol := writePolicy(t, "p.yaml", "interfaces:\n  - name: eth0\n    egress: {rate: 10mbit}\n")
+	for _, args := range [][]string{
+		{"--netns", "x", "validate", pol},
+		{"validate", "--netns", "x", pol},
+		{"--netns", "x", "lab", "list"},
+		{"--netns", "x", "doctor"},
+		{"--lock-timeout", "1s", "version"},
+	} {
+		r := sluice(t, args...)
+		if r.code != 2 || !strings.Contains(r.stderr, "means nothing for `sluice ") || r.stdout != "" {
+			t.Errorf("%v: exit %d\n%s%s", args, r.code, r.stdout, r.stderr)
+		}
+	}
+	ns := devNS(t, "eth0")
+	if r := sluice(t, "--netns", ns, "--lock-timeout", "5s", "plan", pol); r.code != 0 || !strings.Contains(r.stdout, "+ qdisc eth0 root") {
+		t.Errorf("plan with --netns and --lock-timeout: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	if r := sluice(t, "--netns", ns, "munin", "config"); r.code != 0 {
+		t.Errorf("munin config with --netns: exit %d\n%s", r.code, r.stderr)
+	}
+}

@@ -219,8 +219,11 @@ type SubjectResult struct {
 
 // Tolerance is how far a cell may stray from the reference: each
 // subject's share of the measured total within 5% of its ideal share,
-// and the total within 5% of what the reference wants (after the bed's
-// own efficiency).
+// and the total at least 95% of what the reference wants after the
+// bed's own efficiency (what a plain limit carried), at most 105% of
+// what it wants at the nominal rates (a shaper must not pass more; a
+// reference run that carried less than the bed can is no reason to
+// fail a cell that carried more).
 const Tolerance = 0.05
 
 // Judge compares measured rates (bits/s on the wire, by subject) with
@@ -259,8 +262,10 @@ func Judge(c Cell, ideal, measured, goodput map[string]float64, eff float64) Ver
 	case !(v.Worst <= Tolerance):
 		v.Why = fmt.Sprintf("%s: %.1f%% of the total, the reference says %.1f%%", v.WorstSubject,
 			100*shareOf(v, v.WorstSubject, true), 100*shareOf(v, v.WorstSubject, false))
-	case !(math.Abs(v.Utilisation-1) <= Tolerance):
+	case !(v.Utilisation >= 1-Tolerance):
 		v.Why = fmt.Sprintf("together %s where the reference (at this bed's %.0f%%) says %s", mbit(v.MeasuredTotal), 100*eff, mbit(v.IdealTotal*eff))
+	case !(v.MeasuredTotal <= v.IdealTotal*(1+Tolerance)):
+		v.Why = fmt.Sprintf("together %s, more than the reference's %s", mbit(v.MeasuredTotal), mbit(v.IdealTotal))
 	default:
 		v.Pass = true
 	}

@@ -291,6 +291,10 @@ func TestJudge(t *testing.T) {
 		{"tiny over its floor", map[string]float64{"a": 6e6, "b": 12e6, "tiny": 0.3e6}, 1, false, "tiny"},
 		{"tiny within its floor", map[string]float64{"a": 6e6, "b": 12e6, "tiny": 0.26e6}, 1, true, ""},
 		{"nothing measured", map[string]float64{}, 1, false, ""},
+		// A reference run that dipped (93%) is no reason to fail a cell
+		// that carried the nominal rate; more than the nominal is.
+		{"more than a dipped reference", map[string]float64{"a": 6e6, "b": 12e6, "tiny": 0.2e6}, 0.93, true, ""},
+		{"more than the nominal", map[string]float64{"a": 6.6e6, "b": 13.2e6, "tiny": 0.22e6}, 1, false, ""},
 	} {
 		v := Judge(c, ideal, tc.measured, nil, tc.eff)
 		if v.Pass != tc.pass || tc.worst != "" && v.WorstSubject != tc.worst {

@@ -636,7 +636,20 @@ func (r *runner) runTree(ctx context.Context, tr *tree) error {
 			return err
 		}
 		v := Judge(c, ideal, res.classes, res.bySubject, tr.rep.Efficiency)
-		tr.rep.Cells = append(tr.rep.Cells, &CellReport{Cell: c, Verdict: v})
+		cr := &CellReport{Cell: c, Verdict: v}
+		if !v.Pass && v.Worst <= Tolerance && v.Utilisation < 1 {
+			// Every share right, the total short: the bed's own dip (an
+			// emulated guest stalls now and then; the reference run
+			// itself read 93 to 99% at one rate) or the shaper's. Once
+			// more: a shaper that wastes the link does it again.
+			r.logf("%s: %-40s carried %s in all, short of the reference: measuring it again", tr.key, c.Name, mbit(v.MeasuredTotal))
+			if res, err = r.drive(ctx, tr.in.Name, tr.t.Dir, ds, r.opt.Settle, r.opt.Measure, []string{tr.dev}); err != nil {
+				return err
+			}
+			v = Judge(c, ideal, res.classes, res.bySubject, tr.rep.Efficiency)
+			cr = &CellReport{Cell: c, Verdict: v, FirstTotal: cr.Verdict.MeasuredTotal}
+		}
+		tr.rep.Cells = append(tr.rep.Cells, cr)
 		if !v.Pass {
 			tr.rep.Pass = false
 		}

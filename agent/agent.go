@@ -770,6 +770,7 @@ func (a *Agent) Status(withHosts bool) Status {
 			for _, c := range t.Classes {
 				if IsHostClass(c.Name) {
 					st.HostClasses++
+					cut.HostClasses++
 					continue
 				}
 				cut.Classes = append(cut.Classes, c)

@@ -110,3 +110,25 @@ func TestConcurrentReaders(t *testing.T) {
 		t.Errorf("history keeps %d passes of %d series, want 10 of 2 (hosts are not charted)", len(h.At), len(h.Series))
 	}
 }
+
+// The status without hosts says per tree how many host classes it left
+// out: the dashboard once printed the global count under every tree.
+func TestStatusCountsHostsPerTree(t *testing.T) {
+	a := fakeAgent(5, false)
+	other := &stats.Tree{Device: "eth1", Interface: "eth1", Direction: "egress", Classifier: "u32",
+		Classes: []*stats.Class{{Name: "(root)", ID: "1:1"}, {Name: "bulk", ID: "1:10", Parent: "1:1"}}}
+	a.sample.Trees = append(a.sample.Trees, other)
+	st := a.Status(false)
+	if st.HostClasses != 5 || len(st.Sample.Trees) != 2 {
+		t.Fatalf("status: %d host classes, %d trees", st.HostClasses, len(st.Sample.Trees))
+	}
+	if got := []int{st.Sample.Trees[0].HostClasses, st.Sample.Trees[1].HostClasses}; got[0] != 5 || got[1] != 0 {
+		t.Errorf("per tree %v, want [5 0]", got)
+	}
+	if n := len(st.Sample.Trees[0].Classes); n != 2 {
+		t.Errorf("the tree kept %d classes, want its 2 that are not hosts", n)
+	}
+	if a.sample.Trees[0].HostClasses != 0 || len(a.sample.Trees[0].Classes) != 7 {
+		t.Error("the status changed the agent's own reading")
+	}
+}

@@ -45,6 +45,9 @@ type Tree struct {
 	// Sharing is what the agent's sharing controllers last decided for
 	// the classes they control (only in the agent's readings).
 	Sharing []*Share `json:"sharing,omitempty"`
+	// HostClasses counts this tree's per-host classes left out of the
+	// reading (the agent's status without hosts).
+	HostClasses int `json:"host_classes_omitted,omitzero"`
 }
 
 // Share is a sharing controller's last decision for one class. Rates

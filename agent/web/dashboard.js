@@ -144,7 +144,7 @@ async function refresh() {
     }
     for (const t of trees) {
       section(t);
-      drawTable(t, st.host_classes_omitted);
+      drawTable(t, t.host_classes_omitted);
       drawSharing(t);
       drawChart(t, hist);
     }

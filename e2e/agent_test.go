@@ -654,9 +654,13 @@ func TestDashboardInChromium(t *testing.T) {
           match:
             - { proto: udp, dport: 9000 }
         - name: other
-          rate: 8mbit
+          rate: 7800kbit
           match:
             - { proto: udp, dport: 9001 }
+        - name: tiny
+          rate: 160kbit
+          match:
+            - { proto: udp, dport: 9002 }
 `))
 	a := startAgent(t, p.A, pol)
 	stop := make(chan struct{})
@@ -719,9 +723,14 @@ func TestDashboardInChromium(t *testing.T) {
 	if i := strings.Index(chart, `id="legend-`); i > 0 {
 		chart = chart[:i]
 	}
-	// Two classes, and the limit the sharing controller keeps each at.
-	if strings.Count(chart, "<canvas") < 1 || !regexp.MustCompile(`data-series="4"`).MatchString(chart) {
-		t.Errorf("no chart with four series drawn:\n%.1500s", chart)
+	// Three classes, and the limit the sharing controller keeps each
+	// at; a 160 kbit class beside 12 Mbit ones puts the axis on a log
+	// scale, where it shows.
+	if strings.Count(chart, "<canvas") < 1 || !regexp.MustCompile(`data-series="6"`).MatchString(chart) {
+		t.Errorf("no chart with six series drawn:\n%.1500s", chart)
+	}
+	if !regexp.MustCompile(`id="chart-veth0-egress"[^>]*data-scale="log"`).MatchString(dom) {
+		t.Errorf("the chart's axis is not logarithmic for rates 75:1 apart:\n%.600s", chart)
 	}
 	if i := strings.Index(dom, `id="sharing-veth0-egress"`); i < 0 || !strings.Contains(dom[i:], "<th>demand</th>") ||
 		!strings.Contains(dom[i:], "Mbit (rate)</td>") {

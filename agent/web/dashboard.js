@@ -118,16 +118,21 @@ function drawChart(t, hist) {
   const box = document.getElementById("chart-" + id);
   box.dataset.points = String(rows.length);
   box.dataset.series = String(series.length);
+  // Rates orders of magnitude apart (a 160 kbit class beside 12 Mbit
+  // ones) vanish on a linear axis: beyond 30:1 the axis is logarithmic.
+  const rates = (t.classes || []).filter(c => c.name !== "(root)" && c.rate_bps > 0).map(c => c.rate_bps);
+  const log = rates.length > 1 && Math.max(...rates) / Math.min(...rates) > 30;
+  box.dataset.scale = log ? "log" : "linear";
   const g = charts[id];
-  if (g && g.getLabels().join("\0") === labels.join("\0")) {
+  if (g && g.getLabels().join("\0") === labels.join("\0") && g.getOption("logscale") === log) {
     g.updateOptions({file: rows});
     return;
   }
   if (g) g.destroy();
   charts[id] = new Dygraph(box, rows, {
-    labels, ylabel: "Mbit/s", includeZero: true, legend: "always",
+    labels, ylabel: log ? "Mbit/s (log)" : "Mbit/s", includeZero: !log, logscale: log, legend: "always",
     labelsDiv: document.getElementById("legend-" + id), labelsSeparateLines: false,
-    strokeWidth: 1.6, animatedZooms: false,
+    strokeWidth: 1.6, animatedZooms: false, xAxisLabelWidth: 64, axes: {x: {pixelsPerLabel: 80}},
   });
 }
 

@@ -196,9 +196,11 @@ type Verdict struct {
 	Expect  string  `json:"expect"`
 	Variant string  `json:"variant"`
 	Actual  float64 `json:"actual"`
-	Want    string  `json:"want"`
-	Pass    bool    `json:"pass"`
-	Note    string  `json:"note,omitempty"`
+	// Shown is Actual in Want's unit ("36.13Mbit/s", "18.43ms").
+	Shown string `json:"actual_text,omitempty"`
+	Want  string `json:"want"`
+	Pass  bool   `json:"pass"`
+	Note  string `json:"note,omitempty"`
 	// Skipped: the variant did not run on this kernel (a qdisc it needs
 	// is missing), so the expectation was not checked; not a failure.
 	Skipped bool `json:"skipped,omitempty"`
@@ -321,6 +323,7 @@ func (e *Expectation) Check(r *Result, ref *Result) Verdict {
 		v.Pass = false
 	}
 	v.Want = fmt.Sprintf("%s %s", e.Op, formatValue(want, unit))
+	v.Shown = formatValue(v.Actual, unit)
 	return v
 }
 

@@ -215,8 +215,14 @@ func TestRelativeGoodputExpectations(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%q: %v", tc.text, err)
 		}
-		if v := e.Check(r, tc.ref); v.Pass != tc.pass {
+		v := e.Check(r, tc.ref)
+		if v.Pass != tc.pass {
 			t.Errorf("%q: pass %v (actual %v, want %s, %s)", tc.text, v.Pass, v.Actual, v.Want, v.Note)
+		}
+		// The actual value is shown in the unit of the wanted one, not
+		// as 3.742e+07 beside 36.13Mbit/s.
+		if v.Note == "" && (!strings.HasSuffix(v.Shown, "Mbit/s") || !strings.HasSuffix(v.Want, "Mbit/s")) {
+			t.Errorf("%q: actual shown %q, want %q: not in one unit", tc.text, v.Shown, v.Want)
 		}
 	}
 	// Through Check: the reference is found among the results by name.

@@ -289,7 +289,11 @@ func (r *Report) writeVerdicts(w io.Writer) {
 			case !v.Pass:
 				mark = "FAIL"
 			}
-			detail := fmt.Sprintf("actual %.4g, want %s", v.Actual, v.Want)
+			actual := v.Shown
+			if actual == "" {
+				actual = fmt.Sprintf("%.4g", v.Actual)
+			}
+			detail := fmt.Sprintf("actual %s, want %s", actual, v.Want)
 			if v.Note != "" {
 				detail = v.Note
 			}

@@ -2,13 +2,53 @@
 GO  ?= go
 BIN := bin/sluice
 
-.PHONY: build deps demo test test-host unit fuzz soak lint vmtest vmtest-all bpf bpf-check bench bench-utilization bench-classify bench-apply bench-agent bench-edt bench-edt-lane clean
+.PHONY: build deps demo test test-host unit fuzz soak lint vmtest vmtest-all bpf bpf-check bench bench-utilization bench-classify bench-apply bench-agent bench-edt bench-edt-lane clean install deb
 
 # The version `sluice version` and sluice_build_info say: the commit
 # (go's own VCS stamp is off where GOFLAGS has -buildvcs=false).
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo devel)
 build:
 	$(GO) build -ldflags "-X sluice/agent.stamped=$(VERSION)" -o $(BIN) ./cmd/sluice
+
+# Installs the binary, man pages and completions (made from the commands
+# by cmd/gendocs), the examples, the systemd units (the agent, and a
+# oneshot apply for boxes without it; neither is enabled) and, unless
+# one is there, /etc/sluice/policy.yaml. DESTDIR stages it (make deb).
+PREFIX  ?= /usr/local
+UNITDIR ?= $(PREFIX)/lib/systemd/system
+SYSCONF ?= /etc
+export SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null)
+install: build
+	rm -rf out/share && $(GO) run ./cmd/gendocs out/share
+	install -D -m 0755 $(BIN) $(DESTDIR)$(PREFIX)/bin/sluice
+	install -d $(DESTDIR)$(PREFIX)/share/man/man1 $(DESTDIR)$(PREFIX)/share/doc/sluice/examples
+	install -m 0644 out/share/man/man1/*.1 $(DESTDIR)$(PREFIX)/share/man/man1/
+	install -D -m 0644 out/share/bash-completion/completions/sluice $(DESTDIR)$(PREFIX)/share/bash-completion/completions/sluice
+	install -D -m 0644 out/share/zsh/site-functions/_sluice $(DESTDIR)$(PREFIX)/share/zsh/site-functions/_sluice
+	install -D -m 0644 out/share/fish/vendor_completions.d/sluice.fish $(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d/sluice.fish
+	install -m 0644 examples/*.yaml examples/*.csv $(DESTDIR)$(PREFIX)/share/doc/sluice/examples/
+	install -m 0644 README.md $(DESTDIR)$(PREFIX)/share/doc/sluice/
+	for u in sluice-agent.service sluice-apply.service; do \
+	  sed 's|/usr/local/bin/sluice|$(PREFIX)/bin/sluice|g' deploy/$$u > out/share/$$u && \
+	  install -D -m 0644 out/share/$$u $(DESTDIR)$(UNITDIR)/$$u; done
+	[ -e $(DESTDIR)$(SYSCONF)/sluice/policy.yaml ] || install -D -m 0644 deploy/policy.yaml $(DESTDIR)$(SYSCONF)/sluice/policy.yaml
+
+# A Debian package of the above (PREFIX /usr, units in /lib/systemd),
+# /etc/sluice/policy.yaml a conffile; out/sluice_VERSION_ARCH.deb.
+DEBVERSION ?= 0~$(subst -,+,$(VERSION))
+deb:
+	rm -rf out/deb
+	$(MAKE) install DESTDIR=$(CURDIR)/out/deb/root PREFIX=/usr UNITDIR=/lib/systemd/system
+	mkdir -p out/deb/root/DEBIAN
+	printf '%s\n' "Package: sluice" "Version: $(DEBVERSION)" "Architecture: $$(dpkg --print-architecture)" \
+	  "Maintainer: sluice developers <sluice@localhost>" "Depends: iproute2" "Section: net" "Priority: optional" \
+	  "Installed-Size: $$(du -sk out/deb/root | cut -f1)" \
+	  "Description: declarative traffic shaping for Linux" \
+	  " sluice shapes a network link from a declarative policy: HTB class trees," \
+	  " per-host fair shares, BPF classification and policers, an EDT backend," \
+	  " an agent with metrics and a dashboard, and a lab that measures it." > out/deb/root/DEBIAN/control
+	echo /etc/sluice/policy.yaml > out/deb/root/DEBIAN/conffiles
+	dpkg-deb --root-owner-group -Zgzip --build out/deb/root out/sluice_$(DEBVERSION)_$$(dpkg --print-architecture).deb
 
 # The main job: a lab demo in network namespaces (about 30 seconds).
 demo: deps build

@@ -832,10 +832,17 @@ func TestSystemdUnit(t *testing.T) {
 	}
 	if sa, err := exec.LookPath("systemd-analyze"); err == nil {
 		dir := t.TempDir()
-		fixed := strings.ReplaceAll(string(unit), "/usr/local/bin/sluice", bin)
-		os.WriteFile(filepath.Join(dir, "sluice-agent.service"), []byte(fixed), 0o644)
-		if out, err := exec.Command(sa, "verify", filepath.Join(dir, "sluice-agent.service")).CombinedOutput(); err != nil || len(bytes.TrimSpace(out)) > 0 {
-			t.Errorf("systemd-analyze verify: %v\n%s", err, out)
+		// The oneshot apply unit too (make install's other unit).
+		for _, name := range []string{"sluice-agent.service", "sluice-apply.service"} {
+			u, err := os.ReadFile("../deploy/" + name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			fixed := strings.ReplaceAll(string(u), "/usr/local/bin/sluice", bin)
+			os.WriteFile(filepath.Join(dir, name), []byte(fixed), 0o644)
+			if out, err := exec.Command(sa, "verify", filepath.Join(dir, name)).CombinedOutput(); err != nil || len(bytes.TrimSpace(out)) > 0 {
+				t.Errorf("systemd-analyze verify %s: %v\n%s", name, err, out)
+			}
 		}
 	}
 	setpriv, err := exec.LookPath("setpriv")

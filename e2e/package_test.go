@@ -1,0 +1,105 @@
+package e2e
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// make install puts the binary, man pages and completions made from the
+// commands, the examples, both units (pointing at the installed binary)
+// and a valid /etc/sluice/policy.yaml under DESTDIR, and keeps a policy
+// already there; make deb packages the same, the policy a conffile, and
+// the binary unpacked from it runs.
+func TestInstallAndPackage(t *testing.T) {
+	for _, tool := range []string{"make", "dpkg-deb", "go"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			if os.Getenv("CI") != "" {
+				t.Fatalf("no %s (scripts/install-deps.sh installs it)", tool)
+			}
+			t.Skipf("no %s", tool)
+		}
+	}
+	run := func(name string, args ...string) string {
+		t.Helper()
+		out, err := exec.Command(name, args...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("%s %v: %v\n%s", name, args, err, out)
+		}
+		return string(out)
+	}
+	root := t.TempDir()
+	run("make", "-C", "..", "install", "DESTDIR="+root, "PREFIX=/usr")
+	read := func(rel string) string {
+		t.Helper()
+		b, err := os.ReadFile(filepath.Join(root, rel))
+		if err != nil {
+			t.Fatalf("installed: %v", err)
+		}
+		return string(b)
+	}
+	if fi, err := os.Stat(filepath.Join(root, "usr/bin/sluice")); err != nil || fi.Mode()&0o111 == 0 {
+		t.Fatalf("usr/bin/sluice: %v", err)
+	}
+	for page, title := range map[string]string{"sluice.1": `"SLUICE"`, "sluice-apply.1": `"SLUICE-APPLY"`, "sluice-lab-conformance.1": `"SLUICE-LAB-CONFORMANCE"`} {
+		if m := read("usr/share/man/man1/" + page); !strings.Contains(m, ".TH "+title+` "1"`) || !strings.Contains(m, ".SH SYNOPSIS") {
+			t.Errorf("%s is not the man page of its command:\n%.300s", page, m)
+		}
+	}
+	if !strings.Contains(read("usr/share/man/man1/sluice-plan.1"), "detailed-exitcode") {
+		t.Error("sluice-plan.1 does not list plan's flags")
+	}
+	run("bash", "-n", filepath.Join(root, "usr/share/bash-completion/completions/sluice"))
+	if !strings.Contains(read("usr/share/zsh/site-functions/_sluice"), "#compdef sluice") || !strings.Contains(read("usr/share/fish/vendor_completions.d/sluice.fish"), "complete -c sluice") {
+		t.Error("zsh or fish completion missing")
+	}
+	for _, unit := range []string{"sluice-agent.service", "sluice-apply.service"} {
+		u := read("usr/lib/systemd/system/" + unit)
+		if !regexp.MustCompile(`(?m)^ExecStart=/usr/bin/sluice `).MatchString(u) || strings.Contains(u, "/usr/local/bin") {
+			t.Errorf("%s does not run the installed binary:\n%s", unit, u)
+		}
+	}
+	pol := filepath.Join(root, "etc/sluice/policy.yaml")
+	run(filepath.Join(root, "usr/bin/sluice"), "validate", pol)
+	run(filepath.Join(root, "usr/bin/sluice"), "validate", filepath.Join(root, "usr/share/doc/sluice/examples/office.yaml"))
+	// A policy already there is the user's: a second install keeps it.
+	os.WriteFile(pol, []byte("# mine\n"), 0o644)
+	run("make", "-C", "..", "install", "DESTDIR="+root, "PREFIX=/usr")
+	if read("etc/sluice/policy.yaml") != "# mine\n" {
+		t.Error("install overwrote /etc/sluice/policy.yaml")
+	}
+
+	out := run("make", "-C", "..", "deb")
+	m := regexp.MustCompile(`building package 'sluice' in '([^']+\.deb)'`).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("make deb built no package:\n%s", out)
+	}
+	deb := filepath.Join("..", m[1])
+	t.Cleanup(func() { os.Remove(deb) })
+	if f := run("dpkg-deb", "-f", deb, "Package", "Depends"); !strings.Contains(f, "Package: sluice") || !strings.Contains(f, "Depends: iproute2") {
+		t.Errorf("control:\n%s", f)
+	}
+	list := run("dpkg-deb", "-c", deb)
+	for _, want := range []string{"./usr/bin/sluice", "./usr/share/man/man1/sluice-agent.1", "./lib/systemd/system/sluice-agent.service",
+		"./lib/systemd/system/sluice-apply.service", "./etc/sluice/policy.yaml", "./usr/share/bash-completion/completions/sluice"} {
+		if !strings.Contains(list, want+"\n") {
+			t.Errorf("the package lacks %s", want)
+		}
+	}
+	if regexp.MustCompile(`(?m)^\S+ root/root .*\./usr/bin/sluice$`).FindString(list) == "" {
+		t.Errorf("files are not root's in the package:\n%.400s", list)
+	}
+	x := t.TempDir()
+	run("dpkg-deb", "-x", deb, x)
+	ctl := t.TempDir()
+	run("dpkg-deb", "-e", deb, ctl)
+	if b, _ := os.ReadFile(filepath.Join(ctl, "conffiles")); string(b) != "/etc/sluice/policy.yaml\n" {
+		t.Errorf("conffiles %q", b)
+	}
+	if v := run(filepath.Join(x, "usr/bin/sluice"), "version"); !strings.HasPrefix(v, "sluice ") {
+		t.Errorf("the packaged binary says %q", v)
+	}
+}

@@ -29,9 +29,12 @@ func checkGoodput(t *testing.T, what string, r *testutil.IperfResult, rate float
 // checkGoodputAgainst is checkGoodput where the machine is emulated (the
 // stock-kernel lane under TCG, SLUICE_EMULATED=1): its timers fire late
 // and every shaper loses a few percent (0.9291 of 20mbit seen once), so
-// the floor is also 0.98 of what ref (a reference shaper, run by the
-// test on the same machine) carried, whichever is lower. On a real
-// machine the floor stays 0.93.
+// the floor is also 0.95 of what ref (a reference shaper, run by the
+// test on the same machine) carried, whichever is lower: within the
+// conformance tolerance of it. A tbf with a 10 ms bucket loses less to
+// late timers than HTB's 1 ms one; one lane run had HTB at 0.9257 with
+// the wire at 0.97 of the rate (show) and the tbf at 0.9543, where 0.98
+// of it failed. On a real machine the floor stays 0.93.
 func checkGoodputAgainst(t *testing.T, what string, r *testutil.IperfResult, rate float64, ref func() float64) {
 	t.Helper()
 	ratio := r.Goodput / rate
@@ -40,7 +43,7 @@ func checkGoodputAgainst(t *testing.T, what string, r *testutil.IperfResult, rat
 	if ratio < lo && ref != nil && os.Getenv("SLUICE_EMULATED") == "1" {
 		refRatio := ref() / rate
 		t.Logf("%s: emulated machine: a reference tbf carried %.4f of the rate", what, refRatio)
-		lo = min(lo, 0.98*refRatio)
+		lo = min(lo, 0.95*refRatio)
 	}
 	if !(lo <= ratio && ratio <= 0.975) {
 		t.Errorf("%s: goodput/rate %.4f outside [%.4f, 0.975]", what, ratio, lo)

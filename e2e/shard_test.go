@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -105,13 +106,28 @@ func TestShardedTree(t *testing.T) {
 		t.Errorf("rest copies got %d packets, want >= 20 (pings to a non-host)", rest)
 	}
 
-	// One host's rate: one class change (and its bfifo's limit, which
-	// holds two of its quanta), the other leaves untouched.
+	// One host's rate: its class changes in place, and, in a shard of
+	// three hosts whose parent's turn is more than their floors, its
+	// siblings' quanta with it (plan/share.go: they add up to the turn);
+	// bfifo leaves' limits may follow (two quanta). Nothing is added,
+	// replaced or deleted, nothing outside its shard changes, and the
+	// other leaves keep their counters.
 	before := tcShow(t, a, "-s", "qdisc", "show", "dev", "veth0")
 	os.WriteFile(hostsFile, []byte(strings.Replace(csv.String(), "h5,10.9.0.15,1mbit", "h5,10.9.0.15,2mbit", 1)), 0o644)
 	out := must(t, "--netns", a, "plan", file)
-	if !strings.Contains(out, "plan: 0 to add, 1 to change, 0 to replace, 0 to delete") &&
-		!(strings.Contains(out, "plan: 0 to add, 2 to change, 0 to replace, 0 to delete") && strings.Contains(out, "bfifo limit") && strings.Contains(out, "leaf of subs/h5")) {
+	shard := strings.Split(leaves["subs/h5"], ":")[0] + ":"
+	changes := 0
+	for _, l := range strings.Split(out, "\n") {
+		if !strings.HasPrefix(l, "~ ") && !strings.HasPrefix(l, "+ ") && !strings.HasPrefix(l, "- ") && !strings.HasPrefix(l, "! ") {
+			continue
+		}
+		changes++
+		if !strings.HasPrefix(l, "~ class veth0 parent "+shard) && !(strings.HasPrefix(l, "~ qdisc veth0 parent "+shard) && strings.Contains(l, "bfifo limit")) {
+			t.Errorf("plan for one host's rate changes %q, beyond its shard's classes", l)
+		}
+	}
+	if changes == 0 || !regexp.MustCompile(`~ class [^\n]*# subs/h5 [^\n]*rate 1mbit -> 2mbit`).MatchString(out) ||
+		!strings.Contains(out, fmt.Sprintf("plan: 0 to add, %d to change, 0 to replace, 0 to delete", changes)) {
 		t.Fatalf("plan for one host's rate in a sharded tree:\n%s", out)
 	}
 	must(t, "--netns", a, "apply", "-q", file)

@@ -138,7 +138,11 @@ func (qdiscKind) compare(live, want tc.Object, D *graph) (equal, changeable bool
 	if l.Kind != w.Kind || l.Handle != w.Handle {
 		return false, false, fmt.Sprintf("%s %s becomes %s %s", l.Kind, l.Handle, w.Kind, w.Handle)
 	}
+	sameStab := stabEqual(l.Stab, w.Stab)
 	if qdiscOptionsEqual(l, w) {
+		if !sameStab {
+			return false, true, "size table"
+		}
 		return true, false, ""
 	}
 	if w.Kind == "htb" {
@@ -150,6 +154,15 @@ func (qdiscKind) compare(live, want tc.Object, D *graph) (equal, changeable bool
 	return false, true, ""
 }
 
+// stabEqual compares size tables as the kernel keeps them: what tc
+// derives from overhead, link layer and mpu.
+func stabEqual(l, w *tc.Stab) bool {
+	if l == nil || w == nil {
+		return l == w
+	}
+	return *l == *w
+}
+
 func (qdiscKind) hash(h *fingerprint, o tc.Object) {
 	x := o.(*tc.Qdisc)
 	h.u64(2)
@@ -158,6 +171,15 @@ func (qdiscKind) hash(h *fingerprint, o tc.Object) {
 	h.u64(uint64(x.Handle))
 	h.str(x.Kind)
 	h.str(x.Owner)
+	if present(h, x.Stab) {
+		h.u64(uint64(uint32(x.Stab.Overhead)))
+		h.u64(uint64(x.Stab.Linklayer))
+		h.u64(uint64(x.Stab.MPU))
+	}
+	if present(h, x.Tbf) {
+		h.u64(uint64(x.Tbf.Rate))
+		h.u64(uint64(x.Tbf.Burst)<<32 | uint64(x.Tbf.Limit))
+	}
 	if present(h, x.HTB) {
 		h.u64(uint64(x.HTB.Default))
 		h.u64(uint64(x.HTB.R2Q))

@@ -48,6 +48,30 @@ type Modem struct {
 	// it), line (sluice's own delay line, which lives only as long as
 	// `lab run`), or auto (the default): netem where the kernel has it.
 	Emulator string `yaml:"emulator"`
+	// Linklayer atm makes the modem's line carry cells (48 bytes of
+	// every 53, the last one padded), and Overhead adds bytes to every
+	// packet (an ADSL line's encapsulation): the line's rate is what it
+	// syncs at, and a shaper that counts bytes as Ethernet does sends
+	// more than it carries.
+	Linklayer string `yaml:"linklayer"`
+	Overhead  int    `yaml:"overhead"`
+}
+
+// stab is the size table the modem's line counts packets with.
+func (m Modem) stab() (*tc.Stab, error) {
+	if m.Overhead < -64 || m.Overhead > 256 {
+		return nil, fmt.Errorf("modem overhead %d: want bytes from -64 to 256", m.Overhead)
+	}
+	switch m.Linklayer {
+	case "", "ethernet":
+		if m.Overhead == 0 {
+			return nil, nil
+		}
+		return &tc.Stab{Overhead: int32(m.Overhead), Linklayer: tc.LinkEthernet}, nil
+	case "atm":
+		return &tc.Stab{Overhead: int32(m.Overhead), Linklayer: tc.LinkATM}, nil
+	}
+	return nil, fmt.Errorf("modem linklayer %q: want ethernet or atm", m.Linklayer)
 }
 
 // Addresses of the test bed.
@@ -289,6 +313,27 @@ func Up(name string, topo Topology) (b *Bed, err error) {
 	if err := b.modem(topo.Modem, netem); err != nil {
 		return nil, err
 	}
+	if st, _ := topo.Modem.stab(); st != nil {
+		// A line that counts each packet needs packets: a GSO packet
+		// is sized once for all its segments, by the shaper's table
+		// and by the modem's (tbf splits one past its bucket and counts
+		// the pieces without the table). One segment per packet from
+		// every host that sends, as a DSL user's would be on the wire.
+		for _, ns := range append([]string{b.Server, b.Router}, b.Clients...) {
+			links, err := h[ns].LinkList()
+			if err != nil {
+				return nil, err
+			}
+			for _, l := range links {
+				if l.Attrs().Name == "lo" {
+					continue
+				}
+				if err := h[ns].LinkSetGSOMaxSegs(l, 1); err != nil {
+					return nil, fmt.Errorf("%s: one segment per packet on %s: %w", ns, l.Attrs().Name, err)
+				}
+			}
+		}
+	}
 	return b, nil
 }
 
@@ -452,6 +497,10 @@ func (b *Bed) modem(m Modem, im impairment) error {
 		}
 		buf = d
 	}
+	stab, err := m.stab()
+	if err != nil {
+		return err
+	}
 	c, err := tc.Open(b.Modem)
 	if err != nil {
 		return err
@@ -475,11 +524,10 @@ func (b *Bed) modem(m Modem, im impairment) error {
 			// carried 7.8 Mbit/s while the router's classes were busy,
 			// below the 8mbit shaper behind it; with 10 ms, 8.2 to 8.6.
 			burst := uint32(max(bps.BytesIn(10*time.Millisecond), 3028))
-			q := &netlink.Tbf{
-				QdiscAttrs: netlink.QdiscAttrs{LinkIndex: l.Attrs().Index, Parent: netlink.HANDLE_ROOT, Handle: netlink.MakeHandle(1, 0)},
-				Rate:       uint64(bps), Limit: uint32(max(bps.BytesIn(buf), 3*1514)), Buffer: tc.XmitTicks(bps, burst),
-			}
-			if err := c.Links().QdiscAdd(q); err != nil {
+			q := &tc.Qdisc{Dev: dev, Parent: tc.HandleRoot, Handle: tc.MakeHandle(1, 0), Kind: "tbf",
+				Tbf:  &tc.Tbf{Rate: bps, Burst: burst, Limit: uint32(max(bps.BytesIn(buf), 3*1514))},
+				Stab: stab}
+			if err := c.QdiscAdd(q, false); err != nil {
 				return fmt.Errorf("modem tbf on %s: %w", dev, err)
 			}
 			parent = netlink.MakeHandle(1, 1)

@@ -404,21 +404,22 @@ func TestMarksGoToBPFWhereU32IgnoresThem(t *testing.T) {
 func TestCburstHoldsATurn(t *testing.T) {
 	for _, c := range []struct {
 		name                 string
-		ceil                 units.Rate
+		ceil, parent         units.Rate
 		quantum, cburst, got uint32
 		set                  bool
 	}{
-		{"a 100mbit ceil and a 167625-byte turn", 12500000, 167625, 12500, 167625, false},
-		{"a cburst above the turn stays", 125000000, 67050, 250000, 250000, false},
-		{"the policy's cburst stays", 12500000, 167625, 12500, 12500, true},
-		{"a slow ceil's is bounded", 100, 67050, 3028, 20000, false},
+		{"a 100mbit ceil and a 167625-byte turn", 12500000, 125000000, 167625, 12500, 167625, false},
+		{"a cburst above the turn stays", 125000000, 125000000, 67050, 250000, 250000, false},
+		{"the policy's cburst stays", 12500000, 125000000, 167625, 12500, 12500, true},
+		{"a slow ceil's is bounded", 100, 125000000, 67050, 3028, 20000, false},
+		{"a ceil at the parent's keeps its own", 11875000, 11875000, 47500, 11875, 11875, false},
 	} {
 		cl := &tc.Class{Ceil: c.ceil, Quantum: c.quantum, Cburst: c.cburst}
 		var set *policy.Size
 		if c.set {
 			set = &policy.Size{Bytes: uint64(c.cburst)}
 		}
-		turnBurst(cl, set)
+		turnBurst(cl, set, c.parent)
 		if cl.Cburst != c.got {
 			t.Errorf("%s: cburst %d, want %d", c.name, cl.Cburst, c.got)
 		}

@@ -310,7 +310,7 @@ func (b *builder) sharded(n int) {
 			Quantum: QuantumFor(t.RateBps/b.div, t.RateBps, LeafFIFO), Name: "(root)"}
 		b.objs = append(b.objs,
 			&tc.Qdisc{Dev: dev.Name, Parent: tc.MakeHandle(1, uint16(s+1)), Handle: qh, Kind: "htb",
-				HTB: &tc.HTBQdisc{Default: uint32(def), R2Q: b.dev.Alloc.R2Q()}},
+				HTB: &tc.HTBQdisc{Default: uint32(def), R2Q: b.dev.Alloc.R2Q()}, Stab: LinkStab(b.tree)},
 			roots[s])
 		dev.Classes = append(dev.Classes, ClassInfo{Name: "(root)", Handle: root, Parent: qh,
 			Rate: max(t.RateBps/b.div, 1), Ceil: t.RateBps, Replica: s > 0})

@@ -79,6 +79,14 @@ func (p *Policy) EditHosts(file string, old, data []byte) (edits []HostEdit, ok 
 			continue
 		}
 		for _, ph := range owners {
+			// A percentage follows the class's (scaled) rate; an
+			// absolute rate is scaled as validation scaled it.
+			abs := func(r *Rate, parent units.Rate) units.Rate {
+				if r.Percent > 0 {
+					return r.Resolve(parent)
+				}
+				return ph.scaled(r.Bps)
+			}
 			was := ph.entryAt(line)
 			if was == nil || was.Name != e.Name || was.Parent != e.Parent || !slices.Equal(was.Addrs, e.Addrs) {
 				return nil, false, nil
@@ -89,13 +97,13 @@ func (p *Policy) EditHosts(file string, old, data []byte) (edits []HostEdit, ok 
 			ed := HostEdit{Entry: was, Rate: e.Rate, Ceil: e.Ceil, RateBps: ph.RateBps, CeilBps: ph.CeilBps}
 			c := was.Owner
 			if e.Rate != nil {
-				if ed.RateBps = e.Rate.Resolve(c.RateBps); ed.RateBps == 0 {
+				if ed.RateBps = abs(e.Rate, c.RateBps); ed.RateBps == 0 {
 					errAt(line, 1, "hosts file: host %s: rate %s comes to less than 1 byte/s", e.Name, e.Rate.Text)
 					continue
 				}
 			}
 			if e.Ceil != nil {
-				ed.CeilBps = e.Ceil.Resolve(c.CeilBps)
+				ed.CeilBps = abs(e.Ceil, c.CeilBps)
 			}
 			ed.RateBps = max(ed.RateBps, 1)
 			if ed.CeilBps < ed.RateBps {

@@ -351,6 +351,21 @@ func (p *parser) tree(n *yaml.Node, dir string) *Tree {
 		t.Horizon = d
 	}
 	h["burst"] = func(v *yaml.Node) { t.Burst = p.burst(v, dir+" burst") }
+	h["overhead"] = func(v *yaml.Node) {
+		t.Overhead, _ = p.intIn(v, dir+" overhead (bytes each packet gains on the link)", MinOverhead, MaxOverhead)
+		t.OverheadPos = pos(v)
+	}
+	h["linklayer"] = func(v *yaml.Node) {
+		s, _ := p.str(v, dir+" linklayer")
+		if s != "ethernet" && s != "atm" && s != "ptm" {
+			p.d.Errorf(pos(v), "%s linklayer: expected ethernet, atm (ADSL) or ptm (VDSL2), found %q", dir, s)
+		}
+		t.Linklayer, t.LinklayerPos = s, pos(v)
+	}
+	h["mpu"] = func(v *yaml.Node) {
+		t.MPU, _ = p.intIn(v, dir+" mpu (the least bytes a packet counts as)", 0, MaxMPU)
+		t.MPUPos = pos(v)
+	}
 	h["exempt"] = func(v *yaml.Node) {
 		for _, m := range p.list(v) {
 			if e := p.match(m, dir+" exempt"); e != nil {

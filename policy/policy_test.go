@@ -2,10 +2,13 @@ package policy
 
 import (
 	"net/netip"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"sluice/units"
 )
 
 func TestParseRate(t *testing.T) {
@@ -221,6 +224,21 @@ func TestValidationErrors(t *testing.T) {
 		{"edt key on htb",
 			"interfaces:\n  - name: eth0\n    egress:\n      rate: 20mbit\n      horizon: 50ms\n",
 			`:5:16: eth0 egress: horizon is for backend edt (this direction's backend is htb)`},
+		{"bad linklayer",
+			"interfaces:\n  - name: eth0\n    egress:\n      rate: 20mbit\n      linklayer: adsl\n",
+			`:5:18: egress linklayer: expected ethernet, atm (ADSL) or ptm (VDSL2), found "adsl"`},
+		{"overhead out of range",
+			"interfaces:\n  - name: eth0\n    egress:\n      rate: 20mbit\n      overhead: 300\n",
+			`:5:17: egress overhead (bytes each packet gains on the link): expected a whole number from -64 to 256, found "300"`},
+		{"mpu out of range",
+			"interfaces:\n  - name: eth0\n    egress:\n      rate: 20mbit\n      mpu: -1\n",
+			`:5:12: egress mpu (the least bytes a packet counts as): expected a whole number from 0 to 256, found "-1"`},
+		{"linklayer on edt",
+			"interfaces:\n  - name: eth0\n    egress:\n      backend: edt\n      rate: 20mbit\n      overhead: 18\n",
+			`:6:17: eth0 egress: overhead: backend edt does not count link-layer bytes yet; backend htb does`},
+		{"linklayer on a bare policer",
+			"interfaces:\n  - name: eth0\n    ingress:\n      linklayer: atm\n      police: {cir: 1mbit}\n",
+			`:4:18: eth0 ingress: linklayer sizes a shaped tree's packets; police directly under ingress has no tree`},
 		{"bad backend",
 			"interfaces:\n  - name: eth0\n    egress:\n      backend: hfsc\n      rate: 20mbit\n",
 			`:4:16: egress backend: expected htb or edt, found "hfsc"`},
@@ -294,6 +312,48 @@ func TestResolvedRates(t *testing.T) {
 	}
 	if b.CeilBps != 2500000 {
 		t.Errorf("b: ceil %d, want the link rate", b.CeilBps)
+	}
+}
+
+// linklayer ptm shapes every rate at 64/65 of the policy's, hosts_file
+// edits as a reload would; atm and ethernet keep them.
+func TestPTMScalesRates(t *testing.T) {
+	dir := t.TempDir()
+	hosts := filepath.Join(dir, "hosts.csv")
+	before := "name,addresses,rate,ceil\nann,10.0.0.2,6500kbit,13mbit\n"
+	after := "name,addresses,rate,ceil\nann,10.0.0.2,13mbit,13mbit\n"
+	if err := os.WriteFile(hosts, []byte(before), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	src := func(ll string) string {
+		return "interfaces:\n  - name: eth0\n    egress:\n      rate: 65mbit\n      linklayer: " + ll + "\n      default: rest\n" +
+			"      classes:\n        - name: subs\n          rate: 50%\n          per_host: {hosts_file: hosts.csv}\n        - name: rest\n          rate: 13mbit\n"
+	}
+	for _, c := range []struct {
+		ll               string
+		link, rest, host units.Rate
+	}{
+		{"ptm", 8000000, 1600000, 800000},
+		{"atm", 8125000, 1625000, 812500},
+	} {
+		file := filepath.Join(dir, "p.yaml")
+		if err := os.WriteFile(file, []byte(src(c.ll)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		p, errs, err := Load(file)
+		if err != nil || len(errs) > 0 {
+			t.Fatalf("%s: %v %v", c.ll, errs, err)
+		}
+		tr := p.Interfaces[0].Egress
+		ph := tr.Classes[0].PerHost
+		if tr.RateBps != c.link || tr.Classes[1].RateBps != c.rest || ph.Entries[0].RateBps != c.host {
+			t.Errorf("%s: link %d, rest %d, host %d bytes/s; want %d, %d, %d", c.ll, tr.RateBps, tr.Classes[1].RateBps, ph.Entries[0].RateBps, c.link, c.rest, c.host)
+		}
+		// A live edit of the host's rate resolves as a reload does.
+		edits, ok, err := p.EditHosts(hosts, []byte(before), []byte(after))
+		if err != nil || !ok || len(edits) != 1 || edits[0].RateBps != 2*c.host {
+			t.Errorf("%s: hosts edit %+v (%v, %v), want a rate of %d bytes/s", c.ll, edits, ok, err, 2*c.host)
+		}
 	}
 }
 

@@ -57,6 +57,10 @@ func (t *Tree) ScaleRates(f float64) {
 			if ph := c.PerHost; ph != nil {
 				r(&ph.RateBps)
 				r(&ph.CeilBps)
+				if ph.Scale == 0 {
+					ph.Scale = 1
+				}
+				ph.Scale *= f
 				for _, e := range ph.Entries {
 					if !seen[e] {
 						seen[e] = true

@@ -90,6 +90,17 @@ type Tree struct {
 	Queues    int
 	QueuesPos Pos
 
+	// Link-layer accounting (docs/policy.md, Link layer): Overhead bytes
+	// added to every packet, Linklayer "ethernet" (the default), "atm"
+	// (48 bytes of every 53-byte cell) or "ptm" (64b/65b: rates count
+	// 64/65 of the line's), MPU the least a packet counts as.
+	Overhead     int
+	OverheadPos  Pos
+	Linklayer    string
+	LinklayerPos Pos
+	MPU          int
+	MPUPos       Pos
+
 	// Sharing runs the agent's sharing controller over the top-level
 	// classes (nil: HTB's quanta share by weight alone).
 	Sharing *Sharing
@@ -220,6 +231,19 @@ const (
 	MaxIfbQueues     = 64
 )
 
+// Link-layer bounds: tc's own for overhead (a negative overhead takes
+// off a header the link does not carry, like Ethernet's 14 bytes on a
+// PPPoE-over-ATM modem), and an mpu no link needs more of.
+const (
+	MinOverhead = -64
+	MaxOverhead = 256
+	MaxMPU      = 256
+)
+
+// PTMScale is what a PTM link (VDSL2's 64b/65b encoding) carries of its
+// line rate.
+const PTMScale = 64.0 / 65
+
 // Size is a byte count with its position.
 type Size struct {
 	Bytes uint64
@@ -257,6 +281,18 @@ type PerHost struct {
 
 	// Resolved by validation.
 	RateBps, CeilBps units.Rate
+	// Scale is what ScaleRates multiplied the rates by (0: nothing): a
+	// hosts_file edit resolves its absolute rates with it, as a reload
+	// would.
+	Scale float64
+}
+
+// scaled is an absolute rate of a host as validation leaves it.
+func (ph *PerHost) scaled(r units.Rate) units.Rate {
+	if ph.Scale == 0 || r == 0 {
+		return r
+	}
+	return max(units.Rate(float64(r)*ph.Scale), 1)
 }
 
 // HostEntry is one line of a hosts_file: a named host, its addresses,

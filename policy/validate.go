@@ -200,6 +200,26 @@ func hostsFileWithMatch(cs []*Class) *Class {
 	return nil
 }
 
+// validateLink checks a direction's link-layer keys: they size HTB's
+// packets (a size table on its root), so they need an HTB tree.
+func validateLink(where string, t *Tree, d *Diag) {
+	at, key := t.OverheadPos, "overhead"
+	switch {
+	case t.Linklayer != "":
+		at, key = t.LinklayerPos, "linklayer"
+	case t.MPU != 0:
+		at, key = t.MPUPos, "mpu"
+	case t.Overhead == 0:
+		return
+	}
+	switch {
+	case t.Police != nil:
+		d.Errorf(at, "%s: %s sizes a shaped tree's packets; police directly under %s has no tree", where, key, t.Dir)
+	case t.EDT():
+		d.Errorf(at, "%s: %s: backend edt does not count link-layer bytes yet; backend htb does (a size table on its root)", where, key)
+	}
+}
+
 // resolveParents hangs hosts_file entries below the class their parent
 // column names.
 func resolveParents(where string, cs []*Class, byName map[string]*Class, d *Diag) {
@@ -230,6 +250,7 @@ func resolveParents(where string, cs []*Class, byName map[string]*Class, d *Diag
 func validateTree(in *Interface, t *Tree, d *Diag) {
 	where := in.Name + " " + t.Dir
 	validateBackend(where, t, d)
+	validateLink(where, t, d)
 	if t.Police != nil {
 		if t.Rate != nil || len(t.Classes) > 0 || t.Default != "" {
 			d.Errorf(t.Police.Pos, "%s: police directly under %s polices without a tree; for policing inside a tree put police on a class", where, t.Dir)
@@ -303,6 +324,11 @@ func validateTree(in *Interface, t *Tree, d *Diag) {
 		}
 	}
 	walk(t.Classes, nil, t.RateBps, t.RateBps, 0)
+	if t.Linklayer == "ptm" && d.Err() == nil {
+		// Every rate, not the link's alone: the classes' guarantees
+		// and ceils are line rates too, and their proportions hold.
+		t.ScaleRates(PTMScale)
+	}
 	var sharing func(cs []*Class)
 	sharing = func(cs []*Class) {
 		for _, c := range cs {

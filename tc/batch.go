@@ -58,8 +58,11 @@ func (op Op) BatchLine() string {
 			s = fmt.Sprintf("qdisc %s dev %s %s", verb, batchWord(o.Dev), o.Kind)
 			return s
 		}
-		s += fmt.Sprintf(" handle %s %s", o.Handle, o.Kind)
-		if op.Verb != Delete {
+		if op.Verb == Delete {
+			return s + fmt.Sprintf(" handle %s %s", o.Handle, o.Kind)
+		}
+		s += fmt.Sprintf(" handle %s %s%s", o.Handle, o.stabWords(), o.Kind)
+		{
 			if a := o.optionString(); a != "" {
 				s += " " + a
 			}

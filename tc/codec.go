@@ -44,6 +44,9 @@ const (
 	tcaCakeRTT        = 7  // TCA_CAKE_RTT
 	tcaCakeTarget     = 8  // TCA_CAKE_TARGET
 	tcaCakeSplitGSO   = 17 // TCA_CAKE_SPLIT_GSO
+	tcaTbfParms       = 1  // TCA_TBF_PARMS
+	tcaTbfRate64      = 4  // TCA_TBF_RATE64
+	tcaTbfBurst       = 6  // TCA_TBF_BURST
 )
 
 func tcmsg(ifindex int, handle, parent, info uint32) *nl.TcMsg {
@@ -138,7 +141,24 @@ func qdiscOptions(q *Qdisc) (*nl.RtAttr, error) {
 			o.AddChild(u32attr(tcaCakeTarget, t))
 		}
 		return o, nil
-	case "clsact", "ingress", "pfifo_fast", "noqueue", "mq", "tbf", "prio", "netem", "codel", "hfsc", "drr":
+	case "tbf":
+		if q.Tbf == nil {
+			return nil, fmt.Errorf("qdisc tbf: no rate")
+		}
+		// struct tc_tbf_qopt: rate(12) peakrate(12) limit buffer mtu;
+		// the burst in bytes too (TCA_TBF_BURST), as tc sends it.
+		o := nl.NewRtAttr(tcaOptions|unix.NLA_F_NESTED, nil)
+		b := make([]byte, 36)
+		rateSpec(b[0:12], q.Tbf.Rate)
+		native.PutUint32(b[24:], q.Tbf.Limit)
+		native.PutUint32(b[28:], XmitTicks(q.Tbf.Rate, q.Tbf.Burst))
+		o.AddRtAttr(tcaTbfParms, b)
+		if q.Tbf.Rate >= 1<<32 {
+			o.AddChild(u64attr(tcaTbfRate64, uint64(q.Tbf.Rate)))
+		}
+		o.AddChild(u32attr(tcaTbfBurst, q.Tbf.Burst))
+		return o, nil
+	case "clsact", "ingress", "pfifo_fast", "noqueue", "mq", "prio", "netem", "codel", "hfsc", "drr":
 		return nil, nil
 	}
 	return nil, fmt.Errorf("qdisc kind %q: sluice cannot encode it", q.Kind)
@@ -209,8 +229,14 @@ func (c *Conn) qdiscModify(typ, flags int, q *Qdisc, what string) error {
 		if err != nil {
 			return err
 		}
-		if opts != nil {
+		// HTB has no change operation: a change of a root HTB carries
+		// its size table alone (the kernel takes a change without
+		// options and replaces the table, or removes it when absent).
+		if opts != nil && !(flags == 0 && q.Kind == "htb") {
 			req.AddData(opts)
+		}
+		if q.Stab != nil {
+			req.AddData(q.Stab.attr())
 		}
 	}
 	return c.write(req, what+" "+q.Dev+" "+q.Parent.String())
@@ -566,6 +592,7 @@ func decodeQdisc(dev string, idx int, m []byte) *Qdisc {
 		q.Handle = MakeHandle(0xFFFF, 0)
 	}
 	decodeQdiscOptions(q, a[tcaOptions])
+	q.Stab = decodeStab(a[tcaStab])
 	q.Stats, _ = decodeStats(a[tcaStats2])
 	return q
 }

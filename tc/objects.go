@@ -74,6 +74,11 @@ type Qdisc struct {
 	Fq      *Fq
 	Cake    *Cake
 	MQPrio  *MQPrio
+	Tbf     *Tbf // what the lab's modem is (sluice's trees use none)
+
+	// Stab is the qdisc's size table (nil: none): what its scheduler
+	// counts a packet as on a link that adds bytes or cells.
+	Stab *Stab
 
 	// Owner names the sluice class a leaf qdisc belongs to (display only).
 	Owner string
@@ -85,6 +90,13 @@ type Qdisc struct {
 type HTBQdisc struct {
 	Default uint32 // minor id of the default class
 	R2Q     uint32
+}
+
+// Tbf is a token bucket: Rate in bytes/s, Burst bytes at once, Limit
+// bytes queued.
+type Tbf struct {
+	Rate         units.Rate
+	Burst, Limit uint32
 }
 
 // Fifo is pfifo's or bfifo's single option.
@@ -144,7 +156,7 @@ func CakeTarget(rtt uint32) uint32 { return max(rtt/20, 1) }
 func (q *Qdisc) Key() string    { return "qdisc/" + q.Dev + "/" + q.Parent.String() }
 func (q *Qdisc) Device() string { return q.Dev }
 func (q *Qdisc) Describe() string {
-	s := fmt.Sprintf("qdisc %s %s handle %s %s", q.Dev, parentWord(q.Parent), q.Handle, q.Kind)
+	s := fmt.Sprintf("qdisc %s %s handle %s %s%s", q.Dev, parentWord(q.Parent), q.Handle, q.stabWords(), q.Kind)
 	if o := q.optionString(); o != "" {
 		s += " " + o
 	}
@@ -162,6 +174,14 @@ func parentWord(p Handle) string {
 		return "ingress"
 	}
 	return "parent " + p.String()
+}
+
+// stabWords renders the size table as tc's words before the kind.
+func (q *Qdisc) stabWords() string {
+	if q.Stab == nil {
+		return ""
+	}
+	return q.Stab.String() + " "
 }
 
 // optionString renders the options as tc arguments.

@@ -539,6 +539,33 @@ static __always_inline __u64 reserve(struct pace *st, __u64 now, __u64 burst, __
 	return __sync_fetch_and_add(&st->t_next, delay);
 }
 
+// link_seg is what one segment of n bytes costs on the link.
+static __always_inline __u32 link_seg(const struct config *cfg, __u32 n)
+{
+	__s32 l = (__s32)n + cfg->overhead;
+	if (l < (__s32)cfg->mpu)
+		l = cfg->mpu;
+	if (l < 1)
+		l = 1;
+	if (cfg->atm)
+		l = (l + 47) / 48 * 53;
+	return l;
+}
+
+// link_bytes is what len bytes in segs segments (a GSO packet's, all but
+// the last of one size) cost on the link: the overhead, mpu and cells
+// per segment, which a size table cannot count (it sizes a GSO packet
+// as one).
+static __always_inline __u32 link_bytes(const struct config *cfg, __u32 len, __u32 segs)
+{
+	if (!cfg->overhead && !cfg->mpu && !cfg->atm)
+		return len;
+	if (segs <= 1)
+		return link_seg(cfg, len);
+	__u32 seg = len / segs;
+	return (segs - 1) * link_seg(cfg, seg) + link_seg(cfg, len - (segs - 1) * seg);
+}
+
 // pace stamps a packet of len bytes with its earliest departure time,
 // for the fq qdisc on its transmit queue to hold it until then: the
 // start of its slot on its aggregate's clock and, when the direction's
@@ -631,7 +658,8 @@ int sluice_classify(struct __sk_buff *skb)
 		__u16 qn = cfg->q_count[c & 1];
 		if (qn)
 			queue = cfg->q_first[c & 1] + bpf_get_hash_recalc(skb) % qn + 1;
-		if (!exempt(cfg, &p) && pace(skb, cfg, t, len))
+		__u32 segs = skb->gso_segs > 1 ? skb->gso_segs : 1;
+		if (!exempt(cfg, &p) && pace(skb, cfg, t, link_bytes(cfg, len, segs)))
 			return TC_ACT_SHOT;
 	}
 	if (cfg->flags & CFG_SET_PRIORITY)

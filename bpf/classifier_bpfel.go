@@ -38,6 +38,9 @@ type ClassifierConfig struct {
 	Pool          uint32
 	PoolRate      uint64
 	PoolBurst     uint64
+	Overhead      int32
+	Mpu           uint16
+	Atm           uint16
 }
 
 type ClassifierCounter struct {

@@ -142,6 +142,39 @@ type EDT struct {
 	Pool      uint32
 	PoolRate  uint64
 	PoolBurst uint64
+	// Link is what a packet costs on the link, for pacing (the counters
+	// keep its bytes).
+	Link Link
+}
+
+// Link is a link layer's cost per segment: its bytes plus Overhead, at
+// least MPU, in ATM cells (53 bytes for every 48, the last padded) when
+// ATM is set. The zero Link counts bytes as they are.
+type Link struct {
+	Overhead int32
+	MPU      uint16
+	ATM      bool
+}
+
+// Bytes is what a packet of n bytes in segs segments (a GSO packet's,
+// all but the last of one size) costs on the link, as the program
+// counts it (link_bytes in classifier.c).
+func (l Link) Bytes(n, segs uint32) uint32 {
+	if l == (Link{}) {
+		return n
+	}
+	seg := func(n uint32) uint32 {
+		x := max(int64(n)+int64(l.Overhead), int64(l.MPU), 1)
+		if l.ATM {
+			x = (x + 47) / 48 * 53
+		}
+		return uint32(x)
+	}
+	if segs <= 1 {
+		return seg(n)
+	}
+	each := n / segs
+	return (segs-1)*seg(each) + seg(n-(segs-1)*each)
 }
 
 // QueueRange is Count transmit queues from First; Count 0 leaves the
@@ -393,6 +426,15 @@ func (c *Content) Summary() string {
 		s += fmt.Sprintf(", EDT horizon %s", time.Duration(c.EDT.Horizon))
 		if c.EDT.PoolRate > 0 {
 			s += fmt.Sprintf(", shared cap %d bytes/s", c.EDT.PoolRate)
+		}
+		if l := c.EDT.Link; l != (Link{}) {
+			s += fmt.Sprintf(", link overhead %d", l.Overhead)
+			if l.MPU > 0 {
+				s += fmt.Sprintf(" mpu %d", l.MPU)
+			}
+			if l.ATM {
+				s += " atm"
+			}
 		}
 	}
 	return s

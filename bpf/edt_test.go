@@ -87,6 +87,9 @@ func TestEDTAgreesWithReference(t *testing.T) {
 		if rng.Intn(2) == 0 { // a shared cap over the three
 			c.EDT.PoolRate, c.EDT.PoolBurst = uint64(1000+rng.Intn(200_000_000)), uint64(rng.Intn(10_000_000))
 		}
+		if rng.Intn(2) == 0 { // a link layer
+			c.EDT.Link = bpf.Link{Overhead: int32(rng.Intn(321) - 64), MPU: uint16(rng.Intn(3) * 64), ATM: rng.Intn(2) == 0}
+		}
 		if err := prog.Write(c, nil); err != nil {
 			t.Fatal(err)
 		}
@@ -118,8 +121,17 @@ func TestEDTAgreesWithReference(t *testing.T) {
 			case 1:
 				ts = now - uint64(rng.Intn(5e6))
 			}
-			wantDepart, wantDrop := model.Stamp(now, ts, uint32(len(f)), ref[a], rates[a], uint64(bursts[a]), horizons[a], a%2 == 1)
-			res, err := prog.Run(bpf.Packet{Frame: f, Time: now, Tstamp: ts})
+			pkt := bpf.Packet{Frame: f, Time: now, Tstamp: ts}
+			if rng.Intn(4) == 0 { // a GSO packet of 2 to 43 segments (at most 64 KiB, as the kernel takes)
+				pkt.GSOSegs = uint32(2 + rng.Intn(42))
+				pkt.WireLen = pkt.GSOSegs*uint32(len(f)) - uint32(rng.Intn(len(f)-60))
+			}
+			n := uint32(len(f))
+			if pkt.WireLen > 0 {
+				n = pkt.WireLen
+			}
+			wantDepart, wantDrop := model.Stamp(now, ts, c.EDT.Link.Bytes(n, max(pkt.GSOSegs, 1)), ref[a], rates[a], uint64(bursts[a]), horizons[a], a%2 == 1)
+			res, err := prog.Run(pkt)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -209,6 +221,43 @@ func TestEDTBurstThenPace(t *testing.T) {
 		if d != want {
 			t.Fatalf("packet %d departs %d ns after now, want %d (all: %v)", i, d-now, want-now, departs)
 		}
+	}
+}
+
+// TestEDTCountsLinkBytes: with a link layer the program paces what a
+// packet costs on the line. A 1514-byte frame with 26 bytes of overhead
+// is 33 ATM cells, 1749 bytes: at 1749000 bytes/s one leaves each
+// millisecond, and a GSO packet of 10 such segments takes 10 ms.
+func TestEDTCountsLinkBytes(t *testing.T) {
+	testutil.RequireRoot(t)
+	c := edtContent([]uint64{1_749_000}, []uint32{0}, 2e9)
+	c.EDT.Link = bpf.Link{Overhead: 26, ATM: true}
+	prog, err := bpf.Load(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer prog.Close()
+	f := udpFrame(1514, 4000, 1000)
+	now := uint64(10e9)
+	run := func(p bpf.Packet) uint64 {
+		t.Helper()
+		p.Frame, p.Time = f, now
+		res, err := prog.Run(p)
+		if err != nil || res.Verdict != bpf.VerdictOK {
+			t.Fatalf("%v verdict %d", err, res.Verdict)
+		}
+		return max(res.Tstamp, now) - now
+	}
+	for i := 0; i < 5; i++ {
+		if d := run(bpf.Packet{}); d != uint64(i)*1e6 {
+			t.Fatalf("packet %d departs %d ns after now, want %d ms", i, d, i)
+		}
+	}
+	if d := run(bpf.Packet{WireLen: 10 * 1514, GSOSegs: 10}); d != 5e6 {
+		t.Fatalf("the GSO packet departs %d ns after now, want 5 ms", d)
+	}
+	if d := run(bpf.Packet{}); d != 15e6 {
+		t.Fatalf("the packet after 10 segments departs %d ns after now, want 15 ms", d)
 	}
 }
 

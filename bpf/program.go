@@ -156,6 +156,10 @@ func (c *Content) config() ClassifierConfig {
 		}
 		cfg.Horizon, cfg.Exempt = e.Horizon, e.Exempt
 		cfg.Pool, cfg.PoolRate, cfg.PoolBurst = e.Pool, e.PoolRate, e.PoolBurst
+		cfg.Overhead, cfg.Mpu = e.Link.Overhead, e.Link.MPU
+		if e.Link.ATM {
+			cfg.Atm = 1
+		}
 		for i, q := range e.Queues {
 			cfg.Q_first[i], cfg.Q_count[i] = q.First, q.Count
 		}
@@ -276,7 +280,8 @@ func (p *Program) Read() (*Content, error) {
 		Default: cfg.DefaultTarget, Shards: cfg.Shards, Hosts: map[HostKey]Target{}}
 	if cfg.Flags&cfgEDT != 0 {
 		c.EDT = &EDT{Horizon: cfg.Horizon, Exempt: cfg.Exempt, Prio: cfg.Flags&cfgEDTPrio != 0, FromIngress: cfg.Flags&cfgEDTArrival != 0,
-			Pool: cfg.Pool, PoolRate: cfg.PoolRate, PoolBurst: cfg.PoolBurst}
+			Pool: cfg.Pool, PoolRate: cfg.PoolRate, PoolBurst: cfg.PoolBurst,
+			Link: Link{Overhead: cfg.Overhead, MPU: cfg.Mpu, ATM: cfg.Atm != 0}}
 		for i := range c.EDT.Queues {
 			c.EDT.Queues[i] = QueueRange{First: cfg.Q_first[i], Count: cfg.Q_count[i]}
 		}

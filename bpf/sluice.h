@@ -64,6 +64,11 @@ struct config {
 	__u32 pool;        // index in paces of the direction's shared clock
 	__u64 pool_rate;   // the direction's rate (bytes per second); 0: no shared cap
 	__u64 pool_burst;  // ns
+	// Link layer (pacing only): each segment counts as its bytes plus
+	// overhead, at least mpu, in 53-byte cells of 48 when atm is set.
+	__s32 overhead;
+	__u16 mpu;
+	__u16 atm;
 };
 
 struct rule {

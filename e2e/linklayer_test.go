@@ -80,3 +80,33 @@ func TestLinkLayerATM(t *testing.T) {
 	}
 	t.Logf("\n%s", r.stdout)
 }
+
+// TestLinkLayerGoodput: with linklayer atm and 26 bytes of overhead a
+// full frame costs 1749 bytes of the line, so TCP's goodput under a
+// 20mbit shaper is that of 20 Mbit/s of cells (17.31 Mbit/s of frames),
+// on HTB (its size table; one segment per packet, since the table sizes
+// a GSO packet once) and on EDT (the program counts each segment of a
+// GSO packet, so segmentation stays on).
+func TestLinkLayerGoodput(t *testing.T) {
+	const rate = 20e6
+	frames := rate * 1514 / 1749
+	for _, backend := range []string{"htb", "edt"} {
+		t.Run(backend, func(t *testing.T) {
+			if backend == "edt" {
+				needFq(t)
+			}
+			p := testutil.NewPair(t)
+			if backend == "htb" {
+				testutil.NS(t, p.A, "ip", "link", "set", "dev", p.DevA, "gso_max_segs", "1")
+			}
+			must(t, "--netns", p.A, "apply", "-q", writePolicy(t, "p.yaml", policyFor(p.DevA,
+				"    egress:\n      backend: "+backend+"\n      rate: 20mbit\n      linklayer: atm\n      overhead: 26\n")))
+			testutil.IperfServer(t, p.B, testutil.AddrB, 5201)
+			r, err := testutil.Iperf(p.A, testutil.AddrB, 5201, 4, 6)
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkGoodput(t, backend+" egress 20mbit of ATM cells", r, frames)
+		})
+	}
+}

@@ -74,7 +74,7 @@ func buildEDT(d *policy.Diag, feats Features, in *policy.Interface, t *policy.Tr
 	queues = max(queues, 1)
 	hasProd, hasNon := kinds(t.Classes)
 	b.edt.split = hasProd && hasNon
-	e := &bpf.EDT{Horizon: uint64(t.Horizon)}
+	e := &bpf.EDT{Horizon: uint64(t.Horizon), Link: bpf.Link{Overhead: int32(t.Overhead), MPU: uint16(t.MPU), ATM: t.Linklayer == "atm"}}
 	nonQ := 0
 	if hasProd && hasNon && queues >= 2 {
 		nonQ = max(1, queues/8) // seed 000's 7:1

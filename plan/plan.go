@@ -443,7 +443,8 @@ func setBursts(cl *tc.Class, link units.Rate, leaf Leaf, burst, cburst, quantum 
 	}
 }
 
-// LinkStab is the size table of a tree's link-layer keys (nil: none),
+// LinkStab is the size table of an HTB tree's link-layer keys (nil:
+// none; an EDT tree's program counts them itself, bpf.Link),
 // for the HTB at the root of each transmit queue: the kernel sizes a
 // packet once, at the qdisc it enters first, and every class under it
 // charges that size. A GSO packet is sized once for all its segments
@@ -467,7 +468,7 @@ func linkNotes(t *policy.Tree, dev string) []string {
 		notes = append(notes, fmt.Sprintf("linklayer ptm: every rate is shaped at 64/65 of what the policy says (VDSL2's 64b/65b encoding): the %s rate %s carries %s",
 			t.Dir, policy.FormatBits(t.Rate.Bps), policy.FormatBits(t.RateBps)))
 	}
-	if LinkStab(t) != nil {
+	if LinkStab(t) != nil && !t.EDT() { // the EDT program counts each segment
 		notes = append(notes, fmt.Sprintf("overhead and linklayer are counted once per GSO packet, not per segment: for exact accounting below about 100 Mbit/s turn segmentation offloads off (ethtool -K %s gso off gro off tso off)", dev))
 	}
 	return notes

@@ -200,8 +200,9 @@ func hostsFileWithMatch(cs []*Class) *Class {
 	return nil
 }
 
-// validateLink checks a direction's link-layer keys: they size HTB's
-// packets (a size table on its root), so they need an HTB tree.
+// validateLink checks a direction's link-layer keys: they size a
+// shaped tree's packets (HTB's size table, the EDT program's count), so
+// they need a tree.
 func validateLink(where string, t *Tree, d *Diag) {
 	at, key := t.OverheadPos, "overhead"
 	switch {
@@ -212,11 +213,8 @@ func validateLink(where string, t *Tree, d *Diag) {
 	case t.Overhead == 0:
 		return
 	}
-	switch {
-	case t.Police != nil:
+	if t.Police != nil {
 		d.Errorf(at, "%s: %s sizes a shaped tree's packets; police directly under %s has no tree", where, key, t.Dir)
-	case t.EDT():
-		d.Errorf(at, "%s: %s: backend edt does not count link-layer bytes yet; backend htb does (a size table on its root)", where, key)
 	}
 }
 

@@ -62,6 +62,7 @@ func oneShotGC() {
 
 func planCmd(g *globals) *cobra.Command {
 	var force, detailed bool
+	var out string
 	cmd := &cobra.Command{
 		Use:   "plan FILE",
 		Short: "Show what apply would change on the live kernel",
@@ -69,7 +70,12 @@ func planCmd(g *globals) *cobra.Command {
 
 With --detailed-exitcode the exit status says whether there is anything
 to change: 0 none, 3 changes to make, 1 a failure, 2 bad input (terraform
-uses 2 for changes; in sluice 2 is bad input in every command).`,
+uses 2 for changes; in sluice 2 is bad input in every command).
+
+With --out FILE the plan is also saved, with the policy as it was read:
+'sluice apply FILE' later makes exactly the changes shown, or, if the
+kernel (or a hosts file, or the records) moved in between so that other
+changes are needed, none, saying which differ.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o, err := g.engineOptions(cmd)
@@ -78,11 +84,23 @@ uses 2 for changes; in sluice 2 is bad input in every command).`,
 			}
 			o.Force = force
 			oneShotGC()
-			p, err := engine.Plan(args[0], o)
+			var p *engine.Prepared
+			var saved *engine.SavedPlan
+			if out != "" {
+				p, saved, err = engine.PlanToSave(args[0], o, changeLines)
+			} else {
+				p, err = engine.Plan(args[0], o)
+			}
 			if err != nil {
 				return classify(err)
 			}
 			defer p.Close()
+			if saved != nil {
+				if err := saved.Write(out); err != nil {
+					return classify(err)
+				}
+				defer fmt.Fprintf(g.stderr, "saved: %s (sluice apply %s makes these changes, or none if the kernel moved)\n", out, out)
+			}
 			if p.Kernel().State.Interrupted() {
 				fmt.Fprintln(g.stderr, "note: an earlier apply did not finish; the next apply completes it")
 			}
@@ -96,14 +114,32 @@ uses 2 for changes; in sluice 2 is bad input in every command).`,
 	}
 	cmd.Flags().BoolVar(&force, "force", false, "plan to replace root qdiscs sluice did not create")
 	cmd.Flags().BoolVar(&detailed, "detailed-exitcode", false, "exit 3 when there are changes to make, 0 when none")
+	cmd.Flags().StringVar(&out, "out", "", "save the plan to FILE, for `sluice apply FILE`")
 	return cmd
+}
+
+// changeLines renders a diff one line per change, in its order (a
+// replacement is its delete and its add): a saved plan's lines.
+func changeLines(p *engine.Prepared) []string {
+	var out []string
+	for _, c := range p.Diff.Changes {
+		mark := "+"
+		switch c.Verb {
+		case tc.Delete:
+			mark = "-"
+		case tc.Change:
+			mark = "~"
+		}
+		out = append(out, mark+" "+c.Obj.Describe())
+	}
+	return out
 }
 
 func applyCmd(g *globals) *cobra.Command {
 	var force, quiet, timings, full bool
 	cmd := &cobra.Command{
 		Use:   "apply FILE",
-		Short: "Make the kernel match the policy with the fewest changes",
+		Short: "Make the kernel match the policy (or a plan saved by plan --out) with the fewest changes",
 		Long: `Apply changes the kernel to match the policy: only the difference from the
 live state, in an order the kernel accepts. If any step fails, every step
 before it is undone in reverse, leaving the kernel as it was. A second
@@ -119,7 +155,11 @@ the policy edit touches (a subscriber's class and leaf, the classifier's
 maps), after checking with a few reads that each tree's root (and every
 shard) is still the one it made, and trusts the rest to be as it left
 them; --full reads everything back and repairs what was changed behind
-sluice's back, as plan shows.`,
+sluice's back, as plan shows.
+
+FILE may be a plan saved by 'sluice plan --out': apply then makes exactly
+the changes that plan showed, for the policy as it was then, or refuses
+(changing nothing) if the kernel now needs other changes.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o, err := g.engineOptions(cmd)
@@ -128,7 +168,19 @@ sluice's back, as plan shows.`,
 			}
 			o.Force, o.Full = force, full
 			oneShotGC()
-			p, err := engine.Prepare(args[0], o)
+			saved, isPlan, err := engine.ReadSavedPlan(args[0])
+			if err != nil {
+				return classify(err)
+			}
+			var p *engine.Prepared
+			if isPlan {
+				if force || full {
+					return badInput(fmt.Errorf("%s is a saved plan: it applies as it was planned (--force as plan had it); --force and --full are for a policy", args[0]))
+				}
+				p, err = engine.PrepareSaved(args[0], saved, o, changeLines)
+			} else {
+				p, err = engine.Prepare(args[0], o)
+			}
 			if err != nil {
 				return classify(err)
 			}

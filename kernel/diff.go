@@ -1,6 +1,7 @@
 package kernel
 
 import (
+	"fmt"
 	"reflect"
 	"sort"
 
@@ -353,4 +354,29 @@ func filterEqual(l, w *tc.U32) bool {
 		ls.Keys, ws.Keys = nil, nil
 	}
 	return reflect.DeepEqual(ls, ws)
+}
+
+// ID names a change by what it does and to what, both objects
+// fingerprinted: the desired one and, for a change or delete, the live
+// one it acts on. A saved plan (engine.SavedPlan) is still good when the
+// kernel needs the very changes of the same IDs.
+//
+// A root HTB's r2q is left out: it carries the tag a device's first
+// apply draws at random (plan.Alloc.Tag), which a plan and the apply
+// that follows it draw apart.
+func (c Change) ID() string {
+	id := fmt.Sprintf("%s %s %016x", c.Verb, c.Obj.Key(), untagged(c.Obj))
+	if c.Old != nil {
+		id += fmt.Sprintf(" from %016x", untagged(c.Old))
+	}
+	return id
+}
+
+func untagged(o tc.Object) uint64 {
+	if q, ok := o.(*tc.Qdisc); ok && q.HTB != nil {
+		c, h := *q, *q.HTB
+		h.R2Q, c.HTB = 0, &h
+		o = &c
+	}
+	return fingerprintOf(o)
 }

@@ -68,7 +68,7 @@ func TestLinkLayerApply(t *testing.T) {
 func TestLinkLayerATM(t *testing.T) {
 	testutil.RequireRoot(t)
 	dir := t.TempDir()
-	r := sluice(t, "lab", "run", "dsl", "--scale", "0.75", "--out", dir, "--name", strings.TrimPrefix(testutil.Unique("dsl"), testutil.Prefix))
+	r := sluice(t, "lab", "run", "dsl", "--out", dir, "--name", strings.TrimPrefix(testutil.Unique("dsl"), testutil.Prefix))
 	if r.code != 0 {
 		t.Fatalf("exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
 	}

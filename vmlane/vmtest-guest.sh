@@ -75,7 +75,14 @@ for s in $suites; do
   fi
   if [[ $rc != 0 ]]; then
     fail "suite $s (exit $rc)"
-    grep -E -B2 -A30 '^\s*--- FAIL|^panic:' "$out/$s.log" | head -150
+    # A test's own output comes before its FAIL line (as scripts/gotest.sh).
+    awk '/^=== RUN/ {cur = $3; n[cur] = 0; next}
+         /^=== (NAME|CONT|PAUSE)/ {cur = $3; next}
+         /^[ \t]*--- FAIL: / {t = $3; from = n[t] > 60 ? n[t] - 60 : 0
+           if (from > 0) print "    ... (" from " lines before)"
+           for (i = from; i < n[t]; i++) print out[t, i]; print; next}
+         cur != "" {out[cur, n[cur]++] = $0}' "$out/$s.log" | head -400
+    grep -E -A30 '^panic:' "$out/$s.log" | head -100
   fi
 done
 echo "guest: kernel $(uname -r): $total_run tests ran, $total_skip skipped, $total_fail failed"

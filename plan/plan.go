@@ -38,8 +38,49 @@ const HookPrio uint16 = 0xFF00
 // moved), anyone else's are left alone.
 const LegacyHookPrio uint16 = 0xC000
 
-// Filter prios: rule prios come from orderedPrios in [1, catchAllPrio).
-const catchAllPrio uint16 = 0xFFFF
+// Filter prios. All u32 filters on one HTB share their hash tables (the
+// kernel keys u32's tables by qdisc, not by the class they hang on), and
+// a filter's dump lists every table of its prio: two blocks with a prio
+// in common each read the other's tables and nodes back as their own,
+// and a second apply "repaired" them (two per_host classes, or a gate
+// class beside the root's rules). So the root block's rules take prios
+// in [1, rootPrioMax], and every other block (a gate class's rules, a
+// per_host class's tables) a range of its own, blockPrios wide, from a
+// slot it keeps (blockRange): its rules inside, its catch-all at its
+// end, a per_host class's tables at its start.
+const (
+	rootPrioMax uint16 = 0x7FFF
+	blockPrios  uint16 = 0x100
+	// Slots: 0x8000-0xBFFF, then 0xC100-0xFFFF (LegacyHookPrio's range
+	// left out: the ingress hook's filters used it).
+	maxBlocks   = 64 + 63
+	blockPrefix = "#block/" // slot keys in Alloc.Prios
+)
+
+// blockRange is the prio range of filter block key (a gate's or a
+// per_host class's): lo for its first filter, hi for its last.
+func (b *builder) blockRange(key string) (lo, hi uint16, ok bool) {
+	if b.blocks == nil {
+		prev := map[string]uint16{}
+		for k, v := range b.prev.Prios {
+			if strings.HasPrefix(k, blockPrefix) {
+				prev[k] = v
+			}
+		}
+		b.blocks = newPool(prev, 1, maxBlocks)
+	}
+	slot, ok := b.blocks.get(blockPrefix + key)
+	if !ok {
+		return 0, 0, false
+	}
+	b.dev.Alloc.Prios[blockPrefix+key] = slot
+	if slot <= 64 {
+		lo = 0x8000 + (slot-1)*blockPrios
+	} else {
+		lo = 0xC100 + (slot-65)*blockPrios
+	}
+	return lo, lo + blockPrios - 1, true
+}
 
 // Features says what the target kernel can do. The zero value knows
 // nothing; Everything assumes a fully featured kernel.
@@ -261,6 +302,8 @@ type builder struct {
 	// quanta holds the quanta shareGroup gave classes that share spare
 	// capacity with siblings (share.go).
 	quanta map[string]uint32
+	// blocks hands out the prio ranges of filter blocks (blockRange).
+	blocks *idPool[uint16]
 }
 
 func buildTree(d *policy.Diag, feats Features, in *policy.Interface, t *policy.Tree, devName string, prev *Alloc) *Device {
@@ -642,7 +685,16 @@ func (b *builder) block(parent tc.Handle, cs []*policy.Class, blockKey string, c
 	for i, r := range rules {
 		keys[i] = blockKey + "/" + r.class.Name
 	}
-	prios := orderedPrios(keys, b.prev.Prios, 1, catchAllPrio-1)
+	lo, hi := uint16(1), rootPrioMax
+	if blockKey != "" {
+		var ok bool
+		if lo, hi, ok = b.blockRange(blockKey); !ok {
+			b.d.Errorf(b.tree.Pos, "%s: more than %d gate and per_host classes for u32 filters; classifier bpf has no such limit", b.dev.Name, maxBlocks)
+			return
+		}
+		lo, hi = lo+1, hi-1 // the catch-all takes the end
+	}
+	prios := orderedPrios(keys, b.prev.Prios, lo, hi)
 	for i, r := range rules {
 		prio := prios[keys[i]]
 		b.dev.Alloc.Prios[keys[i]] = prio
@@ -660,7 +712,7 @@ func (b *builder) block(parent tc.Handle, cs []*policy.Class, blockKey string, c
 		b.rule(parent, prio, r.class, entries, b.classID(r.class.Name))
 	}
 	if catchAll != nil {
-		b.catchAll(parent, catchAll, blockKey)
+		b.catchAll(parent, catchAll, blockKey, hi+1)
 	}
 	for _, r := range rules {
 		c := r.class
@@ -775,8 +827,8 @@ func (b *builder) rule(parent tc.Handle, prio uint16, c *policy.Class, entries [
 
 // catchAll sends whatever reached a gating class but matched none of its
 // children's rules to the class's default child.
-func (b *builder) catchAll(parent tc.Handle, def *policy.Class, blockKey string) {
-	base := tc.Filter{Dev: b.dev.Name, Parent: parent, Prio: catchAllPrio, Proto: tc.ProtoAll, Kind: "u32"}
+func (b *builder) catchAll(parent tc.Handle, def *policy.Class, blockKey string, prio uint16) {
+	base := tc.Filter{Dev: b.dev.Name, Parent: parent, Prio: prio, Proto: tc.ProtoAll, Kind: "u32"}
 	tp := base
 	tp.Note = "default of " + blockKey
 	n := base
@@ -798,7 +850,11 @@ func (b *builder) perHost(c *policy.Class) {
 	}
 	parent := b.classID(c.Name)
 	key := c.Name + "/per_host"
-	prio := uint16(1)
+	prio, _, ok := b.blockRange(key)
+	if !ok {
+		b.d.Errorf(ph.Pos, "%s: more than %d gate and per_host classes for u32 filters; classifier bpf has no such limit", b.dev.Name, maxBlocks)
+		return
+	}
 	b.dev.Alloc.Prios[key] = prio
 	base := tc.Filter{Dev: b.dev.Name, Parent: parent, Prio: prio, Proto: tc.ProtoAll, Kind: "u32"}
 	tp := base

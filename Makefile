@@ -28,6 +28,8 @@ install: build
 	install -D -m 0644 out/share/fish/vendor_completions.d/sluice.fish $(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d/sluice.fish
 	install -m 0644 examples/*.yaml examples/*.csv $(DESTDIR)$(PREFIX)/share/doc/sluice/examples/
 	install -m 0644 README.md $(DESTDIR)$(PREFIX)/share/doc/sluice/
+	install -D -m 0644 deploy/grafana/sluice-dashboard.json $(DESTDIR)$(PREFIX)/share/sluice/grafana/sluice-dashboard.json
+	install -D -m 0644 deploy/prometheus/sluice-alerts.yaml $(DESTDIR)$(PREFIX)/share/sluice/prometheus/sluice-alerts.yaml
 	for u in sluice-agent.service sluice-apply.service; do \
 	  sed 's|/usr/local/bin/sluice|$(PREFIX)/bin/sluice|g' deploy/$$u > out/share/$$u && \
 	  install -D -m 0644 out/share/$$u $(DESTDIR)$(UNITDIR)/$$u; done

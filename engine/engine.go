@@ -118,6 +118,11 @@ func Open(opts Options) (*kernel.Kernel, error) {
 // Load reads and checks a policy file, passing its warnings on.
 func Load(file string, opts Options) (*policy.Policy, error) {
 	p, warns, err := policy.Load(file)
+	return checked(file, p, warns, err, opts)
+}
+
+// checked passes a policy's warnings on and its errors as bad input.
+func checked(file string, p *policy.Policy, warns policy.Errors, err error, opts Options) (*policy.Policy, error) {
 	for _, w := range warns {
 		opts.warn("%s", w)
 	}

@@ -73,17 +73,7 @@ func PlanToSave(file string, opts Options, lines func(*Prepared) []string) (*Pre
 // warnings on (Load for bytes already read).
 func parse(file string, src []byte, opts Options) (*policy.Policy, error) {
 	p, warns, err := policy.Parse(file, src)
-	for _, w := range warns {
-		opts.warn("%s", w)
-	}
-	if err != nil {
-		var pe policy.Errors
-		if errors.As(err, &pe) {
-			return nil, input(fmt.Errorf("%s: %d problem(s):\n%w", file, len(pe), err))
-		}
-		return nil, input(err)
-	}
-	return p, nil
+	return checked(file, p, warns, err, opts)
 }
 
 // Write writes s to path, as a new file or over a regular one, never

@@ -12,14 +12,7 @@ rc=$?
 grep -E '^(ok|FAIL|---|panic:)|^\?' "$log" | grep -vE '^\s*--- (PASS|SKIP)' | grep -v '^?' || true
 if ((rc != 0)); then
   echo "--- output of the failures:"
-  # A test's own output comes before its FAIL line: print each failed
-  # test's lines from its RUN (its last 120), then panics with what follows.
-  awk '/^=== RUN/ {cur = $3; n[cur] = 0; next}
-       /^=== (NAME|CONT|PAUSE)/ {cur = $3; next}
-       /^[ \t]*--- FAIL: / {t = $3; from = n[t] > 120 ? n[t] - 120 : 0
-         if (from > 0) print "    ... (" from " lines before)"
-         for (i = from; i < n[t]; i++) print out[t, i]; print; next}
-       cur != "" {out[cur, n[cur]++] = $0}' "$log" | head -1200
+  awk -v keep=120 -f scripts/failed-output.awk "$log" | head -1200
   grep -E -A40 '^panic:' "$log" | head -200
 fi
 ran=$(grep -cE '^\s*--- (PASS|FAIL)' "$log")

@@ -75,13 +75,11 @@ for s in $suites; do
   fi
   if [[ $rc != 0 ]]; then
     fail "suite $s (exit $rc)"
-    # A test's own output comes before its FAIL line (as scripts/gotest.sh).
-    awk '/^=== RUN/ {cur = $3; n[cur] = 0; next}
-         /^=== (NAME|CONT|PAUSE)/ {cur = $3; next}
-         /^[ \t]*--- FAIL: / {t = $3; from = n[t] > 60 ? n[t] - 60 : 0
-           if (from > 0) print "    ... (" from " lines before)"
-           for (i = from; i < n[t]; i++) print out[t, i]; print; next}
-         cur != "" {out[cur, n[cur]++] = $0}' "$out/$s.log" | head -400
+    if [[ -f $SLUICE_VM_REPO/scripts/failed-output.awk ]]; then
+      awk -v keep=60 -f "$SLUICE_VM_REPO/scripts/failed-output.awk" "$out/$s.log" | head -400
+    else
+      grep -E -B30 '^\s*--- FAIL' "$out/$s.log" | head -150
+    fi
     grep -E -A30 '^panic:' "$out/$s.log" | head -100
   fi
 done

@@ -648,6 +648,19 @@ func (r *runner) runTree(ctx context.Context, tr *tree) error {
 			}
 			v = Judge(c, ideal, res.classes, res.bySubject, tr.rep.Efficiency)
 			cr = &CellReport{Cell: c, Verdict: v, FirstTotal: cr.Verdict.MeasuredTotal}
+		} else if !v.Pass && v.Worst <= 2*Tolerance {
+			// A share just past the tolerance in one window: one flow
+			// of many stalled for a moment (on the 6.1 lane's emulated
+			// guest one host of eleven read 838 kbit/s for 909 once, in
+			// a cell that read 1.5 to 3% in other runs). Once more; the
+			// second must pass, and the report shows both.
+			r.logf("%s: %-40s %.1f%% from the reference: measuring it again", tr.key, c.Name, 100*v.Worst)
+			if res, err = r.drive(ctx, tr.in.Name, tr.t.Dir, ds, r.opt.Settle, r.opt.Measure, []string{tr.dev}); err != nil {
+				return err
+			}
+			first := v.Worst
+			v = Judge(c, ideal, res.classes, res.bySubject, tr.rep.Efficiency)
+			cr = &CellReport{Cell: c, Verdict: v, FirstWorst: first}
 		}
 		tr.rep.Cells = append(tr.rep.Cells, cr)
 		if !v.Pass {

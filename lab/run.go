@@ -413,6 +413,10 @@ func Run(ctx context.Context, b *Bed, s *Scenario, v Variant, opt Options) (*Res
 	prevRx := make([]uint64, len(counters))
 	prevBytes := map[string]uint64{}
 	polIdx := map[string]*PolicerSeries{}
+	// Rates divide by the time that really passed between two readings,
+	// not the bucket: on a loaded (or emulated) CPU a tick comes late and
+	// the nominal bucket would overstate that bucket's rate.
+	prevFlowAt, prevStatAt := *t0p, time.Time{}
 	tick := time.NewTicker(bucket)
 	for i := 0; i < nb; i++ {
 		select {
@@ -421,9 +425,10 @@ func Run(ctx context.Context, b *Bed, s *Scenario, v Variant, opt Options) (*Res
 			continue
 		case <-tick.C:
 		}
+		now := time.Now()
 		for fi, fc := range counters {
 			rx := fc.rx.Load()
-			flows[fi].Goodput[i] = units.BitsPerSecond(rx-prevRx[fi], bucket)
+			flows[fi].Goodput[i] = units.BitsPerSecond(rx-prevRx[fi], now.Sub(prevFlowAt))
 			prevRx[fi] = rx
 			if re, sg, rtt, ok := fc.tcpInfo(); ok {
 				for len(flows[fi].RTT) < i {
@@ -434,10 +439,12 @@ func Run(ctx context.Context, b *Bed, s *Scenario, v Variant, opt Options) (*Res
 				flows[fi].Segs = grow(flows[fi].Segs, i, sg)
 			}
 		}
+		prevFlowAt = now
 		if ag != nil {
 			recordSharing(ag, byName, i, nb)
 		}
 		if smp, err := stats.Collect(k, nil); err == nil {
+			statAt := time.Now()
 			for _, t := range smp.Trees {
 				for _, c := range t.Classes {
 					cs := classIdx[t.Device+"/"+c.ID]
@@ -445,8 +452,8 @@ func Run(ctx context.Context, b *Bed, s *Scenario, v Variant, opt Options) (*Res
 						continue
 					}
 					key := t.Device + "/" + c.ID
-					if old, ok := prevBytes[key]; ok && c.Bytes >= old {
-						cs.Bps[i] = units.BitsPerSecond(c.Bytes-old, bucket)
+					if old, ok := prevBytes[key]; ok && c.Bytes >= old && !prevStatAt.IsZero() {
+						cs.Bps[i] = units.BitsPerSecond(c.Bytes-old, statAt.Sub(prevStatAt))
 					}
 					prevBytes[key] = c.Bytes
 					cs.Drops[i] = uint64(c.Drops)
@@ -463,6 +470,7 @@ func Run(ctx context.Context, b *Bed, s *Scenario, v Variant, opt Options) (*Res
 					ps.Red = grow(ps.Red, i, pl.Red.Bytes)
 				}
 			}
+			prevStatAt = statAt
 		}
 	}
 	tick.Stop()

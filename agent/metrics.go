@@ -38,6 +38,7 @@ type metrics struct {
 	repairs      prometheus.Counter
 	shareWrites  prometheus.Counter
 	hostEdits    prometheus.Counter
+	steady       prometheus.Counter
 	applySeconds prometheus.Histogram
 
 	sentBytes, sentPackets, dropped, overlimits *prometheus.Desc
@@ -66,6 +67,8 @@ func newMetrics(a *Agent) *metrics {
 			Help: "Class ceils the sharing controllers wrote (a limit applied, changed or lifted)."}),
 		hostEdits: prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_host_edits_total",
 			Help: "Hosts whose rate or ceil a hosts_file edit changed in place (EDT trees: their map entries written, nothing planned again)."}),
+		steady: prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_steady_passes_total",
+			Help: "Passes that read only the counters: no tc or link change notified since the last pass that read every tree back (at most 10 s before)."}),
 		applySeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "sluice_apply_duration_seconds",
 			Help:    "Duration of a reconcile pass: plan, read every tree back, apply the difference.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2.5, 12)}),
@@ -114,7 +117,7 @@ func newMetrics(a *Agent) *metrics {
 		}
 		return float64(a.health.LastSuccess.UnixNano()) / 1e9
 	})
-	m.registry.MustRegister(m.reconciles, m.reloads, m.repairs, m.shareWrites, m.hostEdits, m.applySeconds, build, healthy, lastOK,
+	m.registry.MustRegister(m.reconciles, m.reloads, m.repairs, m.shareWrites, m.hostEdits, m.steady, m.applySeconds, build, healthy, lastOK,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.classes.MustRegister(m)
 	m.gatherer = prometheus.Gatherers{m.registry, prometheus.GathererFunc(m.gatherClasses)}

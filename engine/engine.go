@@ -29,6 +29,9 @@ type Options struct {
 	Netns string
 	// Force takes over root qdiscs sluice did not create.
 	Force bool
+	// FullEvery, for a Session, is how long its steady passes may go
+	// without reading every tree back (0: the package's FullEvery).
+	FullEvery time.Duration
 	// Full reads every tree back instead of only what the edit touches
 	// (the fast path), and so repairs changes made behind sluice's back.
 	Full bool
@@ -90,6 +93,9 @@ type Prepared struct {
 	// it could not be read.
 	limitsRec *kernel.LimitsRecord
 	limitsErr error
+	// watched: the session's notifications were taken before the read
+	// (Session.Settled).
+	watched bool
 }
 
 // Kernel is the namespace the plan was made for.
@@ -215,6 +221,9 @@ func prepare(file string, pol *policy.Policy, opts Options, lock bool, sess *Ses
 	}
 	p.Phases.mark("plan")
 	force := p.layLimits()
+	if sess != nil {
+		_, p.watched = sess.drain() // what they say, the read below sees
+	}
 	if lock && !opts.Full && !opts.Force && p.limitsErr == nil {
 		l, desired, ok, err := k.ReadTouched(p.Plan, p.Desired, force)
 		if err != nil {

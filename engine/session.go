@@ -31,6 +31,15 @@ type Session struct {
 	opts   Options
 	lease  time.Duration
 	limits plan.Limits
+
+	// What steady passes need (steady.go): the namespace's tc
+	// notifications, a reading handle, the last settled pass.
+	watcher *tc.Watcher
+	noWatch bool
+	reader  *kernel.Kernel
+	clean   *steady
+	// until is when the lease of the limits last recorded ends.
+	until time.Time
 }
 
 // DefaultLease is how long a session's limits hold after it last wrote
@@ -67,7 +76,7 @@ func (s *Session) SetLimits(p *Prepared, l plan.Limits) (*kernel.Result, error) 
 		return nil, errors.New("SetLimits: not this session's prepared pass")
 	}
 	if l.Equal(p.Limits) && (len(l) == 0 && p.limitsRec == nil || p.recordHolds(l, s.lease)) {
-		s.limits = l
+		s.unchanged(p, l)
 		return &kernel.Result{}, nil // the pass already holds them: the common step
 	}
 	next := p.Plan.WithLimits(l)
@@ -83,6 +92,12 @@ func (s *Session) SetLimits(p *Prepared, l plan.Limits) (*kernel.Result, error) 
 	res := &kernel.Result{}
 	var d *kernel.Diff
 	if len(want) > 0 {
+		// What came before this step is someone else's; from here on,
+		// notifications must be of the objects it reads (a get is
+		// notified too) and writes (ownWrites).
+		if notes, ok := s.drain(); !ok || len(notes) > 0 {
+			s.clean = nil
+		}
 		live, err := p.k.ReadLimited(want)
 		if err != nil {
 			return nil, fmt.Errorf("reading the kernel: %w", err)
@@ -102,7 +117,8 @@ func (s *Session) SetLimits(p *Prepared, l plan.Limits) (*kernel.Result, error) 
 	if d == nil || d.Empty() {
 		d = nil
 		if len(l) == 0 && old == nil || p.recordHolds(l, s.lease) {
-			s.limits, p.Limits, p.Desired = l, l, next
+			p.Limits, p.Desired = l, next
+			s.unchanged(p, l)
 			return res, nil // nothing to write, and any lease holds a while yet
 		}
 	}
@@ -110,10 +126,15 @@ func (s *Session) SetLimits(p *Prepared, l plan.Limits) (*kernel.Result, error) 
 	if err := kernel.SaveLimits(p.k.StateDir, rec); err != nil {
 		return nil, &RecordsError{err}
 	}
-	p.limitsRec, p.limitsErr = rec, nil
+	p.limitsRec, p.limitsErr, s.until = rec, nil, rec.Until
+	if d == nil && s.clean != nil {
+		s.clean.limits = l // the record only: the kernel is as settled
+	}
 	if d != nil {
 		var err error
-		if res, err = p.k.ApplyPatch(d); err != nil {
+		res, err = p.k.ApplyPatch(d)
+		if err != nil {
+			s.clean = nil
 			var ae *kernel.ApplyError
 			if errors.As(err, &ae) && ae.RolledBack {
 				back := kernel.NewLimitsRecord(s.limits, time.Now().Add(s.lease), pending)
@@ -123,9 +144,22 @@ func (s *Session) SetLimits(p *Prepared, l plan.Limits) (*kernel.Result, error) 
 			}
 			return nil, err
 		}
+		s.ownWrites(p.k, d, l)
 	}
 	s.limits, p.Limits, p.Desired = l, l, next
 	return res, nil
+}
+
+// unchanged makes l the session's limits where SetLimits wrote nothing:
+// the kernel is as it was, so a settled pass stays settled.
+func (s *Session) unchanged(p *Prepared, l plan.Limits) {
+	s.limits = l
+	if p.limitsRec != nil {
+		s.until = p.limitsRec.Until
+	}
+	if s.clean != nil {
+		s.clean.limits = l
+	}
 }
 
 // PatchHosts writes host entries in place (plan.HostWrite: an edit of
@@ -142,6 +176,7 @@ func (s *Session) PatchHosts(writes []plan.HostWrite) (*kernel.Result, error) {
 	if len(writes) == 0 {
 		return &kernel.Result{}, nil
 	}
+	s.clean = nil // BPF map writes send no notification
 	k, err := kernel.OpenBare(s.opts.Netns)
 	if err != nil {
 		return nil, err

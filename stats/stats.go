@@ -79,25 +79,26 @@ type Share struct {
 // Class is one class's configuration and counters. Rates are in bits
 // per second.
 type Class struct {
-	Name       string  `json:"name"`
-	ID         string  `json:"id"`
-	Parent     string  `json:"parent"`
-	Depth      int     `json:"depth"`
-	Leaf       string  `json:"leaf,omitempty"`
-	Rate       uint64  `json:"rate_bps"`
-	Ceil       uint64  `json:"ceil_bps"`
-	Prio       uint32  `json:"prio"`
-	Measured   float64 `json:"measured_bps"`
-	Bytes      uint64  `json:"bytes"`
-	Packets    uint64  `json:"packets"`
-	Drops      uint32  `json:"drops"`
-	Overlimits uint32  `json:"overlimits"`
-	Backlog    uint32  `json:"backlog_bytes"`
-	Qlen       uint32  `json:"backlog_packets"`
-	Borrowed   uint32  `json:"borrowed"`
-	Lent       uint32  `json:"lent"`
-	Tokens     int32   `json:"tokens"`
-	Ctokens    int32   `json:"ctokens"`
+	handle     tc.Handle // ID's, where read from HTB (0: parse ID)
+	Name       string    `json:"name"`
+	ID         string    `json:"id"`
+	Parent     string    `json:"parent"`
+	Depth      int       `json:"depth"`
+	Leaf       string    `json:"leaf,omitempty"`
+	Rate       uint64    `json:"rate_bps"`
+	Ceil       uint64    `json:"ceil_bps"`
+	Prio       uint32    `json:"prio"`
+	Measured   float64   `json:"measured_bps"`
+	Bytes      uint64    `json:"bytes"`
+	Packets    uint64    `json:"packets"`
+	Drops      uint32    `json:"drops"`
+	Overlimits uint32    `json:"overlimits"`
+	Backlog    uint32    `json:"backlog_bytes"`
+	Qlen       uint32    `json:"backlog_packets"`
+	Borrowed   uint32    `json:"borrowed"`
+	Lent       uint32    `json:"lent"`
+	Tokens     int32     `json:"tokens"`
+	Ctokens    int32     `json:"ctokens"`
 	// Classified counts what the BPF classifier sent to this class
 	// (before any policer), when it classifies.
 	Classified *Count `json:"classified,omitempty"`
@@ -129,7 +130,7 @@ func readBPF(k *kernel.Kernel, t *Tree, dev string, ingress bool, rec *kernel.De
 	// A class's counter is its minor, or recorded (sharded trees, where
 	// copies of a class in the other shards share the first's counter).
 	names := map[uint32]string{}
-	counter := map[string]uint32{}
+	counter := map[tc.Handle]uint32{}
 	var idx []uint32
 	for _, ci := range rec.Classes {
 		m := uint32(ci.Handle.Minor())
@@ -143,7 +144,7 @@ func readBPF(k *kernel.Kernel, t *Tree, dev string, ingress bool, rec *kernel.De
 			continue
 		}
 		names[m] = ci.Name
-		counter[ci.Handle.String()] = m
+		counter[ci.Handle] = m
 		idx = append(idx, m)
 	}
 	counts, err := prog.Counts(idx)
@@ -151,7 +152,11 @@ func readBPF(k *kernel.Kernel, t *Tree, dev string, ingress bool, rec *kernel.De
 		return err
 	}
 	for _, c := range t.Classes {
-		m, ok := counter[c.ID]
+		h := c.handle
+		if h == 0 {
+			h, _ = tc.ParseHandle(c.ID)
+		}
+		m, ok := counter[h]
 		if !ok && !rec.PoliceOnly {
 			continue
 		}
@@ -200,6 +205,31 @@ func CollectFrom(k *kernel.Kernel, live []tc.Object) (*Sample, error) {
 	for _, o := range live {
 		if c, ok := o.(*tc.Class); ok {
 			byDev[c.Dev] = append(byDev[c.Dev], c)
+		}
+	}
+	return collect(k, nil, byDev)
+}
+
+// CollectTrees is Collect for a caller that knows each HTB tree's
+// qdiscs (roots: a device's tree qdiscs, one per shard), from a read
+// that found them unchanged since (the agent's steady pass): it dumps
+// their classes only, not every qdisc of the device, whose leaves are as
+// many as the classes.
+func CollectTrees(k *kernel.Kernel, roots map[string][]tc.Handle) (*Sample, error) {
+	byDev := map[string][]*tc.Class{}
+	for dev, hs := range roots {
+		tree := map[uint16]bool{}
+		for _, h := range hs {
+			tree[h.Major()] = true
+		}
+		cs, err := k.Conn.Classes(dev, 0)
+		if err != nil {
+			return nil, err
+		}
+		for _, c := range cs {
+			if tree[c.Handle.Major()] {
+				byDev[dev] = append(byDev[dev], c)
+			}
 		}
 	}
 	return collect(k, nil, byDev)
@@ -294,7 +324,7 @@ func collect(k *kernel.Kernel, devs []string, classes map[string][]*tc.Class) (*
 			if p, ok := depth[c.Parent]; ok {
 				depth[h] = p + 1
 			}
-			out := &Class{Name: names[h], ID: h.String(), Parent: c.Parent.String(), Depth: depth[h], Leaf: leaves[h],
+			out := &Class{handle: h, Name: names[h], ID: h.String(), Parent: c.Parent.String(), Depth: depth[h], Leaf: leaves[h],
 				Rate: c.Rate.Bits(), Ceil: c.Ceil.Bits(), Prio: c.Prio}
 			if c.Stats != nil {
 				out.Bytes, out.Packets, out.Drops = c.Stats.Bytes, c.Stats.Packets, c.Stats.Drops

@@ -133,7 +133,7 @@ func measure(n int) result {
 			r.FirstApplyS = time.Since(t0).Seconds()
 			// Steady passes: each pass's duration, as the agent reports it.
 			var last float64
-			for len(r.PassMs) < 8 {
+			for len(r.PassMs) < 15 {
 				time.Sleep(300 * time.Millisecond)
 				var st agent.Status
 				json.Unmarshal([]byte(get(base+"/api/v1/status?hosts=0")), &st)

@@ -8,8 +8,6 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
 // web holds the dashboard: one page, its script, and dygraphs 2.2.1
@@ -31,8 +29,7 @@ func (a *Agent) Handler() http.Handler {
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
 		w.Write(b)
 	})
-	mux.Handle("GET /metrics", promhttp.HandlerFor(a.metrics.gatherer, promhttp.HandlerOpts{
-		MaxRequestsInFlight: metricsInFlight, Timeout: readTimeout}))
+	mux.Handle("GET /metrics", newScrapes(a.metrics, metricsInFlight))
 	mux.HandleFunc("GET /api/v1/status", func(w http.ResponseWriter, r *http.Request) {
 		hosts := true
 		if v := r.URL.Query().Get("hosts"); v != "" {

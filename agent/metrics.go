@@ -27,6 +27,12 @@ type metrics struct {
 	// until the next reading (gatherer).
 	registry *prometheus.Registry
 	classes  *prometheus.Registry
+	// extras holds the class metrics but the per-class sums (policers,
+	// sharing, EDT delays): a text scrape writes the sums itself
+	// (scrape.go) and gathers these. named has each class metric's name
+	// and help.
+	extras   *prometheus.Registry
+	named    map[*prometheus.Desc][2]string
 	gatherer prometheus.Gatherers
 
 	mu      sync.Mutex
@@ -53,10 +59,13 @@ func newMetrics(a *Agent) *metrics {
 	if a.cfg.HostMetrics {
 		labels = append(labels, "host")
 	}
+	named := map[*prometheus.Desc][2]string{}
 	desc := func(name, help string, extra ...string) *prometheus.Desc {
-		return prometheus.NewDesc(name, help, append(append([]string(nil), labels...), extra...), nil)
+		d := prometheus.NewDesc(name, help, append(append([]string(nil), labels...), extra...), nil)
+		named[d] = [2]string{name, help}
+		return d
 	}
-	m := &metrics{a: a, registry: prometheus.NewRegistry(), classes: prometheus.NewRegistry(),
+	m := &metrics{a: a, registry: prometheus.NewRegistry(), classes: prometheus.NewRegistry(), extras: prometheus.NewRegistry(), named: named,
 		reconciles: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_reconcile_total",
 			Help: "Reconcile passes by result: ok (nothing to do), repaired (drift undone), applied (new or reloaded policy), error."}, []string{"result"}),
 		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_reload_total",
@@ -120,6 +129,7 @@ func newMetrics(a *Agent) *metrics {
 	m.registry.MustRegister(m.reconciles, m.reloads, m.repairs, m.shareWrites, m.hostEdits, m.steady, m.applySeconds, build, healthy, lastOK,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.classes.MustRegister(m)
+	m.extras.MustRegister(extrasCollector{m})
 	m.gatherer = prometheus.Gatherers{m.registry, prometheus.GathererFunc(m.gatherClasses)}
 	return m
 }
@@ -128,20 +138,26 @@ func newMetrics(a *Agent) *metrics {
 // per-host series a 10,000-host tree is 70,000 of them, and scrapes
 // between two passes share the work.
 func (m *metrics) gatherClasses() ([]*dto.MetricFamily, error) {
+	_, fams, err := m.classFamilies()
+	return fams, err
+}
+
+// classFamilies is gatherClasses with the reading they are of.
+func (m *metrics) classFamilies() (*stats.Sample, []*dto.MetricFamily, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	m.a.mu.RLock()
 	s := m.a.sample
 	m.a.mu.RUnlock()
-	m.mu.Lock()
-	defer m.mu.Unlock()
 	if s != nil && s == m.cacheOf {
-		return m.cache, nil
+		return s, m.cache, nil
 	}
 	fams, err := m.classes.Gather()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	m.cacheOf, m.cache = s, fams
-	return fams, nil
+	return s, fams, nil
 }
 
 // Describe sends the class metrics' descriptions.
@@ -160,16 +176,50 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	if s == nil {
 		return
 	}
-	hosts := m.a.cfg.HostMetrics
-	// Sharded trees hold a copy of a named class per shard: their
-	// counters add up into one series.
-	type sum struct {
-		lv                                  []string
-		bytes, packets, drops, over, backlg float64
-		rate, ceil                          float64
+	order, sums := m.sums(s)
+	for _, key := range order {
+		x := sums[key]
+		for _, v := range m.sumValues(x) {
+			ch <- prometheus.MustNewConstMetric(v.d, v.t, v.val, x.lv...)
+		}
 	}
+	m.collectExtras(ch, s)
+}
+
+// classSum is one class's counters, its copies in a sharded tree's
+// shards added up.
+type classSum struct {
+	lv                                  []string
+	bytes, packets, drops, over, backlg float64
+	rate, ceil                          float64
+}
+
+type sumValue struct {
+	d   *prometheus.Desc
+	t   prometheus.ValueType
+	val float64
+}
+
+func (m *metrics) sumValues(x *classSum) [9]sumValue {
+	return [9]sumValue{
+		{m.sentBytes, prometheus.CounterValue, x.bytes},
+		{m.sentPackets, prometheus.CounterValue, x.packets},
+		{m.dropped, prometheus.CounterValue, x.drops},
+		{m.overlimits, prometheus.CounterValue, x.over},
+		{m.backlog, prometheus.GaugeValue, x.backlg},
+		{m.rate, prometheus.GaugeValue, x.rate},
+		{m.ceil, prometheus.GaugeValue, x.ceil},
+		{m.oldRate, prometheus.GaugeValue, x.rate},
+		{m.oldCeil, prometheus.GaugeValue, x.ceil},
+	}
+}
+
+// sums adds up the reading's classes by series, in the order the
+// registry would sort them.
+func (m *metrics) sums(s *stats.Sample) ([]string, map[string]*classSum) {
+	hosts := m.a.cfg.HostMetrics
 	var order []string
-	sums := map[string]*sum{}
+	sums := map[string]*classSum{}
 	for _, t := range s.Trees {
 		if t.Missing {
 			continue
@@ -192,11 +242,11 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 			}
 			// The registry sorts each family by label values (in label
 			// name order: class, device, direction, host); handed over
-			// sorted, that sort is linear, which matters at 70,000 series.
+			// sorted, that sort is linear, which matters at 90,000 series.
 			key := class + "\x00" + t.Interface + "\x00" + t.Direction + "\x00" + host
 			x := sums[key]
 			if x == nil {
-				x = &sum{lv: lv, rate: float64(units.FromBits(float64(c.Rate))), ceil: float64(units.FromBits(float64(c.Ceil)))}
+				x = &classSum{lv: lv, rate: float64(units.FromBits(float64(c.Rate))), ceil: float64(units.FromBits(float64(c.Ceil)))}
 				sums[key] = x
 				order = append(order, key)
 			}
@@ -208,26 +258,31 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 	sort.Strings(order)
-	for _, key := range order {
-		x := sums[key]
-		for _, v := range []struct {
-			d   *prometheus.Desc
-			t   prometheus.ValueType
-			val float64
-		}{
-			{m.sentBytes, prometheus.CounterValue, x.bytes},
-			{m.sentPackets, prometheus.CounterValue, x.packets},
-			{m.dropped, prometheus.CounterValue, x.drops},
-			{m.overlimits, prometheus.CounterValue, x.over},
-			{m.backlog, prometheus.GaugeValue, x.backlg},
-			{m.rate, prometheus.GaugeValue, x.rate},
-			{m.ceil, prometheus.GaugeValue, x.ceil},
-			{m.oldRate, prometheus.GaugeValue, x.rate},
-			{m.oldCeil, prometheus.GaugeValue, x.ceil},
-		} {
-			ch <- prometheus.MustNewConstMetric(v.d, v.t, v.val, x.lv...)
-		}
+	return order, sums
+}
+
+// extrasCollector collects the class metrics but the sums.
+type extrasCollector struct{ m *metrics }
+
+func (e extrasCollector) Describe(ch chan<- *prometheus.Desc) {
+	m := e.m
+	for _, d := range []*prometheus.Desc{m.policer, m.edtDelay, m.shareDemand, m.shareShare, m.shareLimit, m.oldDemand, m.oldShare, m.oldLimit} {
+		ch <- d
 	}
+}
+
+func (e extrasCollector) Collect(ch chan<- prometheus.Metric) {
+	e.m.a.mu.RLock()
+	s := e.m.a.sample
+	e.m.a.mu.RUnlock()
+	if s != nil {
+		e.m.collectExtras(ch, s)
+	}
+}
+
+// collectExtras sends the policers', sharing's and EDT delays' metrics.
+func (m *metrics) collectExtras(ch chan<- prometheus.Metric, s *stats.Sample) {
+	hosts := m.a.cfg.HostMetrics
 	for _, t := range s.Trees {
 		if t.Missing {
 			continue

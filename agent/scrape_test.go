@@ -1,0 +1,108 @@
+package agent
+
+import (
+	"compress/gzip"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"google.golang.org/protobuf/encoding/prototext"
+
+	"sluice/stats"
+)
+
+// families fetches url with the headers given and decodes the body in
+// the format it says, returning sluice's families as text by name.
+func families(t *testing.T, h http.Handler, header http.Header) map[string]string {
+	t.Helper()
+	req := httptest.NewRequest("GET", "/metrics", nil)
+	req.Header = header
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	if rec.Code != 200 {
+		t.Fatalf("status %d: %s", rec.Code, rec.Body)
+	}
+	var body io.Reader = rec.Body
+	if rec.Header().Get("Content-Encoding") == "gzip" {
+		zr, err := gzip.NewReader(rec.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body = zr
+	}
+	dec := expfmt.NewDecoder(body, expfmt.ResponseFormat(rec.Header()))
+	out := map[string]string{}
+	for {
+		var f dto.MetricFamily
+		if err := dec.Decode(&f); err == io.EOF {
+			break
+		} else if err != nil {
+			t.Fatalf("decoding %s: %v", rec.Header().Get("Content-Type"), err)
+		}
+		if strings.HasPrefix(f.GetName(), "sluice_") {
+			if _, dup := out[f.GetName()]; dup {
+				t.Errorf("family %s twice", f.GetName())
+			}
+			out[f.GetName()] = prototext.Format(&f)
+		}
+	}
+	return out
+}
+
+// A scrape says what promhttp would say of the same gatherer, in every
+// format and encoding a client may ask for, and a second scrape of the
+// same reading reuses the class metrics' encoding.
+func TestScrapeMatchesPromhttp(t *testing.T) {
+	a := fakeAgent(300, true)
+	// Names the text format must escape.
+	tr := a.sample.Trees[0]
+	tr.Classes = append(tr.Classes, &stats.Class{Name: `od"d\\cl` + "\n" + `/10.9.9.9`, ID: "1:fff", Parent: "1:10", Rate: 1e6, Ceil: 2e6, Bytes: 5, Packets: 1})
+	ours := newScrapes(a.metrics, 2)
+	ref := promhttp.HandlerFor(a.metrics.gatherer, promhttp.HandlerOpts{})
+	for _, tt := range []struct {
+		name   string
+		header http.Header
+	}{
+		{"text", http.Header{}},
+		{"text gzip", http.Header{"Accept-Encoding": {"gzip"}}},
+		{"protobuf", http.Header{"Accept": {"application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=delimited"}}},
+		{"protobuf gzip", http.Header{"Accept": {"application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=delimited"}, "Accept-Encoding": {"br, gzip;q=0.5"}}},
+		{"gzip refused", http.Header{"Accept-Encoding": {"gzip;q=0"}}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			want := families(t, ref, tt.header)
+			got := families(t, ours, tt.header)
+			if len(want) < 8 || !strings.Contains(want["sluice_class_sent_bytes_total"], "10.0.1.43") {
+				t.Fatalf("the reference has %d families", len(want))
+			}
+			for name, w := range want {
+				if got[name] != w {
+					t.Errorf("%s differs:\n%.600s\nwant\n%.600s", name, got[name], w)
+				}
+			}
+			for name := range got {
+				if _, ok := want[name]; !ok {
+					t.Errorf("%s is not in the reference", name)
+				}
+			}
+		})
+	}
+	first, _ := ours.classes(scrapeKey{expfmt.Negotiate(http.Header{}), false})
+	again, _ := ours.classes(scrapeKey{expfmt.Negotiate(http.Header{}), false})
+	if len(first) == 0 || &first[0] != &again[0] {
+		t.Error("a second scrape of one reading encoded the classes again")
+	}
+}
+
+func TestGzipAccepted(t *testing.T) {
+	for v, want := range map[string]bool{"": false, "gzip": true, "br, gzip;q=0.5": true, "GZIP": true, "gzip;q=0": false, "gzip; q=0": false, "deflate": false, "x-gzip": false} {
+		if got := gzipAccepted(http.Header{"Accept-Encoding": {v}}); got != want {
+			t.Errorf("Accept-Encoding %q: %v, want %v", v, got, want)
+		}
+	}
+}

@@ -24,20 +24,7 @@ func TestAgentSteadyPasses(t *testing.T) {
 	dir := t.TempDir()
 	os.WriteFile(filepath.Join(dir, "hosts.csv"), []byte("name,addresses,rate,ceil\nalice,10.1.0.1,2mbit,10mbit\nbob,10.1.0.2,3mbit,10mbit\n"), 0o644)
 	pol := filepath.Join(dir, "p.yaml")
-	os.WriteFile(pol, []byte(`interfaces:
-  - name: eth0
-    egress:
-      rate: 20mbit
-      classifier: bpf
-      default: rest
-      classes:
-        - name: subs
-          rate: 15mbit
-          per_host: {by: dst, hosts_file: hosts.csv}
-        - name: rest
-          rate: 5mbit
-          leaf: pfifo
-`), 0o644)
+	os.WriteFile(pol, []byte(hostsPolicy), 0o644)
 	a := startAgent(t, ns, pol)
 	steadyPasses := func() float64 {
 		v, _ := a.metric("sluice_steady_passes_total")
@@ -72,7 +59,8 @@ func TestAgentSteadyPasses(t *testing.T) {
 	steadyAgain("after the class repair")
 
 	// A host's map entry changed by hand, as another program could.
-	entries := func() map[bpf.HostKey]bpf.Target {
+	// withClassifier runs fn on eth0's classifier program.
+	withClassifier := func(fn func(*bpf.Program) error) {
 		k, err := kernel.Open(ns)
 		if err != nil {
 			t.Fatal(err)
@@ -83,11 +71,19 @@ func TestAgentSteadyPasses(t *testing.T) {
 			t.Fatalf("the classifier: %v", err)
 		}
 		defer prog.Close()
-		c, err := prog.Read()
-		if err != nil {
+		if err := fn(prog); err != nil {
 			t.Fatal(err)
 		}
-		return c.Hosts
+	}
+	entries := func() (hosts map[bpf.HostKey]bpf.Target) {
+		withClassifier(func(prog *bpf.Program) error {
+			c, err := prog.Read()
+			if err == nil {
+				hosts = c.Hosts
+			}
+			return err
+		})
+		return hosts
 	}
 	want := entries()
 	if len(want) < 2 {
@@ -101,21 +97,7 @@ func TestAgentSteadyPasses(t *testing.T) {
 		keys = append(keys, key)
 	}
 	bad[keys[0]], bad[keys[1]] = want[keys[1]], want[keys[0]]
-	func() {
-		k, err := kernel.Open(ns)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer k.Close()
-		prog, err := k.OpenHook("eth0", false)
-		if err != nil || prog == nil {
-			t.Fatalf("the classifier: %v", err)
-		}
-		defer prog.Close()
-		if err := prog.SwapHosts(want, bad, nil); err != nil {
-			t.Fatal(err)
-		}
-	}()
+	withClassifier(func(prog *bpf.Program) error { return prog.SwapHosts(want, bad, nil) })
 	if maps.Equal(entries(), want) {
 		t.Fatal("the injected change did not take")
 	}

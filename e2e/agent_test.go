@@ -895,13 +895,9 @@ func TestSystemdUnit(t *testing.T) {
 // SIGHUP re-reads the policy even when its files look unchanged, and an
 // edit of a hosts_file the policy names is applied like an edit of the
 // policy: a new subscriber's class appears, a removed one's goes.
-func TestAgentReloadsHostsFileAndSIGHUP(t *testing.T) {
-	ns := devNS(t, "eth0")
-	dir := t.TempDir()
-	hosts := filepath.Join(dir, "hosts.csv")
-	os.WriteFile(hosts, []byte("name,addresses,rate,ceil\nalice,10.1.0.1,2mbit,10mbit\nbob,10.1.0.2,3mbit,10mbit\n"), 0o644)
-	pol := filepath.Join(dir, "p.yaml")
-	os.WriteFile(pol, []byte(`interfaces:
+// hostsPolicy shapes eth0's hosts from hosts.csv beside it, through the
+// BPF classifier, with a 5mbit default class.
+const hostsPolicy = `interfaces:
   - name: eth0
     egress:
       rate: 20mbit
@@ -913,7 +909,15 @@ func TestAgentReloadsHostsFileAndSIGHUP(t *testing.T) {
           per_host: {by: dst, hosts_file: hosts.csv}
         - name: rest
           rate: 5mbit
-`), 0o644)
+`
+
+func TestAgentReloadsHostsFileAndSIGHUP(t *testing.T) {
+	ns := devNS(t, "eth0")
+	dir := t.TempDir()
+	hosts := filepath.Join(dir, "hosts.csv")
+	os.WriteFile(hosts, []byte("name,addresses,rate,ceil\nalice,10.1.0.1,2mbit,10mbit\nbob,10.1.0.2,3mbit,10mbit\n"), 0o644)
+	pol := filepath.Join(dir, "p.yaml")
+	os.WriteFile(pol, []byte(hostsPolicy), 0o644)
 	a := startAgent(t, ns, pol)
 	classes := func() string { return tcShow(t, ns, "class", "show", "dev", "eth0") }
 	if c := classes(); !strings.Contains(c, "rate 2Mbit") || !strings.Contains(c, "rate 3Mbit") {

@@ -40,15 +40,24 @@ type Conn struct {
 // Open connects to the named network namespace (as `ip netns exec NAME`
 // would), or to the caller's own when name is "".
 func Open(name string) (*Conn, error) {
-	ns := netns.None()
-	if name != "" {
-		h, err := netns.GetFromName(name)
-		if err != nil {
-			return nil, fmt.Errorf("network namespace %q: %w", name, err)
-		}
-		ns = h
+	ns, err := nsByName(name)
+	if err != nil {
+		return nil, err
 	}
 	return OpenNS(ns)
+}
+
+// nsByName opens the named network namespace's handle, or returns
+// netns.None() (the caller's own) for "".
+func nsByName(name string) (netns.NsHandle, error) {
+	if name == "" {
+		return netns.None(), nil
+	}
+	h, err := netns.GetFromName(name)
+	if err != nil {
+		return netns.None(), fmt.Errorf("network namespace %q: %w", name, err)
+	}
+	return h, nil
 }
 
 // OpenNS connects to the namespace behind an open handle (netns.None() for

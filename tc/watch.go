@@ -39,14 +39,12 @@ type Note struct {
 // Watch subscribes to namespace name's tc and link notifications ("":
 // the caller's namespace).
 func Watch(name string) (*Watcher, error) {
-	ns := netns.None()
-	if name != "" {
-		h, err := netns.GetFromName(name)
-		if err != nil {
-			return nil, fmt.Errorf("network namespace %q: %w", name, err)
-		}
-		defer h.Close()
-		ns = h
+	ns, err := nsByName(name)
+	if err != nil {
+		return nil, err
+	}
+	if ns.IsOpen() {
+		defer ns.Close()
 	}
 	s, err := nl.SubscribeAt(ns, netns.None(), unix.NETLINK_ROUTE, unix.RTNLGRP_TC, unix.RTNLGRP_LINK)
 	if err != nil {

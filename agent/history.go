@@ -12,9 +12,10 @@ import (
 // charts: a tree of 10,000 hosts charts its named classes, not each host.
 const maxCharted = 64
 
-// history keeps the measured rate of every charted class over the last
-// passes, for the dashboard's charts (a page opened late still sees the
-// last minutes).
+// history keeps, over the last passes, the measured rate, drops per
+// second and backlog of every charted class, the sharing controllers'
+// decisions, and the same for the hosts a console page watches, for the
+// dashboard's charts (a page opened late still sees the last minutes).
 type history struct {
 	mu   sync.Mutex
 	max  int
@@ -26,7 +27,23 @@ type history struct {
 	// kept a whole pass's buffer alive, 1.5 MB a pass at 10,000 hosts,
 	// until the history was full (950 MB).
 	keys map[seriesKey]seriesKey
+	// drops is each class's drop counter at the pass before, for drops
+	// per second.
+	drops map[seriesKey]dropMark
+	// watched holds the hosts whose classes are kept too, each until
+	// when (a host's page asks every second; maxWatched at most).
+	watched map[string]time.Time
 }
+
+type dropMark struct {
+	n  uint32
+	at time.Time
+}
+
+const (
+	maxWatched   = 16
+	watchTimeout = 2 * time.Minute
+)
 
 type seriesKey struct {
 	Interface, Direction, Class, Kind string
@@ -40,15 +57,32 @@ type point struct {
 func newHistory(max int) *history { return &history{max: max} }
 
 func (h *history) add(s *stats.Sample) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
 	var m []point
+	watching := h.expire(s.At)
 	for _, t := range s.Trees {
 		n := 0
 		for _, c := range t.Classes {
-			if IsHostClass(c.Name) || n >= maxCharted {
+			if IsHostClass(c.Name) {
+				if _, host, _ := splitHost(c.Name); !watching || h.watched[host].IsZero() {
+					continue
+				}
+			} else if n >= maxCharted {
 				continue
+			} else {
+				n++
 			}
-			n++
-			m = append(m, point{seriesKey{t.Interface, t.Direction, c.Name, ""}, c.Measured})
+			m = append(m, point{seriesKey{t.Interface, t.Direction, c.Name, ""}, c.Measured},
+				point{seriesKey{t.Interface, t.Direction, c.Name, "backlog"}, float64(c.Backlog)})
+			dk := seriesKey{t.Interface, t.Direction, c.Name, "drops"}
+			if d, ok := h.drops[dk]; ok && c.Drops >= d.n && s.At.After(d.at) {
+				m = append(m, point{dk, float64(c.Drops-d.n) / s.At.Sub(d.at).Seconds()})
+			}
+			if h.drops == nil || len(h.drops) > 1<<14 {
+				h.drops = map[seriesKey]dropMark{}
+			}
+			h.drops[h.key(dk)] = dropMark{c.Drops, s.At}
 		}
 		for _, sh := range t.Sharing {
 			limit := sh.Ceil
@@ -60,21 +94,8 @@ func (h *history) add(s *stats.Sample) {
 				point{seriesKey{t.Interface, t.Direction, sh.Class, "limit"}, limit})
 		}
 	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.keys == nil {
-		h.keys = map[seriesKey]seriesKey{}
-	}
 	for i := range m {
-		k, ok := h.keys[m[i].key]
-		if !ok {
-			k = seriesKey{strings.Clone(m[i].key.Interface), strings.Clone(m[i].key.Direction), strings.Clone(m[i].key.Class), m[i].key.Kind}
-			if len(h.keys) > 1<<16 { // classes come and go: start afresh rather than grow
-				clear(h.keys)
-			}
-			h.keys[k] = k
-		}
-		m[i].key = k
+		m[i].key = h.key(m[i].key)
 	}
 	h.at = append(h.at, s.At)
 	h.rate = append(h.rate, m)
@@ -85,23 +106,87 @@ func (h *history) add(s *stats.Sample) {
 	}
 }
 
+// key returns the history's own copy of k (see keys).
+func (h *history) key(k seriesKey) seriesKey {
+	if h.keys == nil {
+		h.keys = map[seriesKey]seriesKey{}
+	}
+	kept, ok := h.keys[k]
+	if !ok {
+		kept = seriesKey{strings.Clone(k.Interface), strings.Clone(k.Direction), strings.Clone(k.Class), k.Kind}
+		if len(h.keys) > 1<<16 { // classes come and go: start afresh rather than grow
+			clear(h.keys)
+		}
+		h.keys[kept] = kept
+	}
+	return kept
+}
+
+// watch has the history keep host's classes for watchTimeout from now;
+// beyond maxWatched hosts, the one watched longest ago gives way.
+func (h *history) watch(host string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.watched == nil {
+		h.watched = map[string]time.Time{}
+	}
+	now := time.Now()
+	if _, ok := h.watched[host]; !ok && len(h.watched) >= maxWatched {
+		var oldest string
+		for k, until := range h.watched {
+			if oldest == "" || until.Before(h.watched[oldest]) {
+				oldest = k
+			}
+		}
+		delete(h.watched, oldest)
+	}
+	h.watched[strings.Clone(host)] = now.Add(watchTimeout)
+	return true
+}
+
+// expire forgets the hosts no page has asked for lately; it reports
+// whether any is still watched. h.mu is held.
+func (h *history) expire(now time.Time) bool {
+	for k, until := range h.watched {
+		if now.After(until) {
+			delete(h.watched, k)
+		}
+	}
+	return len(h.watched) > 0
+}
+
 // History is what /api/v1/history returns: the time of each pass (Unix
-// seconds) and, per class, its measured rate in bits/s at each (null
-// where the class did not exist).
+// seconds) and, per class, its measured rate in bit/s at each (null
+// where the class did not exist), its drops per second and its backlog
+// in bytes.
 type History struct {
 	At     []float64 `json:"at"`
 	Series []Series  `json:"series"`
 }
 
-// Series is one class's rates over the history: its measured rate, or
-// (Kind) what a sharing controller counted as its demand, its share,
-// and the limit it kept it at.
+// Series is one class's values over the history: its measured rate,
+// or (Kind) what a sharing controller counted as its demand, its share
+// and the limit it kept it at, all in bit/s (BPS); or its drops per
+// second or its backlog in bytes (Values).
 type Series struct {
 	Interface string     `json:"interface"`
 	Direction string     `json:"direction"`
 	Class     string     `json:"class"`
-	Kind      string     `json:"kind,omitempty"` // "", demand, share, limit
-	BPS       []*float64 `json:"bps"`
+	Kind      string     `json:"kind,omitempty"` // "", demand, share, limit; drops, backlog
+	Unit      string     `json:"unit"`           // bit/s, packets/s, bytes
+	BPS       []*float64 `json:"bps,omitempty"`
+	Values    []*float64 `json:"values,omitempty"`
+}
+
+// unit is what a series of kind counts.
+func unit(kind string) string {
+	switch kind {
+	case "drops":
+		return "packets/s"
+	case "backlog":
+		return "bytes"
+	}
+	return "bit/s"
 }
 
 func (h *history) snapshot() History {
@@ -117,11 +202,20 @@ func (h *history) snapshot() History {
 			if !ok {
 				j = len(out.Series)
 				index[k] = j
-				out.Series = append(out.Series, Series{Interface: k.Interface, Direction: k.Direction, Class: k.Class, Kind: k.Kind,
-					BPS: make([]*float64, len(h.at))})
+				se := Series{Interface: k.Interface, Direction: k.Direction, Class: k.Class, Kind: k.Kind, Unit: unit(k.Kind)}
+				if se.Unit == "bit/s" {
+					se.BPS = make([]*float64, len(h.at))
+				} else {
+					se.Values = make([]*float64, len(h.at))
+				}
+				out.Series = append(out.Series, se)
 			}
 			v := p.bps
-			out.Series[j].BPS[i] = &v
+			if out.Series[j].BPS != nil {
+				out.Series[j].BPS[i] = &v
+			} else {
+				out.Series[j].Values[i] = &v
+			}
 		}
 	}
 	return out

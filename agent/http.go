@@ -18,7 +18,8 @@ import (
 var web embed.FS
 
 // Handler serves the dashboard (/), its files (/static/), metrics
-// (/metrics), the JSON API (/api/v1/status, /api/v1/history) and
+// (/metrics), the JSON API (/api/v1/status, /api/v1/hosts,
+// /api/v1/history) and
 // /healthz.
 func (a *Agent) Handler() http.Handler {
 	static, _ := fs.Sub(web, "web")
@@ -56,6 +57,14 @@ func (a *Agent) Handler() http.Handler {
 		}
 		writeShared(w, a.replies.get("history", a.generation(), func() any { return a.hist.snapshot() }))
 	})
+	mux.HandleFunc("GET /api/v1/hosts", func(w http.ResponseWriter, r *http.Request) {
+		q, err := parseHostQuery(r.URL.Query())
+		if err != nil {
+			apiError(w, http.StatusBadRequest, err.Error())
+			return
+		}
+		writeJSON(w, http.StatusOK, a.Hosts(q))
+	})
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		ok, why := a.Healthy()
 		code := http.StatusOK
@@ -72,7 +81,7 @@ func (a *Agent) Handler() http.Handler {
 			apiError(w, http.StatusMethodNotAllowed, fmt.Sprintf("%s %s: the agent's HTTP server only answers GET (and HEAD)", r.Method, r.URL.Path))
 			return
 		}
-		apiError(w, http.StatusNotFound, fmt.Sprintf("%s %s: no such endpoint (see /api/v1/status, /api/v1/history, /metrics, /healthz)", r.Method, r.URL.Path))
+		apiError(w, http.StatusNotFound, fmt.Sprintf("%s %s: no such endpoint (see /api/v1/status, /api/v1/hosts, /api/v1/history, /metrics, /healthz)", r.Method, r.URL.Path))
 	})
 	return a.headers(mux)
 }
@@ -81,7 +90,7 @@ func (a *Agent) Handler() http.Handler {
 // rather than 404 to another method).
 func endpoint(path string) bool {
 	switch path {
-	case "/", "/metrics", "/api/v1/status", "/api/v1/history", "/healthz":
+	case "/", "/metrics", "/api/v1/status", "/api/v1/history", "/api/v1/hosts", "/healthz":
 		return true
 	}
 	return strings.HasPrefix(path, "/static/")

@@ -106,8 +106,9 @@ func TestConcurrentReaders(t *testing.T) {
 		}
 	}
 	<-done
-	if h := a.hist.snapshot(); len(h.At) != 10 || len(h.Series) != 2 {
-		t.Errorf("history keeps %d passes of %d series, want 10 of 2 (hosts are not charted)", len(h.At), len(h.Series))
+	// Each of the two classes' rate, backlog and drops per second.
+	if h := a.hist.snapshot(); len(h.At) != 10 || len(h.Series) != 6 {
+		t.Errorf("history keeps %d passes of %d series, want 10 of 6 (hosts are not charted)", len(h.At), len(h.Series))
 	}
 }
 

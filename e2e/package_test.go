@@ -72,13 +72,7 @@ func TestInstallAndPackage(t *testing.T) {
 		t.Error("install overwrote /etc/sluice/policy.yaml")
 	}
 
-	out := run("make", "-C", "..", "deb")
-	m := regexp.MustCompile(`building package 'sluice' in '([^']+\.deb)'`).FindStringSubmatch(out)
-	if m == nil {
-		t.Fatalf("make deb built no package:\n%s", out)
-	}
-	deb := filepath.Join("..", m[1])
-	t.Cleanup(func() { os.Remove(deb) })
+	deb := makeDeb(t)
 	if f := run("dpkg-deb", "-f", deb, "Package", "Depends"); !strings.Contains(f, "Package: sluice") || !strings.Contains(f, "Depends: iproute2") {
 		t.Errorf("control:\n%s", f)
 	}
@@ -102,4 +96,21 @@ func TestInstallAndPackage(t *testing.T) {
 	if v := run(filepath.Join(x, "usr/bin/sluice"), "version"); !strings.HasPrefix(v, "sluice ") {
 		t.Errorf("the packaged binary says %q", v)
 	}
+}
+
+// makeDeb builds the package with make deb and returns its path, removed
+// when the test ends.
+func makeDeb(t *testing.T) string {
+	t.Helper()
+	out, err := exec.Command("make", "-C", "..", "deb").CombinedOutput()
+	if err != nil {
+		t.Fatalf("make deb: %v\n%s", err, out)
+	}
+	m := regexp.MustCompile(`building package 'sluice' in '([^']+\.deb)'`).FindStringSubmatch(string(out))
+	if m == nil {
+		t.Fatalf("make deb built no package:\n%s", out)
+	}
+	deb := filepath.Join("..", m[1])
+	t.Cleanup(func() { os.Remove(deb) })
+	return deb
 }

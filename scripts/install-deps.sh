@@ -18,6 +18,11 @@ command -v ss >/dev/null 2>&1 || need+=(iproute2)
 command -v clang >/dev/null 2>&1 || need+=(clang)
 command -v llvm-strip >/dev/null 2>&1 || need+=(llvm)
 [[ -f /usr/include/bpf/bpf_helpers.h ]] || need+=(libbpf-dev)
+# The package test installs the .deb with dpkg and starts its units
+# under a systemd of its own (e2e/deb_units_test.go).
+[[ -x /lib/systemd/systemd ]] || need+=(systemd)
+command -v dpkg-deb >/dev/null 2>&1 || need+=(dpkg)
+command -v nsenter >/dev/null 2>&1 || need+=(util-linux)
 # The lab's report test opens the HTML report in headless Chromium.
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
 

@@ -46,8 +46,9 @@ fi
 # The lane runs what differs on a stock kernel: the kernel layer and BPF
 # in full, and the end-to-end tests that use a feature the host lacks
 # (leaves, marks, netem, congestion controls) or that check kernel
-# semantics (classification, rollback, ownership, export).
-e2e_default='^(TestFeaturesTheKernelMayLack|TestDoctorAgreesWithTC|TestPlanApplyShowReset|TestExportReproducesApply|TestExportBPFTreeAsU32|TestCraftedPacketsLandInTheirClass|TestBPF[A-Za-z]*|TestMarkedPacketsReachTheirClass|TestSharedClsactAndForeignFilters|TestReplacedRootIsForeign|TestMissingShardIsRepaired|TestDelayLine|TestNetemDelayAndLoss|TestMatrixSkipsMissingLeaves|TestEgressLimit20mbit|TestIngressLimit20mbit|TestCCMatrixFillsEveryRow|TestDemoOnStockKernel|TestEDT[A-Za-z]*|TestFairShareScenario|TestConformanceMatrix)$'
+# semantics (classification, rollback, ownership, export), and the
+# package installed and its units started under systemd.
+e2e_default='^(TestFeaturesTheKernelMayLack|TestDoctorAgreesWithTC|TestPlanApplyShowReset|TestExportReproducesApply|TestExportBPFTreeAsU32|TestCraftedPacketsLandInTheirClass|TestBPF[A-Za-z]*|TestMarkedPacketsReachTheirClass|TestSharedClsactAndForeignFilters|TestReplacedRootIsForeign|TestMissingShardIsRepaired|TestDelayLine|TestNetemDelayAndLoss|TestMatrixSkipsMissingLeaves|TestEgressLimit20mbit|TestIngressLimit20mbit|TestCCMatrixFillsEveryRow|TestDemoOnStockKernel|TestEDT[A-Za-z]*|TestFairShareScenario|TestConformanceMatrix|TestDebUnitsStartUnderSystemd)$'
 # SLUICE_VM_E2E_RUN (make vmtest VM_E2E_RUN=REGEXP) narrows it, to rerun
 # one test on a kernel.
 e2e_lane=${SLUICE_VM_E2E_RUN:-$e2e_default}

@@ -132,6 +132,11 @@ if [[ -z ${VM_RUN_ONLY:-} ]]; then
   for p in kernel bpf e2e; do go test -c -o "$out/$p.test" "./$p"; done
   go build -o "$out/sluice" ./cmd/sluice
   go build -tags faults -o "$out/sluice-faults" ./cmd/sluice
+  # The package, installed and its units started in the guest
+  # (TestDebUnitsStartUnderSystemd).
+  deb=$(make -s deb 2>&1 | sed -n "s/.*building package 'sluice' in '\(.*\.deb\)'.*/\1/p")
+  [[ -n $deb ]] || die "make deb built no package"
+  mv "$deb" "$out/sluice.deb"
 else
   out=$cache/run/$kver-$$
   rm -rf "$out" && mkdir -p "$out"
@@ -141,7 +146,8 @@ fi
 {
   for v in "SLUICE_VM_OUT=$out" "SLUICE_VM_REPO=$repo" "SLUICE_VM_KERNEL=$kver" "SLUICE_EXPECT_FEATURES=$features" \
            "SLUICE_VM_SUITES=${VM_SUITES:-}" "SLUICE_VM_E2E_RUN=${VM_E2E_RUN:-}" "SLUICE_VM_RUN_ONLY=${VM_RUN_ONLY:-}" \
-           "SLUICE_MATRIX_FULL=${SLUICE_MATRIX_FULL:-}"; do
+           "SLUICE_MATRIX_FULL=${SLUICE_MATRIX_FULL:-}" \
+           "SLUICE_TEST_DEB=$([[ -f $out/sluice.deb ]] && echo "$out/sluice.deb")"; do
     printf 'export %s=%q\n' "${v%%=*}" "${v#*=}"
   done
 } >"$out/env"

@@ -1,9 +1,16 @@
-// sluice dashboard: polls the agent once a second and draws, per device
-// and direction, the measured rate of each class over the last minutes
-// (dygraphs) and a table of the classes' configuration and counters.
+// sluice dashboard: polls the agent once a second. Three views, by the
+// page's hash:
+//   (none)        per device and direction, each class's measured rate
+//                 over the last minutes against the link's rate, its
+//                 drops and backlog, and a table of the classes with a
+//                 meter of measured against rate and ceil;
+//   #hosts        the per-host classes, busiest first, with a search
+//                 (the top talkers);
+//   #host=ADDR    one host's page: its classes in each tree, charted
+//                 against their rate and ceil, with drops and backlog.
 "use strict";
 
-const charts = {};   // tree id -> Dygraph
+const charts = {};   // chart div id -> Dygraph
 let updates = 0;
 
 function human(bps) {
@@ -29,6 +36,47 @@ function el(tag, attrs, ...kids) {
   return e;
 }
 function treeID(t) { return (t.interface + "-" + t.direction).replace(/[^A-Za-z0-9_-]/g, "_"); }
+function safeID(s) { return s.replace(/[^A-Za-z0-9_-]/g, "_"); }
+function count(n) { return n >= 100 ? n.toFixed(0) : n >= 10 ? n.toFixed(1) : n.toFixed(2); }
+
+// view is what the hash asks for: classes, hosts, or one host.
+// #hosts?q=SEARCH&sort=KEY opens the hosts with a search (a link one
+// can share).
+function view() {
+  const h = location.hash.slice(1);
+  if (h === "hosts" || h.startsWith("hosts?")) return {name: "hosts", params: new URLSearchParams(h.slice(6))};
+  if (h.startsWith("host=")) return {name: "host", host: decodeURIComponent(h.slice(5))};
+  return {name: "classes"};
+}
+
+// fromHash puts a hosts link's search and sort into the form.
+function fromHash() {
+  const v = view();
+  if (v.name !== "hosts") return;
+  if (v.params.has("q")) document.getElementById("hosts-search").value = v.params.get("q");
+  const sort = v.params.get("sort");
+  if (sort && [...document.getElementById("hosts-sort").options].some(o => o.value === sort)) document.getElementById("hosts-sort").value = sort;
+}
+
+// meter draws measured against ceil, with a tick where the rate is: a
+// class above its rate is borrowing, at its ceil it is capped.
+function meter(measured, rate, ceil) {
+  const top = Math.max(ceil || 0, rate || 0, measured || 0);
+  const box = el("span", {class: "meter", title: "measured " + human(measured) + " of rate " + human(rate) + ", ceil " + human(ceil)});
+  if (!top) return box;
+  const fill = el("span", {class: "fill" + (measured > rate * 1.02 ? " borrowing" : "")});
+  fill.style.width = Math.min(100, 100 * measured / top).toFixed(1) + "%";
+  const tick = el("span", {class: "tick"});
+  tick.style.left = Math.min(100, 100 * rate / top).toFixed(1) + "%";
+  box.append(fill, tick);
+  return box;
+}
+
+function show(name) {
+  for (const id of ["trees", "hosts-view", "host-view"]) document.getElementById(id).hidden = true;
+  document.getElementById(name).hidden = false;
+  for (const a of document.querySelectorAll("nav a")) a.classList.toggle("here", a.dataset.view === view().name);
+}
 
 function drawHealth(h) {
   document.getElementById("policy").textContent =
@@ -58,6 +106,8 @@ function section(t) {
     el("h2", {}, t.interface + " " + t.direction + (t.device !== t.interface ? " (on " + t.device + ")" : "")),
     el("div", {class: "chart", id: "chart-" + id}),
     el("div", {class: "legend", id: "legend-" + id}),
+    el("div", {class: "chart small", id: "queue-" + id}),
+    el("div", {class: "legend", id: "queue-legend-" + id}),
     el("div", {class: "table", id: "table-" + id}),
     el("div", {class: "sharing", id: "sharing-" + id}),
     el("div", {class: "policers", id: "policers-" + id}));
@@ -67,18 +117,18 @@ function section(t) {
 
 function drawTable(t, omitted) {
   const id = treeID(t);
-  const head = el("tr", {}, ...["class", "id", "rate", "ceil", "measured", "sent", "drops", "overlimits", "backlog"].map(h => el("th", {}, h)));
+  const head = el("tr", {}, ...["class", "id", "rate", "ceil", "measured", "of rate | ceil", "sent", "drops", "overlimits", "backlog"].map(h => el("th", {}, h)));
   const rows = t.classes.map(c => el("tr", {"data-class": c.name},
     el("td", {class: "name"}, "  ".repeat(c.depth) + c.name),
     el("td", {}, c.id), el("td", {}, human(c.rate_bps)), el("td", {}, human(c.ceil_bps)),
-    el("td", {class: "measured"}, human(c.measured_bps)), el("td", {}, bytes(c.bytes)),
+    el("td", {class: "measured"}, human(c.measured_bps)), el("td", {}, meter(c.measured_bps, c.rate_bps, c.ceil_bps)), el("td", {}, bytes(c.bytes)),
     el("td", {class: c.drops ? "red" : ""}, String(c.drops)), el("td", {}, String(c.overlimits)),
     el("td", {}, bytes(c.backlog_bytes))));
   const table = el("table", {}, el("thead", {}, head), el("tbody", {}, ...rows));
   const box = document.getElementById("table-" + id);
   box.replaceChildren(table);
   if (t.missing) box.prepend(el("p", {class: "red"}, "the kernel no longer has this tree; the agent will put it back"));
-  if (omitted) box.append(el("p", {class: "muted"}, omitted + " per-host classes not listed (see /api/v1/status)"));
+  if (omitted) box.append(el("p", {class: "muted"}, omitted + " per-host classes not listed: ", el("a", {href: "#hosts"}, "see the hosts")));
   const pol = document.getElementById("policers-" + id);
   if (!t.policers || !t.policers.length) { pol.replaceChildren(); return; }
   pol.replaceChildren(el("table", {},
@@ -106,53 +156,181 @@ function drawSharing(t) {
       el("td", {class: s.applied ? "warn" : "muted"}, s.applied ? human(s.limit_bps) + (s.assured ? " (rate)" : " (ceil)") : "none (ceil " + human(s.ceil_bps) + ")"))))));
 }
 
-// drawChart draws each class's measured rate and, for classes under a
-// sharing controller, the limit it keeps them at (as "CLASS limit").
-function drawChart(t, hist) {
-  const id = treeID(t);
-  const series = hist.series.filter(s => s.interface === t.interface && s.direction === t.direction && s.class !== "(root)" &&
-    (!s.kind || s.kind === "limit"));
-  if (!series.length || hist.at.length < 2) return;
-  const rows = hist.at.map((at, i) => [new Date(at * 1000), ...series.map(s => s.bps[i] == null ? null : s.bps[i] / 1e6)]);
-  const labels = ["time", ...series.map(s => s.kind ? s.class + " " + s.kind : s.class)];
-  const box = document.getElementById("chart-" + id);
+// plot draws (or updates) a Dygraph in the div id from rows; it is
+// rebuilt only when its series or options change.
+function plot(id, rows, labels, opts) {
+  const box = document.getElementById(id);
   box.dataset.points = String(rows.length);
-  box.dataset.series = String(series.length);
-  // Rates orders of magnitude apart (a 160 kbit class beside 12 Mbit
-  // ones) vanish on a linear axis: beyond 30:1 the axis is logarithmic.
-  const rates = (t.classes || []).filter(c => c.name !== "(root)" && c.rate_bps > 0).map(c => c.rate_bps);
-  const log = rates.length > 1 && Math.max(...rates) / Math.min(...rates) > 30;
-  box.dataset.scale = log ? "log" : "linear";
+  box.dataset.series = String(labels.length - 1);
+  const sig = labels.join("\0") + "\0" + JSON.stringify(opts);
   const g = charts[id];
-  if (g && g.getLabels().join("\0") === labels.join("\0") && g.getOption("logscale") === log) {
+  if (g && g.sig === sig) {
     g.updateOptions({file: rows});
     return;
   }
   if (g) g.destroy();
-  charts[id] = new Dygraph(box, rows, {
-    labels, ylabel: log ? "Mbit/s (log)" : "Mbit/s", includeZero: !log, logscale: log, legend: "always",
-    labelsDiv: document.getElementById("legend-" + id), labelsSeparateLines: false,
-    strokeWidth: 1.6, animatedZooms: false, xAxisLabelWidth: 64, axes: {x: {pixelsPerLabel: 80}},
+  charts[id] = new Dygraph(box, rows, Object.assign({
+    labels, legend: "always", labelsSeparateLines: false, strokeWidth: 1.6, animatedZooms: false,
+    xAxisLabelWidth: 64, axes: {x: XAXIS},
+  }, opts));
+  charts[id].sig = sig;
+}
+
+// rows turns history series into Dygraph rows; the extra columns hold a
+// constant each (reference lines: rate, ceil).
+function rows(hist, series, value, extra) {
+  return hist.at.map((at, i) => [new Date(at * 1000),
+    ...series.map(s => { const v = (s.bps || s.values)[i]; return v == null ? null : value(v); }),
+    ...(extra || [])]);
+}
+
+const DASHED = [6, 4];
+// Times as the clock says them, whatever the span (dygraphs writes
+// seconds with decimals for a span of a few seconds).
+const XAXIS = {pixelsPerLabel: 80, axisLabelFormatter: d => d instanceof Date ? d.toTimeString().slice(0, 8) : String(d)};
+
+// drawChart draws each class's measured rate and, for classes under a
+// sharing controller, the limit it keeps them at (as "CLASS limit"),
+// against the link's rate (dashed); below, each class's drops per
+// second and backlog.
+function drawChart(t, hist) {
+  const id = treeID(t);
+  const mine = s => s.interface === t.interface && s.direction === t.direction && s.class !== "(root)" && !s["class"].includes("/");
+  const series = hist.series.filter(s => mine(s) && (!s.kind || s.kind === "limit"));
+  if (!series.length || hist.at.length < 2) return;
+  const root = (t.classes || []).find(c => c.name === "(root)");
+  const link = root && root.ceil_bps ? [root.ceil_bps / 1e6] : [];
+  const labels = ["time", ...series.map(s => s.kind ? s.class + " " + s.kind : s.class), ...(link.length ? ["link rate"] : [])];
+  // Rates orders of magnitude apart (a 160 kbit class beside 12 Mbit
+  // ones) vanish on a linear axis: beyond 30:1 the axis is logarithmic.
+  const rates = (t.classes || []).filter(c => c.name !== "(root)" && c.rate_bps > 0).map(c => c.rate_bps);
+  const log = rates.length > 1 && Math.max(...rates) / Math.min(...rates) > 30;
+  document.getElementById("chart-" + id).dataset.scale = log ? "log" : "linear";
+  plot("chart-" + id, rows(hist, series, v => v / 1e6, link), labels, {
+    ylabel: log ? "Mbit/s (log)" : "Mbit/s", includeZero: !log, logscale: log,
+    labelsDiv: document.getElementById("legend-" + id),
+    series: {"link rate": {strokePattern: DASHED, color: "#888", strokeWidth: 1}},
   });
+  drawQueue("queue-" + id, hist, s => mine(s));
+}
+
+// drawQueue charts drops per second (left axis) and backlog in kB
+// (right axis, dashed) of the series that pick() selects.
+function drawQueue(id, hist, pick) {
+  const drops = hist.series.filter(s => pick(s) && s.kind === "drops");
+  const backlog = hist.series.filter(s => pick(s) && s.kind === "backlog");
+  if (!drops.length && !backlog.length) return;
+  const name = s => s["class"].includes("/") ? s.direction : s["class"];
+  const labels = ["time", ...drops.map(s => name(s) + " drops/s"), ...backlog.map(s => name(s) + " backlog kB")];
+  const data = hist.at.map((at, i) => [new Date(at * 1000),
+    ...drops.map(s => s.values[i]), ...backlog.map(s => s.values[i] == null ? null : s.values[i] / 1000)]);
+  const series = {};
+  for (const s of backlog) series[name(s) + " backlog kB"] = {axis: "y2", strokePattern: DASHED};
+  plot(id, data, labels, {
+    ylabel: "drops/s", y2label: "backlog kB", includeZero: true, series,
+    axes: {x: XAXIS, y2: {independentTicks: true, axisLabelWidth: 60}},
+    labelsDiv: document.getElementById(id.replace(/^queue-/, "queue-legend-")),
+  });
+}
+
+// drawHosts lists the top talkers that match the search.
+function drawHosts(h) {
+  const box = document.getElementById("hosts-table");
+  document.getElementById("hosts-count").textContent = h.matched === h.total ?
+    h.total + " per-host classes" : h.matched + " of " + h.total + " per-host classes match";
+  if (!h.hosts.length) {
+    box.replaceChildren(el("p", {class: "muted"}, h.total ? "no host matches" : "this policy has no per-host classes"));
+    return;
+  }
+  const head = el("tr", {}, ...["host", "class", "device", "rate", "ceil", "measured", "of rate | ceil", "sent", "drops", "backlog"].map(x => el("th", {}, x)));
+  box.replaceChildren(el("table", {id: "hosts-list"}, el("thead", {}, head), el("tbody", {}, ...h.hosts.map(r => el("tr", {"data-host": r.host},
+    el("td", {}, el("a", {href: "#host=" + encodeURIComponent(r.host)}, r.host)),
+    el("td", {class: "name"}, r.parent), el("td", {}, r.interface + " " + r.direction),
+    el("td", {}, human(r.rate_bps)), el("td", {}, human(r.ceil_bps)),
+    el("td", {class: "measured"}, human(r.measured_bps)), el("td", {}, meter(r.measured_bps, r.rate_bps, r.ceil_bps)),
+    el("td", {}, bytes(r.bytes)), el("td", {class: r.drops ? "red" : ""}, String(r.drops)), el("td", {}, bytes(r.backlog_bytes)))))));
+}
+
+// drawHost draws one host's page: per tree it is in, its measured rate
+// against its rate and ceil, its drops and backlog, and its counters.
+function drawHost(host, h, hist) {
+  document.getElementById("host-title").textContent = host;
+  const box = document.getElementById("host-trees");
+  if (!h.hosts.length) {
+    box.replaceChildren(el("p", {class: "red"}, "no per-host class for " + host + " in the last reading"));
+    return;
+  }
+  for (const r of h.hosts) {
+    const id = safeID(r.interface + "-" + r.direction);
+    if (!document.getElementById("host-" + id)) {
+      box.append(el("section", {id: "host-" + id, class: "tree"},
+        el("h2", {}, r.interface + " " + r.direction + ": " + r["class"] + " (" + r.id + ")"),
+        el("div", {class: "chart", id: "hchart-" + id}), el("div", {class: "legend", id: "hlegend-" + id}),
+        el("div", {class: "chart small", id: "queue-h" + id}), el("div", {class: "legend", id: "queue-legend-h" + id}),
+        el("div", {class: "table", id: "htable-" + id})));
+    }
+    document.getElementById("htable-" + id).replaceChildren(el("table", {},
+      el("thead", {}, el("tr", {}, ...["rate", "ceil", "measured", "of rate | ceil", "sent", "drops", "backlog"].map(x => el("th", {}, x)))),
+      el("tbody", {}, el("tr", {}, el("td", {}, human(r.rate_bps)), el("td", {}, human(r.ceil_bps)),
+        el("td", {class: "measured"}, human(r.measured_bps)), el("td", {}, meter(r.measured_bps, r.rate_bps, r.ceil_bps)),
+        el("td", {}, bytes(r.bytes)), el("td", {class: r.drops ? "red" : ""}, String(r.drops)), el("td", {}, bytes(r.backlog_bytes))))),
+      el("p", {class: "muted"}, "Latency is not measured by the agent: sluice lab measures it under load (docs/lab.md)."));
+    const mine = s => s.interface === r.interface && s.direction === r.direction && s["class"] === r["class"];
+    const rate = hist.series.filter(s => mine(s) && !s.kind);
+    if (!rate.length || hist.at.length < 2) {
+      document.getElementById("hchart-" + id).dataset.points = "0";
+      continue;
+    }
+    // Only the passes since the page asked: before, the host was not kept.
+    const first = rate[0].bps.findIndex(v => v != null);
+    const cut = {at: hist.at.slice(first), series: hist.series.filter(mine).map(s => Object.assign({}, s,
+      s.bps ? {bps: s.bps.slice(first)} : {values: s.values.slice(first)}))};
+    plot("hchart-" + id, rows(cut, cut.series.filter(s => !s.kind), v => v / 1e6, [r.rate_bps / 1e6, r.ceil_bps / 1e6]),
+      ["time", "measured", "rate", "ceil"], {
+        ylabel: "Mbit/s", includeZero: true, labelsDiv: document.getElementById("hlegend-" + id),
+        series: {rate: {strokePattern: DASHED, color: "#1a7f37", strokeWidth: 1}, ceil: {strokePattern: DASHED, color: "#cf222e", strokeWidth: 1}},
+      });
+    drawQueue("queue-h" + id, cut, () => true);
+  }
+}
+
+async function getJSON(url) {
+  const r = await fetch(url);
+  if (!r.ok) throw new Error(url + ": the agent answered " + r.status);
+  return r.json();
 }
 
 async function refresh() {
   try {
-    const [sr, hr] = await Promise.all([fetch("/api/v1/status?hosts=0"), fetch("/api/v1/history")]);
-    if (!sr.ok || !hr.ok) throw new Error("agent answered " + sr.status + "/" + hr.status);
-    const st = await sr.json(), hist = await hr.json();
-    drawHealth(st.health);
-    const trees = (st.sample && st.sample.trees) || [];
-    if (trees.length) {
-      const p = document.querySelector("#trees > p.muted");
-      if (p) p.remove();
+    const v = view();
+    show(v.name === "classes" ? "trees" : v.name + "-view");
+    if (v.name === "hosts") {
+      const q = document.getElementById("hosts-search").value, sort = document.getElementById("hosts-sort").value;
+      const [st, h] = await Promise.all([getJSON("/api/v1/status?hosts=0"),
+        getJSON("/api/v1/hosts?limit=25&sort=" + sort + (q ? "&q=" + encodeURIComponent(q) : ""))]);
+      drawHealth(st.health);
+      drawHosts(h);
+    } else if (v.name === "host") {
+      const [st, h, hist] = await Promise.all([getJSON("/api/v1/status?hosts=0"),
+        getJSON("/api/v1/hosts?host=" + encodeURIComponent(v.host)), getJSON("/api/v1/history")]);
+      drawHealth(st.health);
+      drawHost(v.host, h, hist);
+    } else {
+      const [st, hist] = await Promise.all([getJSON("/api/v1/status?hosts=0"), getJSON("/api/v1/history")]);
+      drawHealth(st.health);
+      const trees = (st.sample && st.sample.trees) || [];
+      if (trees.length) {
+        const p = document.querySelector("#trees > p.muted");
+        if (p) p.remove();
+      }
+      for (const t of trees) {
+        section(t);
+        drawTable(t, t.host_classes_omitted);
+        drawSharing(t);
+        drawChart(t, hist);
+      }
     }
-    for (const t of trees) {
-      section(t);
-      drawTable(t, t.host_classes_omitted);
-      drawSharing(t);
-      drawChart(t, hist);
-    }
+    document.getElementById("last-error").hidden = true;
     updates++;
     document.body.dataset.updates = String(updates);
   } catch (e) {
@@ -162,5 +340,15 @@ async function refresh() {
   }
 }
 
+window.addEventListener("hashchange", () => {
+  fromHash();
+  // A new host's page starts empty: its charts are the new host's.
+  document.getElementById("host-trees").replaceChildren();
+  for (const id of Object.keys(charts)) if (id.startsWith("hchart-") || id.startsWith("queue-h")) { charts[id].destroy(); delete charts[id]; }
+  refresh();
+});
+document.getElementById("hosts-search").addEventListener("input", () => refresh());
+document.getElementById("hosts-sort").addEventListener("change", () => refresh());
+fromHash();
 refresh();
 setInterval(refresh, 1000);

@@ -36,7 +36,10 @@ func labNamespaces(t *testing.T, prefix string) []string {
 
 // renders opens a report in headless Chromium and returns how many
 // charts it has and how many laid out with a visible size and drawn
-// paths (the page's own script counts them after load).
+// paths (the page's own script counts them after load). It fails the
+// test where the page is hard to read: a chart narrower than the page,
+// a label outside its chart, e-notation on an axis (1e+01), a chart
+// without its legend. SLUICE_SCREENSHOT_REPORT=FILE keeps a screenshot.
 func renders(t *testing.T, html string) (charts, rendered int) {
 	t.Helper()
 	if _, err := exec.LookPath("chromium"); err != nil {
@@ -46,18 +49,46 @@ func renders(t *testing.T, html string) (charts, rendered int) {
 		t.Skip("needs chromium (Debian package chromium) to render the report")
 	}
 	abs, _ := filepath.Abs(html)
-	out, err := exec.Command("chromium", "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-		"--disable-background-networking", "--disable-component-update", "--disable-sync",
-		"--user-data-dir="+t.TempDir(), "--virtual-time-budget=5000", "--dump-dom", "file://"+abs).Output()
+	args := []string{"--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+		"--disable-background-networking", "--disable-component-update", "--disable-sync", "--hide-scrollbars",
+		"--user-data-dir=" + t.TempDir(), "--virtual-time-budget=5000", "--window-size=1100,1400"}
+	out, err := exec.Command("chromium", append(args, "--dump-dom", "file://"+abs)...).Output()
 	if err != nil {
 		t.Fatalf("chromium: %v", err)
 	}
-	m := regexp.MustCompile(`<body data-charts="(\d+)" data-rendered="(\d+)"`).FindStringSubmatch(string(out))
-	if m == nil {
+	body := regexp.MustCompile(`<body( [^>]*)>`).FindStringSubmatch(string(out))
+	if body == nil || !strings.Contains(body[1], "data-charts=") {
 		t.Fatalf("the report's script did not run; body: %.300s", string(out))
 	}
-	charts, _ = strconv.Atoi(m[1])
-	rendered, _ = strconv.Atoi(m[2])
+	attr := func(name string) string {
+		m := regexp.MustCompile(` data-` + name + `="([^"]*)"`).FindStringSubmatch(body[1])
+		if m == nil {
+			t.Fatalf("the report's script set no data-%s", name)
+		}
+		return m[1]
+	}
+	charts, _ = strconv.Atoi(attr("charts"))
+	rendered, _ = strconv.Atoi(attr("rendered"))
+	for name, what := range map[string]string{"narrow": "charts narrower than the page", "clipped": "labels outside their chart",
+		"enotation": "axis labels in e-notation", "unkeyed": "charts without a legend"} {
+		if n := attr(name); n != "0" {
+			t.Errorf("report %s: %s %s %s", html, n, what, attr("clipped-text"))
+		}
+	}
+	// A screenshot, as the reader sees it: a page of charts is not blank.
+	shot := filepath.Join(t.TempDir(), "report.png")
+	if err := exec.Command("chromium", append(args, "--screenshot="+shot, "file://"+abs)...).Run(); err != nil {
+		t.Fatalf("chromium --screenshot: %v", err)
+	}
+	if fi, err := os.Stat(shot); err != nil {
+		t.Errorf("report screenshot: %v", err)
+	} else if fi.Size() < 30000 {
+		t.Errorf("report screenshot of %d bytes: blank?", fi.Size())
+	}
+	if keep := os.Getenv("SLUICE_SCREENSHOT_REPORT"); keep != "" {
+		b, _ := os.ReadFile(shot)
+		os.WriteFile(keep, b, 0o644)
+	}
 	return charts, rendered
 }
 

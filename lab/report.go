@@ -17,6 +17,8 @@ import (
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgsvg"
 )
 
 // Report is a scenario's results, ready to print or save.
@@ -307,6 +309,28 @@ func (r *Report) writeVerdicts(w io.Writer) {
 type chart struct {
 	Title string
 	SVG   template.HTML
+	// Keys is the chart's legend, drawn under it in the page (a legend
+	// inside the plot hides the data it sits on).
+	Keys []legendKey
+}
+
+// legendKey is one line of a legend: a sample of the line's colour,
+// width and dashes, and its name.
+type legendKey struct {
+	Name, Color, Dash string
+	Width             float64
+}
+
+// key describes a line for the legend under its chart.
+func key(name string, c color.Color, width vg.Length, dashes []vg.Length) legendKey {
+	r, g, b, _ := c.RGBA()
+	k := legendKey{Name: name, Color: fmt.Sprintf("#%02x%02x%02x", r>>8, g>>8, b>>8), Width: float64(width)}
+	var d []string
+	for _, l := range dashes {
+		d = append(d, fmt.Sprintf("%g", float64(l)))
+	}
+	k.Dash = strings.Join(d, ",")
+	return k
 }
 
 type variantView struct {
@@ -314,17 +338,77 @@ type variantView struct {
 	Charts                      []chart
 }
 
+// scales are the axes every variant's charts share, so that before and
+// after read at a glance: one time axis, one rate axis, one latency
+// axis for the whole report.
+type scales struct {
+	duration       float64 // s
+	rateMax        float64 // Mbit/s
+	rttMin, rttMax float64 // ms
+}
+
+// sharedScales finds the scales that hold every variant's data.
+func sharedScales(results []*Result) scales {
+	sc := scales{rttMin: math.Inf(1)}
+	top := func(xs []float64) {
+		for _, v := range xs {
+			sc.rateMax = math.Max(sc.rateMax, v/1e6)
+		}
+	}
+	for _, r := range results {
+		if r.Skipped != "" {
+			continue
+		}
+		sc.duration = math.Max(sc.duration, r.Duration)
+		for _, c := range r.Classes {
+			top(c.Bps)
+			sc.rateMax = math.Max(sc.rateMax, c.Rate/1e6)
+			if sh := c.Sharing; sh != nil {
+				top(sh.Limit)
+				top(sh.Share)
+				top(sh.Demand)
+			}
+		}
+		for _, it := range flowItems(r) {
+			top(it.bps)
+		}
+		for _, pr := range r.Probes {
+			for _, s := range pr.Samples {
+				if !s.Lost {
+					v := math.Max(s.RTT, 0.001)
+					sc.rttMin, sc.rttMax = math.Min(sc.rttMin, v), math.Max(sc.rttMax, v)
+				}
+			}
+		}
+	}
+	if sc.rateMax == 0 {
+		sc.rateMax = 1
+	}
+	if math.IsInf(sc.rttMin, 1) {
+		sc.rttMin, sc.rttMax = 0.01, 1
+	}
+	// Whole decades: the log axis's labels fall on its ends.
+	sc.rttMin = math.Pow10(int(math.Floor(math.Log10(sc.rttMin))))
+	sc.rttMax = math.Pow10(int(math.Ceil(math.Log10(sc.rttMax))))
+	if sc.rttMax <= sc.rttMin {
+		sc.rttMax = sc.rttMin * 10
+	}
+	return sc
+}
+
 // WriteHTML writes a self-contained page: the comparison table, the
-// expectations, and per variant the charts (SVG drawn with gonum/plot).
+// expectations, the latency of every variant on one chart, and per
+// variant its charts (SVG drawn with gonum/plot), all on shared axes.
 func (r *Report) WriteHTML(w io.Writer) error {
 	heads, rows := r.comparison()
+	sc := sharedScales(r.Results)
 	var views []variantView
 	nCharts := 0
 	for _, res := range r.Results {
 		v := variantView{Name: res.Variant, Note: res.Note, Skipped: res.Skipped, Policy: res.Policy}
 		if res.Skipped == "" {
-			for _, c := range []func(*Result) (chart, bool){classChart, sharingChart, latencyChart, hostsChart, flowChart} {
-				ch, ok := c(res)
+			for _, c := range []func(*Result, scales) (chart, bool){classChart, sharingChart, latencyChart, hostsChart, flowChart} {
+				ch, ok := c(res, sc)
 				if ok {
 					v.Charts = append(v.Charts, ch)
 					nCharts++
@@ -333,22 +417,34 @@ func (r *Report) WriteHTML(w io.Writer) error {
 		}
 		views = append(views, v)
 	}
+	var compare []chart
+	if ch, ok := latencyCompareChart(r.Results, sc); ok {
+		compare = append(compare, ch)
+		nCharts++
+	}
 	mh, mr := r.matrix()
 	return page.Execute(w, map[string]any{
-		"R": r, "Heads": heads, "Rows": rows, "Variants": views, "NCharts": nCharts, "MHeads": mh, "MRows": mr,
+		"R": r, "Heads": heads, "Rows": rows, "Variants": views, "NCharts": nCharts, "MHeads": mh, "MRows": mr, "Compare": compare,
 	})
 }
+
+// Chart sizes, in inches: the page is 10.4 in (1000 px) wide and the
+// charts fill it.
+const (
+	chartW = 10.4
+	chartH = 3.4
+)
 
 // SVG draws p at wIn x hIn inches as inline SVG for a report page.
 func SVG(p *plot.Plot, wIn, hIn float64) (template.HTML, error) { return svg(p, wIn, hIn) }
 
 func svg(p *plot.Plot, wIn, hIn float64) (template.HTML, error) {
-	wt, err := p.WriterTo(vg.Length(wIn)*vg.Inch, vg.Length(hIn)*vg.Inch, "svg")
-	if err != nil {
-		return "", err
-	}
+	c := vgsvg.New(vg.Length(wIn)*vg.Inch, vg.Length(hIn)*vg.Inch)
+	// A margin all round but the bottom: the last tick's label is
+	// centred on the axis's end and was cut in half.
+	p.Draw(draw.Crop(draw.New(c), vg.Points(6), -vg.Points(18), 0, -vg.Points(4)))
 	var b bytes.Buffer
-	if _, err := wt.WriteTo(&b); err != nil {
+	if _, err := c.WriteTo(&b); err != nil {
 		return "", err
 	}
 	s := b.String()
@@ -358,9 +454,62 @@ func svg(p *plot.Plot, wIn, hIn float64) (template.HTML, error) {
 	return template.HTML(s), nil
 }
 
+// timePlot is a plot of rates over the run's seconds on the shared axes,
+// its phases shaded and named along the top.
+func timePlot(title string, r *Result, sc scales) *plot.Plot {
+	p := plot.New()
+	p.Title.Text = title
+	p.X.Label.Text = "seconds"
+	p.Y.Label.Text = "Mbit/s"
+	p.X.Min, p.X.Max = 0, sc.duration
+	p.Y.Min, p.Y.Max = 0, sc.rateMax*1.18
+	phaseBands(p, r, sc.rateMax*1.06)
+	return p
+}
+
+// phaseBands shades every other phase and writes each phase's name at
+// its start, at height y.
+func phaseBands(p *plot.Plot, r *Result, y float64) {
+	var lab plotter.XYLabels
+	for i, ph := range r.Phases {
+		if i%2 == 1 {
+			if band, err := plotter.NewPolygon(plotter.XYs{{X: ph.Start, Y: p.Y.Min}, {X: ph.End, Y: p.Y.Min},
+				{X: ph.End, Y: p.Y.Max}, {X: ph.Start, Y: p.Y.Max}}); err == nil {
+				band.Color = color.Gray{Y: 242}
+				band.LineStyle.Width = 0
+				p.Add(band)
+			}
+		}
+		lab.XYs = append(lab.XYs, plotter.XY{X: ph.Start + 0.15, Y: y})
+		lab.Labels = append(lab.Labels, ph.Name)
+	}
+	if l, err := plotter.NewLabels(lab); err == nil {
+		for i := range l.TextStyle {
+			l.TextStyle[i].Color = color.Gray{Y: 90}
+		}
+		p.Add(l)
+	}
+}
+
+var (
+	dashed = []vg.Length{vg.Points(4), vg.Points(3)}
+	dotted = []vg.Length{vg.Points(1), vg.Points(2)}
+)
+
+// line adds xs (bits/s per bucket) to p as a line and returns its key.
+func line(p *plot.Plot, name string, xs []float64, bucket float64, c color.Color, width vg.Length, dashes []vg.Length) (legendKey, bool) {
+	l, err := plotter.NewLine(mbitSeries(xs, bucket))
+	if err != nil {
+		return legendKey{}, false
+	}
+	l.Color, l.Width, l.Dashes = c, width, dashes
+	p.Add(l)
+	return key(name, c, width, dashes), true
+}
+
 // classChart: goodput per class over time, with each class's configured
 // rate dashed in the same colour.
-func classChart(r *Result) (chart, bool) {
+func classChart(r *Result, sc scales) (chart, bool) {
 	var show []*ClassSeries
 	leaves := 0
 	for _, c := range r.Classes {
@@ -376,39 +525,27 @@ func classChart(r *Result) (chart, bool) {
 	if len(show) == 0 {
 		return chart{}, false
 	}
-	p := plot.New()
-	p.Title.Text = "Rate per class (router counters) against configured rates"
-	p.X.Label.Text = "seconds"
-	p.Y.Label.Text = "Mbit/s"
-	p.Legend.Top = true
+	p := timePlot("Rate per class (router counters) against its configured rate (dashed)", r, sc)
+	var keys []legendKey
 	for i, c := range show {
-		l, err := plotter.NewLine(mbitSeries(c.Bps, r.Bucket))
-		if err != nil {
-			continue
+		if k, ok := line(p, c.Key(), c.Bps, r.Bucket, plotutil.Color(i), vg.Points(1.5), nil); ok {
+			keys = append(keys, k)
 		}
-		l.Color = plotutil.Color(i)
-		l.Width = vg.Points(1.5)
-		p.Add(l)
-		p.Legend.Add(c.Key(), l)
 		rate, _ := plotter.NewLine(plotter.XYs{{X: 0, Y: c.Rate / 1e6}, {X: r.Duration, Y: c.Rate / 1e6}})
 		rate.Color = plotutil.Color(i)
-		rate.Dashes = []vg.Length{vg.Points(4), vg.Points(3)}
+		rate.Dashes = dashed
 		p.Add(rate)
 	}
-	phaseLines(p, r)
-	s, err := svg(p, 8, 3.6)
-	return chart{Title: "Rates per class", SVG: s}, err == nil
+	s, err := svg(p, chartW, chartH)
+	return chart{Title: "Rates per class", SVG: s, Keys: keys}, err == nil
 }
 
 // sharingChart: for classes under a sharing controller, the rate each
 // sent (solid), the limit in force (thin), its share (dashed) and the
 // demand the controller counted (dotted), per tenant in one colour.
-func sharingChart(r *Result) (chart, bool) {
-	p := plot.New()
-	p.Title.Text = "Sharing controller: rate, limit, share and demand per class"
-	p.X.Label.Text = "seconds"
-	p.Y.Label.Text = "Mbit/s"
-	p.Legend.Top = true
+func sharingChart(r *Result, sc scales) (chart, bool) {
+	p := timePlot("Sharing controller: rate, limit, share and demand per class", r, sc)
+	var keys []legendKey
 	n := 0
 	for _, c := range r.Classes {
 		sh := c.Sharing
@@ -426,23 +563,18 @@ func sharingChart(r *Result) (chart, bool) {
 			{"rate", c.Bps, 1.5, nil},
 			{"limit", sh.Limit, 0.8, nil},
 			{"share", sh.Share, 1, []vg.Length{vg.Points(5), vg.Points(3)}},
-			{"demand", sh.Demand, 1, []vg.Length{vg.Points(1), vg.Points(2)}},
+			{"demand", sh.Demand, 1, dotted},
 		} {
-			l, err := plotter.NewLine(mbitSeries(v.xs, r.Bucket))
-			if err != nil {
-				continue
+			if k, ok := line(p, c.Name+" "+v.what, v.xs, r.Bucket, col, vg.Points(v.width), v.dashes); ok {
+				keys = append(keys, k)
 			}
-			l.Color, l.Width, l.Dashes = col, vg.Points(v.width), v.dashes
-			p.Add(l)
-			p.Legend.Add(c.Name+" "+v.what, l)
 		}
 	}
 	if n == 0 {
 		return chart{}, false
 	}
-	phaseLines(p, r)
-	s, err := svg(p, 8, 4)
-	return chart{Title: "Sharing controller", SVG: s}, err == nil
+	s, err := svg(p, chartW, chartH+0.4)
+	return chart{Title: "Sharing controller", SVG: s, Keys: keys}, err == nil
 }
 
 // mbitSeries turns a series of bits/s per bucket into chart points.
@@ -454,49 +586,50 @@ func mbitSeries(xs []float64, bucket float64) plotter.XYs {
 	return pts
 }
 
-// phaseLines marks phase boundaries.
-func phaseLines(p *plot.Plot, r *Result) {
-	for _, ph := range r.Phases[1:] {
-		l, err := plotter.NewLine(plotter.XYs{{X: ph.Start, Y: p.Y.Min}, {X: ph.Start, Y: p.Y.Max}})
-		if err != nil {
-			continue
+// latencyPlot is an empty distribution of round trips on the shared log
+// axis, labelled 0.1, 1, 10, 100 (not 1e-01).
+func latencyPlot(title string, sc scales) *plot.Plot {
+	p := plot.New()
+	p.Title.Text = title
+	p.X.Label.Text = "round trip (ms, log scale)"
+	p.Y.Label.Text = "share of probes answered"
+	p.X.Scale = plot.LogScale{}
+	p.X.Tick.Marker = plot.LogTicks{Prec: -1}
+	p.X.Min, p.X.Max = sc.rttMin, sc.rttMax
+	p.Y.Min, p.Y.Max = 0, 1
+	return p
+}
+
+// cdf is the distribution of the answered round trips in samples, or
+// nil when none was answered.
+func cdf(samples []Sample) plotter.XYs {
+	var rtts []float64
+	for _, s := range samples {
+		if !s.Lost {
+			rtts = append(rtts, math.Max(s.RTT, 0.001))
 		}
-		l.Color = color.Gray{Y: 170}
-		l.Dashes = []vg.Length{vg.Points(1), vg.Points(2)}
-		p.Add(l)
 	}
+	if len(rtts) == 0 {
+		return nil
+	}
+	sort.Float64s(rtts)
+	pts := make(plotter.XYs, len(rtts))
+	for i, v := range rtts {
+		pts[i].X, pts[i].Y = v, float64(i+1)/float64(len(rtts))
+	}
+	return pts
 }
 
 // latencyChart: the distribution of each probe's round trips, idle (the
 // first phase) against loaded (the others).
-func latencyChart(r *Result) (chart, bool) {
-	p := plot.New()
-	p.Title.Text = "Latency: share of probes answered within x ms"
-	p.X.Label.Text = "round trip (ms, log scale)"
-	p.Y.Label.Text = "fraction"
-	p.X.Scale = plot.LogScale{}
-	p.X.Tick.Marker = plot.LogTicks{}
-	p.Legend.Left = false
-	p.Legend.Top = false
-	n := 0
+func latencyChart(r *Result, sc scales) (chart, bool) {
+	p := latencyPlot("Latency: share of probes answered within x ms, per phase", sc)
+	var keys []legendKey
 	for _, pr := range r.Probes {
 		for pi, ph := range r.Phases {
-			var rtts []float64
-			for _, s := range window(pr.Samples, ph.Start, ph.End) {
-				if !s.Lost {
-					rtts = append(rtts, math.Max(s.RTT, 0.001))
-				}
-			}
-			if len(rtts) == 0 {
-				continue
-			}
-			sort.Float64s(rtts)
-			pts := make(plotter.XYs, len(rtts))
-			for i, v := range rtts {
-				pts[i].X, pts[i].Y = v, float64(i+1)/float64(len(rtts))
-			}
+			pts := cdf(window(pr.Samples, ph.Start, ph.End))
 			l, err := plotter.NewLine(pts)
-			if err != nil {
+			if pts == nil || err != nil {
 				continue
 			}
 			l.Color = plotutil.Color(pi)
@@ -505,19 +638,48 @@ func latencyChart(r *Result) (chart, bool) {
 			}
 			l.Width = vg.Points(1.5)
 			p.Add(l)
-			p.Legend.Add(pr.Name+" "+ph.Name, l)
-			n++
+			keys = append(keys, key(pr.Name+" "+ph.Name, l.Color, l.Width, l.Dashes))
 		}
 	}
-	if n == 0 {
+	if len(keys) == 0 {
 		return chart{}, false
 	}
-	s, err := svg(p, 8, 3.6)
-	return chart{Title: "Latency, idle and loaded", SVG: s}, err == nil
+	s, err := svg(p, chartW, chartH)
+	return chart{Title: "Latency, idle and loaded", SVG: s, Keys: keys}, err == nil
+}
+
+// latencyCompareChart: each variant's first probe under load (every
+// phase but the first, idle one) on one chart, before against after.
+func latencyCompareChart(results []*Result, sc scales) (chart, bool) {
+	p := latencyPlot("Latency under load: share of probes answered within x ms, per variant", sc)
+	var keys []legendKey
+	for i, r := range results {
+		if r.Skipped != "" || len(r.Probes) == 0 || len(r.Phases) < 2 {
+			continue
+		}
+		pr := r.Probes[0]
+		var loaded []Sample
+		for _, ph := range r.Phases[1:] {
+			loaded = append(loaded, window(pr.Samples, ph.Start, ph.End)...)
+		}
+		pts := cdf(loaded)
+		l, err := plotter.NewLine(pts)
+		if pts == nil || err != nil {
+			continue
+		}
+		l.Color, l.Width = plotutil.Color(i), vg.Points(2)
+		p.Add(l)
+		keys = append(keys, key(r.Variant+": "+pr.Name+" under load", l.Color, l.Width, nil))
+	}
+	if len(keys) < 2 {
+		return chart{}, false
+	}
+	s, err := svg(p, chartW, chartH)
+	return chart{Title: "Latency under load, every variant", SVG: s, Keys: keys}, err == nil
 }
 
 // hostsChart: goodput per host in each loaded phase.
-func hostsChart(r *Result) (chart, bool) {
+func hostsChart(r *Result, sc scales) (chart, bool) {
 	var phases []*PhaseResult
 	hostSet := map[string]bool{}
 	for _, ph := range r.Phases {
@@ -537,9 +699,11 @@ func hostsChart(r *Result) (chart, bool) {
 	}
 	sort.Slice(hosts, func(i, j int) bool { return hostLess(hosts[i], hosts[j]) })
 	p := plot.New()
-	p.Title.Text = "Goodput per host"
+	p.Title.Text = "Goodput per host, per phase"
 	p.Y.Label.Text = "Mbit/s"
+	p.Y.Min = 0
 	w := vg.Points(14)
+	var keys []legendKey
 	for i, ph := range phases {
 		vals := make(plotter.Values, len(hosts))
 		for j, h := range hosts {
@@ -553,12 +717,11 @@ func hostsChart(r *Result) (chart, bool) {
 		bars.LineStyle.Width = 0
 		bars.Offset = w * vg.Length(i-len(phases)/2)
 		p.Add(bars)
-		p.Legend.Add(fmt.Sprintf("%s (Jain %.3f)", ph.Name, ph.HostsFairness), bars)
+		keys = append(keys, key(fmt.Sprintf("%s (Jain %.3f)", ph.Name, ph.HostsFairness), bars.Color, vg.Points(8), nil))
 	}
-	p.Legend.Top = true
 	p.NominalX(hosts...)
-	s, err := svg(p, 8, 3.4)
-	return chart{Title: "Goodput per host", SVG: s}, err == nil
+	s, err := svg(p, chartW, chartH)
+	return chart{Title: "Goodput per host", SVG: s, Keys: keys}, err == nil
 }
 
 func hostLess(a, b string) bool {
@@ -571,41 +734,47 @@ func hostLess(a, b string) bool {
 	return a < b
 }
 
+type flowItem struct {
+	name string
+	bps  []float64
+}
+
+// flowItems sums each traffic item's flows, in the order they come.
+func flowItems(r *Result) []flowItem {
+	var out []flowItem
+	index := map[string]int{}
+	for _, f := range r.Flows {
+		i, ok := index[f.Item]
+		if !ok {
+			i = len(out)
+			index[f.Item] = i
+			out = append(out, flowItem{f.Item, make([]float64, len(f.Goodput))})
+		}
+		for j, v := range f.Goodput {
+			if j < len(out[i].bps) {
+				out[i].bps[j] += v
+			}
+		}
+	}
+	return out
+}
+
 // flowChart: goodput of each traffic item over time (when no class
 // chart explains it, e.g. unshaped variants).
-func flowChart(r *Result) (chart, bool) {
-	items := map[string][]float64{}
-	var order []string
-	for _, f := range r.Flows {
-		if _, ok := items[f.Item]; !ok {
-			order = append(order, f.Item)
-			items[f.Item] = make([]float64, len(f.Goodput))
-		}
-		for i, v := range f.Goodput {
-			items[f.Item][i] += v
-		}
-	}
-	if len(order) == 0 {
+func flowChart(r *Result, sc scales) (chart, bool) {
+	items := flowItems(r)
+	if len(items) == 0 {
 		return chart{}, false
 	}
-	p := plot.New()
-	p.Title.Text = "Goodput per traffic item (receiver side)"
-	p.X.Label.Text = "seconds"
-	p.Y.Label.Text = "Mbit/s"
-	p.Legend.Top = true
-	for i, it := range order {
-		l, err := plotter.NewLine(mbitSeries(items[it], r.Bucket))
-		if err != nil {
-			continue
+	p := timePlot("Goodput per traffic item (receiver side)", r, sc)
+	var keys []legendKey
+	for i, it := range items {
+		if k, ok := line(p, it.name, it.bps, r.Bucket, plotutil.Color(i), vg.Points(1.5), nil); ok {
+			keys = append(keys, k)
 		}
-		l.Color = plotutil.Color(i)
-		l.Width = vg.Points(1.5)
-		p.Add(l)
-		p.Legend.Add(it, l)
 	}
-	phaseLines(p, r)
-	s, err := svg(p, 8, 3.4)
-	return chart{Title: "Goodput per traffic item", SVG: s}, err == nil
+	s, err := svg(p, chartW, chartH)
+	return chart{Title: "Goodput per traffic item", SVG: s, Keys: keys}, err == nil
 }
 
 var page = template.Must(template.New("report").Parse(`<!doctype html>
@@ -616,7 +785,8 @@ body{font-family:system-ui,sans-serif;max-width:1000px;margin:2em auto;padding:0
 table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:.25em .6em;text-align:left;font-variant-numeric:tabular-nums}
 th{background:#f3f3f3}.pass{color:#176a17}.fail{color:#b00;font-weight:bold}
 figure{margin:1em 0}figcaption{font-weight:600;margin-bottom:.3em}pre{background:#f7f7f7;padding:.6em;overflow:auto;font-size:85%}
-.chart svg{max-width:100%;height:auto}
+.chart>svg{width:100%;height:auto;display:block}
+.keys{display:flex;flex-wrap:wrap;gap:.2em 1.2em;font-size:85%;margin:.2em 0 0 3.5em}.keys svg{vertical-align:middle;margin-right:.3em}
 </style></head>
 <body>
 <h1>sluice lab: {{.R.Scenario}}</h1>
@@ -631,26 +801,46 @@ figure{margin:1em 0}figcaption{font-weight:600;margin-bottom:.3em}pre{background
 <table><tr><th>phase</th><th>metric</th>{{range .Heads}}<th>{{.}}</th>{{end}}</tr>
 {{range .Rows}}<tr><td>{{.Phase}}</td><td>{{.Metric}}</td>{{range .Values}}<td>{{.}}</td>{{end}}</tr>{{end}}
 </table>{{end}}
+{{range .Compare}}{{template "chart" .}}{{end}}
 {{if .R.Verdicts}}<h2>Expectations</h2><table><tr><th></th><th>expectation</th><th>actual</th><th>want</th></tr>
-{{range .R.Verdicts}}<tr><td>{{if .Skipped}}skip{{else if .Pass}}<span class="pass">pass</span>{{else}}<span class="fail">FAIL</span>{{end}}</td><td>{{.Expect}}</td><td>{{printf "%.4g" .Actual}}{{if .Note}} ({{.Note}}){{end}}</td><td>{{.Want}}</td></tr>{{end}}
+{{range .R.Verdicts}}<tr><td>{{if .Skipped}}skip{{else if .Pass}}<span class="pass">pass</span>{{else}}<span class="fail">FAIL</span>{{end}}</td><td>{{.Expect}}</td><td>{{if .Shown}}{{.Shown}}{{else}}{{printf "%.4g" .Actual}}{{end}}{{if .Note}} ({{.Note}}){{end}}</td><td>{{.Want}}</td></tr>{{end}}
 </table>{{end}}
 {{range .Variants}}<h2>{{.Name}}</h2>{{if .Note}}<p>{{.Note}}</p>{{end}}
 {{if .Skipped}}<p><i>Skipped: {{.Skipped}}</i></p>{{else}}
-{{range .Charts}}<figure class="chart"><figcaption>{{.Title}}</figcaption>{{.SVG}}</figure>{{end}}
+{{range .Charts}}{{template "chart" .}}{{end}}
 {{if .Policy}}<details><summary>policy</summary><pre>{{.Policy}}</pre></details>{{end}}{{end}}
 {{end}}
 <script>
 // Marks the page once every chart has laid out with a visible size and
-// drawn paths: the report's own test reads this attribute.
+// drawn paths, and counts what would make it hard to read: a chart
+// narrower than the page, a label outside its chart, a number in
+// e-notation on an axis, a chart without its legend. The report's own
+// test reads these attributes.
 addEventListener("load", function () {
-  var ok = 0, svgs = document.querySelectorAll(".chart svg");
-  svgs.forEach(function (s) {
-    var r = s.getBoundingClientRect();
+  var ok = 0, narrow = 0, clipped = [], enotation = 0, unkeyed = 0;
+  var figs = document.querySelectorAll("figure.chart"), page = document.querySelector("h1").getBoundingClientRect().width;
+  figs.forEach(function (f) {
+    var s = f.querySelector(":scope > svg"), r = s.getBoundingClientRect();
     if (r.width > 100 && r.height > 100 && s.querySelectorAll("path").length > 3) ok++;
+    if (r.width < 0.95 * page) narrow++;
+    s.querySelectorAll("text").forEach(function (t) {
+      var b = t.getBoundingClientRect();
+      if (b.width && (b.left < r.left - 1 || b.right > r.right + 1 || b.top < r.top - 1 || b.bottom > r.bottom + 1)) clipped.push(t.textContent);
+      if (/\de[+-]?\d/.test(t.textContent)) enotation++;
+    });
+    if (!f.querySelector(".keys span")) unkeyed++;
   });
-  document.body.setAttribute("data-charts", svgs.length);
-  document.body.setAttribute("data-rendered", ok);
+  var b = document.body;
+  b.setAttribute("data-charts", figs.length);
+  b.setAttribute("data-rendered", ok);
+  b.setAttribute("data-narrow", narrow);
+  b.setAttribute("data-clipped", clipped.length);
+  b.setAttribute("data-clipped-text", clipped.slice(0, 5).join(" | "));
+  b.setAttribute("data-enotation", enotation);
+  b.setAttribute("data-unkeyed", unkeyed);
 });
 </script>
 </body></html>
+{{define "chart"}}<figure class="chart"><figcaption>{{.Title}}</figcaption>{{.SVG}}
+<div class="keys">{{range .Keys}}<span><svg width="30" height="10"><line x1="0" y1="5" x2="30" y2="5" stroke="{{.Color}}" stroke-width="{{.Width}}"{{if .Dash}} stroke-dasharray="{{.Dash}}"{{end}}/></svg>{{.Name}}</span>{{end}}</div></figure>{{end}}
 `))

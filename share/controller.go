@@ -149,6 +149,7 @@ func (c *Controller) Step(now time.Time, rs []Reading) []Decision {
 	ds := make([]Decision, len(c.Children))
 	capacity := c.Capacity
 	var ms []Member
+	var floors []float64
 	var idx []int
 	for i, ch := range c.Children {
 		d := &ds[i]
@@ -182,9 +183,12 @@ func (c *Controller) Step(now time.Time, rs []Reading) []Decision {
 			want = max(want, ch.Rate)
 		}
 		ms = append(ms, Member{Weight: ch.Weight, Demand: want})
+		floors = append(floors, ch.Rate)
 		idx = append(idx, i)
 	}
-	shares := MaxMin(max(capacity, 0), ms)
+	// Rates first, then the rest by weight: HTB's split, and the
+	// reference's.
+	shares := MaxMinOver(max(capacity, 0), ms, floors)
 	// A capped child's ceil is its share as if no idle child reserved
 	// its rate: it may take what those leave, never what busy siblings
 	// are due.
@@ -194,7 +198,7 @@ func (c *Controller) Step(now time.Time, rs []Reading) []Decision {
 		for k, i := range idx {
 			wants[k] = Member{Weight: ms[k].Weight, Demand: min(ds[i].Demand, c.Children[i].Ceil)}
 		}
-		open = MaxMin(max(capacity, 0), wants)
+		open = MaxMinOver(max(capacity, 0), wants, floors)
 	}
 	for k, i := range idx {
 		ch, d := c.Children[i], &ds[i]

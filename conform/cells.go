@@ -7,6 +7,7 @@ import (
 	"math/rand"
 	"sort"
 	"strings"
+	"time"
 
 	"sluice/policy"
 	"sluice/share"
@@ -225,6 +226,33 @@ type SubjectResult struct {
 // reference run that carried less than the bed can is no reason to
 // fail a cell that carried more).
 const Tolerance = 0.05
+
+// minPackets is how many full-size packets a cell's window holds for
+// its smallest share at least. The counters move by whole packets: at
+// 1 Mbit/s a 100 kbit class sends 25 in 3 s, and two packets more or
+// less at the window's edges read as 8% of its share
+// (examples/police.yaml: 6.8% in 3 s, 0.0% in 9 s).
+const minPackets = 50
+
+// maxWindow bounds how far Window stretches a cell's measurement.
+const maxWindow = 4
+
+// Window is how long to measure cell c: measure, or longer where the
+// smallest share the reference gives (ideal) would send fewer than
+// minPackets full-size packets in it (at most maxWindow times measure).
+func Window(measure time.Duration, c Cell, ideal map[string]float64) time.Duration {
+	least := math.Inf(1)
+	for _, d := range c.Demands {
+		if x := ideal[d.Subject]; x > 0 {
+			least = min(least, x)
+		}
+	}
+	if math.IsInf(least, 1) {
+		return measure
+	}
+	need := time.Duration(minPackets * 1514 * 8 / least * float64(time.Second)).Round(time.Second)
+	return min(max(measure, need), maxWindow*measure)
+}
 
 // Judge compares measured rates (bits/s on the wire, by subject) with
 // the ideal ones. A subject's deviation is the difference between its

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"sluice/policy"
 )
@@ -382,6 +383,26 @@ func TestReportShowsSecondMeasurements(t *testing.T) {
 	for _, want := range []string{"8.10 Mbit/s (measured twice: the first carried this in all)", "(measured twice: the first was 6.8% from the reference)"} {
 		if !strings.Contains(strings.Join(strings.Fields(b.String()), " "), want) {
 			t.Errorf("report lacks %q:\n%s", want, b.String())
+		}
+	}
+}
+
+// A cell's window holds 50 full-size packets of its smallest share:
+// 3 s at 100 Mbit/s, 6 s for a 100 kbit class, never beyond 4 times the
+// measure time, and the measure time where no share is known.
+func TestWindowHoldsPackets(t *testing.T) {
+	c := Cell{Demands: []Demand{{Subject: "a"}, {Subject: "b"}, {Subject: "idle"}}}
+	for _, tc := range []struct {
+		ideal map[string]float64
+		want  time.Duration
+	}{
+		{map[string]float64{"a": 50e6, "b": 50e6}, 3 * time.Second},
+		{map[string]float64{"a": 900e3, "b": 100e3, "idle": 0}, 6 * time.Second},
+		{map[string]float64{"a": 900e3, "b": 10e3}, 12 * time.Second},
+		{map[string]float64{}, 3 * time.Second},
+	} {
+		if got := Window(3*time.Second, c, tc.ideal); got != tc.want {
+			t.Errorf("%v: window %v, want %v", tc.ideal, got, tc.want)
 		}
 	}
 }

@@ -76,6 +76,10 @@ type CellReport struct {
 	// it was past the tolerance by less than as much again, and the
 	// cell was measured once more.
 	FirstWorst float64 `json:"first_worst,omitempty"`
+	// Window, when set, is how long the cell was measured (seconds),
+	// longer than the run's measure time: its smallest share would
+	// have sent too few packets to judge (Window).
+	Window float64 `json:"window_s,omitempty"`
 }
 
 // Name is "eth0 egress".
@@ -168,6 +172,9 @@ func (r *Report) WriteText(w io.Writer, quiet bool) {
 				verdict = "FAIL: " + c.Verdict.Why
 			}
 			if quiet {
+				if c.Window > 0 {
+					verdict += fmt.Sprintf(" (measured %.0f s)", c.Window)
+				}
 				fmt.Fprintf(tw, "  %s\t%.1f%%\t%s\n", c.Name, 100*c.Verdict.Worst, verdict)
 				continue
 			}
@@ -186,6 +193,9 @@ func (r *Report) WriteText(w io.Writer, quiet bool) {
 			}
 			if c.FirstWorst > 0 {
 				fmt.Fprintf(tw, "  \t\t\t\t\t\t\t\t(measured twice: the first was %.1f%% from the reference)\n", 100*c.FirstWorst)
+			}
+			if c.Window > 0 {
+				fmt.Fprintf(tw, "  \t\t\t\t\t\t\t\t(measured %.0f s: %d packets of its smallest share)\n", c.Window, minPackets)
 			}
 		}
 		tw.Flush()

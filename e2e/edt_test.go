@@ -571,12 +571,14 @@ func TestEDTSharingController(t *testing.T) {
 		}
 		return m
 	}
+	// The reference's split: each class's 100kbit rate, and the other
+	// 19.8mbit by the weights 1:3.
 	took, ok := within(15*time.Second, func() bool {
 		l := limits()
-		return l["a"] == 5e6 && l["b"] == 15e6
+		return l["a"] == 5.05e6 && l["b"] == 14.95e6
 	})
 	if !ok {
-		t.Fatalf("limits %v after 15 s, want a 5mbit and b 15mbit\n%s", limits(), must(t, "--netns", a, "show"))
+		t.Fatalf("limits %v after 15 s, want a 5.05mbit and b 14.95mbit\n%s", limits(), must(t, "--netns", a, "show"))
 	}
 	t.Logf("caps in force %.1f s after the flood began", took.Seconds())
 	time.Sleep(time.Second)

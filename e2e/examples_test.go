@@ -14,7 +14,7 @@ import (
 )
 
 // exampleRuns says, for every policy in examples/, how CI measures what
-// its comments promise: "conformance" (TestExamplesConform, every cell
+// its comments promise (one way or more, comma-separated): "conformance" (TestExamplesConform, every cell
 // against the weighted max-min reference), "caps" (the same on a kernel
 // with fq: each class and host alone gets its ceil, the EDT backend's
 // promise, which shares by caps, not weights), or the test that runs
@@ -25,7 +25,7 @@ var exampleRuns = map[string]string{
 	"sharing.yaml":      "conformance",
 	"police.yaml":       "conformance",
 	"ipv6.yaml":         "TestIPv6ExampleClassifies",
-	"wondershaper.yaml": "conformance",
+	"wondershaper.yaml": "conformance, TestWondershaperExample",
 	"isp.yaml":          "conformance",
 	"edt.yaml":          "caps",
 	"isp-edt.yaml":      "caps",
@@ -72,16 +72,15 @@ func TestExamplesConform(t *testing.T) {
 	}
 }
 
-// exampleKnown names, per example, cells whose verdict is logged but
-// not judged, and why. wondershaper.yaml: at 220 kbit/s with linklayer
-// atm, the UDP flow sent at half the interactive class's share (11
-// kbit/s of Ethernet frames) reads 15.9 kbit/s on the class's counters,
-// which count ATM cells: 12.7 of that is the cells of its frames (the
-// reference takes the demand as it is sent, not as the size table
-// counts it), the other 3 are not explained yet. Open in
-// docs/sharing.md; its TCP cells are judged.
+// exampleKnown names, per example, a cell (TREE/CELL) whose verdict is
+// logged but not judged, and why. wondershaper.yaml's egress at 220
+// kbit/s with linklayer atm: the UDP flow sent at half the interactive
+// class's share reads 7 to 10% of the total where the reference, in the
+// ATM cells the counters count, says 5.8%; not explained yet, open in
+// docs/sharing.md. Its other cells, and the same cell on its ingress,
+// are judged.
 var exampleKnown = map[string]string{
-	"wondershaper.yaml": "interactive udp at half its share",
+	"wondershaper.yaml": "eth0 egress/interactive udp at half its share",
 }
 
 // The EDT examples, on a kernel with fq (the lane), give each class and
@@ -105,7 +104,7 @@ func TestEDTExamplesHoldTheirCaps(t *testing.T) {
 func examplesMeasuredBy(how string) []string {
 	var names []string
 	for name, h := range exampleRuns {
-		if h == how {
+		if slices.Contains(strings.Split(h, ", "), how) {
 			names = append(names, name)
 		}
 	}
@@ -137,7 +136,7 @@ func conformExample(t *testing.T, name string, cells func(string, []*conform.Sub
 	for _, tr := range r.Trees {
 		for _, c := range tr.Cells {
 			ran++
-			if c.Name == exampleKnown[name] {
+			if tr.Name()+"/"+c.Name == exampleKnown[name] {
 				t.Logf("not judged (exampleKnown): %s %s: worst %.1f%%", tr.Name(), c.Name, 100*c.Verdict.Worst)
 				continue
 			}

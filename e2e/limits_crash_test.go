@@ -20,7 +20,8 @@ import (
 // and a plain apply after it puts the policy back.
 func TestControllerStepKilledAtEveryWrite(t *testing.T) {
 	// Without traffic the first step splits the link as if every class
-	// wanted its ceil (5 and 15 Mbit/s as rates): two class writes.
+	// wanted its ceil (each its 100kbit rate and 19.8 Mbit/s by 1:3,
+	// 5.05 and 14.95 Mbit/s, as rates): two class writes.
 	src := func(dev string) string {
 		return policyFor(dev, `    egress:
       rate: 20mbit
@@ -37,7 +38,7 @@ func TestControllerStepKilledAtEveryWrite(t *testing.T) {
 		deadline := time.Now().Add(10 * time.Second)
 		for {
 			s := kernelState(t, ns)
-			if strings.Contains(s, "rate 5Mbit") && strings.Contains(s, "rate 15Mbit") {
+			if strings.Contains(s, "rate 5050Kbit") && strings.Contains(s, "rate 14950Kbit") {
 				return s
 			}
 			if time.Now().After(deadline) {

@@ -103,9 +103,12 @@ func listen(ns, network string, at netip.AddrPort) (io.Closer, net.Listener, net
 
 // dial connects from ns (from the local address from, if valid) to dst
 // with DSCP dscp and, for TCP, congestion control cc set before the
-// first packet leaves.
+// first packet leaves. It waits 15 s: a SYN may meet a full queue on a
+// slow link (a 70 KB FIFO is 2.5 s at 220 kbit/s) and be dropped there,
+// and TCP sends its third try 3 s after the first, its fourth 7 s after
+// (examples/wondershaper.yaml's conformance timed out at 5 s).
 func dial(ctx context.Context, ns, network string, from, dst netip.AddrPort, cc string, dscp int) (net.Conn, error) {
-	d := net.Dialer{Timeout: 5 * time.Second, Control: func(_, _ string, c syscall.RawConn) error {
+	d := net.Dialer{Timeout: 15 * time.Second, Control: func(_, _ string, c syscall.RawConn) error {
 		var serr error
 		err := c.Control(func(fd uintptr) {
 			if cc != "" {
@@ -114,7 +117,16 @@ func dial(ctx context.Context, ns, network string, from, dst netip.AddrPort, cc 
 					return
 				}
 			}
-			serr = setTOS(fd, dst.Addr().Is6(), dscp)
+			if serr = setTOS(fd, dst.Addr().Is6(), dscp); serr != nil {
+				return
+			}
+			// Several flows from one fixed port (a subject matched by a
+			// sport rule, to different ports of the sink) each bind it:
+			// their 4-tuples differ, but without SO_REUSEADDR the
+			// second bind fails ("address already in use").
+			if network == "tcp" && from.Port() != 0 {
+				serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_REUSEADDR, 1)
+			}
 		})
 		if err != nil {
 			return err

@@ -187,8 +187,16 @@ func (c *Controller) Step(now time.Time, rs []Reading) []Decision {
 		idx = append(idx, i)
 	}
 	// Rates first, then the rest by weight: HTB's split, and the
-	// reference's.
-	shares := MaxMinOver(max(capacity, 0), ms, floors)
+	// reference's. A shard's rate is no guarantee of the policy's but a
+	// floor that keeps the shard alive: shards share by weight alone
+	// (the hosts active in each), as the reference shares their hosts.
+	split := func(capacity float64, ms []Member) []float64 {
+		if c.Hard {
+			return MaxMin(capacity, ms)
+		}
+		return MaxMinOver(capacity, ms, floors)
+	}
+	shares := split(max(capacity, 0), ms)
 	// A capped child's ceil is its share as if no idle child reserved
 	// its rate: it may take what those leave, never what busy siblings
 	// are due.
@@ -198,7 +206,7 @@ func (c *Controller) Step(now time.Time, rs []Reading) []Decision {
 		for k, i := range idx {
 			wants[k] = Member{Weight: ms[k].Weight, Demand: min(ds[i].Demand, c.Children[i].Ceil)}
 		}
-		open = MaxMinOver(max(capacity, 0), wants, floors)
+		open = split(max(capacity, 0), wants)
 	}
 	for k, i := range idx {
 		ch, d := c.Children[i], &ds[i]

@@ -65,7 +65,10 @@ func (h *history) add(s *stats.Sample) {
 		n := 0
 		for _, c := range t.Classes {
 			if IsHostClass(c.Name) {
-				if _, host, _ := splitHost(c.Name); !watching || h.watched[host].IsZero() {
+				if !watching {
+					continue // the common case: no page asks for a host
+				}
+				if _, host, _ := splitHost(c.Name); h.watched[host].IsZero() {
 					continue
 				}
 			} else if n >= maxCharted {

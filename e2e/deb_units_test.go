@@ -151,7 +151,7 @@ func bootSystemd(t *testing.T, deb string) *machine {
 				m.pid = pid
 			}
 		}
-		if exec.Command("kill", "-0", strconv.Itoa(cmd.Process.Pid)).Run() != nil {
+		if syscall.Kill(cmd.Process.Pid, 0) != nil {
 			t.Fatalf("the boot script ended:\n%s", console)
 		}
 	}

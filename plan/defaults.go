@@ -66,7 +66,7 @@ const (
 	// (measured: 4 TCP flows at 5mbit got 5% of the rate with 31 KB, 95%
 	// with 70 KB).
 	bfifoTime     = 0.050
-	minBfifoBytes = 65536 + 3*frameBytes
+	MinBfifoBytes = 65536 + 3*frameBytes // exported: importers keep old limits above it
 
 	// cakeRTT (µs) is a cake leaf's rtt: its AQM's interval, and its
 	// target a twentieth of it (20 ms), both sent as tc's `rtt` sends
@@ -150,7 +150,7 @@ func QuantumFor(rate, link units.Rate, leaf Leaf) uint32 {
 // per-host class with a share of 5 of 40 Mbit/s queued 400 ms (measured
 // in the fair-share scenario: 340 ms of TCP RTT, against 109 ms through
 // a plain FIFO). Never more than bfifoTime at the ceil, never less than
-// minBfifoBytes, and never less than two quanta and three frames: a
+// MinBfifoBytes, and never less than two quanta and three frames: a
 // class takes its turns from its queue, and a queue that cannot hold a
 // turn's quantum after a TCP flow has halved its window empties before
 // the turn ends, so the class's share follows its queue, not its weight
@@ -160,6 +160,6 @@ func QuantumFor(rate, link units.Rate, leaf Leaf) uint32 {
 func BfifoLimit(rate, ceil units.Rate, quantum uint32) uint32 {
 	b := uint64(float64(max(rate, 1)) * bfifoTime)
 	b = min(b, uint64(float64(ceil)*bfifoTime))
-	b = max(b, minBfifoBytes, 2*uint64(quantum)+3*frameBytes)
+	b = max(b, MinBfifoBytes, 2*uint64(quantum)+3*frameBytes)
 	return uint32(min(b, 1<<30))
 }

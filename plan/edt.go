@@ -194,7 +194,7 @@ func fqLimit(t *policy.Tree) uint32 {
 // horizonFor is an aggregate's horizon: the tree's, but never less than
 // the time one maximal GSO/GRO packet (64 KB) and three frames take at
 // the aggregate's cap, for the reason bfifo leaves get that floor
-// (minBfifoBytes): a 64 KB packet pushes a 2mbit aggregate's clock 262 ms
+// (MinBfifoBytes): a 64 KB packet pushes a 2mbit aggregate's clock 262 ms
 // ahead, and with a 100 ms horizon the packets after it were dropped in
 // runs that TCP only recovers from by timeout (measured in the lane:
 // 2mbit hosts at 0.78 to 0.87 of their cap; at or above it with the
@@ -208,7 +208,7 @@ func horizonFor(h time.Duration, limit units.Rate) uint64 {
 func HorizonFor(h time.Duration, limit units.Rate) uint64 {
 	ns := uint64(h)
 	if limit > 0 {
-		ns = max(ns, uint64(float64(minBfifoBytes)*1e9/float64(limit)))
+		ns = max(ns, uint64(float64(MinBfifoBytes)*1e9/float64(limit)))
 	}
 	return min(ns, uint64(policy.MaxHorizon))
 }

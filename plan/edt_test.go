@@ -129,8 +129,8 @@ func TestEDTPlan(t *testing.T) {
 		t.Fatalf("web horizon %d", web.Horizon)
 	}
 	for _, h := range c.Hosts {
-		if h.Horizon != uint64(float64(minBfifoBytes)*1e9/625_000) {
-			t.Fatalf("host horizon %d, want %d", h.Horizon, uint64(float64(minBfifoBytes)*1e9/625_000))
+		if h.Horizon != uint64(float64(MinBfifoBytes)*1e9/625_000) {
+			t.Fatalf("host horizon %d, want %d", h.Horizon, uint64(float64(MinBfifoBytes)*1e9/625_000))
 		}
 		break
 	}

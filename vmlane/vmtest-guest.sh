@@ -17,7 +17,7 @@ declare -A expect
 for f in ${SLUICE_EXPECT_FEATURES//,/ }; do expect[$f]=1; done
 for m in sch_htb sch_tbf sch_ingress cls_u32 cls_bpf act_mirred ifb veth tun bridge \
          sch_fq:fq sch_fq_codel:fq_codel sch_sfq:sfq sch_cake:cake sch_netem:netem sch_prio:prio \
-         sch_mqprio:mqprio cls_fw:fw act_police:police tcp_bbr:bbr; do
+         sch_mqprio:mqprio cls_fw:fw act_police:police tcp_bbr:bbr sch_cbq:cbq; do
   mod=${m%%:*} feat=${m#*:}
   [[ $feat == "$m" ]] && feat=""
   if ! modprobe "$mod" 2>/dev/null; then
@@ -48,7 +48,7 @@ fi
 # (leaves, marks, netem, congestion controls) or that check kernel
 # semantics (classification, rollback, ownership, export), and the
 # package installed and its units started under systemd.
-e2e_default='^(TestFeaturesTheKernelMayLack|TestDoctorAgreesWithTC|TestPlanApplyShowReset|TestExportReproducesApply|TestExportBPFTreeAsU32|TestCraftedPacketsLandInTheirClass|TestBPF[A-Za-z]*|TestMarkedPacketsReachTheirClass|TestSharedClsactAndForeignFilters|TestReplacedRootIsForeign|TestMissingShardIsRepaired|TestDelayLine|TestNetemDelayAndLoss|TestMatrixSkipsMissingLeaves|TestEgressLimit20mbit|TestIngressLimit20mbit|TestCCMatrixFillsEveryRow|TestDemoOnStockKernel|TestEDT[A-Za-z]*|TestFairShareScenario|TestConformanceMatrix|TestDebUnitsStartUnderSystemd)$'
+e2e_default='^(TestFeaturesTheKernelMayLack|TestDoctorAgreesWithTC|TestPlanApplyShowReset|TestExportReproducesApply|TestExportBPFTreeAsU32|TestCraftedPacketsLandInTheirClass|TestBPF[A-Za-z]*|TestMarkedPacketsReachTheirClass|TestSharedClsactAndForeignFilters|TestReplacedRootIsForeign|TestMissingShardIsRepaired|TestDelayLine|TestNetemDelayAndLoss|TestMatrixSkipsMissingLeaves|TestEgressLimit20mbit|TestIngressLimit20mbit|TestCCMatrixFillsEveryRow|TestDemoOnStockKernel|TestEDT[A-Za-z]*|TestFairShareScenario|TestConformanceMatrix|TestDebUnitsStartUnderSystemd|TestImported[A-Za-z]*)$'
 # SLUICE_VM_E2E_RUN (make vmtest VM_E2E_RUN=REGEXP) narrows it, to rerun
 # one test on a kernel.
 e2e_lane=${SLUICE_VM_E2E_RUN:-$e2e_default}

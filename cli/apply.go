@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -61,12 +62,17 @@ func oneShotGC() {
 }
 
 func planCmd(g *globals) *cobra.Command {
-	var force, detailed bool
+	var force, detailed, tcLines, asJSON bool
 	var out string
 	cmd := &cobra.Command{
 		Use:   "plan FILE",
 		Short: "Show what apply would change on the live kernel",
 		Long: `Plan shows what apply would change on the live kernel, and changes nothing.
+
+It lists the changes in the policy's terms: each tree, class and group
+of hosts added (+), changed (~, with what changed), replaced (-/+) or
+removed (-), then a count. --tc lists the kernel objects instead (qdiscs,
+classes, filters, BPF maps), as tc would show them; --json prints both.
 
 With --detailed-exitcode the exit status says whether there is anything
 to change: 0 none, 3 changes to make, 1 a failure, 2 bad input (terraform
@@ -104,7 +110,22 @@ changes are needed, none, saying which differ.`,
 			if p.Kernel().State.Interrupted() {
 				fmt.Fprintln(g.stderr, "note: an earlier apply did not finish; the next apply completes it")
 			}
-			printDiff(g.stdout, p.Diff)
+			switch {
+			case asJSON:
+				enc := json.NewEncoder(g.stdout)
+				enc.SetIndent("", "  ")
+				enc.SetEscapeHTML(false)
+				if err := enc.Encode(struct {
+					*engine.Summary
+					TC []string `json:"tc"`
+				}{p.Summary(), changeLines(p)}); err != nil {
+					return failure(err)
+				}
+			case tcLines:
+				printDiff(g.stdout, p.Diff)
+			default:
+				fmt.Fprint(g.stdout, p.Summary())
+			}
 			printSharing(g.stderr, p.Plan)
 			if detailed && !p.Diff.Empty() {
 				return quietExit(ExitChanges)
@@ -115,6 +136,9 @@ changes are needed, none, saying which differ.`,
 	cmd.Flags().BoolVar(&force, "force", false, "plan to replace root qdiscs sluice did not create")
 	cmd.Flags().BoolVar(&detailed, "detailed-exitcode", false, "exit 3 when there are changes to make, 0 when none")
 	cmd.Flags().StringVar(&out, "out", "", "save the plan to FILE, for `sluice apply FILE`")
+	cmd.Flags().BoolVar(&tcLines, "tc", false, "list the kernel objects to change (tc's terms) instead of the policy's")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the changes in both terms as JSON (docs/json.md)")
+	cmd.MarkFlagsMutuallyExclusive("tc", "json")
 	return cmd
 }
 

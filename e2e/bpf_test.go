@@ -238,7 +238,7 @@ func mustAddr(s string) netip.Addr { return netip.MustParseAddr(s) }
 func TestBPFIngressPolicer(t *testing.T) {
 	p := testutil.NewPair(t)
 	file := writePolicy(t, "p.yaml", policyFor(p.DevA, "    ingress:\n      police: {cir: 20mbit, cbs: 30kb}\n"))
-	out := must(t, "--netns", p.A, "plan", file)
+	out := must(t, "--netns", p.A, "plan", "--tc", file)
 	if !strings.Contains(out, "bpf classifier veth0 ingress") || strings.Contains(out, "ifb") {
 		t.Fatalf("plan:\n%s", out)
 	}
@@ -313,7 +313,7 @@ func TestBPFOneHostChange(t *testing.T) {
 	edited := strings.Replace(b.String(), "h7,10.7.0.8,1mbit", "h7,10.7.0.8,3mbit", 1)
 	edited = strings.Replace(edited, "h9,10.7.0.10,", "h9,10.7.9.10,", 1)
 	os.WriteFile(hosts, []byte(edited), 0o644)
-	out := must(t, "--netns", ns, "plan", file)
+	out := must(t, "--netns", ns, "plan", "--tc", file)
 	// h7's class changes, and its bfifo leaf with it when the limit
 	// (two of its quanta) moved; the program's maps change; nothing else.
 	changes := 0

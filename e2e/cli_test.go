@@ -85,10 +85,67 @@ func TestMissingInterfaceChangesNothing(t *testing.T) {
 	}
 }
 
+// plan speaks the policy: trees, classes and groups of hosts, each with
+// what changes in the policy's units, and a count; --tc the kernel's
+// objects; --json both.
+func TestPlanSpeaksThePolicy(t *testing.T) {
+	ns := devNS(t, "eth0", "eth1")
+	src, err := os.ReadFile("../examples/office.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pol := writePolicy(t, "office.yaml", string(src))
+	first := must(t, "--netns", ns, "plan", pol)
+	for _, want := range []string{
+		"+ tree eth0/egress: rate 19mbit, 3 classes\n",
+		"+ tree eth0/ingress: rate 95mbit, 2 classes\n",
+		"+ class eth0/egress/web: rate 8mbit, ceil 19mbit, prio 1\n",
+		"+ hosts eth1/egress/users: 254 added\n",
+		"plan: trees 3 to add; classes 9 to add; hosts 254 to add\n",
+	} {
+		if !strings.Contains(first, want) {
+			t.Errorf("first plan lacks %q:\n%s", want, first)
+		}
+	}
+	must(t, "--netns", ns, "apply", "-q", pol)
+	edited := strings.NewReplacer(
+		"          rate: 8mbit", "          rate: 7mbit",
+		"cidr: 192.168.1.0/24\n", "cidr: 192.168.1.0/25\n",
+		"rate: 300kbit ", "rate: 200kbit ",
+		"          leaf: auto ", "          leaf: pfifo ",
+	).Replace(string(src))
+	os.WriteFile(pol, []byte(edited), 0o644)
+	want := `~ class eth0/egress/web: rate 8mbit -> 7mbit, burst
+~ class eth0/egress/bulk: leaf bfifo -> pfifo
+~ tree eth1/egress: classification rules
+~ class eth1/egress/users: rules
+~ hosts eth1/egress/users: 126 changed, 128 removed
+plan: tree 1 to change; classes 3 to change; hosts 126 to change, 128 to delete
+`
+	if got := must(t, "--netns", ns, "plan", pol); got != want {
+		t.Errorf("plan of the edit:\n%s\nwant:\n%s", got, want)
+	}
+	var js struct {
+		Changes []struct{ Op, Subject, Interface, Direction, Name, Detail string }
+		Counts  map[string]map[string]int
+		TC      []string
+	}
+	if err := json.Unmarshal([]byte(must(t, "--netns", ns, "plan", "--json", pol)), &js); err != nil {
+		t.Fatal(err)
+	}
+	if len(js.Changes) != 5 || js.Counts["hosts"]["delete"] != 128 || len(js.TC) < 256 || js.Changes[0].Name != "web" || js.Changes[0].Detail != "rate 8mbit -> 7mbit, burst" {
+		t.Errorf("plan --json: %d changes, counts %v, %d tc lines; first %+v", len(js.Changes), js.Counts, len(js.TC), js.Changes[0])
+	}
+	must(t, "--netns", ns, "apply", "-q", pol)
+	if out := must(t, "--netns", ns, "plan", pol); out != "no changes\n" {
+		t.Errorf("plan after the edit: %q", out)
+	}
+}
+
 func TestPlanApplyShowReset(t *testing.T) {
 	ns := devNS(t, "eth0", "eth1")
 	pol := "../examples/office.yaml"
-	plan := must(t, "--netns", ns, "plan", pol)
+	plan := must(t, "--netns", ns, "plan", "--tc", pol)
 	if !strings.Contains(plan, "+ class eth0 parent 1:1 classid 1:10 htb rate 2mbit ceil 19mbit") || !strings.Contains(plan, "+ link ifb-eth0 type ifb") {
 		t.Fatalf("plan:\n%.2000s", plan)
 	}
@@ -96,7 +153,7 @@ func TestPlanApplyShowReset(t *testing.T) {
 	// stdout, but for the tree tags a first apply draws; nothing more on
 	// stderr), 0 without, 2 for bad input.
 	tags := regexp.MustCompile(`r2q \d+`)
-	if r := sluice(t, "--netns", ns, "plan", "--detailed-exitcode", pol); r.code != 3 || tags.ReplaceAllString(r.stdout, "") != tags.ReplaceAllString(plan, "") || strings.Contains(r.stderr, "sluice:") {
+	if r := sluice(t, "--netns", ns, "plan", "--tc", "--detailed-exitcode", pol); r.code != 3 || tags.ReplaceAllString(r.stdout, "") != tags.ReplaceAllString(plan, "") || strings.Contains(r.stderr, "sluice:") {
 		t.Errorf("plan --detailed-exitcode with changes: exit %d, stderr %q", r.code, r.stderr)
 	}
 	if r := sluice(t, "--netns", ns, "plan", "--detailed-exitcode", "no-such.yaml"); r.code != 2 {
@@ -385,7 +442,7 @@ func TestNamespaceFlagsOnlyWhereTheyAct(t *testing.T) {
 		}
 	}
 	ns := devNS(t, "eth0")
-	if r := sluice(t, "--netns", ns, "--lock-timeout", "5s", "plan", pol); r.code != 0 || !strings.Contains(r.stdout, "+ qdisc eth0 root") {
+	if r := sluice(t, "--netns", ns, "--lock-timeout", "5s", "plan", "--tc", pol); r.code != 0 || !strings.Contains(r.stdout, "+ qdisc eth0 root") {
 		t.Errorf("plan with --netns and --lock-timeout: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 	if r := sluice(t, "--netns", ns, "munin", "config"); r.code != 0 {

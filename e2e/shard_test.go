@@ -114,7 +114,7 @@ func TestShardedTree(t *testing.T) {
 	// other leaves keep their counters.
 	before := tcShow(t, a, "-s", "qdisc", "show", "dev", "veth0")
 	os.WriteFile(hostsFile, []byte(strings.Replace(csv.String(), "h5,10.9.0.15,1mbit", "h5,10.9.0.15,2mbit", 1)), 0o644)
-	out := must(t, "--netns", a, "plan", file)
+	out := must(t, "--netns", a, "plan", "--tc", file)
 	shard := strings.Split(leaves["subs/h5"], ":")[0] + ":"
 	changes := 0
 	for _, l := range strings.Split(out, "\n") {

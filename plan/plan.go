@@ -104,6 +104,9 @@ var Everything = Features{U32Mark: true, BPF: true, Qdiscs: map[string]bool{
 	"fq_codel": true, "sfq": true, "fq": true, "cake": true, "pfifo": true, "bfifo": true, "htb": true, "clsact": true, "ingress": true,
 }}
 
+// RootClassName names a tree's own class (the direction's rate).
+const RootClassName = "(root)"
+
 // Plan is the desired state of every device a policy shapes.
 type Plan struct {
 	Devices []*Device
@@ -342,7 +345,7 @@ func buildTree(d *policy.Diag, feats Features, in *policy.Interface, t *policy.T
 		HTB: &tc.HTBQdisc{Default: uint32(def), R2Q: dev.Alloc.R2Q()}, Stab: LinkStab(t)})
 	b.objs = append(b.objs, &tc.Class{Dev: devName, Parent: RootHandle, Handle: RootClassID, Kind: "htb",
 		Rate: t.RateBps, Ceil: t.RateBps, Burst: BurstFor(t.RateBps), Cburst: BurstFor(t.RateBps),
-		Quantum: QuantumFor(t.RateBps, t.RateBps, LeafFIFO), Name: "(root)"})
+		Quantum: QuantumFor(t.RateBps, t.RateBps, LeafFIFO), Name: RootClassName})
 	var leaves []tc.Object
 	b.shareGroup(nil, t.Classes, 0)
 	b.classTree(t.Classes, RootClassID, &leaves)

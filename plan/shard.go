@@ -307,12 +307,12 @@ func (b *builder) sharded(n int) {
 		root := tc.MakeHandle(b.major, 1)
 		roots[s] = &tc.Class{Dev: dev.Name, Parent: qh, Handle: root, Kind: "htb",
 			Rate: max(t.RateBps/b.div, 1), Ceil: t.RateBps, Burst: BurstFor(t.RateBps), Cburst: BurstFor(t.RateBps),
-			Quantum: QuantumFor(t.RateBps/b.div, t.RateBps, LeafFIFO), Name: "(root)"}
+			Quantum: QuantumFor(t.RateBps/b.div, t.RateBps, LeafFIFO), Name: RootClassName}
 		b.objs = append(b.objs,
 			&tc.Qdisc{Dev: dev.Name, Parent: tc.MakeHandle(1, uint16(s+1)), Handle: qh, Kind: "htb",
 				HTB: &tc.HTBQdisc{Default: uint32(def), R2Q: b.dev.Alloc.R2Q()}, Stab: LinkStab(b.tree)},
 			roots[s])
-		dev.Classes = append(dev.Classes, ClassInfo{Name: "(root)", Handle: root, Parent: qh,
+		dev.Classes = append(dev.Classes, ClassInfo{Name: RootClassName, Handle: root, Parent: qh,
 			Rate: max(t.RateBps/b.div, 1), Ceil: t.RateBps, Replica: s > 0})
 		b.shareGroup(nil, t.Classes, 0)
 		b.classTree(t.Classes, root, &leaves)

@@ -861,10 +861,8 @@ func decodeClass(dev string, idx int, qdisc Handle, m []byte) *Class {
 	if cl.Parent == HandleRoot { // top-level classes report TC_H_ROOT
 		cl.Parent = MakeHandle(cl.Handle.Major(), 0)
 	}
-	var app []byte
-	cl.Stats, app = decodeStats(a[tcaStats2])
 	if cl.Kind != "htb" {
-		return cl // counters only: another tool's tree (cbq, hfsc, drr)
+		return cl
 	}
 	attrTable(a[tcaOptions], o[:])
 	if b := o[nl.TCA_HTB_PARMS]; len(b) >= 44 {
@@ -884,6 +882,8 @@ func decodeClass(dev string, idx int, qdisc Handle, m []byte) *Class {
 	}
 	cl.Burst = TicksToBytes(cl.Rate, cl.BufferTicks)
 	cl.Cburst = TicksToBytes(cl.Ceil, cl.CbufferTicks)
+	var app []byte
+	cl.Stats, app = decodeStats(a[tcaStats2])
 	if len(app) >= 20 {
 		cl.HTB = &HTBStats{
 			Lends: native.Uint32(app[0:]), Borrows: native.Uint32(app[4:]), Giants: native.Uint32(app[8:]),

@@ -124,6 +124,9 @@ func (g *globals) conformance(file string, f *conformanceFlags) error {
 		abs, _ := filepath.Abs(filepath.Join(f.out, "report.html"))
 		fmt.Fprintf(g.stdout, "report: %s (and report.json beside it)\n", abs)
 	}
+	if rep.Measured() == 0 {
+		return failure(errors.New("nothing was measured: no tree could be driven"))
+	}
 	if !rep.Pass {
 		return failure(errors.New("some cells are beyond the tolerance"))
 	}

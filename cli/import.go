@@ -10,7 +10,39 @@ import (
 
 	"sluice/engine"
 	"sluice/migrate"
+	"sluice/tc"
 )
+
+// readLive reads dev (and the ifb its ingress is redirected to) in the
+// namespace ns.
+func readLive(ns, dev string) (*migrate.Live, error) {
+	c, err := tc.Open(ns)
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	if !c.LinkExists(dev) {
+		return nil, fmt.Errorf("import tc: no device %q here", dev)
+	}
+	s, err := c.Snapshot(dev)
+	if err != nil {
+		return nil, err
+	}
+	live := &migrate.Live{Dev: s}
+	for _, parent := range []tc.Handle{tc.MakeHandle(0xffff, 0), tc.HandleIngressHook} {
+		for _, f := range s.Filters[parent] {
+			if f.U32 != nil && f.U32.RedirectDev != "" && !strings.HasPrefix(f.U32.RedirectDev, "?") && c.LinkExists(f.U32.RedirectDev) {
+				live.IfbName = f.U32.RedirectDev
+			}
+		}
+	}
+	if live.IfbName != "" {
+		if live.Ingress, err = c.Snapshot(live.IfbName); err != nil {
+			return nil, err
+		}
+	}
+	return live, nil
+}
 
 // planImport ends an import with the plan against the live kernel
 // (the namespace --netns names): what applying it would change. It
@@ -50,7 +82,7 @@ func (g *globals) planImport(cmd *cobra.Command, file, shown string) {
 }
 
 // importFormats are the formats `sluice import` reads.
-var importFormats = []string{"htb.init", "wondershaper"}
+var importFormats = []string{"htb.init", "wondershaper", "tc"}
 
 func importCmd(g *globals) *cobra.Command {
 	var dir string
@@ -68,6 +100,9 @@ refused (FILE:LINE: why). A refusal writes nothing and exits 2;
 is written.
 
 Formats:
+  tc            SOURCE is a live device (--netns for another namespace):
+                its HTB tree, leaves and u32 filters, as a hand-written
+                script built them, and the ifb its ingress redirects to
   htb.init      SOURCE is the configuration directory (/etc/sysconfig/htb)
   wondershaper  SOURCE is a wondershaper script (LARTC's wshaper or
                 wshaper.htb) or 1.4.1's wondershaper.conf; or give the
@@ -108,6 +143,21 @@ worked example per tool and how to prove the result in the lab.`,
 					d, err = migrate.Wondershaper(rest[0], nil, opt)
 				default:
 					return badInput(errors.New("import wondershaper: want a script or conf file, or the command line after --"))
+				}
+			case "tc":
+				if len(rest) != 1 || cmdline != nil {
+					return badInput(errors.New("import tc: want one SOURCE, the device (--netns for another namespace)"))
+				}
+				if !privileged() {
+					return failure(errors.New("import tc reads the kernel's traffic control: it needs root (or CAP_NET_ADMIN)"))
+				}
+				live, err := readLive(g.netns, rest[0])
+				if err != nil {
+					return failure(err)
+				}
+				d, err = migrate.TC(live, opt)
+				if err != nil {
+					return badInput(err)
 				}
 			default:
 				return badInput(fmt.Errorf("import: unknown format %q; sluice imports %s", format, strings.Join(importFormats, ", ")))

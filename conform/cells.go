@@ -167,6 +167,13 @@ func udpCounted(t *policy.Tree, rate float64) float64 {
 	return rate * float64(st.Size(udpFrame)) / udpFrame
 }
 
+// ClassReference is the weighted max-min ideal (bits/s) for tree t's
+// classes when the classes demand maps (leaf class name to bits/s,
+// +Inf for a greedy sender) send: what the policy promises them.
+func ClassReference(t *policy.Tree, demand map[string]float64) (map[string]float64, error) {
+	return share.Ideal(refTree(t, nil, demand))
+}
+
 // refTree is tree t as the reference sees it: every class, with the
 // hosts among the subjects below their parents, and each leaf's demand.
 func refTree(t *policy.Tree, ss []*Subject, demand map[string]float64) *share.Class {

@@ -419,3 +419,17 @@ func TestClassRatesCountOnlyTheMeasuredDevice(t *testing.T) {
 		t.Errorf("classes %v, total %v: want interactive 4000 (not its ingress namesake's 2800 too), bulk 16000, eth0 20000", classes, total)
 	}
 }
+
+// A run that measured nothing (every tree skipped) is no pass: it says
+// so rather than PASS.
+func TestNothingMeasuredIsNoPass(t *testing.T) {
+	r := &Report{Policy: "p.yaml", Trees: []*TreeReport{{Interface: "eth0", Direction: "egress", Skipped: "no subject can be driven"}}}
+	if r.Measured() != 0 {
+		t.Fatalf("measured %d", r.Measured())
+	}
+	var b strings.Builder
+	r.WriteText(&b, false)
+	if !strings.Contains(b.String(), "verdict: NOTHING MEASURED") || strings.Contains(b.String(), "verdict: PASS") {
+		t.Errorf("report:\n%s", b.String())
+	}
+}

@@ -31,6 +31,17 @@ type Report struct {
 	Pass bool `json:"pass"`
 }
 
+// Measured counts the cells measured, in every tree that ran.
+func (r *Report) Measured() int {
+	n := 0
+	for _, t := range r.Trees {
+		if t.Skipped == "" {
+			n += len(t.Cells)
+		}
+	}
+	return n
+}
+
 // DeviceCapacity is what the bed carried unshaped toward a device.
 type DeviceCapacity struct {
 	Device string  `json:"device"`
@@ -210,9 +221,12 @@ func (r *Report) WriteText(w io.Writer, quiet bool) {
 		fmt.Fprintf(w, "; worst %.1f%% (%s, %s)", 100*worst.Verdict.Worst, worstTree.Name(), worst.Name)
 	}
 	fmt.Fprintln(w)
-	if r.Pass {
+	switch {
+	case r.Measured() == 0:
+		fmt.Fprintln(w, "verdict: NOTHING MEASURED (every tree was skipped, each says why above)")
+	case r.Pass:
 		fmt.Fprintln(w, "verdict: PASS")
-	} else {
+	default:
 		fmt.Fprintln(w, "verdict: FAIL")
 	}
 }

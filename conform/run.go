@@ -120,7 +120,10 @@ func Run(ctx context.Context, pol *policy.Policy, opt Options) (*Report, error) 
 	if err := r.run(ctx); err != nil {
 		return nil, err
 	}
-	r.rep.Pass = true
+	// Nothing measured is no pass: a verdict that cannot fail says
+	// nothing (every tree skipped, say, because no class could be
+	// driven).
+	r.rep.Pass = r.rep.Measured() > 0
 	for _, t := range r.rep.Trees {
 		if !t.Pass && t.Skipped == "" {
 			r.rep.Pass = false

@@ -222,7 +222,14 @@ func newNeutral(t *policy.Tree) *neutral {
 		for _, c := range cs {
 			for _, m := range c.Match {
 				for _, l := range [][]netip.Prefix{m.Src, m.Dst, m.NotSrc, m.NotDst} {
-					n.prefixes = append(n.prefixes, l...)
+					for _, p := range l {
+						// A /0 names a family, not an address: every
+						// address would be named (an import's
+						// `src: 0.0.0.0/0`, "IPv4 alone").
+						if p.Bits() > 0 {
+							n.prefixes = append(n.prefixes, p)
+						}
+					}
 				}
 				n.ports = append(n.ports, m.Sport...)
 				n.ports = append(n.ports, m.Dport...)
@@ -469,6 +476,9 @@ func pickAddr(ms []*policy.Match, src, v6 bool, fixed netip.Addr, nb *neutral) n
 	for _, m := range ms {
 		in, _ := lists(m)
 		for _, p := range in {
+			if p.Bits() == 0 {
+				continue // any address of the family: a neutral one below
+			}
 			if a := firstAddr(p); a.Is6() == v6 && ok(a) {
 				return a
 			}

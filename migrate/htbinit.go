@@ -263,6 +263,10 @@ func htbInitDevice(d *Draft, dir, dev string, qkv []htbKV, roots []*htbClass, op
 		}
 		if len(cl.Classes) > 0 {
 			cl.Leaf, cl.Limit = "", ""
+			if cl.Prio != nil && *cl.Prio != 0 {
+				r.Exact(c.at, fmt.Sprintf("PRIO=%d on class %s", *cl.Prio, c.origin()), "left out: HTB never reads the prio of a class with children (its leaves' prios decide who borrows first)")
+			}
+			cl.Prio = nil
 		}
 		return cl
 	}

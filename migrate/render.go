@@ -95,7 +95,9 @@ func renderClasses(cs []*Class) *yaml.Node {
 		opt("cburst", c.Cburst)
 		opt("quantum", c.Quantum)
 		opt("leaf", c.Leaf)
-		opt("limit", c.Limit)
+		if c.Limit != "" {
+			put(n, "limit", plain(c.Limit), "")
+		}
 		if len(c.Match) > 0 {
 			var ms []*yaml.Node
 			for _, m := range c.Match {
@@ -174,7 +176,7 @@ func renderMatch(m *Match) *yaml.Node {
 	list("sport", m.Sport)
 	list("dport", m.Dport)
 	if m.DSCP != "" {
-		put(n, "dscp", scalar(m.DSCP), "")
+		put(n, "dscp", plain(m.DSCP), "")
 	}
 	if m.TOS != "" {
 		put(n, "tos", scalar(m.TOS), "")

@@ -432,3 +432,25 @@ func TestExamplesAreValid(t *testing.T) {
 		}
 	}
 }
+
+// HTB never reads an inner class's prio: validation says so, except
+// where a sharing controller reads it (prio 0 is prod) or on a leaf.
+func TestPrioOnAClassWithChildrenWarns(t *testing.T) {
+	tree := func(sharing, prio string) string {
+		return "interfaces:\n  - name: eth0\n    egress:\n      rate: 4mbit\n      default: a\n" + sharing + "      classes:\n" +
+			"        - name: web\n          rate: 1mbit\n          prio: 1\n" +
+			"        - name: office\n          rate: 2mbit\n          prio: " + prio + "\n          classes:\n            - {name: a, rate: 1mbit}\n            - {name: b, rate: 1mbit}\n"
+	}
+	_, warns, err := Parse("p.yaml", []byte(tree("", "2")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(warns) != 1 || !strings.Contains(warns[0].Error(), "p.yaml:12:17: warning: eth0 egress: class office: prio 2 on a class with children does nothing in HTB") {
+		t.Fatalf("warnings = %v", warns)
+	}
+	for _, src := range []string{tree("", "0"), tree("      sharing: controller\n", "2")} {
+		if _, warns, err := Parse("p.yaml", []byte(src)); err != nil || len(warns) != 0 {
+			t.Errorf("warnings %v, error %v for:\n%s", warns, err, src)
+		}
+	}
+}

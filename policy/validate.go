@@ -588,6 +588,12 @@ func validateClass(where string, t *Tree, c *Class, parentRate, parentCeil units
 	}
 	checkLeaf(d, c.Leaf, c.LeafPos, what)
 	checkLimit(d, c.Leaf, c.Limit, what)
+	if len(c.Classes) > 0 && c.Prio != 0 && t.Backend != "edt" && !controlled(t, c) {
+		// HTB orders borrowing by the prio of the leaf that borrows, at
+		// every level: an inner class's own prio is never read
+		// (docs/sharing.md, Prio on a class with children).
+		d.Warnf(c.PrioPos, "%s: prio %d on a class with children does nothing in HTB: its leaves' prios decide who borrows first, at every level; give the prio to its leaf classes", what, c.Prio)
+	}
 	if !c.IsLeaf() {
 		if c.Leaf != "" {
 			d.Errorf(c.LeafPos, "%s: leaf is for classes without children", what)
@@ -845,4 +851,13 @@ func validateMatch(what string, m *Match, d *Diag) {
 			}
 		}
 	}
+}
+
+// controlled reports whether a sharing controller shares c with its
+// siblings (the controller reads their prios: prio 0 is prod).
+func controlled(t *Tree, c *Class) bool {
+	if c.Parent != nil {
+		return c.Parent.Sharing != nil
+	}
+	return t.Sharing != nil
 }

@@ -1,0 +1,628 @@
+package migrate
+
+import (
+	"fmt"
+	"net/netip"
+	"sort"
+	"strconv"
+
+	"sluice/tc"
+)
+
+// Live is what `sluice import tc` reads: the device's snapshot and, when
+// its ingress is redirected to an ifb, the ifb's.
+type Live struct {
+	Dev     *tc.Snapshot
+	Ingress *tc.Snapshot // the ifb's, or nil
+	// IfbName is the ifb the ingress is redirected to ("" if none).
+	IfbName string
+}
+
+// TC imports a device's live HTB tree, leaves and u32 filters (what a
+// hand-written tc script built) as the policy that reproduces it.
+func TC(live *Live, opt Options) (*Draft, error) {
+	dev := live.Dev.Dev
+	d := &Draft{Tool: "tc (the live device " + dev + ")"}
+	at := At{File: "dev " + dev}
+	ifc := &Interface{At: at, Name: dev}
+	d.Interfaces = []*Interface{ifc}
+	t, err := tcTree(&d.Report, live.Dev, at)
+	if err != nil {
+		return nil, err
+	}
+	ifc.Egress = t
+	// The ingress hook: a redirect of everything to an ifb is sluice's
+	// own ingress; anything else there is refused at its filter.
+	for parent, fs := range live.Dev.Filters {
+		if parent != tc.MakeHandle(0xffff, 0) && parent != tc.HandleIngressHook {
+			continue
+		}
+		for _, f := range fs {
+			if f.Handle == 0 || f.U32 == nil || f.U32.Divisor > 0 {
+				continue
+			}
+			fat := filterAt(dev, f)
+			switch {
+			case f.U32.RedirectDev != "" && f.U32.RedirectDev == live.IfbName && matchesAll(f):
+				r := &d.Report
+				r.Exact(fat, "redirect to "+live.IfbName, "the ingress tree, on sluice's own ifb")
+			default:
+				d.Report.Refuse(fat, "ingress filter", "only a redirect of every packet to an ifb imports (policers and partial redirects do not yet)")
+			}
+		}
+	}
+	if live.Ingress != nil {
+		it, err := tcTree(&d.Report, live.Ingress, At{File: "dev " + live.IfbName})
+		if err != nil {
+			return nil, err
+		}
+		ifc.Ingress = it
+	}
+	if ifc.Egress == nil && ifc.Ingress == nil {
+		return nil, fmt.Errorf("%s: no HTB tree (root qdisc) and no ingress tree: nothing to import", dev)
+	}
+	d.settle(at)
+	return d, nil
+}
+
+func filterAt(dev string, f *tc.Filter) At {
+	return At{File: fmt.Sprintf("dev %s filter parent %s pref %d handle %s", dev, f.Parent, f.Prio, u32Handle(f.Raw))}
+}
+
+func u32Handle(h uint32) string {
+	return fmt.Sprintf("%x:%x:%x", h>>20, (h>>12)&0xff, h&0xfff)
+}
+
+// matchesAll: a u32 node with no key but "match u32 0 0".
+func matchesAll(f *tc.Filter) bool {
+	if f.U32.Sel == nil {
+		return true
+	}
+	for _, k := range f.U32.Sel.Keys {
+		if k.Mask != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+type tcNode struct {
+	c        *tc.Class
+	children []*tcNode
+	draft    *Class
+	filters  []*tc.Filter // inner filters (attached at this class)
+	first    int          // the position of the first filter sending packets here
+}
+
+// tcTree imports one device's HTB tree (nil if the device has no root
+// qdisc).
+func tcTree(r *Report, s *tc.Snapshot, at At) (*Tree, error) {
+	var root *tc.Qdisc
+	leaves := map[tc.Handle]*tc.Qdisc{}
+	for _, q := range s.Qdiscs {
+		switch {
+		case q.Parent == tc.HandleRoot:
+			root = q
+		case q.Parent != tc.HandleIngress && q.Parent.Minor() != 0:
+			leaves[q.Parent] = q
+		}
+	}
+	if root == nil || root.Kind == "noqueue" || root.Kind == "pfifo_fast" || root.Kind == "mq" && len(s.Classes) == 0 {
+		return nil, nil
+	}
+	if root.Kind != "htb" {
+		r.Refuse(at, "root qdisc "+root.Kind, "only HTB trees import (a tbf, prio, hfsc or cake root does not yet)")
+		return nil, nil
+	}
+	if root.Stab != nil {
+		r.Approx(at, "size table", "the root's stab (overhead %d) is not read yet: set overhead and linklayer by hand", root.Stab.Overhead)
+	}
+	nodes := map[tc.Handle]*tcNode{}
+	for _, c := range s.Classes {
+		nodes[c.Handle] = &tcNode{c: c, first: 1 << 30}
+	}
+	var tops []*tcNode
+	for _, c := range s.Classes {
+		n := nodes[c.Handle]
+		if p := nodes[c.Parent]; p != nil {
+			p.children = append(p.children, n)
+		} else {
+			tops = append(tops, n)
+		}
+	}
+	// Filter order: the kernel tries prios in order and a prio's nodes in
+	// order; sluice tries classes in file order. Siblings are ordered by
+	// the first filter that sends packets into their subtree.
+	pos := 0
+	var mark func(h tc.Handle, p int)
+	mark = func(h tc.Handle, p int) {
+		for n := nodes[h]; n != nil; n = nodes[n.c.Parent] {
+			n.first = min(n.first, p)
+		}
+	}
+	rootFilters := s.Filters[root.Handle]
+	for _, f := range rootFilters {
+		if f.U32 != nil && f.U32.ClassID != 0 {
+			mark(f.U32.ClassID, pos)
+			pos++
+		}
+	}
+	for h, fs := range s.Filters {
+		if n := nodes[h]; n != nil {
+			n.filters = fs
+			for _, f := range fs {
+				if f.U32 != nil && f.U32.ClassID != 0 {
+					mark(f.U32.ClassID, pos)
+					pos++
+				}
+			}
+		}
+	}
+	var order func(ns []*tcNode)
+	order = func(ns []*tcNode) {
+		sort.SliceStable(ns, func(i, j int) bool {
+			if ns[i].first != ns[j].first {
+				return ns[i].first < ns[j].first
+			}
+			return ns[i].c.Handle < ns[j].c.Handle
+		})
+		for _, n := range ns {
+			order(n.children)
+		}
+	}
+	order(tops)
+
+	taken := map[string]bool{}
+	defaultBursts := 0
+	var build func(n *tcNode) *Class
+	build = func(n *tcNode) *Class {
+		c := n.c
+		cl := &Class{At: at, Origin: c.Handle.String(),
+			Name:     uniqueName(fmt.Sprintf("class-%x", c.Handle.Minor()), taken),
+			rateBits: c.Rate.BitsFloat(), ceilBits: c.Ceil.BitsFloat()}
+		cl.Rate, cl.Ceil = bitRate(cl.rateBits), bitRate(cl.ceilBits)
+		if c.Prio != 0 && len(n.children) == 0 {
+			// HTB never reads an inner class's prio.
+			cl.Prio = intp(int(c.Prio))
+		}
+		// tc's own burst is one MTU (1600 bytes, a byte either way from
+		// the kernel's ticks): left to sluice, whose bursts carry the
+		// rate where one MTU undershoots it (docs/policy.md).
+		tcDefault := func(b uint32) bool { return b >= 1598 && b <= 1602 }
+		if !tcDefault(c.Burst) {
+			cl.Burst = byteSize(uint64(c.Burst))
+		}
+		if !tcDefault(c.Cburst) {
+			cl.Cburst = byteSize(uint64(c.Cburst))
+		}
+		if tcDefault(c.Burst) || tcDefault(c.Cburst) {
+			defaultBursts++
+		}
+		n.draft = cl
+		for _, ch := range n.children {
+			cl.Classes = append(cl.Classes, build(ch))
+		}
+		if len(n.children) == 0 {
+			tcLeaf(r, cl, leaves[c.Handle])
+		}
+		return cl
+	}
+	t := &Tree{At: at}
+	var top []*Class
+	for _, n := range tops {
+		top = append(top, build(n))
+	}
+	if defaultBursts > 0 {
+		r.Approx(at, "burst 1600b", "%d class(es) had tc's default burst (one MTU): sluice sizes theirs (1 ms of the rate, at least two frames), which holds the rate where one MTU undershoots it", defaultBursts)
+	}
+	if len(tops) == 1 && len(tops[0].children) > 0 {
+		t.Rate = tops[0].draft.Rate
+		t.Comment = "class " + tops[0].c.Handle.String()
+		t.Classes = top[0].Classes
+		r.Exact(at, "class "+tops[0].c.Handle.String(), "the tree's rate, %s", t.Rate)
+	} else {
+		sum := 0.0
+		for _, n := range tops {
+			sum += n.draft.rateBits
+			n.draft.Ceil, n.draft.ceilBits = n.draft.Rate, n.draft.rateBits
+		}
+		t.Rate = bitRate(sum)
+		t.Classes = top
+		r.Exact(at, "root classes", "%d root classes, none borrowing from another: each capped at its rate under a tree of %s", len(tops), t.Rate)
+	}
+	if len(tops) == 0 {
+		r.Refuse(at, "root qdisc htb", "the tree has no classes")
+		return nil, nil
+	}
+	// Filters: each u32 node sending packets to a class becomes an entry
+	// of that class's match list.
+	byHandle := map[tc.Handle]*tcNode{}
+	for h, n := range nodes {
+		byHandle[h] = n
+	}
+	addFilters := func(fs []*tc.Filter, scope string) {
+		for _, f := range fs {
+			if f.Handle == 0 || f.Kind == "" {
+				continue
+			}
+			fat := filterAt(s.Dev, f)
+			if f.Kind != "u32" || f.U32 == nil {
+				r.Refuse(fat, f.Kind+" filter", "only u32 filters import (flower, fw, basic, bpf and route do not yet)")
+				continue
+			}
+			u := f.U32
+			switch {
+			case u.Divisor > 0:
+				r.Refuse(fat, "u32 hash table", "hash tables and links are not read yet: a per-host table becomes a per_host class or a hosts_file by hand")
+				continue
+			case u.Link != 0:
+				r.Refuse(fat, "u32 link", "links into hash tables are not read yet")
+				continue
+			case u.RedirectDev != "":
+				r.Refuse(fat, "u32 action", "a filter with actions (%s) on the tree", u.RedirectDev)
+				continue
+			case u.ClassID == 0:
+				r.Refuse(fat, "u32 node", "it sends packets nowhere (no classid)")
+				continue
+			}
+			n := byHandle[u.ClassID]
+			if n == nil {
+				r.Refuse(fat, "flowid "+u.ClassID.String(), "no such class")
+				continue
+			}
+			m, err := u32Match(r, fat, f)
+			if err != nil {
+				r.Refuse(fat, "u32 match", "%v", err)
+				continue
+			}
+			n.draft.Match = append(n.draft.Match, m)
+			r.Exact(fat, "u32 match "+scope, "a rule of %s", n.draft.Name)
+		}
+	}
+	addFilters(rootFilters, "at the root")
+	for _, n := range nodes {
+		if len(n.filters) > 0 {
+			if len(n.children) == 0 {
+				r.Refuse(filterAt(s.Dev, n.filters[0]), "filters on leaf class "+n.c.Handle.String(), "HTB never reads them")
+				continue
+			}
+			addFilters(n.filters, "inside "+n.draft.Name)
+		}
+	}
+	// Default.
+	def := uint32(0)
+	if root.HTB != nil {
+		def = root.HTB.Default
+	}
+	dn := nodes[tc.MakeHandle(root.Handle.Major(), uint16(def))]
+	switch {
+	case dn != nil && len(dn.children) == 0 && !(len(tops) == 1 && dn == tops[0]):
+		t.Default = dn.draft.Name
+		r.Exact(at, fmt.Sprintf("default %x", def), "default: %s", dn.draft.Name)
+	default:
+		name := uniqueName("unclassified", taken)
+		rate := t.rateBits() / 100
+		if rate < 8000 {
+			rate = 8000
+		}
+		t.Classes = append(t.Classes, &Class{At: at, Name: name, Comment: "traffic no filter sends to a class",
+			Rate: bitRate(rate), Ceil: t.Rate, Prio: intp(7), rateBits: rate, ceilBits: t.rateBits()})
+		t.Default = name
+		r.Approx(at, fmt.Sprintf("default %x", def), "unclassified traffic went out unshaped (HTB's direct queue); here it goes to class %s (%s, up to the link, prio 7)", name, bitRate(rate))
+	}
+	// Rules on inner classes reached from the root make them gates; an
+	// inner class matched with no inner filters sends its packets to the
+	// default class, which sluice's rules cannot say.
+	for _, n := range nodes {
+		if len(n.children) > 0 && len(n.draft.Match) > 0 && len(n.filters) == 0 {
+			r.Refuse(n.draft.At, "filters to inner class "+n.c.Handle.String(), "it has no filters of its own: HTB sends those packets to the default class, which sluice's rules cannot say")
+		}
+	}
+	tcOrderNotes(r, rootFilters, byHandle)
+	fitRates(r, at, t.rateBits(), t.Classes)
+	return t, nil
+}
+
+// tcOrderNotes reports where class order cannot keep the kernel's filter
+// order: a filter tried later by the kernel that sluice tries earlier.
+func tcOrderNotes(r *Report, fs []*tc.Filter, nodes map[tc.Handle]*tcNode) {
+	pos := map[*Class]int{}
+	i := 0
+	var walk func(c *Class)
+	walk = func(c *Class) {
+		pos[c] = i
+		i++
+		for _, ch := range c.Classes {
+			walk(ch)
+		}
+	}
+	for _, n := range nodes {
+		if nodes[n.c.Parent] == nil {
+			walk(n.draft)
+		}
+	}
+	last := -1
+	var lastClass *Class
+	var lastProto uint16
+	for _, f := range fs {
+		if f.U32 == nil || f.U32.ClassID == 0 || nodes[f.U32.ClassID] == nil {
+			continue
+		}
+		c := nodes[f.U32.ClassID].draft
+		// Filters of two families never see the same packet.
+		otherFamily := f.Proto != tc.ProtoAll && lastProto != tc.ProtoAll && f.Proto != lastProto
+		if p := pos[c]; p < last && c != lastClass && !otherFamily {
+			r.Approx(filterAt(f.Dev, f), "filter order", "the kernel tries this filter (to %s) after one to %s, sluice tries %s's rules first: a packet both match changes class", c.Name, lastClass.Name, c.Name)
+		} else {
+			last, lastClass, lastProto = p, c, f.Proto
+		}
+	}
+}
+
+func tcLeaf(r *Report, cl *Class, q *tc.Qdisc) {
+	if q == nil {
+		cl.Leaf = "pfifo" // HTB's own when none is attached
+		return
+	}
+	switch q.Kind {
+	case "pfifo", "bfifo":
+		cl.Leaf = q.Kind
+		if q.Fifo != nil && q.Fifo.Limit > 0 {
+			if q.Kind == "bfifo" {
+				cl.Limit = byteSize(uint64(q.Fifo.Limit))
+			} else {
+				cl.Limit = strconv.Itoa(int(q.Fifo.Limit))
+			}
+		}
+	case "sfq", "fq_codel", "cake", "fq":
+		cl.Leaf = q.Kind
+		r.Approx(cl.At, "leaf "+q.Kind, "its own settings are not read: sluice's defaults for %s", q.Kind)
+	default:
+		r.Refuse(cl.At, "leaf "+q.Kind, "sluice's leaves are fq_codel, sfq, fq, cake, pfifo and bfifo")
+	}
+}
+
+// u32Match reads one u32 node's keys (IPv4 or IPv6 header fields at
+// fixed offsets, u32's mark) as a match entry. Keys it cannot read are
+// an error naming them.
+func u32Match(r *Report, at At, f *tc.Filter) (*Match, error) {
+	u := f.U32
+	m := &Match{At: at}
+	if u.Mark != nil {
+		if u.Mark.Mask == 0xffffffff {
+			m.Mark = strconv.FormatUint(uint64(u.Mark.Val), 10)
+		} else {
+			m.Mark = fmt.Sprintf("0x%x/0x%x", u.Mark.Val, u.Mark.Mask)
+		}
+	}
+	v6 := f.Proto == 0x86dd
+	if f.Proto != 0x0800 && !v6 && f.Proto != tc.ProtoAll {
+		return nil, fmt.Errorf("protocol 0x%04x: only ip, ipv6 and all classify", f.Proto)
+	}
+	var ihl5, small, ackOnly bool
+	var keys []tc.Key
+	if u.Sel != nil {
+		keys = u.Sel.Keys
+	}
+	for _, k := range keys {
+		if k.Mask == 0 {
+			continue
+		}
+		if k.NextHdr {
+			return nil, fmt.Errorf("a nexthdr+ key (at %d): u32's transport offsets are not read yet", k.Off)
+		}
+		var err error
+		if v6 {
+			err = u32Key6(m, k)
+		} else {
+			ihl5, small, ackOnly, err = u32Key4(m, k, ihl5, small, ackOnly)
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	if small {
+		if m.Proto != "tcp" || !ihl5 {
+			return nil, fmt.Errorf("a total-length key without tcp and IHL 5: no sluice match says the same")
+		}
+		m.TCPAck, m.Proto = true, ""
+		what := "every TCP packet under 64 bytes without IP options"
+		if ackOnly {
+			what = "ACK-only TCP packets under 64 bytes without IP options"
+		}
+		r.Approx(at, "small TCP packets", "tcp_ack: pure ACKs under 128 bytes; the filter took %s", what)
+	} else if ihl5 || ackOnly {
+		return nil, fmt.Errorf("IHL or TCP-flag keys outside the small-packet pattern")
+	}
+	if (len(m.Sport) > 0 || len(m.Dport) > 0) && m.Proto == "" {
+		r.Approx(at, "port match", "matches TCP and UDP ports here, found behind IP options and in first fragments only; the filter read those bytes at a fixed offset in any packet without options")
+	}
+	if (len(m.Sport) > 0 || len(m.Dport) > 0) && m.Proto != "" && m.Proto != "tcp" && m.Proto != "udp" && m.Proto != "sctp" {
+		return nil, fmt.Errorf("ports with protocol %s", m.Proto)
+	}
+	noAddr := len(m.Src)+len(m.Dst) == 0
+	switch {
+	case f.Proto == 0x0800 && noAddr && m.Proto != "icmp":
+		m.Src = []string{"0.0.0.0/0"} // protocol ip: IPv4 alone
+	case v6 && noAddr && m.Proto != "icmpv6":
+		m.Src = []string{"::/0"}
+	case f.Proto == tc.ProtoAll && (m.Proto != "" || len(m.Sport)+len(m.Dport) > 0 || m.TOS != "" || m.DSCP != ""):
+		r.Approx(at, "protocol all", "IPv4 header fields read in every packet; here they match IPv4 (and IPv6 where they mean the same)")
+	}
+	if m.empty() {
+		m.Src = []string{"0.0.0.0/0"} // match u32 0 0 on every packet: as close as rules come
+	}
+	return m, nil
+}
+
+func (m *Match) empty() bool {
+	return len(m.Src)+len(m.Dst)+len(m.NotSrc)+len(m.NotDst)+len(m.Sport)+len(m.Dport) == 0 &&
+		m.Proto == "" && m.DSCP == "" && m.TOS == "" && !m.TCPAck && m.Mark == ""
+}
+
+var protoNames = map[int]string{1: "icmp", 6: "tcp", 17: "udp", 58: "icmpv6", 132: "sctp"}
+
+func protoName(p int) string {
+	if n, ok := protoNames[p]; ok {
+		return n
+	}
+	return strconv.Itoa(p)
+}
+
+// leadingOnes reports whether mask is ones then zeros, and how many ones.
+func leadingOnes(mask uint32, width int) (int, bool) {
+	n := 0
+	for i := width - 1; i >= 0 && mask&(1<<i) != 0; i-- {
+		n++
+	}
+	return n, mask == ((1<<n)-1)<<(width-n)
+}
+
+func portField(v, mask uint32) ([]string, error) {
+	n, ok := leadingOnes(mask, 16)
+	if !ok {
+		return nil, fmt.Errorf("port mask 0x%04x is not leading ones", mask)
+	}
+	lo := v & mask
+	hi := lo | (0xffff >> n)
+	if lo == hi {
+		return []string{strconv.Itoa(int(lo))}, nil
+	}
+	return []string{fmt.Sprintf("%d-%d", lo, hi)}, nil
+}
+
+func prefixField(b []byte, bits int) string {
+	a, _ := netip.AddrFromSlice(b)
+	return prefixText(netip.PrefixFrom(a, bits).Masked())
+}
+
+func u32Key4(m *Match, k tc.Key, ihl5, small, ackOnly bool) (bool, bool, bool, error) {
+	bad := fmt.Errorf("a key at offset %d mask 0x%08x: no sluice match says the same", k.Off, k.Mask)
+	v, mask := k.Val&k.Mask, k.Mask
+	word := func(x uint32) []byte { return []byte{byte(x >> 24), byte(x >> 16), byte(x >> 8), byte(x)} }
+	switch k.Off {
+	case 0:
+		if mask&0xf0000000 != 0 {
+			return ihl5, small, ackOnly, bad
+		}
+		if hl := mask & 0x0f000000; hl != 0 {
+			if hl != 0x0f000000 || v&0x0f000000 != 0x05000000 {
+				return ihl5, small, ackOnly, bad
+			}
+			ihl5 = true
+		}
+		if tm := (mask >> 16) & 0xff; tm != 0 {
+			tv := (v >> 16) & 0xff
+			if tm == 0xfc {
+				m.DSCP = strconv.Itoa(int(tv >> 2))
+			} else {
+				m.TOS = fmt.Sprintf("0x%02x/0x%02x", tv, tm)
+			}
+		}
+		if lm := mask & 0xffff; lm != 0 {
+			if lm != 0xffc0 || v&0xffff != 0 {
+				return ihl5, small, ackOnly, bad
+			}
+			small = true
+		}
+	case 8:
+		if mask&^0x00ff0000 != 0 {
+			return ihl5, small, ackOnly, bad
+		}
+		if mask&0x00ff0000 == 0x00ff0000 {
+			m.Proto = protoName(int(v>>16) & 0xff)
+		} else {
+			return ihl5, small, ackOnly, bad
+		}
+	case 12, 16:
+		n, ok := leadingOnes(mask, 32)
+		if !ok {
+			return ihl5, small, ackOnly, bad
+		}
+		p := prefixField(word(v), n)
+		if k.Off == 12 {
+			m.Src = []string{p}
+		} else {
+			m.Dst = []string{p}
+		}
+	case 20:
+		if sm := mask >> 16; sm != 0 {
+			ps, err := portField(v>>16, sm)
+			if err != nil {
+				return ihl5, small, ackOnly, err
+			}
+			m.Sport = ps
+		}
+		if dm := mask & 0xffff; dm != 0 {
+			ps, err := portField(v&0xffff, dm)
+			if err != nil {
+				return ihl5, small, ackOnly, err
+			}
+			m.Dport = ps
+		}
+	case 32:
+		// TCP flags at 33, without IP options: the small-ACK pattern.
+		if mask != 0x00ff0000 || v != 0x00100000 {
+			return ihl5, small, ackOnly, bad
+		}
+		ackOnly = true
+	default:
+		return ihl5, small, ackOnly, bad
+	}
+	return ihl5, small, ackOnly, nil
+}
+
+func u32Key6(m *Match, k tc.Key) error {
+	bad := fmt.Errorf("an IPv6 key at offset %d mask 0x%08x: no sluice match says the same", k.Off, k.Mask)
+	switch {
+	case k.Off == 4 && k.Mask == 0x0000ff00:
+		m.Proto = protoName(int(k.Val>>8) & 0xff)
+	case k.Off >= 8 && k.Off < 40:
+		// Addresses come as up to four words each; prefixes longer
+		// than a word arrive as whole-word keys first.
+		base, list := int32(8), &m.Src
+		if k.Off >= 24 {
+			base, list = 24, &m.Dst
+		}
+		n, ok := leadingOnes(k.Mask, 32)
+		if !ok {
+			return bad
+		}
+		var cur netip.Prefix
+		var b [16]byte
+		bits := 0
+		if len(*list) == 1 {
+			p, err := netip.ParsePrefix((*list)[0])
+			if err != nil {
+				a, _ := netip.ParseAddr((*list)[0])
+				p = netip.PrefixFrom(a, 128)
+			}
+			cur, bits = p, p.Bits()
+			b = cur.Addr().As16()
+		}
+		w := int(k.Off-base) / 4
+		if bits != w*32 {
+			return bad // words out of order, or a gap
+		}
+		b[4*w], b[4*w+1], b[4*w+2], b[4*w+3] = byte(k.Val>>24), byte(k.Val>>16), byte(k.Val>>8), byte(k.Val)
+		*list = []string{prefixText(netip.PrefixFrom(netip.AddrFrom16(b), bits+n).Masked())}
+	case k.Off == 40:
+		if sm := k.Mask >> 16; sm != 0 {
+			ps, err := portField(k.Val>>16, sm)
+			if err != nil {
+				return err
+			}
+			m.Sport = ps
+		}
+		if dm := k.Mask & 0xffff; dm != 0 {
+			ps, err := portField(k.Val&0xffff, dm)
+			if err != nil {
+				return err
+			}
+			m.Dport = ps
+		}
+	default:
+		return bad
+	}
+	return nil
+}

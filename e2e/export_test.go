@@ -13,6 +13,9 @@ import (
 
 var statCounters = regexp.MustCompile(`direct_packets_stat \d+`)
 
+// plainName is a device name tc -batch reads as one word.
+var plainName = regexp.MustCompile(`^[A-Za-z0-9_.:@-]+$`)
+
 // dump is what tc(8) shows of every device's qdiscs, classes and filters
 // (root block, every class's block, ingress hook). The per-class filter
 // listings go to one `tc -batch`: a tc process per class (hundreds for
@@ -29,9 +32,21 @@ func dump(t *testing.T, ns string, devs []string) string {
 			}
 		}
 		b.WriteString(cls)
-		batch := "filter show dev " + d + "\nfilter show dev " + d + " ingress\n"
+		parents := []string{"", "ingress"}
 		for _, m := range regexp.MustCompile(`class htb (\S+) `).FindAllStringSubmatch(cls, -1) {
-			batch += "filter show dev " + d + " parent " + m[1] + "\n"
+			parents = append(parents, "parent "+m[1])
+		}
+		if !plainName.MatchString(d) {
+			// tc -batch splits on quotes: a hostile name goes one
+			// command at a time.
+			for _, p := range parents {
+				b.WriteString(tcShow(t, ns, append([]string{"-d", "filter", "show", "dev", d}, strings.Fields(p)...)...))
+			}
+			continue
+		}
+		batch := ""
+		for _, p := range parents {
+			batch += strings.TrimSpace("filter show dev "+d+" "+p) + "\n"
 		}
 		cmd := exec.Command("ip", "netns", "exec", ns, "tc", "-d", "-batch", "-")
 		cmd.Stdin = strings.NewReader(batch)

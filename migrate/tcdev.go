@@ -59,6 +59,9 @@ func TC(live *Live, opt Options) (*Draft, error) {
 		ifc.Ingress = it
 	}
 	if ifc.Egress == nil && ifc.Ingress == nil {
+		if d.Report.Refusals() != nil {
+			return d, nil // the report says what could not be read
+		}
 		return nil, fmt.Errorf("%s: no HTB tree (root qdisc) and no ingress tree: nothing to import", dev)
 	}
 	d.settle(at)

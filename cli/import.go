@@ -28,14 +28,7 @@ func readLive(ns, dev string) (*migrate.Live, error) {
 	if err != nil {
 		return nil, err
 	}
-	live := &migrate.Live{Dev: s}
-	for _, parent := range []tc.Handle{tc.MakeHandle(0xffff, 0), tc.HandleIngressHook} {
-		for _, f := range s.Filters[parent] {
-			if f.U32 != nil && f.U32.RedirectDev != "" && !strings.HasPrefix(f.U32.RedirectDev, "?") && c.LinkExists(f.U32.RedirectDev) {
-				live.IfbName = f.U32.RedirectDev
-			}
-		}
-	}
+	live := &migrate.Live{Dev: s, IfbName: c.IngressRedirect(s)}
 	if live.IfbName != "" {
 		if live.Ingress, err = c.Snapshot(live.IfbName); err != nil {
 			return nil, err

@@ -659,11 +659,12 @@ func readLiveForTest(ns string) (*migrate.Live, error) {
 	if err != nil {
 		return nil, err
 	}
-	ifb, err := c.Snapshot("ifb0")
-	if err != nil {
-		return nil, err
+	live := &migrate.Live{Dev: s, IfbName: c.IngressRedirect(s)}
+	if live.IfbName != "ifb0" {
+		return nil, fmt.Errorf("the ingress redirects to %q, want ifb0", live.IfbName)
 	}
-	return &migrate.Live{Dev: s, Ingress: ifb, IfbName: "ifb0"}, nil
+	live.Ingress, err = c.Snapshot(live.IfbName)
+	return live, err
 }
 
 // importReference is what the imported policy promises the classes

@@ -253,3 +253,22 @@ func TestOfBed(t *testing.T) {
 		}
 	}
 }
+
+// A stalled reader's late bucket and its catch-up after it: goodput is
+// bytes over the time they took, not the mean of the buckets' rates.
+func TestGoodputWeighsBucketsByTheirSpan(t *testing.T) {
+	// 10 Mbit/s of data: a 0.3 s bucket (the tick came late) carried
+	// 3 Mbit at its end, read in a 0.01 s bucket after it.
+	r := &Result{Bucket: 0.1, Spans: []float64{0.1, 0.3, 0.01, 0.1, 0.1},
+		Flows: []*FlowSeries{{Name: "f", Item: "f", Goodput: []float64{10e6, 0, 3e6 / 0.01, 10e6, 10e6}}}}
+	r.Flows[0].Goodput[1] = 0.3e6 / 0.3 // what the stalled bucket saw
+	g := r.summarize("p", 0, 0.5, 0).Flows["f"].Goodput
+	bits := 0.1*10e6 + 0.3e6 + 3e6 + 0.1*10e6 + 0.1*10e6
+	if want := bits / 0.61; math.Abs(g-want) > 1 {
+		t.Errorf("goodput %.0f, want %.0f (bytes over time)", g, want)
+	}
+	r.Spans = nil // a result from before spans: the plain mean
+	if g := r.summarize("p", 0, 0.5, 0).Flows["f"].Goodput; g < 60e6 {
+		t.Errorf("without spans: %.0f", g)
+	}
+}

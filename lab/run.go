@@ -426,6 +426,10 @@ func Run(ctx context.Context, b *Bed, s *Scenario, v Variant, opt Options) (*Res
 		case <-tick.C:
 		}
 		now := time.Now()
+		if r.Spans == nil {
+			r.Spans = make([]float64, nb)
+		}
+		r.Spans[i] = now.Sub(prevFlowAt).Seconds()
 		for fi, fc := range counters {
 			rx := fc.rx.Load()
 			flows[fi].Goodput[i] = units.BitsPerSecond(rx-prevRx[fi], now.Sub(prevFlowAt))

@@ -57,3 +57,16 @@ func (c *Conn) Snapshot(dev string) (*Snapshot, error) {
 	}
 	return s, nil
 }
+
+// IngressRedirect names the device s's ingress hook redirects packets
+// to (an ifb, for a tree of its own), or "" if none exists here.
+func (c *Conn) IngressRedirect(s *Snapshot) string {
+	for _, parent := range []Handle{MakeHandle(0xffff, 0), HandleIngressHook} {
+		for _, f := range s.Filters[parent] {
+			if u := f.U32; u != nil && u.RedirectDev != "" && u.RedirectDev[0] != '?' && c.LinkExists(u.RedirectDev) {
+				return u.RedirectDev
+			}
+		}
+	}
+	return ""
+}

@@ -3,7 +3,6 @@ package e2e
 import (
 	"fmt"
 	"math/rand"
-	"net"
 	"net/netip"
 	"strings"
 	"syscall"
@@ -284,15 +283,8 @@ func TestCraftedPacketsLandInTheirClass(t *testing.T) {
 // own reading of its rules; every class in want must see some.
 func craftedPackets(t *testing.T, classifier, policyText string, want []string) {
 	testutil.RequireRoot(t)
-	a, b := testutil.NewNetns(t, "a"), testutil.NewNetns(t, "b")
-	tmp := testutil.Unique("v")
-	testutil.Run(t, "ip", "link", "add", tmp, "netns", a, "type", "veth", "peer", "name", "veth1", "netns", b)
-	testutil.NS(t, a, "ip", "link", "set", tmp, "name", "veth0")
-	for _, s := range [][2]string{{a, "veth0"}, {b, "veth1"}} {
-		// No addresses, no IPv6: the kernel sends nothing of its own.
-		testutil.NS(t, s[0], "sysctl", "-qw", "net.ipv6.conf."+s[1]+".disable_ipv6=1")
-		testutil.NS(t, s[0], "ip", "link", "set", s[1], "up")
-	}
+	bed := newImportBed(t, "a") // veth0 without addresses, a packet socket on it
+	a := bed.ns
 	polFile := writePolicy(t, "every.yaml", strings.Replace(policyText, "egress:\n", "egress:\n      classifier: "+classifier+"\n", 1))
 	must(t, "--netns", a, "apply", "-q", polFile)
 	pol, _, err := policy.Load(polFile)
@@ -333,22 +325,7 @@ func craftedPackets(t *testing.T, classifier, policyText string, want []string) 
 		}
 		return out
 	}
-	var fd int
-	var ifindex int
-	if err := testutil.InNetns(a, func() error {
-		ifc, err := net.InterfaceByName("veth0")
-		if err != nil {
-			return err
-		}
-		ifindex = ifc.Index
-		fd, err = unix.Socket(unix.AF_PACKET, unix.SOCK_RAW, 0)
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Close(fd)
-	addr := &unix.SockaddrLinklayer{Ifindex: ifindex, Protocol: 0}
-
+	fd, addr := bed.fd, &bed.addr
 	r := rand.New(rand.NewSource(7))
 	seen := map[string]int{}
 	last := counts()

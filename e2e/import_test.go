@@ -26,9 +26,10 @@ import (
 	"sluice/testutil"
 )
 
-// importBed is a namespace whose veth0 is shaped, by the old tool or by
-// sluice, with no addresses (the kernel sends nothing of its own):
-// crafted frames are written to veth0 through a packet socket.
+// importBed is a namespace whose veth0 is shaped (by an old tool or by
+// sluice), with no addresses and no IPv6, so that the kernel sends
+// nothing of its own: crafted frames are written to veth0 through a
+// packet socket (the import tests, craftedPackets).
 type importBed struct {
 	ns   string
 	peer string

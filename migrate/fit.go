@@ -81,3 +81,37 @@ func finishMatches(r *Report, at At, cs []*Class, opt Options, ipv6Was string) {
 		r.Exact(at, "IPv6", "the rules classify IPv4 alone, as the old ones did; IPv6 goes to the default class")
 	}
 }
+
+// rootsToTree hangs an HTB tree's root classes under t. One root class
+// with children is the link: its rate becomes the tree's (HTB never
+// lets a root class borrow, so its rate is what it sends), comment
+// names it, and its children become the top-level classes. Several
+// root classes lend nothing to each other: each keeps its rate as its
+// ceil under a tree that is their sum.
+func rootsToTree(r *Report, t *Tree, at At, top []*Class, comment string) {
+	if len(top) == 1 && len(top[0].Classes) > 0 {
+		root := top[0]
+		t.Rate, t.Comment, t.Classes = root.Rate, comment, root.Classes
+		r.Exact(root.At, "class "+root.Origin, "the egress tree's rate, %s", t.Rate)
+		return
+	}
+	sum := 0.0
+	for _, c := range top {
+		sum += c.rateBits
+		c.Ceil, c.ceilBits = c.Rate, c.rateBits
+	}
+	t.Rate, t.Classes = bitRate(sum), top
+	r.Exact(at, "root classes", "%d root classes, none borrowing from another: each capped at its rate under a tree of %s", len(top), t.Rate)
+}
+
+// addUnclassified gives t a default class where the old tree sent
+// unclassified traffic out unshaped (HTB's direct queue: no default,
+// or one naming no leaf): 1% of the link, up to all of it, prio 7.
+func addUnclassified(r *Report, t *Tree, at At, taken map[string]bool, what, comment string) {
+	name := uniqueName("unclassified", taken)
+	rate := max(t.rateBits()/100, 8000)
+	t.Classes = append(t.Classes, &Class{At: at, Name: name, Comment: comment,
+		Rate: bitRate(rate), Ceil: t.Rate, Prio: intp(7), rateBits: rate, ceilBits: t.rateBits()})
+	t.Default = name
+	r.Approx(at, what, "unclassified traffic went out unshaped (HTB's direct queue); here it goes to class %s (%s, up to the link, prio 7), so it counts against the link", name, bitRate(rate))
+}

@@ -275,27 +275,7 @@ func htbInitDevice(d *Draft, dir, dev string, qkv []htbKV, roots []*htbClass, op
 	for _, c := range roots {
 		top = append(top, build(c, 0, 0))
 	}
-	if len(roots) == 1 && len(roots[0].children) > 0 {
-		// One root class is the link: it becomes the tree's rate and
-		// its children the top-level classes. HTB never lets a root
-		// class borrow, so its rate is what it sends.
-		root := roots[0]
-		tree.Rate = bitRate(root.rate)
-		tree.Comment = fmt.Sprintf("%s, class %s", root.at, root.origin())
-		tree.Classes = top[0].Classes
-		r.Exact(root.at, "class "+root.origin(), "the egress tree's rate, %s", tree.Rate)
-	} else {
-		// Several root classes: none lends to another, so each keeps
-		// its rate as its ceil under a tree that is their sum.
-		sum := 0.0
-		for _, c := range roots {
-			sum += c.rate
-			c.draft.Ceil, c.draft.ceilBits = bitRate(c.rate), c.rate
-		}
-		tree.Rate = bitRate(sum)
-		tree.Classes = top
-		r.Exact(devAt, "root classes", "%d root classes, none borrowing from another: each capped at its rate under a tree of %s", len(roots), tree.Rate)
-	}
+	rootsToTree(r, tree, devAt, top, fmt.Sprintf("%s, class %s", roots[0].at, roots[0].origin()))
 	def := byID[defcls]
 	switch {
 	case def != nil && len(def.children) == 0 && !(len(roots) == 1 && def == roots[0]):
@@ -306,15 +286,7 @@ func htbInitDevice(d *Draft, dir, dev string, qkv []htbKV, roots []*htbClass, op
 		if defcls != 0 {
 			why = fmt.Sprintf("DEFAULT=%x names no leaf class", defcls)
 		}
-		name := uniqueName("unclassified", taken)
-		rate := tree.rateBits() / 100
-		if rate < 8000 {
-			rate = 8000
-		}
-		tree.Classes = append(tree.Classes, &Class{At: defAt, Name: name, Comment: "traffic no rule matches",
-			Rate: bitRate(rate), Ceil: tree.Rate, Prio: intp(7), rateBits: rate, ceilBits: tree.rateBits()})
-		tree.Default = name
-		r.Approx(defAt, why, "unclassified traffic went out unshaped (HTB's direct queue); here it goes to class %s (%s, up to the link, prio 7), so it counts against the link", name, bitRate(rate))
+		addUnclassified(r, tree, defAt, taken, why, "traffic no rule matches")
 	}
 	fitRates(r, tree.At, tree.rateBits(), tree.Classes)
 	for _, c := range allClasses(tree.Classes) {

@@ -210,6 +210,10 @@ func tcTree(r *Report, s *tc.Snapshot, at At) (*Tree, error) {
 		}
 		return cl
 	}
+	if len(tops) == 0 {
+		r.Refuse(at, "root qdisc htb", "the tree has no classes")
+		return nil, nil
+	}
 	t := &Tree{At: at}
 	var top []*Class
 	for _, n := range tops {
@@ -218,31 +222,9 @@ func tcTree(r *Report, s *tc.Snapshot, at At) (*Tree, error) {
 	if defaultBursts > 0 {
 		r.Approx(at, "burst 1600b", "%d class(es) had tc's default burst (one MTU): sluice sizes theirs (1 ms of the rate, at least two frames), which holds the rate where one MTU undershoots it", defaultBursts)
 	}
-	if len(tops) == 1 && len(tops[0].children) > 0 {
-		t.Rate = tops[0].draft.Rate
-		t.Comment = "class " + tops[0].c.Handle.String()
-		t.Classes = top[0].Classes
-		r.Exact(at, "class "+tops[0].c.Handle.String(), "the tree's rate, %s", t.Rate)
-	} else {
-		sum := 0.0
-		for _, n := range tops {
-			sum += n.draft.rateBits
-			n.draft.Ceil, n.draft.ceilBits = n.draft.Rate, n.draft.rateBits
-		}
-		t.Rate = bitRate(sum)
-		t.Classes = top
-		r.Exact(at, "root classes", "%d root classes, none borrowing from another: each capped at its rate under a tree of %s", len(tops), t.Rate)
-	}
-	if len(tops) == 0 {
-		r.Refuse(at, "root qdisc htb", "the tree has no classes")
-		return nil, nil
-	}
+	rootsToTree(r, t, at, top, "class "+tops[0].c.Handle.String())
 	// Filters: each u32 node sending packets to a class becomes an entry
 	// of that class's match list.
-	byHandle := map[tc.Handle]*tcNode{}
-	for h, n := range nodes {
-		byHandle[h] = n
-	}
 	addFilters := func(fs []*tc.Filter, scope string) {
 		for _, f := range fs {
 			if f.Handle == 0 || f.Kind == "" {
@@ -268,7 +250,7 @@ func tcTree(r *Report, s *tc.Snapshot, at At) (*Tree, error) {
 				r.Refuse(fat, "u32 node", "it sends packets nowhere (no classid)")
 				continue
 			}
-			n := byHandle[u.ClassID]
+			n := nodes[u.ClassID]
 			if n == nil {
 				r.Refuse(fat, "flowid "+u.ClassID.String(), "no such class")
 				continue
@@ -303,15 +285,7 @@ func tcTree(r *Report, s *tc.Snapshot, at At) (*Tree, error) {
 		t.Default = dn.draft.Name
 		r.Exact(at, fmt.Sprintf("default %x", def), "default: %s", dn.draft.Name)
 	default:
-		name := uniqueName("unclassified", taken)
-		rate := t.rateBits() / 100
-		if rate < 8000 {
-			rate = 8000
-		}
-		t.Classes = append(t.Classes, &Class{At: at, Name: name, Comment: "traffic no filter sends to a class",
-			Rate: bitRate(rate), Ceil: t.Rate, Prio: intp(7), rateBits: rate, ceilBits: t.rateBits()})
-		t.Default = name
-		r.Approx(at, fmt.Sprintf("default %x", def), "unclassified traffic went out unshaped (HTB's direct queue); here it goes to class %s (%s, up to the link, prio 7)", name, bitRate(rate))
+		addUnclassified(r, t, at, taken, fmt.Sprintf("default %x", def), "traffic no filter sends to a class")
 	}
 	// Rules on inner classes reached from the root make them gates; an
 	// inner class matched with no inner filters sends its packets to the
@@ -321,7 +295,7 @@ func tcTree(r *Report, s *tc.Snapshot, at At) (*Tree, error) {
 			r.Refuse(n.draft.At, "filters to inner class "+n.c.Handle.String(), "it has no filters of its own: HTB sends those packets to the default class, which sluice's rules cannot say")
 		}
 	}
-	tcOrderNotes(r, rootFilters, byHandle)
+	tcOrderNotes(r, rootFilters, nodes)
 	fitRates(r, at, t.rateBits(), t.Classes)
 	return t, nil
 }

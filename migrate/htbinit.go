@@ -530,16 +530,7 @@ func portMask(s string) ([]string, error) {
 	if err != nil {
 		return nil, fmt.Errorf("port mask %q is not a 16-bit number", mask)
 	}
-	inv := ^uint16(mv)
-	if inv&(inv+1) != 0 {
-		return nil, fmt.Errorf("port mask %s is not leading ones: no port range says the same", mask)
-	}
-	lo := uint16(v) & uint16(mv)
-	hi := lo | inv
-	if lo == hi {
-		return []string{strconv.Itoa(int(lo))}, nil
-	}
-	return []string{fmt.Sprintf("%d-%d", lo, hi)}, nil
+	return portField(uint32(v), uint32(mv))
 }
 
 // htbInitOrderNotes: htb.init tries every RULE (u32 at prio 100) before

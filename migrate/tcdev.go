@@ -455,10 +455,12 @@ func leadingOnes(mask uint32, width int) (int, bool) {
 	return n, mask == ((1<<n)-1)<<(width-n)
 }
 
+// portField is a u32 port match (value, 16-bit mask) in sluice's port
+// syntax: a mask of leading ones is a range.
 func portField(v, mask uint32) ([]string, error) {
 	n, ok := leadingOnes(mask, 16)
 	if !ok {
-		return nil, fmt.Errorf("port mask 0x%04x is not leading ones", mask)
+		return nil, fmt.Errorf("port mask 0x%04x is not leading ones: no port range says the same", mask)
 	}
 	lo := v & mask
 	hi := lo | (0xffff >> n)

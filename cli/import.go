@@ -75,12 +75,13 @@ func (g *globals) planImport(cmd *cobra.Command, file, shown string) {
 }
 
 // importFormats are the formats `sluice import` reads.
-var importFormats = []string{"htb.init", "wondershaper", "tc"}
+var importFormats = []string{"htb.init", "wondershaper", "tc", "libreqos", "sqm"}
 
 func importCmd(g *globals) *cobra.Command {
 	var dir string
 	var strict bool
 	var opt migrate.Options
+	var lqosConfig string
 	cmd := &cobra.Command{
 		Use:   "import FORMAT SOURCE [-o DIR] | import wondershaper -- COMMAND LINE",
 		Short: "Convert another tool's configuration into a sluice policy, with a report of what carried over",
@@ -97,6 +98,14 @@ Formats:
                 its HTB tree, leaves and u32 filters, as a hand-written
                 script built them, and the ifb its ingress redirects to
   htb.init      SOURCE is the configuration directory (/etc/sysconfig/htb)
+  sqm           SOURCE is sqm-scripts' configuration (/etc/config/sqm):
+                each enabled queue's interface, rates, qdisc and link
+                layer, for simplest.qos, simple.qos, piece_of_cake.qos
+                and layer_cake.qos
+  libreqos      SOURCE is the directory of ShapedDevices.csv and network.json;
+                the interfaces and capacities come from lqos.conf or
+                ispConfig.py there, /etc/lqos.conf, or --config. The
+                circuits become hosts files: -o is required
   wondershaper  SOURCE is a wondershaper script (LARTC's wshaper or
                 wshaper.htb) or 1.4.1's wondershaper.conf; or give the
                 command line that ran it after --:
@@ -106,6 +115,7 @@ Formats:
 Without -o the policy goes to standard output. docs/migrating.md has a
 worked example per tool and how to prove the result in the lab.`,
 		Example: `  sluice import htb.init /etc/sysconfig/htb -o /etc/sluice
+  sluice import libreqos /opt/libreqos/src -o /etc/sluice
   sluice import wondershaper -- wondershaper ppp0 800 220 > policy.yaml`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -137,6 +147,16 @@ worked example per tool and how to prove the result in the lab.`,
 				default:
 					return badInput(errors.New("import wondershaper: want a script or conf file, or the command line after --"))
 				}
+			case "sqm":
+				if len(rest) != 1 || cmdline != nil {
+					return badInput(errors.New("import sqm: want one SOURCE, sqm's UCI configuration (/etc/config/sqm)"))
+				}
+				d, err = migrate.SQM(rest[0], opt)
+			case "libreqos":
+				if len(rest) != 1 || cmdline != nil {
+					return badInput(errors.New("import libreqos: want one SOURCE, the directory of ShapedDevices.csv and network.json"))
+				}
+				d, err = migrate.LibreQoS(rest[0], lqosConfig)
 			case "tc":
 				if len(rest) != 1 || cmdline != nil {
 					return badInput(errors.New("import tc: want one SOURCE, the device (--netns for another namespace)"))
@@ -199,6 +219,7 @@ worked example per tool and how to prove the result in the lab.`,
 	}
 	cmd.Flags().StringVarP(&dir, "output", "o", "", "write policy.yaml (and hosts files) into `DIR` instead of printing the policy")
 	cmd.Flags().BoolVar(&strict, "strict", false, "refuse the import if anything was approximated")
+	cmd.Flags().StringVar(&lqosConfig, "config", "", "libreqos: the settings `FILE` (lqos.conf or ispConfig.py)")
 	cmd.Flags().BoolVar(&opt.IPv4Only, "ipv4-only", false, "classify IPv4 alone, as the old tools did: rules without addresses do not match IPv6")
 	return cmd
 }

@@ -1,6 +1,7 @@
 // Package migrate turns the configurations of the tools people shape
-// with today (htb.init directories, wondershaper, FireQOS, ...) into a
-// sluice policy, and reports how faithfully each construct carried over.
+// with today (htb.init directories, wondershaper, LibreQoS, sqm-scripts,
+// a live tc tree) into a sluice policy, and reports how faithfully each
+// construct carried over.
 //
 // Every importer builds a Draft: the policy's YAML keys as plain
 // strings, each class remembering the file and line it came from and
@@ -96,6 +97,7 @@ type PerHost struct {
 	HostsFile string
 	Rate      string
 	Ceil      string
+	Prio      *int
 }
 
 // Host is a line of a hosts file.
@@ -105,6 +107,8 @@ type Host struct {
 	Rate      string
 	Ceil      string
 	Parent    string
+	// Comment goes on a line of its own above the host's.
+	Comment string
 }
 
 // Match is one entry of a class's match list. Lists hold one value or

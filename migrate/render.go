@@ -2,6 +2,7 @@ package migrate
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -115,6 +116,9 @@ func renderClasses(cs []*Class) *yaml.Node {
 			if c.PerHost.Ceil != "" {
 				put(p, "ceil", scalar(c.PerHost.Ceil), "")
 			}
+			if c.PerHost.Prio != nil {
+				put(p, "prio", plain(strconv.Itoa(*c.PerHost.Prio)), "")
+			}
 			put(n, "per_host", p, "")
 		}
 		if len(c.Classes) > 0 {
@@ -131,7 +135,10 @@ func classComment(c *Class) string {
 	if c.At.File != "" {
 		parts = append(parts, c.At.String())
 	}
-	if c.Origin != "" {
+	switch {
+	case strings.Contains(c.Origin, " "): // "node Hilltop": names its kind
+		parts = append(parts, c.Origin)
+	case c.Origin != "":
 		parts = append(parts, "class "+c.Origin)
 	}
 	s := strings.Join(parts, ", ")
@@ -219,6 +226,9 @@ func RenderHosts(hosts []Host) []byte {
 	var b bytes.Buffer
 	b.WriteString("name,addresses,rate,ceil,parent\n")
 	for _, h := range hosts {
+		if h.Comment != "" {
+			fmt.Fprintf(&b, "# %s\n", strings.ToValidUTF8(strings.NewReplacer("\n", " ", "\r", " ").Replace(h.Comment), "?"))
+		}
 		fmt.Fprintf(&b, "%s,%s,%s,%s,%s\n", h.Name, strings.Join(h.Addresses, " "), h.Rate, h.Ceil, h.Parent)
 	}
 	return b.Bytes()
@@ -227,7 +237,7 @@ func RenderHosts(hosts []Host) []byte {
 // Check validates the rendered policy (one without hosts files) as
 // sluice will read it.
 func (d *Draft) Check() error {
-	if _, _, err := policy.Parse("policy.yaml", d.Render()); err != nil {
+	if err := d.parse(); err != nil {
 		return fmt.Errorf("the imported policy does not validate (a bug in the importer; please report it with the source):\n%w", err)
 	}
 	return nil
@@ -245,11 +255,37 @@ func (d *Draft) settle(at At) *Draft {
 	if d.Report.Refusals() != nil {
 		return d
 	}
-	if _, _, err := policy.Parse("policy.yaml", d.Render()); err != nil {
+	if err := d.parse(); err != nil {
 		msg := strings.ReplaceAll(err.Error(), "\n", "; ")
 		d.Report.Refuse(at, "the configuration as a whole", "sluice would not accept the result: %s", msg)
 	}
 	return d
+}
+
+// parse reads the rendered policy as sluice will, with its hosts files
+// (written to a scratch directory for it).
+func (d *Draft) parse() error {
+	if len(d.Hosts) == 0 {
+		_, _, err := policy.Parse("policy.yaml", d.Render())
+		return err
+	}
+	tmp, err := os.MkdirTemp("", "sluice-import-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	if err := writeNew(filepath.Join(tmp, "policy.yaml"), d.Render()); err != nil {
+		return err
+	}
+	for name, hosts := range d.Hosts {
+		if err := writeNew(filepath.Join(tmp, name), RenderHosts(hosts)); err != nil {
+			return err
+		}
+	}
+	if _, _, err := policy.Load(filepath.Join(tmp, "policy.yaml")); err != nil {
+		return errors.New(strings.ReplaceAll(err.Error(), tmp+string(filepath.Separator), ""))
+	}
+	return nil
 }
 
 // Write validates the draft and writes policy.yaml and its hosts files

@@ -58,10 +58,13 @@ func Iperf(ns, addr string, port, flows, secs int, extra ...string) (*IperfResul
 	args = append(args, extra...)
 	var out []byte
 	var err error
-	// A server is busy for a moment after its previous test.
+	// A server is busy for a moment after its previous test, and
+	// between tests iperf3 closes and reopens its listening socket, so
+	// a client that comes back at once may find nobody listening (seen
+	// in CI: "unable to connect to server: Connection refused").
 	for try := 0; try < 50; try++ {
 		out, err = exec.Command("ip", args...).Output()
-		if !strings.Contains(string(out), "server is busy") {
+		if !strings.Contains(string(out), "server is busy") && !strings.Contains(string(out), "Connection refused") {
 			break
 		}
 		time.Sleep(200 * time.Millisecond)

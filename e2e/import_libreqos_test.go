@@ -175,7 +175,7 @@ func TestImportedLibreQoSClassifiesAsTheOriginal(t *testing.T) {
 	var stops []func()
 	for _, b := range []*importBed{old, imp} {
 		for _, c := range flooded {
-			stops = append(stops, udpFlood(t, b.ns, addr[c], 30e6, 5001))
+			stops = append(stops, udpFlood(t, b.ns, addr[c], 20e6, 5001))
 		}
 	}
 	oldName := map[string]string{}

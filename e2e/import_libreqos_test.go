@@ -182,18 +182,11 @@ func TestImportedLibreQoSClassifiesAsTheOriginal(t *testing.T) {
 	for h, c := range owner {
 		oldName[h] = "circuits/" + c
 	}
-	bytesBy := func(b *importBed, translate map[string]string) map[string]uint64 {
-		m := map[string]uint64{}
-		for h, c := range b.counts(t) {
-			m[translate[h]] = c.Bytes
-		}
-		return m
-	}
 	const warm, measure = 2 * time.Second, 4 * time.Second
 	time.Sleep(warm)
-	o0, n0 := bytesBy(old, oldName), bytesBy(imp, names)
+	o0, n0 := old.bytesBy(t, oldName), imp.bytesBy(t, names)
 	time.Sleep(measure)
-	o1, n1 := bytesBy(old, oldName), bytesBy(imp, names)
+	o1, n1 := old.bytesBy(t, oldName), imp.bytesBy(t, names)
 	for _, s := range stops {
 		s()
 	}

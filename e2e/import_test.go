@@ -130,6 +130,17 @@ func (b *importBed) countsByTC(t *testing.T) map[string]tcClass {
 	return m
 }
 
+// bytesBy returns each class's byte counter, by the name translate
+// gives its handle.
+func (b *importBed) bytesBy(t *testing.T, translate map[string]string) map[string]uint64 {
+	t.Helper()
+	m := map[string]uint64{}
+	for h, c := range b.counts(t) {
+		m[translate[h]] = c.Bytes
+	}
+	return m
+}
+
 // classify sends p and returns the leaf class whose counter moved: the
 // one moved class that is no other moved class's parent ("" if none).
 func (b *importBed) classify(t *testing.T, p *testutil.Packet) string {
@@ -530,13 +541,6 @@ func importRates(t *testing.T, old, imp *importBed, d *migrate.Draft, policyFile
 	}
 	origins := d.Origins()["veth0/egress"]
 	names := sluiceClassNames(t, imp.ns)
-	bytesBy := func(b *importBed, translate map[string]string) map[string]uint64 {
-		m := map[string]uint64{}
-		for h, c := range b.counts(t) {
-			m[translate[h]] = c.Bytes
-		}
-		return m
-	}
 	const warm, measure = 2 * time.Second, 4 * time.Second
 	errs := make(chan error, 2*len(flows))
 	for _, b := range []*importBed{old, imp} {
@@ -553,9 +557,9 @@ func importRates(t *testing.T, old, imp *importBed, d *migrate.Draft, policyFile
 		}
 	}
 	time.Sleep(warm)
-	o0, n0 := bytesBy(old, origins), bytesBy(imp, names)
+	o0, n0 := old.bytesBy(t, origins), imp.bytesBy(t, names)
 	time.Sleep(measure)
-	o1, n1 := bytesBy(old, origins), bytesBy(imp, names)
+	o1, n1 := old.bytesBy(t, origins), imp.bytesBy(t, names)
 	for range 2 * len(flows) {
 		if err := <-errs; err != nil {
 			t.Fatal(err)

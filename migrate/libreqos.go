@@ -94,8 +94,8 @@ func LibreQoS(dir, config string) (*Draft, error) {
 		return d, nil
 	}
 	for _, dir := range []lqDir{
-		{name: "download", comment: "download: toward the subscribers", dev: cfg.toNetwork, cap: cfg.down, gen: cfg.genDown, by: "dst", hosts: libreqosHostsDown},
-		{name: "upload", comment: "upload: toward the Internet", dev: cfg.toInternet, cap: cfg.up, gen: cfg.genUp, by: "src", hosts: libreqosHostsUp},
+		{i: lqDown, name: "download", comment: "download: toward the subscribers", dev: cfg.toNetwork, cap: cfg.down, gen: cfg.genDown, by: "dst", hosts: libreqosHostsDown},
+		{i: lqUp, name: "upload", comment: "upload: toward the Internet", dev: cfg.toInternet, cap: cfg.up, gen: cfg.genUp, by: "src", hosts: libreqosHostsUp},
 	} {
 		t, hosts := lq.tree(dir)
 		d.Interfaces = append(d.Interfaces, &Interface{At: cfg.at, Name: dir.dev, Egress: t})
@@ -243,12 +243,13 @@ func (c *lqosConfig) check(r *Report) {
 // lqCircuit is a circuit of ShapedDevices.csv: the rows sharing a
 // Circuit ID.
 type lqCircuit struct {
-	at                   At
-	id, name             string
-	parent               string
-	addrs                []string
-	minDown, minUp       float64
-	maxDown, maxUp       float64
+	at       At
+	id, name string
+	parent   string
+	addrs    []string
+	// min and max are the rates in Mbit/s, by direction (lqDown,
+	// lqUp).
+	min, max             [2]float64
 	sqm                  string
 	node                 *lqNode // resolved parent (nil: none)
 	downName, upName     string
@@ -336,7 +337,7 @@ func readShapedDevices(r *Report, file string, b []byte) []*lqCircuit {
 		for _, k := range []struct {
 			key string
 			v   *float64
-		}{{"minDown", &c.minDown}, {"minUp", &c.minUp}, {"maxDown", &c.maxDown}, {"maxUp", &c.maxUp}} {
+		}{{"minDown", &c.min[lqDown]}, {"minUp", &c.min[lqUp]}, {"maxDown", &c.max[lqDown]}, {"maxUp", &c.max[lqUp]}} {
 			s := field(k.key)
 			f, err := strconv.ParseFloat(s, 64)
 			if err != nil || !(f > 0) || f > 1e6 {
@@ -345,8 +346,8 @@ func readShapedDevices(r *Report, file string, b []byte) []*lqCircuit {
 			}
 			*k.v = f
 		}
-		if !bad && (c.minDown > c.maxDown || c.minUp > c.maxUp) {
-			r.Refuse(at, "rates", "a minimum above its maximum (download %v/%v, upload %v/%v Mbit/s)", c.minDown, c.maxDown, c.minUp, c.maxUp)
+		if !bad && (c.min[lqDown] > c.max[lqDown] || c.min[lqUp] > c.max[lqUp]) {
+			r.Refuse(at, "rates", "a minimum above its maximum (download %v/%v, upload %v/%v Mbit/s)", c.min[lqDown], c.max[lqDown], c.min[lqUp], c.max[lqUp])
 			bad = true
 		}
 		for _, k := range []string{"ipv4", "ipv6"} {
@@ -387,7 +388,7 @@ func readShapedDevices(r *Report, file string, b []byte) []*lqCircuit {
 			if first.parent != c.parent {
 				r.Refuse(at, "circuit "+c.id, "its devices name different parent nodes (%q at %s, %q here): LibreQoS refuses this too", first.parent, first.at, c.parent)
 			}
-			if first.minDown != c.minDown || first.minUp != c.minUp || first.maxDown != c.maxDown || first.maxUp != c.maxUp {
+			if first.min != c.min || first.max != c.max {
 				r.Approx(at, "circuit "+c.id, "this device's rates differ from the circuit's first device (%s): the circuit keeps the first's, as LibreQoS does", first.at)
 			}
 			continue
@@ -466,15 +467,13 @@ func lqPrefix(s string, v6 bool) (netip.Prefix, error) {
 type lqNode struct {
 	at         At
 	name       string
-	down, up   float64 // the maxima as written (0: missing)
+	bw         [2]float64 // the maxima as written, by direction (0: missing)
 	virtual    bool
 	children   []*lqNode
 	parent     *lqNode
 	circuits   []*lqCircuit
-	class      string // the sluice class name
-	ceilDown   float64
-	ceilUp     float64
-	circuitCls string // the class its circuits hang below
+	ceil       [2]float64 // by direction, capped by the parent's
+	circuitCls string     // the class its circuits hang below
 }
 
 // readNetworkJSON reads the tree in file order (a map would lose it,
@@ -482,7 +481,16 @@ type lqNode struct {
 func readNetworkJSON(r *Report, file string, b []byte) []*lqNode {
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.UseNumber()
-	lineAt := func(off int64) At { return At{file, 1 + bytes.Count(b[:min(int(off), len(b))], []byte("\n"))} }
+	// Offsets only grow: count the newlines since the last one asked
+	// for, not from the start (a big network.json has thousands of nodes).
+	line, upTo := 1, 0
+	lineAt := func(off int64) At {
+		if o := min(int(off), len(b)); o > upTo {
+			line += bytes.Count(b[upTo:o], []byte("\n"))
+			upTo = o
+		}
+		return At{file, line}
+	}
 	var nodes func(depth int) ([]*lqNode, error)
 	var value func() (any, error)
 	value = func() (any, error) {
@@ -535,9 +543,9 @@ func readNetworkJSON(r *Report, file string, b []byte) []*lqNode {
 						return nil, fmt.Errorf("%s: node %q: %s %v: want a number of Mbit/s", n.at, n.name, k, v)
 					}
 					if k == "downloadBandwidthMbps" {
-						n.down = f
+						n.bw[lqDown] = f
 					} else {
-						n.up = f
+						n.bw[lqUp] = f
 					}
 				case "virtual":
 					v, err := value()
@@ -642,7 +650,14 @@ func (lq *lqImport) attach() {
 	}
 }
 
+// The directions, as indices of the per-direction arrays.
+const (
+	lqDown = iota
+	lqUp
+)
+
 type lqDir struct {
+	i         int // lqDown or lqUp
 	name, dev string
 	comment   string
 	cap, gen  float64
@@ -655,7 +670,7 @@ func mbit(v float64) float64 { return v * 1e6 }
 // tree builds one direction's tree and hosts file.
 func (lq *lqImport) tree(d lqDir) (*Tree, []Host) {
 	r, cfg := lq.r, lq.cfg
-	down := d.name == "download"
+	down := d.i == lqDown
 	t := &Tree{At: cfg.at, Comment: d.comment, Rate: bitRate(mbit(d.cap))}
 	taken := map[string]bool{}
 	switch leaf := strings.Fields(cfg.sqm); {
@@ -677,10 +692,7 @@ func (lq *lqImport) tree(d lqDir) (*Tree, []Host) {
 	build = func(ns []*lqNode, parentCeil float64) []*Class {
 		var out []*Class
 		for _, n := range ns {
-			max := n.up
-			if down {
-				max = n.down
-			}
+			max := n.bw[d.i]
 			if max <= 0 {
 				r.Approx(n.at, "node "+n.name, "no %s bandwidth: its parent's, %s (as LibreQoS does)", d.name, bitRate(mbit(parentCeil)))
 				max = parentCeil
@@ -693,26 +705,14 @@ func (lq *lqImport) tree(d lqDir) (*Tree, []Host) {
 			c := &Class{At: n.at, Origin: "node " + n.name, Name: uniqueName(className(n.name, "node"), taken)}
 			c.rateBits, c.ceilBits = mbit(math.Round(ceil*0.95*1000)/1000), mbit(ceil)
 			c.Rate, c.Ceil = bitRate(c.rateBits), bitRate(c.ceilBits)
-			if down {
-				n.ceilDown = ceil
-				n.class = c.Name
-			} else {
-				n.ceilUp = ceil
-			}
+			n.ceil[d.i] = ceil
 			c.Classes = build(n.children, ceil)
 			n.circuitCls = c.Name
 			if len(n.circuits) > 0 && len(c.Classes) > 0 {
 				// sluice hangs hosts below a class without classes: the
 				// circuits of a node with child nodes get a class of
 				// their own beside them.
-				sum := 0.0
-				for _, ct := range n.circuits {
-					if down {
-						sum += ct.minDown
-					} else {
-						sum += ct.minUp
-					}
-				}
+				sum := sumMins(n.circuits, d.i)
 				g := &Class{At: n.at, Origin: "node " + n.name, Comment: "its circuits", Name: uniqueName(c.Name+"-circuits", taken)}
 				g.rateBits, g.ceilBits = mbit(math.Min(sum, ceil)), c.ceilBits
 				g.Rate, g.Ceil = bitRate(g.rateBits), c.Ceil
@@ -733,14 +733,7 @@ func (lq *lqImport) tree(d lqDir) (*Tree, []Host) {
 	ph := &Class{At: At{File: d.hosts}, Name: uniqueName("circuits", taken), Prio: nil}
 	if len(lq.flatOnes) > 0 {
 		ph.Comment = "the circuits without a parent node (LibreQoS's generated parent nodes)"
-		sum := 0.0
-		for _, c := range lq.flatOnes {
-			if down {
-				sum += c.minDown
-			} else {
-				sum += c.minUp
-			}
-		}
+		sum := sumMins(lq.flatOnes, d.i)
 		ceil := math.Min(d.gen, d.cap)
 		ph.rateBits, ph.ceilBits = mbit(math.Min(sum, ceil)), mbit(ceil)
 		if down {
@@ -777,16 +770,10 @@ func (lq *lqImport) tree(d lqDir) (*Tree, []Host) {
 		if c.skipped {
 			continue
 		}
-		min, max := c.minUp, c.maxUp
-		if down {
-			min, max = c.minDown, c.maxDown
-		}
+		min, max := c.min[d.i], c.max[d.i]
 		parent, nodeCeil := "", d.cap
 		if c.node != nil {
-			parent, nodeCeil = c.node.circuitCls, c.node.ceilUp
-			if down {
-				nodeCeil = c.node.ceilDown
-			}
+			parent, nodeCeil = c.node.circuitCls, c.node.ceil[d.i]
 		}
 		if max > nodeCeil {
 			r.Approx(c.at, "circuit "+c.id, "%s maximum %v Mbit/s is above its node's %v: capped to it, as LibreQoS does", d.name, max, nodeCeil)
@@ -815,6 +802,15 @@ func (lq *lqImport) tree(d lqDir) (*Tree, []Host) {
 		r.Exact(At{File: d.hosts}, "circuits", "%d circuit(s) become hosts of %s and %s: rate the minimum, ceil the maximum, prio 3", len(hosts), libreqosHostsDown, libreqosHostsUp)
 	}
 	return t, hosts
+}
+
+// sumMins adds the circuits' minimums in direction i.
+func sumMins(cs []*lqCircuit, i int) float64 {
+	sum := 0.0
+	for _, c := range cs {
+		sum += c.min[i]
+	}
+	return sum
 }
 
 // lqRate writes Mbit/s as a sluice rate, exactly to the kbit.

@@ -147,7 +147,8 @@ func newController(d *plan.Device, cfg plan.Controller) *controller {
 		c: &share.Controller{Capacity: units.Rate(cfg.Capacity).BitsFloat(), ApplyAbove: cfg.ApplyAbove, Assure: cfg.Assure, Hard: cfg.Shards}}
 	for _, ch := range cfg.Children {
 		ctl.c.Children = append(ctl.c.Children, share.Child{Name: ch.Name, Weight: ch.Weight,
-			Rate: ch.Rate.BitsFloat(), Ceil: ch.Ceil.BitsFloat(), Prod: ch.Prod, Capped: ch.Capped})
+			Rate: ch.Rate.BitsFloat(), Ceil: ch.Ceil.BitsFloat(), Prod: ch.Prod, Capped: ch.Capped,
+			Standby: ch.Standby.BitsFloat()})
 	}
 	return ctl
 }

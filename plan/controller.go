@@ -43,6 +43,14 @@ const ShardQuantum = time.Second
 // an idle shard to queue (and so be seen) within a step.
 const shardFloor = 32
 
+// shardStandby is what an idle balanced shard keeps, of the direction's
+// rate over the shards (share.Child.Standby): a host starting on it
+// sends at that until the next step. The standbys are not taken from
+// the busy shards' parts, so while idle shards wake the direction may
+// carry up to a quarter over its rate for a step; taken from them,
+// one host alone would lose a quarter of the link for good.
+const shardStandby = 4
+
 // Controlled is one child under a controller.
 type Controlled struct {
 	Name string `json:"name"`
@@ -64,6 +72,9 @@ type Controlled struct {
 	// Floor, when set, is the least rate a limit may give the class
 	// (a shard's), instead of its planned rate.
 	Floor units.Rate `json:"floor,omitempty"`
+	// Standby, when set, is the least rate of an idle shard (one that
+	// sent nothing since the last step): shardStandby.
+	Standby units.Rate `json:"standby,omitempty"`
 	// Scaled are a balanced shard's copies of the tree's non-host
 	// classes: each gets its whole rate times the shard's part of the
 	// direction's. HTB lets a class within its rate send whatever its
@@ -200,7 +211,7 @@ func (b *builder) shardBalancer(roots []*tc.Class) {
 	for s, r := range roots {
 		r.Controlled = true
 		ch := Controlled{Name: fmt.Sprintf("shard %d", s), ID: r.Handle.String(), Handle: r.Handle,
-			Weight: 1, Rate: floor, Ceil: rate, Floor: floor}
+			Weight: 1, Rate: floor, Ceil: rate, Floor: floor, Standby: max(rate/units.Rate(len(roots)*shardStandby), floor)}
 		b.dev.floors[r.Handle] = floor
 		if s < len(b.replicas) {
 			ch.Scaled = b.replicas[s]

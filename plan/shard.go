@@ -180,8 +180,8 @@ func shardNote(t *policy.Tree, n int) string {
 		}
 	}
 	walk(t.Classes)
-	s := fmt.Sprintf("sharded into %d HTBs, one per transmit queue: without `sluice agent` each carries at most %s (rate/%d), and shards do not lend to each other: the hosts of a busy shard share its part whatever the others leave idle; the agent balances the shards' rates every %s by the hosts active in each, their sum the direction's",
-		n, policy.FormatBits(limit), n, ShardQuantum)
+	s := fmt.Sprintf("sharded into %d HTBs, one per transmit queue: without `sluice agent` each carries at most %s (rate/%d), and shards do not lend to each other: the hosts of a busy shard share its part whatever the others leave idle; the agent balances the shards' rates every %s by the hosts active in each, their sum the direction's (an idle shard keeps %s on standby, rate/%d)",
+		n, policy.FormatBits(limit), n, ShardQuantum, policy.FormatBits(max(t.RateBps/units.Rate(n*shardStandby), 1)), n*shardStandby)
 	if count > 0 {
 		more := ""
 		if count > len(names) {

@@ -35,6 +35,15 @@ type Child struct {
 	// siblings leave for an instant (measured: a 25kbit default class
 	// beside 1, 2 and 4mbit got 70 kbit/s for its 37 on Debian's 6.12).
 	Capped bool
+	// Standby (Hard controllers): the least limit of a child that sent
+	// nothing over the quantum, instead of Rate. A balanced shard's
+	// floor keeps it alive; its standby lets hosts that start on it
+	// send at a useful rate until the next step sees them. At the
+	// floor, four TCP flows starting in a 20mbit tree's idle shard
+	// queued for seconds in their leaves, backed off, and had not
+	// recovered two seconds after the shard got its share (measured:
+	// its hosts 15% under the reference, every run).
+	Standby float64
 }
 
 // Reading is a child's counters at one instant.
@@ -212,6 +221,9 @@ func (c *Controller) Step(now time.Time, rs []Reading) []Decision {
 		ch, d := c.Children[i], &ds[i]
 		d.Share = shares[k]
 		d.Limit = math.Min(math.Max(d.Share, ch.Rate), ch.Ceil)
+		if c.Hard && !d.Hungry && d.Usage == 0 && ch.Standby > d.Limit {
+			d.Limit = math.Min(ch.Standby, ch.Ceil)
+		}
 		// Only a child that wants more than its share is held to it:
 		// one whose whole demand fits has a share equal to its usage
 		// when the link is full, and a limit there would be the very

@@ -452,3 +452,54 @@ func TestControllerAgreesWithIdeal(t *testing.T) {
 		}
 	}
 }
+
+// TestControllerShardStandby: a Hard controller (a sharded tree's
+// shards, each hard-capped at its rate) gives an idle shard its
+// standby, never a busy one, and takes nothing from the busy shards'
+// parts for it.
+func TestControllerShardStandby(t *testing.T) {
+	const capacity, floor, standby = 20 * mbit, 20 * mbit / 128, 20 * mbit / 16
+	var cs []Child
+	for i := range 4 {
+		cs = append(cs, Child{Name: fmt.Sprint("shard ", i), Weight: 1, Rate: floor, Ceil: capacity, Standby: standby})
+	}
+	c := &Controller{Children: cs, Capacity: capacity, Assure: true, Hard: true}
+	now := time.Unix(0, 0)
+	var bytes [4]uint64
+	rates := []float64{capacity / 4, capacity / 4, capacity / 4, capacity / 4}
+	// step sends what each shard wants, at most its rate (a shard's
+	// root has no parent to borrow from), for a second, weighs each
+	// shard by its busy hosts as the agent does, and steps.
+	step := func(want []float64, hosts []float64) []Decision {
+		rs := make([]Reading, 4)
+		for i := range 4 {
+			got := math.Min(want[i], rates[i])
+			bytes[i] += uint64(got / 8)
+			rs[i] = Reading{Bytes: bytes[i], Queued: got < want[i]*0.999}
+			c.Children[i].Weight = math.Max(hosts[i], 1e-6)
+		}
+		now = now.Add(time.Second)
+		ds := c.Step(now, rs)
+		for i, d := range ds {
+			rates[i] = d.Rate
+		}
+		return ds
+	}
+	check := func(when string, ds []Decision, want ...float64) {
+		t.Helper()
+		for i, d := range ds {
+			if math.Abs(d.Rate-want[i]) > 1e-4*capacity {
+				t.Errorf("%s: %s's rate %.3f Mbit/s, want %.3f", when, d.Name, d.Rate/mbit, want[i]/mbit)
+			}
+		}
+	}
+	step([]float64{0, 0, 0, 0}, []float64{0, 0, 0, 0}) // the first step: all hungry
+	busy := 100 * mbit
+	check("one busy shard", step([]float64{busy, 0, 0, 0}, []float64{1, 0, 0, 0}), capacity, standby, standby, standby)
+	check("still one", step([]float64{busy, 0, 0, 0}, []float64{1, 0, 0, 0}), capacity, standby, standby, standby)
+	// Shard 1 wakes: it sent at its standby, and now shares by weight.
+	check("a shard wakes", step([]float64{busy, busy, 0, 0}, []float64{1, 3, 0, 0}), capacity/4, 3*capacity/4, standby, standby)
+	// A busy shard whose share is under the standby gets its share, so
+	// busy shards' rates add up to the capacity.
+	check("busy below standby", step([]float64{busy, busy, busy, 0}, []float64{1, 30, 1, 0}), capacity/32, 30*capacity/32, capacity/32, standby)
+}

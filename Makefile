@@ -86,7 +86,7 @@ soak: build
 # also runs as plain tests in `make test`). A failing input is written
 # to testdata/fuzz/NAME: commit it with the fix.
 FUZZTIME ?= 30s
-FUZZ := policy:FuzzParse policy:FuzzHostsCSV policy:FuzzUnits plan:FuzzU32Compile migrate:FuzzHTBInitFile migrate:FuzzWondershaperFile migrate:FuzzTCKeys migrate:FuzzLibreQoS migrate:FuzzSQMConfig
+FUZZ := policy:FuzzParse policy:FuzzHostsCSV policy:FuzzUnits plan:FuzzU32Compile migrate:FuzzHTBInitFile migrate:FuzzWondershaperFile migrate:FuzzTCKeys migrate:FuzzLibreQoS migrate:FuzzSQMConfig migrate:FuzzFireQOS
 fuzz:
 	@for t in $(FUZZ); do \
 		echo "fuzz $$t for $(FUZZTIME)"; \

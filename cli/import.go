@@ -75,7 +75,7 @@ func (g *globals) planImport(cmd *cobra.Command, file, shown string) {
 }
 
 // importFormats are the formats `sluice import` reads.
-var importFormats = []string{"htb.init", "wondershaper", "tc", "libreqos", "sqm"}
+var importFormats = []string{"htb.init", "wondershaper", "tc", "libreqos", "sqm", "fireqos"}
 
 func importCmd(g *globals) *cobra.Command {
 	var dir string
@@ -98,6 +98,10 @@ Formats:
                 its HTB tree, leaves and u32 filters, as a hand-written
                 script built them, and the ifb its ingress redirects to
   htb.init      SOURCE is the configuration directory (/etc/sysconfig/htb)
+  fireqos       SOURCE is FireQOS's configuration (/etc/firehol/fireqos.conf):
+                interfaces, classes, class groups and matches, read
+                as literal statements with $VARIABLES (loops, functions
+                and conditions are refused at their line)
   sqm           SOURCE is sqm-scripts' configuration (/etc/config/sqm):
                 each enabled queue's interface, rates, qdisc and link
                 layer, for simplest.qos, simple.qos, piece_of_cake.qos
@@ -147,6 +151,11 @@ worked example per tool and how to prove the result in the lab.`,
 				default:
 					return badInput(errors.New("import wondershaper: want a script or conf file, or the command line after --"))
 				}
+			case "fireqos":
+				if len(rest) != 1 || cmdline != nil {
+					return badInput(errors.New("import fireqos: want one SOURCE, FireQOS's configuration (/etc/firehol/fireqos.conf)"))
+				}
+				d, err = migrate.FireQOS(rest[0], opt)
 			case "sqm":
 				if len(rest) != 1 || cmdline != nil {
 					return badInput(errors.New("import sqm: want one SOURCE, sqm's UCI configuration (/etc/config/sqm)"))

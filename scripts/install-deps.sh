@@ -2,7 +2,8 @@
 # Installs what sluice's build, tests, lab and benchmarks need on a fresh
 # Debian or Ubuntu machine: iproute2 (tc, ip, ss), iperf3, ping, clang,
 # llvm and libbpf-dev (BPF objects), Chromium (the lab report's
-# rendering test) and wondershaper (import's equivalence test). Go must
+# rendering test), wondershaper and FireQOS (import's equivalence
+# tests). Go must
 # already be installed (https://go.dev/doc/install); modules come from
 # the Go module proxy. Idempotent: does nothing when all is present.
 set -euo pipefail
@@ -24,8 +25,9 @@ command -v llvm-strip >/dev/null 2>&1 || need+=(llvm)
 command -v dpkg-deb >/dev/null 2>&1 || need+=(dpkg)
 command -v nsenter >/dev/null 2>&1 || need+=(util-linux)
 # `sluice import` is checked against the tools it imports from, run for
-# real (e2e/import_test.go): Debian's wondershaper.
+# real (e2e/import_test.go): Debian's wondershaper and fireqos.
 [[ -x /sbin/wondershaper ]] || need+=(wondershaper)
+[[ -x /usr/sbin/fireqos ]] || need+=(fireqos)
 # The lab's report test opens the HTML report in headless Chromium.
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
 

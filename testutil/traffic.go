@@ -7,7 +7,6 @@ import (
 	"math"
 	"os/exec"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -61,10 +60,14 @@ func Iperf(ns, addr string, port, flows, secs int, extra ...string) (*IperfResul
 	// A server is busy for a moment after its previous test, and
 	// between tests iperf3 closes and reopens its listening socket, so
 	// a client that comes back at once may find nobody listening (seen
-	// in CI: "unable to connect to server: Connection refused").
+	// in CI: "unable to connect to server: Connection refused"), or its
+	// control connection reset before the test starts ("unable to
+	// receive control message: Connection reset by peer", seen once in
+	// a suite run). A client that failed before measuring anything is
+	// tried again; one that failed during its test is not.
 	for try := 0; try < 50; try++ {
 		out, err = exec.Command("ip", args...).Output()
-		if !strings.Contains(string(out), "server is busy") && !strings.Contains(string(out), "Connection refused") {
+		if !iperfNeverStarted(out) {
 			break
 		}
 		time.Sleep(200 * time.Millisecond)
@@ -96,6 +99,19 @@ func Iperf(ns, addr string, port, flows, secs int, extra ...string) (*IperfResul
 		res.Flows = append(res.Flows, s.Receiver.BPS)
 	}
 	return res, nil
+}
+
+// iperfNeverStarted: iperf3's JSON says it failed before its first
+// interval (busy, refused, reset while setting up).
+func iperfNeverStarted(out []byte) bool {
+	var r struct {
+		Intervals []json.RawMessage `json:"intervals"`
+		Error     string            `json:"error"`
+	}
+	if json.Unmarshal(out, &r) != nil {
+		return false
+	}
+	return r.Error != "" && len(r.Intervals) == 0
 }
 
 // Jain is Jain's fairness index of xs: 1 is perfectly fair.

@@ -623,6 +623,9 @@ func TestImportedTCScriptClassifiesAsTheOriginal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if live.IfbName != "ifb0" {
+		t.Fatalf("the ingress redirects to %q, want ifb0", live.IfbName)
+	}
 	d, err := migrate.TC(live, migrate.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -653,7 +656,139 @@ func TestImportedTCScriptClassifiesAsTheOriginal(t *testing.T) {
 	importRates(t, old, imp, d, filepath.Join(out, "policy.yaml"), "tcp", map[string]uint16{"class-20": 80, "class-30": 9000})
 }
 
-// readLiveForTest reads veth0 and its ifb as `sluice import tc` does.
+// A script's fw filter (packets marked by iptables or a cgroup) and a
+// final matchall (everything else, whatever HTB's default says), read
+// back by `sluice import tc`: marked, unmarked and IPv6 packets land in
+// the same classes. cls_fw and cls_matchall are modules the host
+// kernel lacks: this runs in the lane.
+func TestImportedTCFwAndMatchallClassifyAsTheOriginal(t *testing.T) {
+	testutil.RequireRoot(t)
+	rep, err := kernel.ProbeCached(kernel.StateDir(""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	testutil.NeedFeature(t, "fw", rep.Classifiers["fw"])
+	testutil.NeedFeature(t, "matchall", rep.Classifiers["matchall"])
+	old, imp := newImportBed(t, "old"), newImportBed(t, "imp")
+	for _, c := range []string{
+		"qdisc add dev veth0 root handle 1: htb default 20",
+		"class add dev veth0 parent 1: classid 1:1 htb rate 10mbit",
+		"class add dev veth0 parent 1:1 classid 1:10 htb rate 2mbit ceil 10mbit prio 1",
+		"class add dev veth0 parent 1:1 classid 1:20 htb rate 3mbit ceil 10mbit prio 2",
+		"class add dev veth0 parent 1:1 classid 1:30 htb rate 5mbit ceil 10mbit prio 3",
+		"filter add dev veth0 parent 1: protocol ip prio 1 handle 0x10/0xff fw classid 1:10",
+		"filter add dev veth0 parent 1: protocol ip prio 2 u32 match ip dport 22 0xffff flowid 1:20",
+		"filter add dev veth0 parent 1: protocol all prio 3 matchall classid 1:30",
+	} {
+		testutil.NS(t, old.ns, "tc", strings.Fields(c)...)
+	}
+	out := t.TempDir()
+	res := sluice(t, "--netns", old.ns, "import", "tc", "veth0", "-o", out)
+	if res.code != 0 {
+		t.Fatalf("import: exit %d\n%s", res.code, res.stderr)
+	}
+	for _, want := range []string{"fw filter: a rule of class-10", "the tree's default", "0 refused"} {
+		if !strings.Contains(res.stderr, want) {
+			t.Errorf("the report lacks %q:\n%s", want, res.stderr)
+		}
+	}
+	live, err := readLiveForTest(old.ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := migrate.TC(live, migrate.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	must(t, "--netns", imp.ns, "apply", "-q", filepath.Join(out, "policy.yaml"))
+	r := rand.New(rand.NewSource(23))
+	seen := map[string]int{}
+	// The sender's mark: none, the fw filter's under its mask, another.
+	for _, mark := range []int{0, 0x10, 0x110, 0x7} {
+		for _, b := range []*importBed{old, imp} {
+			if err := unix.SetsockoptInt(b.fd, unix.SOL_SOCKET, unix.SO_MARK, mark); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var ps []*testutil.Packet
+		for i := 0; i < 60; i++ {
+			ps = append(ps, importPacket(r, []string{"10.2.0.1", "8.8.8.8"}, []string{"2001:db8::1", "2001:db8::2"}, []uint16{22, 80}))
+		}
+		for c, n := range compareImport(t, old, imp, d, "veth0/egress", ps) {
+			seen[c] += n
+		}
+	}
+	for _, c := range []string{"class-10", "class-20", "class-30"} {
+		if seen[c] == 0 {
+			t.Errorf("no packet exercised %s (seen %v)", c, seen)
+		}
+	}
+	t.Logf("240 packets agree, per class %v", seen)
+}
+
+// A script that wrote a class and a filter per customer address, read
+// back by `sluice import tc`: its classes become one per_host class
+// over a hosts file (a lookup where the script had a filter per host),
+// and every crafted packet lands where the script's filters sent it.
+func TestImportedPerHostScriptBecomesAHostsFile(t *testing.T) {
+	testutil.RequireRoot(t)
+	old, imp := newImportBed(t, "old"), newImportBed(t, "imp")
+	cmds := []string{
+		"qdisc add dev veth0 root handle 1: htb default 99",
+		"class add dev veth0 parent 1: classid 1:1 htb rate 20mbit",
+		"class add dev veth0 parent 1:1 classid 1:99 htb rate 2mbit ceil 20mbit prio 2",
+	}
+	var v4 []string
+	for i := 1; i <= 12; i++ {
+		v4 = append(v4, fmt.Sprintf("10.9.1.%d", i))
+		cmds = append(cmds,
+			fmt.Sprintf("class add dev veth0 parent 1:1 classid 1:%x htb rate 1mbit ceil 20mbit prio 1", 0x10+i),
+			fmt.Sprintf("filter add dev veth0 parent 1: protocol ip prio 1 u32 match ip dst 10.9.1.%d/32 flowid 1:%x", i, 0x10+i))
+	}
+	for _, c := range cmds {
+		testutil.NS(t, old.ns, "tc", strings.Fields(c)...)
+	}
+	out := t.TempDir()
+	res := sluice(t, "--netns", old.ns, "import", "tc", "veth0", "-o", out)
+	if res.code != 0 {
+		t.Fatalf("import: exit %d\n%s", res.code, res.stderr)
+	}
+	if !strings.Contains(res.stderr, "12 single-host classes: per_host class hosts (by dst) over hosts-veth0-egress.csv") {
+		t.Errorf("the report does not say the classes became a hosts file:\n%s", res.stderr)
+	}
+	hosts, err := os.ReadFile(filepath.Join(out, "hosts-veth0-egress.csv"))
+	if err != nil || strings.Count(string(hosts), "10.9.1.") != 12 {
+		t.Fatalf("hosts file: %v\n%s", err, hosts)
+	}
+	live, err := readLiveForTest(old.ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := migrate.TC(live, migrate.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	must(t, "--netns", imp.ns, "apply", "-q", filepath.Join(out, "policy.yaml"))
+	r := rand.New(rand.NewSource(29))
+	var ps []*testutil.Packet
+	for i := 0; i < 200; i++ {
+		ps = append(ps, importPacket(r, append(v4, "10.9.1.200", "8.8.8.8"), []string{"2001:db8::1"}, []uint16{80}))
+	}
+	seen := compareImport(t, old, imp, d, "veth0/egress", ps)
+	hostsSeen := 0
+	for c := range seen {
+		if strings.HasPrefix(c, "hosts/") {
+			hostsSeen++
+		}
+	}
+	if hostsSeen < 10 || seen["class-99"] == 0 {
+		t.Errorf("want most hosts and the default exercised, saw %v", seen)
+	}
+	t.Logf("%d packets agree, per class %v", len(ps), seen)
+}
+
+// readLiveForTest reads veth0 and the ifb its ingress redirects to, if
+// any, as `sluice import tc` does.
 func readLiveForTest(ns string) (*migrate.Live, error) {
 	c, err := tc.Open(ns)
 	if err != nil {
@@ -665,8 +800,8 @@ func readLiveForTest(ns string) (*migrate.Live, error) {
 		return nil, err
 	}
 	live := &migrate.Live{Dev: s, IfbName: c.IngressRedirect(s)}
-	if live.IfbName != "ifb0" {
-		return nil, fmt.Errorf("the ingress redirects to %q, want ifb0", live.IfbName)
+	if live.IfbName == "" {
+		return live, nil
 	}
 	live.Ingress, err = c.Snapshot(live.IfbName)
 	return live, err

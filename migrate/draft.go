@@ -98,6 +98,8 @@ type PerHost struct {
 	Rate      string
 	Ceil      string
 	Prio      *int
+	Leaf      string
+	Limit     string
 }
 
 // Host is a line of a hosts file.
@@ -109,6 +111,9 @@ type Host struct {
 	Parent    string
 	// Comment goes on a line of its own above the host's.
 	Comment string
+	// Origin is the old tool's id for the class the host was (not
+	// written: tests match the old tree's classes by it).
+	Origin string
 }
 
 // Match is one entry of a class's match list. Lists hold one value or
@@ -264,6 +269,22 @@ func (d *Draft) Origins() map[string]map[string]string {
 			out[k] = map[string]string{}
 		}
 		out[k][c.Origin] = c.Name
+	}
+	// Hosts of a hosts file that were classes: sluice names them
+	// CLASS/HOST.
+	for path, c := range d.Classes() {
+		if c.PerHost == nil {
+			continue
+		}
+		k := path[:strings.LastIndex(path, "/")]
+		for _, h := range d.Hosts[c.PerHost.HostsFile] {
+			if h.Origin != "" {
+				if out[k] == nil {
+					out[k] = map[string]string{}
+				}
+				out[k][h.Origin] = c.Name + "/" + h.Name
+			}
+		}
 	}
 	return out
 }

@@ -364,7 +364,7 @@ func (f *fqRun) statement(s fqStmt) {
 				}
 			}
 			for _, args := range all {
-				f.matchStmt(c, s.at, args, ipv)
+				f.matchStmt(c, s.at, strings.Join(w, " "), args, ipv)
 			}
 		}
 	case "echo", ":", "true", "set":
@@ -578,8 +578,8 @@ var fqRateRe = regexp.MustCompile(`^([0-9]+)([A-Za-z%]*)$`)
 
 // kbitRate is what tc gets for bytes/s: FireQOS writes whole kbit/s.
 func kbitRate(bytes int64) (string, float64) {
-	k := bytes * 8 / 1000
-	return fmt.Sprintf("%dkbit", k), float64(k) * 1000
+	k := float64(bytes * 8 / 1000)
+	return bitRate(k * 1000), k * 1000
 }
 
 func (f *fqRun) interfaceStmt(at At, args []string, ipv string) {
@@ -1116,7 +1116,7 @@ type fqMatchArgs struct {
 	class, prio                                                    string
 }
 
-func (f *fqRun) matchStmt(c *fqIface, at At, args []string, ipv string) {
+func (f *fqRun) matchStmt(c *fqIface, at At, what string, args []string, ipv string) {
 	if c.cur == nil {
 		f.r.Refuse(at, "match", "a match above all classes (FireQOS refuses it too: it has no class to send to)")
 		return
@@ -1240,7 +1240,7 @@ func (f *fqRun) matchStmt(c *fqIface, at At, args []string, ipv string) {
 		return
 	}
 	dir := map[string]string{"input": "ingress", "output": "egress"}[c.dir]
-	f.r.Exact(at, "match "+strings.Join(args, " "), "%d rule(s) of class %s (%s %s)", len(rules), target.cl.Name, c.dev, dir)
+	f.r.Exact(at, what, "%d rule(s) of class %s (%s %s)", len(rules), target.cl.Name, c.dev, dir)
 	for _, r := range rules {
 		target.cl.Match = append(target.cl.Match, r)
 		target.ruleOrder = append(target.ruleOrder, seq)

@@ -24,10 +24,10 @@ func TestFireQOSOffice(t *testing.T) {
 	}
 	// adsl remote pppoe-llcsnap: 40 bytes less the 14 of the Ethernet
 	// header the remote end does not see.
-	if in.Rate != "20000kbit" || in.Linklayer != "atm" || in.Overhead != 26 || in.Leaf != "fq_codel" || in.Default != "default" {
+	if in.Rate != "20mbit" || in.Linklayer != "atm" || in.Overhead != 26 || in.Leaf != "fq_codel" || in.Default != "default" {
 		t.Errorf("ingress %+v", in)
 	}
-	if out.Rate != "5000kbit" || out.Leaf != "pfifo" || out.Default != "default" {
+	if out.Rate != "5mbit" || out.Leaf != "pfifo" || out.Default != "default" {
 		t.Errorf("egress %+v", out)
 	}
 	type want struct {
@@ -36,22 +36,22 @@ func TestFireQOSOffice(t *testing.T) {
 		rules                    int
 	}
 	for _, w := range []want{
-		{"eth0/ingress/voip", "1:11", "300kbit", "2000kbit", 0, 3},
+		{"eth0/ingress/voip", "1:11", "300kbit", "2mbit", 0, 3},
 		// 10% of the parent's rate, in bash's integers.
-		{"eth0/ingress/interactive", "1:12", "2000kbit", "20000kbit", 1, 5},
-		{"eth0/ingress/office", "1:13", "12000kbit", "20000kbit", -1, 1},
+		{"eth0/ingress/interactive", "1:12", "2mbit", "20mbit", 1, 5},
+		{"eth0/ingress/office", "1:13", "12mbit", "20mbit", -1, 1},
 		// A ceil's % is of the parent's rate too (FireQOS reads it so).
-		{"eth0/ingress/mail", "1:14", "600kbit", "6000kbit", 0, 1},
-		{"eth0/ingress/web", "1:15", "200kbit", "20000kbit", 1, 1},
-		{"eth0/ingress/office-default", "1:8001", "200kbit", "20000kbit", 2, 0},
+		{"eth0/ingress/mail", "1:14", "600kbit", "6mbit", 0, 1},
+		{"eth0/ingress/web", "1:15", "200kbit", "20mbit", 1, 1},
+		{"eth0/ingress/office-default", "1:8001", "200kbit", "20mbit", 2, 0},
 		// 5kbps (5*1024 bytes/s) is under the minimum: raised to it.
-		{"eth0/ingress/bulk", "1:17", "200kbit", "18000kbit", 3, 4},
-		{"eth0/ingress/default", "1:8000", "200kbit", "20000kbit", 4, 0},
-		{"eth0/egress/voip", "1:11", "100kbit", "5000kbit", 0, 4},
-		{"eth0/egress/acks", "1:12", "50kbit", "5000kbit", 1, 1},
-		{"eth0/egress/interactive", "1:13", "500kbit", "5000kbit", 2, 1},
-		{"eth0/egress/default", "1:8000", "1000kbit", "5000kbit", 3, 0},
-		{"eth0/egress/bulk", "1:15", "50kbit", "5000kbit", 3, 1},
+		{"eth0/ingress/bulk", "1:17", "200kbit", "18mbit", 3, 4},
+		{"eth0/ingress/default", "1:8000", "200kbit", "20mbit", 4, 0},
+		{"eth0/egress/voip", "1:11", "100kbit", "5mbit", 0, 4},
+		{"eth0/egress/acks", "1:12", "50kbit", "5mbit", 1, 1},
+		{"eth0/egress/interactive", "1:13", "500kbit", "5mbit", 2, 1},
+		{"eth0/egress/default", "1:8000", "1mbit", "5mbit", 3, 0},
+		{"eth0/egress/bulk", "1:15", "50kbit", "5mbit", 3, 1},
 	} {
 		c := class(t, d, w.path)
 		if c.Origin != w.origin || c.Rate != w.rate || c.Ceil != w.ceil || len(c.Match) != w.rules {

@@ -119,6 +119,12 @@ func renderClasses(cs []*Class) *yaml.Node {
 			if c.PerHost.Prio != nil {
 				put(p, "prio", plain(strconv.Itoa(*c.PerHost.Prio)), "")
 			}
+			if c.PerHost.Leaf != "" {
+				put(p, "leaf", scalar(c.PerHost.Leaf), "")
+			}
+			if c.PerHost.Limit != "" {
+				put(p, "limit", scalar(c.PerHost.Limit), "")
+			}
 			put(n, "per_host", p, "")
 		}
 		if len(c.Classes) > 0 {
@@ -255,6 +261,7 @@ func (d *Draft) settle(at At) *Draft {
 	if d.Report.Refusals() != nil {
 		return d
 	}
+	d.collapseHosts()
 	if err := d.parse(); err != nil {
 		msg := strings.ReplaceAll(err.Error(), "\n", "; ")
 		d.Report.Refuse(at, "the configuration as a whole", "sluice would not accept the result: %s", msg)

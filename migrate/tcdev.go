@@ -3,6 +3,7 @@ package migrate
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"sort"
 	"strconv"
 
@@ -145,8 +146,8 @@ func tcTree(r *Report, s *tc.Snapshot, at At) (*Tree, error) {
 	}
 	rootFilters := s.Filters[root.Handle]
 	for _, f := range rootFilters {
-		if f.U32 != nil && f.U32.ClassID != 0 {
-			mark(f.U32.ClassID, pos)
+		if id := f.ClassID(); id != 0 {
+			mark(id, pos)
 			pos++
 		}
 	}
@@ -154,8 +155,8 @@ func tcTree(r *Report, s *tc.Snapshot, at At) (*Tree, error) {
 		if n := nodes[h]; n != nil {
 			n.filters = fs
 			for _, f := range fs {
-				if f.U32 != nil && f.U32.ClassID != 0 {
-					mark(f.U32.ClassID, pos)
+				if id := f.ClassID(); id != 0 {
+					mark(id, pos)
 					pos++
 				}
 			}
@@ -225,14 +226,22 @@ func tcTree(r *Report, s *tc.Snapshot, at At) (*Tree, error) {
 	rootsToTree(r, t, at, top, "class "+tops[0].c.Handle.String())
 	// Filters: each u32 node sending packets to a class becomes an entry
 	// of that class's match list.
+	var catchAll *tcNode // the class a final matchall sends the rest to
 	addFilters := func(fs []*tc.Filter, scope string) {
-		for _, f := range fs {
+		for i, f := range fs {
 			if f.Handle == 0 || f.Kind == "" {
 				continue
 			}
 			fat := filterAt(s.Dev, f)
+			if f.FW != nil || f.Matchall != nil {
+				last := !slices.ContainsFunc(fs[i+1:], func(g *tc.Filter) bool { return g.ClassID() != 0 })
+				if n := tcOtherFilter(r, fat, f, nodes, scope == "at the root" && last); n != nil {
+					catchAll = n
+				}
+				continue
+			}
 			if f.Kind != "u32" || f.U32 == nil {
-				r.Refuse(fat, f.Kind+" filter", "only u32 filters import (flower, fw, basic, bpf and route do not yet)")
+				r.Refuse(fat, f.Kind+" filter", "only u32, fw and matchall filters import (flower, basic, bpf and route do not yet)")
 				continue
 			}
 			u := f.U32
@@ -281,6 +290,11 @@ func tcTree(r *Report, s *tc.Snapshot, at At) (*Tree, error) {
 	}
 	dn := nodes[tc.MakeHandle(root.Handle.Major(), uint16(def))]
 	switch {
+	case catchAll != nil:
+		t.Default = catchAll.draft.Name
+		if dn != nil && dn != catchAll {
+			r.Exact(at, fmt.Sprintf("default %x", def), "never used: the final matchall filter sends every packet no earlier filter took to %s", catchAll.draft.Name)
+		}
 	case dn != nil && len(dn.children) == 0 && !(len(tops) == 1 && dn == tops[0]):
 		t.Default = dn.draft.Name
 		r.Exact(at, fmt.Sprintf("default %x", def), "default: %s", dn.draft.Name)
@@ -322,10 +336,10 @@ func tcOrderNotes(r *Report, fs []*tc.Filter, nodes map[tc.Handle]*tcNode) {
 	var lastClass *Class
 	var lastProto uint16
 	for _, f := range fs {
-		if f.U32 == nil || f.U32.ClassID == 0 || nodes[f.U32.ClassID] == nil {
-			continue
+		if f.ClassID() == 0 || nodes[f.ClassID()] == nil || f.Matchall != nil && len(nodes[f.ClassID()].draft.Match) == 0 {
+			continue // a final matchall became the default
 		}
-		c := nodes[f.U32.ClassID].draft
+		c := nodes[f.ClassID()].draft
 		// Filters of two families never see the same packet.
 		otherFamily := f.Proto != tc.ProtoAll && lastProto != tc.ProtoAll && f.Proto != lastProto
 		if p := pos[c]; p < last && c != lastClass && !otherFamily {
@@ -334,6 +348,58 @@ func tcOrderNotes(r *Report, fs []*tc.Filter, nodes map[tc.Handle]*tcNode) {
 			last, lastClass, lastProto = p, c, f.Proto
 		}
 	}
+}
+
+// tcOtherFilter reads an fw or matchall filter into its class's rules.
+// A matchall at the end of the root's filters that every protocol
+// reaches is the tree's default instead (returned): rules would put
+// its class ahead of every later class in sluice's order.
+func tcOtherFilter(r *Report, at At, f *tc.Filter, nodes map[tc.Handle]*tcNode, final bool) *tcNode {
+	id, actions := f.ClassID(), f.FW != nil && f.FW.Actions || f.Matchall != nil && f.Matchall.Actions
+	switch {
+	case actions:
+		r.Refuse(at, f.Kind+" filter", "it has actions or a policer, which sluice does not import")
+		return nil
+	case id == 0 && f.FW != nil:
+		r.Refuse(at, "fw filter", "no classid: the mark itself names the class (fw's old mode); give each mark a classid")
+		return nil
+	case nodes[id] == nil:
+		r.Refuse(at, "flowid "+id.String(), "no such class")
+		return nil
+	}
+	n := nodes[id]
+	if f.Matchall != nil && final && f.Proto == tc.ProtoAll && len(n.children) == 0 {
+		r.Exact(at, "matchall filter", "everything no earlier filter took goes to %s: the tree's default", n.draft.Name)
+		return n
+	}
+	m := &Match{At: at}
+	switch f.Proto {
+	case 0x0800:
+		m.Src = []string{"0.0.0.0/0"}
+	case 0x86dd:
+		m.Src = []string{"::/0"}
+	case tc.ProtoAll:
+	default:
+		r.Refuse(at, f.Kind+" filter", "protocol 0x%04x: only ip, ipv6 and all classify", f.Proto)
+		return nil
+	}
+	what := "matchall filter"
+	if f.FW != nil {
+		what = "fw filter"
+		if f.FW.Mask == 0xffffffff {
+			m.Mark = strconv.FormatUint(uint64(f.Handle), 10)
+		} else {
+			m.Mark = fmt.Sprintf("0x%x/0x%x", f.Handle, f.FW.Mask)
+		}
+	}
+	if m.Mark == "" && len(m.Src) == 0 {
+		// Every packet, both families (sluice has no empty rule).
+		n.draft.Match = append(n.draft.Match, &Match{At: at, Src: []string{"0.0.0.0/0"}})
+		m.Src = []string{"::/0"}
+	}
+	n.draft.Match = append(n.draft.Match, m)
+	r.Exact(at, what, "a rule of %s", n.draft.Name)
+	return nil
 }
 
 func tcLeaf(r *Report, cl *Class, q *tc.Qdisc) {

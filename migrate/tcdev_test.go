@@ -64,8 +64,15 @@ func TestTCReadsU32Keys(t *testing.T) {
 		{"payload byte", u32(0x0800, 0x10, tc.Key{Off: 48, Mask: 0xff000000, Val: 0x47000000}), "refused: a key at offset 48"},
 		{"odd port mask", u32(0x0800, 0x10, tc.Key{Off: 20, Mask: 0x0000f0f0, Val: 0x10}), "refused: port mask 0xf0f0"},
 		{"hash table", &tc.Filter{Proto: 0x0800, U32: &tc.U32{Divisor: 256}}, "refused: hash tables"},
-		{"flower", &tc.Filter{Proto: 0x0800, Kind: "flower"}, "refused: only u32 filters"},
+		{"flower", &tc.Filter{Proto: 0x0800, Kind: "flower"}, "refused: only u32, fw and matchall filters"},
 		{"no such class", u32(0x0800, 0x99, tc.Key{}), "refused: no such class"},
+		// fw: (mark & mask) == handle; its protocol keeps the family.
+		{"fw", &tc.Filter{Proto: 0x0800, Kind: "fw", Handle: 0x10, FW: &tc.FW{Mask: 0xff, ClassID: tc.MakeHandle(1, 0x10)}}, "{src: 0.0.0.0/0, mark: 0x10/0xff}"},
+		{"fw both families", &tc.Filter{Proto: tc.ProtoAll, Kind: "fw", Handle: 7, FW: &tc.FW{Mask: 0xffffffff, ClassID: tc.MakeHandle(1, 0x10)}}, "{mark: 7}"},
+		{"fw with a policer", &tc.Filter{Proto: 0x0800, Kind: "fw", Handle: 7, FW: &tc.FW{Mask: 0xffffffff, ClassID: tc.MakeHandle(1, 0x10), Actions: true}}, "refused: actions or a policer"},
+		{"fw without classid", &tc.Filter{Proto: 0x0800, Kind: "fw", Handle: 7, FW: &tc.FW{Mask: 0xffffffff}}, "refused: no classid"},
+		// A matchall of one family is a rule (the other family goes on).
+		{"matchall ipv6", &tc.Filter{Proto: 0x86dd, Kind: "matchall", Handle: 1, Matchall: &tc.Matchall{ClassID: tc.MakeHandle(1, 0x10)}}, "{src: '::/0'}"},
 	} {
 		t.Run(tc0.name, func(t *testing.T) {
 			d, err := TC(&Live{Dev: snapshot(tc0.f)}, Options{})
@@ -85,6 +92,51 @@ func TestTCReadsU32Keys(t *testing.T) {
 				t.Errorf("want entry %s in:\n%s", tc0.want, y)
 			}
 		})
+	}
+}
+
+// A matchall for every protocol after the other filters takes what
+// they leave: the tree's default, whatever the qdisc's says.
+func TestTCFinalMatchallIsTheDefault(t *testing.T) {
+	s := snapshot(
+		u32(0x0800, 0x30, tc.Key{Off: 20, Mask: 0x0000ffff, Val: 80}),
+		&tc.Filter{Proto: tc.ProtoAll, Kind: "matchall", Handle: 1, Matchall: &tc.Matchall{ClassID: tc.MakeHandle(1, 0x10)}},
+	)
+	d, err := TC(&Live{Dev: s}, Options{})
+	if err != nil || d.Report.Refusals() != nil {
+		t.Fatal(err, d.Report.Refusals())
+	}
+	tr := d.Interfaces[0].Egress
+	if tr.Default != "class-10" || len(tr.Classes[0].Match)+len(tr.Classes[1].Match) != 1 {
+		t.Errorf("default %s, want class-10 (the matchall's) with no rule of its own:\n%s", tr.Default, d.Render())
+	}
+	wantFinding(t, d, Exact, `pref 2`, `the tree's default`)
+	// Before another filter it is a rule, and the order note says what
+	// sluice's class order changes.
+	s = snapshot(
+		&tc.Filter{Proto: tc.ProtoAll, Kind: "matchall", Handle: 1, Matchall: &tc.Matchall{ClassID: tc.MakeHandle(1, 0x10)}},
+		u32(0x0800, 0x30, tc.Key{Off: 20, Mask: 0x0000ffff, Val: 80}),
+	)
+	if d, err = TC(&Live{Dev: s}, Options{}); err != nil || d.Report.Refusals() != nil {
+		t.Fatal(err, d.Report.Refusals())
+	}
+	if y := string(d.Render()); !strings.Contains(y, "- {src: 0.0.0.0/0}\n") || !strings.Contains(y, "- {src: '::/0'}\n") {
+		t.Errorf("a matchall before other filters: every packet of both families, as rules:\n%s", y)
+	}
+}
+
+// An fw filter orders its class as a u32 filter does: by its prio.
+func TestTCFwFilterOrdersItsClass(t *testing.T) {
+	s := snapshot(
+		&tc.Filter{Proto: 0x0800, Kind: "fw", Handle: 0x10, FW: &tc.FW{Mask: 0xff, ClassID: tc.MakeHandle(1, 0x30)}},
+		u32(0x0800, 0x10, tc.Key{Off: 20, Mask: 0x0000ffff, Val: 22}),
+	)
+	d, err := TC(&Live{Dev: s}, Options{})
+	if err != nil || d.Report.Refusals() != nil {
+		t.Fatal(err, d.Report.Refusals())
+	}
+	if cs := d.Interfaces[0].Egress.Classes; cs[0].Name != "class-30" || cs[0].Match[0].Mark != "0x10/0xff" {
+		t.Errorf("the fw filter (prio 1) comes first, its class first:\n%s", d.Render())
 	}
 }
 

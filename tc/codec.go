@@ -926,6 +926,27 @@ func (c *Conn) Filters(dev string, parent Handle) ([]*Filter, error) {
 			if err := c.decodeU32(f, a[tcaOptions]); err != nil {
 				return nil, err
 			}
+		case "fw":
+			if tm.Handle == 0 {
+				break // the prio itself
+			}
+			o := parseAttrs(a[tcaOptions])
+			f.FW = &FW{Mask: 0xFFFFFFFF, Actions: o[nl.TCA_FW_ACT] != nil || o[nl.TCA_FW_POLICE] != nil || o[nl.TCA_FW_INDEV] != nil}
+			if b := o[nl.TCA_FW_CLASSID]; len(b) >= 4 {
+				f.FW.ClassID = Handle(native.Uint32(b))
+			}
+			if b := o[nl.TCA_FW_MASK]; len(b) >= 4 {
+				f.FW.Mask = native.Uint32(b)
+			}
+		case "matchall":
+			if tm.Handle == 0 {
+				break // the prio itself
+			}
+			o := parseAttrs(a[tcaOptions])
+			f.Matchall = &Matchall{Actions: o[nl.TCA_MATCHALL_ACT] != nil}
+			if b := o[nl.TCA_MATCHALL_CLASSID]; len(b) >= 4 {
+				f.Matchall.ClassID = Handle(native.Uint32(b))
+			}
 		case "bpf":
 			if tm.Handle == 0 {
 				f.Handle = 0 // the prio itself

@@ -304,6 +304,10 @@ type Filter struct {
 	Handle uint32
 	U32    *U32
 	BPF    *BPF
+	// FW and Matchall are read back only (sluice imports the trees
+	// hand-written scripts built with them; it never makes them).
+	FW       *FW
+	Matchall *Matchall
 
 	// Raw is the handle the kernel reported (only on readback).
 	Raw uint32
@@ -317,6 +321,36 @@ type BPF struct {
 	ID   uint32 // the attached program (on readback)
 	Name string // what tc shows; sluice puts its program version here
 	DA   bool   // direct action
+}
+
+// FW is an fw filter: packets whose mark, under Mask, equals the
+// filter's handle go to ClassID.
+type FW struct {
+	Mask    uint32
+	ClassID Handle
+	// Actions: the filter has actions or a policer (not imported).
+	Actions bool
+}
+
+// Matchall is a matchall filter: every packet reaching it goes to
+// ClassID.
+type Matchall struct {
+	ClassID Handle
+	Actions bool
+}
+
+// ClassID is where the filter sends the packets it matches (0: none,
+// or a kind sluice does not read).
+func (f *Filter) ClassID() Handle {
+	switch {
+	case f.U32 != nil:
+		return f.U32.ClassID
+	case f.FW != nil:
+		return f.FW.ClassID
+	case f.Matchall != nil:
+		return f.Matchall.ClassID
+	}
+	return 0
 }
 
 // ProtoAll is ETH_P_ALL.

@@ -682,25 +682,12 @@ func TestImportedTCFwAndMatchallClassifyAsTheOriginal(t *testing.T) {
 	} {
 		testutil.NS(t, old.ns, "tc", strings.Fields(c)...)
 	}
-	out := t.TempDir()
-	res := sluice(t, "--netns", old.ns, "import", "tc", "veth0", "-o", out)
-	if res.code != 0 {
-		t.Fatalf("import: exit %d\n%s", res.code, res.stderr)
-	}
+	report, d := importTC(t, old, imp, t.TempDir())
 	for _, want := range []string{"fw filter: a rule of class-10", "the tree's default", "0 refused"} {
-		if !strings.Contains(res.stderr, want) {
-			t.Errorf("the report lacks %q:\n%s", want, res.stderr)
+		if !strings.Contains(report, want) {
+			t.Errorf("the report lacks %q:\n%s", want, report)
 		}
 	}
-	live, err := readLiveForTest(old.ns)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, err := migrate.TC(live, migrate.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	must(t, "--netns", imp.ns, "apply", "-q", filepath.Join(out, "policy.yaml"))
 	r := rand.New(rand.NewSource(23))
 	seen := map[string]int{}
 	// The sender's mark: none, the fw filter's under its mask, another.
@@ -749,26 +736,14 @@ func TestImportedPerHostScriptBecomesAHostsFile(t *testing.T) {
 		testutil.NS(t, old.ns, "tc", strings.Fields(c)...)
 	}
 	out := t.TempDir()
-	res := sluice(t, "--netns", old.ns, "import", "tc", "veth0", "-o", out)
-	if res.code != 0 {
-		t.Fatalf("import: exit %d\n%s", res.code, res.stderr)
-	}
-	if !strings.Contains(res.stderr, "12 single-host classes: per_host class hosts (by dst) over hosts-veth0-egress.csv") {
-		t.Errorf("the report does not say the classes became a hosts file:\n%s", res.stderr)
+	report, d := importTC(t, old, imp, out)
+	if !strings.Contains(report, "12 single-host classes: per_host class hosts (by dst) over hosts-veth0-egress.csv") {
+		t.Errorf("the report does not say the classes became a hosts file:\n%s", report)
 	}
 	hosts, err := os.ReadFile(filepath.Join(out, "hosts-veth0-egress.csv"))
 	if err != nil || strings.Count(string(hosts), "10.9.1.") != 12 {
 		t.Fatalf("hosts file: %v\n%s", err, hosts)
 	}
-	live, err := readLiveForTest(old.ns)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, err := migrate.TC(live, migrate.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	must(t, "--netns", imp.ns, "apply", "-q", filepath.Join(out, "policy.yaml"))
 	r := rand.New(rand.NewSource(29))
 	var ps []*testutil.Packet
 	for i := 0; i < 200; i++ {
@@ -785,6 +760,27 @@ func TestImportedPerHostScriptBecomesAHostsFile(t *testing.T) {
 		t.Errorf("want most hosts and the default exercised, saw %v", seen)
 	}
 	t.Logf("%d packets agree, per class %v", len(ps), seen)
+}
+
+// importTC imports old's veth0 with `sluice import tc` into out and
+// applies the policy in imp: the report, and the draft whose origins
+// translate old's classes.
+func importTC(t *testing.T, old, imp *importBed, out string) (string, *migrate.Draft) {
+	t.Helper()
+	res := sluice(t, "--netns", old.ns, "import", "tc", "veth0", "-o", out)
+	if res.code != 0 {
+		t.Fatalf("import: exit %d\n%s", res.code, res.stderr)
+	}
+	live, err := readLiveForTest(old.ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := migrate.TC(live, migrate.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	must(t, "--netns", imp.ns, "apply", "-q", filepath.Join(out, "policy.yaml"))
+	return res.stderr, d
 }
 
 // readLiveForTest reads veth0 and the ifb its ingress redirects to, if

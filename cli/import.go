@@ -95,9 +95,9 @@ is written.
 
 Formats:
   tc            SOURCE is a live device (--netns for another namespace):
-                its HTB tree, leaves and u32, fw and matchall filters,
-                as a hand-written script built them, and the ifb its
-                ingress redirects to
+                its HTB tree, leaves and u32, fw, flower and matchall
+                filters, as a hand-written script built them, and the
+                ifb its ingress redirects to
   htb.init      SOURCE is the configuration directory (/etc/sysconfig/htb)
   fireqos       SOURCE is FireQOS's configuration (/etc/firehol/fireqos.conf):
                 interfaces, classes, class groups and matches, read

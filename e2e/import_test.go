@@ -656,12 +656,13 @@ func TestImportedTCScriptClassifiesAsTheOriginal(t *testing.T) {
 	importRates(t, old, imp, d, filepath.Join(out, "policy.yaml"), "tcp", map[string]uint16{"class-20": 80, "class-30": 9000})
 }
 
-// A script's fw filter (packets marked by iptables or a cgroup) and a
-// final matchall (everything else, whatever HTB's default says), read
-// back by `sluice import tc`: marked, unmarked and IPv6 packets land in
-// the same classes. cls_fw and cls_matchall are modules the host
+// A script's fw filter (packets marked by iptables or a cgroup), flower
+// filters (protocols, ports, prefixes, DSCP, IPv6) and a final matchall
+// (everything else, whatever HTB's default says), read back by `sluice
+// import tc`: marked, unmarked and IPv6 packets land in the same
+// classes. cls_fw, cls_flower and cls_matchall are modules the host
 // kernel lacks: this runs in the lane.
-func TestImportedTCFwAndMatchallClassifyAsTheOriginal(t *testing.T) {
+func TestImportedTCFwFlowerAndMatchallClassifyAsTheOriginal(t *testing.T) {
 	testutil.RequireRoot(t)
 	rep, err := kernel.ProbeCached(kernel.StateDir(""))
 	if err != nil {
@@ -669,6 +670,7 @@ func TestImportedTCFwAndMatchallClassifyAsTheOriginal(t *testing.T) {
 	}
 	testutil.NeedFeature(t, "fw", rep.Classifiers["fw"])
 	testutil.NeedFeature(t, "matchall", rep.Classifiers["matchall"])
+	testutil.NeedFeature(t, "flower", rep.Classifiers["flower"])
 	old, imp := newImportBed(t, "old"), newImportBed(t, "imp")
 	for _, c := range []string{
 		"qdisc add dev veth0 root handle 1: htb default 20",
@@ -677,8 +679,12 @@ func TestImportedTCFwAndMatchallClassifyAsTheOriginal(t *testing.T) {
 		"class add dev veth0 parent 1:1 classid 1:20 htb rate 3mbit ceil 10mbit prio 2",
 		"class add dev veth0 parent 1:1 classid 1:30 htb rate 5mbit ceil 10mbit prio 3",
 		"filter add dev veth0 parent 1: protocol ip prio 1 handle 0x10/0xff fw classid 1:10",
+		"class add dev veth0 parent 1:1 classid 1:40 htb rate 1mbit ceil 10mbit prio 0",
 		"filter add dev veth0 parent 1: protocol ip prio 2 u32 match ip dport 22 0xffff flowid 1:20",
-		"filter add dev veth0 parent 1: protocol all prio 3 matchall classid 1:30",
+		"filter add dev veth0 parent 1: protocol ip prio 3 flower ip_proto udp dst_ip 10.2.0.0/16 dst_port 80 classid 1:40",
+		"filter add dev veth0 parent 1: protocol ipv6 prio 4 flower ip_proto tcp src_ip 2001:db8::1 classid 1:40",
+		"filter add dev veth0 parent 1: protocol ip prio 5 flower ip_tos 0xb8/0xfc classid 1:40",
+		"filter add dev veth0 parent 1: protocol all prio 9 matchall classid 1:30",
 	} {
 		testutil.NS(t, old.ns, "tc", strings.Fields(c)...)
 	}
@@ -705,7 +711,7 @@ func TestImportedTCFwAndMatchallClassifyAsTheOriginal(t *testing.T) {
 			seen[c] += n
 		}
 	}
-	for _, c := range []string{"class-10", "class-20", "class-30"} {
+	for _, c := range []string{"class-10", "class-20", "class-30", "class-40"} {
 		if seen[c] == 0 {
 			t.Errorf("no packet exercised %s (seen %v)", c, seen)
 		}

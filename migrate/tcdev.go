@@ -2,10 +2,12 @@ package migrate
 
 import (
 	"fmt"
+	"math/bits"
 	"net/netip"
 	"slices"
 	"sort"
 	"strconv"
+	"strings"
 
 	"sluice/tc"
 )
@@ -233,7 +235,7 @@ func tcTree(r *Report, s *tc.Snapshot, at At) (*Tree, error) {
 				continue
 			}
 			fat := filterAt(s.Dev, f)
-			if f.FW != nil || f.Matchall != nil {
+			if f.FW != nil || f.Matchall != nil || f.Flower != nil {
 				last := !slices.ContainsFunc(fs[i+1:], func(g *tc.Filter) bool { return g.ClassID() != 0 })
 				if n := tcOtherFilter(r, fat, f, nodes, scope == "at the root" && last); n != nil {
 					catchAll = n
@@ -241,7 +243,7 @@ func tcTree(r *Report, s *tc.Snapshot, at At) (*Tree, error) {
 				continue
 			}
 			if f.Kind != "u32" || f.U32 == nil {
-				r.Refuse(fat, f.Kind+" filter", "only u32, fw and matchall filters import (flower, basic, bpf and route do not yet)")
+				r.Refuse(fat, f.Kind+" filter", "only u32, fw, flower and matchall filters import (basic, bpf and route do not yet)")
 				continue
 			}
 			u := f.U32
@@ -350,18 +352,26 @@ func tcOrderNotes(r *Report, fs []*tc.Filter, nodes map[tc.Handle]*tcNode) {
 	}
 }
 
-// tcOtherFilter reads an fw or matchall filter into its class's rules.
+// tcOtherFilter reads an fw, flower or matchall filter into its
+// class's rules.
 // A matchall at the end of the root's filters that every protocol
 // reaches is the tree's default instead (returned): rules would put
 // its class ahead of every later class in sluice's order.
 func tcOtherFilter(r *Report, at At, f *tc.Filter, nodes map[tc.Handle]*tcNode, final bool) *tcNode {
-	id, actions := f.ClassID(), f.FW != nil && f.FW.Actions || f.Matchall != nil && f.Matchall.Actions
+	id := f.ClassID()
+	actions := f.FW != nil && f.FW.Actions || f.Matchall != nil && f.Matchall.Actions || f.Flower != nil && f.Flower.Actions
 	switch {
 	case actions:
 		r.Refuse(at, f.Kind+" filter", "it has actions or a policer, which sluice does not import")
 		return nil
 	case id == 0 && f.FW != nil:
 		r.Refuse(at, "fw filter", "no classid: the mark itself names the class (fw's old mode); give each mark a classid")
+		return nil
+	case f.Flower != nil && len(f.Flower.Unknown) > 0:
+		r.Refuse(at, "flower filter", "keys sluice's rules have no field for: %s", strings.Join(f.Flower.Unknown, ", "))
+		return nil
+	case id == 0:
+		r.Refuse(at, f.Kind+" filter", "no classid: it sends packets nowhere")
 		return nil
 	case nodes[id] == nil:
 		r.Refuse(at, "flowid "+id.String(), "no such class")
@@ -384,6 +394,12 @@ func tcOtherFilter(r *Report, at At, f *tc.Filter, nodes map[tc.Handle]*tcNode, 
 		return nil
 	}
 	what := "matchall filter"
+	if fl := f.Flower; fl != nil {
+		what = "flower filter"
+		if !flowerMatch(r, at, fl, m) {
+			return nil
+		}
+	}
 	if f.FW != nil {
 		what = "fw filter"
 		if f.FW.Mask == 0xffffffff {
@@ -392,7 +408,7 @@ func tcOtherFilter(r *Report, at At, f *tc.Filter, nodes map[tc.Handle]*tcNode, 
 			m.Mark = fmt.Sprintf("0x%x/0x%x", f.Handle, f.FW.Mask)
 		}
 	}
-	if m.Mark == "" && len(m.Src) == 0 {
+	if m.Mark == "" && len(m.Src)+len(m.Dst) == 0 && m.Proto == "" && m.TOS == "" && m.DSCP == "" {
 		// Every packet, both families (sluice has no empty rule).
 		n.draft.Match = append(n.draft.Match, &Match{At: at, Src: []string{"0.0.0.0/0"}})
 		m.Src = []string{"::/0"}
@@ -400,6 +416,74 @@ func tcOtherFilter(r *Report, at At, f *tc.Filter, nodes map[tc.Handle]*tcNode, 
 	n.draft.Match = append(n.draft.Match, m)
 	r.Exact(at, what, "a rule of %s", n.draft.Name)
 	return nil
+}
+
+// flowerMatch reads a flower filter's keys into m (whose Src already
+// keeps the filter's protocol's family, if any).
+func flowerMatch(r *Report, at At, fl *tc.Flower, m *Match) bool {
+	if fl.EthType != 0 && fl.EthType != 0x0800 && fl.EthType != 0x86dd {
+		r.Refuse(at, "flower filter", "eth_type 0x%04x: only ip and ipv6 classify", fl.EthType)
+		return false
+	}
+	addr := func(p netip.Prefix) []string {
+		if p.Bits() == p.Addr().BitLen() {
+			return []string{p.Addr().String()}
+		}
+		return []string{p.String()}
+	}
+	if fl.Src.IsValid() {
+		m.Src = addr(fl.Src)
+	}
+	if fl.Dst.IsValid() {
+		m.Dst = addr(fl.Dst)
+	}
+	if fl.IPProto != nil {
+		names := map[uint8]string{1: "icmp", 6: "tcp", 17: "udp", 47: "gre", 58: "icmpv6", 132: "sctp"}
+		m.Proto = names[*fl.IPProto]
+		if m.Proto == "" {
+			m.Proto = strconv.Itoa(int(*fl.IPProto))
+		}
+	}
+	for _, p := range []struct {
+		k   *tc.Masked16
+		out *[]string
+	}{{fl.SrcPort, &m.Sport}, {fl.DstPort, &m.Dport}} {
+		if p.k == nil {
+			continue
+		}
+		ones, ok := leadingOnes16(p.k.Mask)
+		if !ok {
+			r.Refuse(at, "flower filter", "port mask 0x%04x is not a range", p.k.Mask)
+			return false
+		}
+		lo := p.k.Val & p.k.Mask
+		hi := lo | ^p.k.Mask
+		*p.out = []string{strconv.Itoa(int(lo))}
+		if ones < 16 {
+			*p.out = []string{fmt.Sprintf("%d-%d", lo, hi)}
+		}
+	}
+	if t := fl.TOS; t != nil {
+		if t.Mask == 0xfc {
+			m.DSCP = strconv.Itoa(int(t.Val >> 2))
+		} else {
+			m.TOS = fmt.Sprintf("0x%02x/0x%02x", t.Val&t.Mask, t.Mask)
+		}
+	}
+	if (m.Proto != "" || len(m.Sport)+len(m.Dport) > 0) && fl.EthType != 0x0800 {
+		r.Approx(at, "flower filter", "flower finds IPv6 transport fields behind extension headers; sluice's rules read them at offset 40, so such a packet falls to later rules")
+	}
+	if fl.Dst.IsValid() && !fl.Src.IsValid() {
+		m.Src = nil // the address says the family
+	}
+	return true
+}
+
+// leadingOnes16 is a 16-bit mask's prefix length, and whether it is
+// one.
+func leadingOnes16(m uint16) (int, bool) {
+	n := bits.LeadingZeros16(^m)
+	return n, m<<n == 0
 }
 
 func tcLeaf(r *Report, cl *Class, q *tc.Qdisc) {

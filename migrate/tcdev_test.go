@@ -1,6 +1,7 @@
 package migrate
 
 import (
+	"net/netip"
 	"strings"
 	"testing"
 
@@ -40,6 +41,8 @@ func snapshot(filters ...*tc.Filter) *tc.Snapshot {
 	return s
 }
 
+func ptr8(v uint8) *uint8 { return &v }
+
 func u32(proto uint16, classid uint16, keys ...tc.Key) *tc.Filter {
 	return &tc.Filter{Proto: proto, U32: &tc.U32{Sel: &tc.Sel{Keys: keys}, ClassID: tc.MakeHandle(1, classid)}}
 }
@@ -64,13 +67,21 @@ func TestTCReadsU32Keys(t *testing.T) {
 		{"payload byte", u32(0x0800, 0x10, tc.Key{Off: 48, Mask: 0xff000000, Val: 0x47000000}), "refused: a key at offset 48"},
 		{"odd port mask", u32(0x0800, 0x10, tc.Key{Off: 20, Mask: 0x0000f0f0, Val: 0x10}), "refused: port mask 0xf0f0"},
 		{"hash table", &tc.Filter{Proto: 0x0800, U32: &tc.U32{Divisor: 256}}, "refused: hash tables"},
-		{"flower", &tc.Filter{Proto: 0x0800, Kind: "flower"}, "refused: only u32, fw and matchall filters"},
+		{"basic", &tc.Filter{Proto: 0x0800, Kind: "basic"}, "refused: only u32, fw, flower and matchall filters"},
 		{"no such class", u32(0x0800, 0x99, tc.Key{}), "refused: no such class"},
 		// fw: (mark & mask) == handle; its protocol keeps the family.
 		{"fw", &tc.Filter{Proto: 0x0800, Kind: "fw", Handle: 0x10, FW: &tc.FW{Mask: 0xff, ClassID: tc.MakeHandle(1, 0x10)}}, "{src: 0.0.0.0/0, mark: 0x10/0xff}"},
 		{"fw both families", &tc.Filter{Proto: tc.ProtoAll, Kind: "fw", Handle: 7, FW: &tc.FW{Mask: 0xffffffff, ClassID: tc.MakeHandle(1, 0x10)}}, "{mark: 7}"},
 		{"fw with a policer", &tc.Filter{Proto: 0x0800, Kind: "fw", Handle: 7, FW: &tc.FW{Mask: 0xffffffff, ClassID: tc.MakeHandle(1, 0x10), Actions: true}}, "refused: actions or a policer"},
 		{"fw without classid", &tc.Filter{Proto: 0x0800, Kind: "fw", Handle: 7, FW: &tc.FW{Mask: 0xffffffff}}, "refused: no classid"},
+		// flower: keys as sluice's fields, masks of leading ones as ranges.
+		{"flower", &tc.Filter{Proto: 0x0800, Kind: "flower", Handle: 1, Flower: &tc.Flower{ClassID: tc.MakeHandle(1, 0x10), EthType: 0x0800, IPProto: ptr8(17),
+			Dst: netip.MustParsePrefix("10.1.2.0/24"), DstPort: &tc.Masked16{Val: 1024, Mask: 0xfc00}, TOS: &tc.Masked8{Val: 0xb8, Mask: 0xfc}}}, "{dst: 10.1.2.0/24, proto: udp, dport: 1024-2047, dscp: 46}"},
+		{"flower host", &tc.Filter{Proto: 0x0800, Kind: "flower", Handle: 1, Flower: &tc.Flower{ClassID: tc.MakeHandle(1, 0x10), EthType: 0x0800,
+			Src: netip.MustParsePrefix("192.0.2.7/32"), TOS: &tc.Masked8{Val: 0x10, Mask: 0x1e}}}, "{src: 192.0.2.7, tos: 0x10/0x1e}"},
+		{"flower family", &tc.Filter{Proto: 0x0800, Kind: "flower", Handle: 1, Flower: &tc.Flower{ClassID: tc.MakeHandle(1, 0x10), EthType: 0x0800, IPProto: ptr8(1)}}, "{src: 0.0.0.0/0, proto: icmp}"},
+		{"flower vlan", &tc.Filter{Proto: 0x0800, Kind: "flower", Handle: 1, Flower: &tc.Flower{ClassID: tc.MakeHandle(1, 0x10), Unknown: []string{"vlan_id"}}}, "refused: no field for: vlan_id"},
+		{"flower port mask", &tc.Filter{Proto: 0x0800, Kind: "flower", Handle: 1, Flower: &tc.Flower{ClassID: tc.MakeHandle(1, 0x10), IPProto: ptr8(6), DstPort: &tc.Masked16{Val: 0x10, Mask: 0xf0f0}}}, "refused: port mask 0xf0f0"},
 		// A matchall of one family is a rule (the other family goes on).
 		{"matchall ipv6", &tc.Filter{Proto: 0x86dd, Kind: "matchall", Handle: 1, Matchall: &tc.Matchall{ClassID: tc.MakeHandle(1, 0x10)}}, "{src: '::/0'}"},
 	} {

@@ -938,6 +938,11 @@ func (c *Conn) Filters(dev string, parent Handle) ([]*Filter, error) {
 			if b := o[nl.TCA_FW_MASK]; len(b) >= 4 {
 				f.FW.Mask = native.Uint32(b)
 			}
+		case "flower":
+			if tm.Handle == 0 {
+				break // the prio itself
+			}
+			f.Flower = decodeFlower(a[tcaOptions])
 		case "matchall":
 			if tm.Handle == 0 {
 				break // the prio itself

@@ -304,10 +304,11 @@ type Filter struct {
 	Handle uint32
 	U32    *U32
 	BPF    *BPF
-	// FW and Matchall are read back only (sluice imports the trees
+	// FW, Matchall and Flower are read back only (sluice imports the trees
 	// hand-written scripts built with them; it never makes them).
 	FW       *FW
 	Matchall *Matchall
+	Flower   *Flower
 
 	// Raw is the handle the kernel reported (only on readback).
 	Raw uint32
@@ -349,6 +350,8 @@ func (f *Filter) ClassID() Handle {
 		return f.FW.ClassID
 	case f.Matchall != nil:
 		return f.Matchall.ClassID
+	case f.Flower != nil:
+		return f.Flower.ClassID
 	}
 	return 0
 }

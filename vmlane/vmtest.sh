@@ -116,7 +116,7 @@ say "kernel $kver ($vmlinuz)"
 features=""
 if [[ -n $config ]]; then
   for f in fq:NET_SCH_FQ fq_codel:NET_SCH_FQ_CODEL sfq:NET_SCH_SFQ cake:NET_SCH_CAKE netem:NET_SCH_NETEM \
-           prio:NET_SCH_PRIO mqprio:NET_SCH_MQPRIO fw:NET_CLS_FW matchall:NET_CLS_MATCHALL police:NET_ACT_POLICE u32mark:CLS_U32_MARK \
+           prio:NET_SCH_PRIO mqprio:NET_SCH_MQPRIO fw:NET_CLS_FW flower:NET_CLS_FLOWER matchall:NET_CLS_MATCHALL police:NET_ACT_POLICE u32mark:CLS_U32_MARK \
            bbr:TCP_CONG_BBR cbq:NET_SCH_CBQ; do
     grep -Eq "^CONFIG_${f#*:}=(y|m)" "$config" && features+="${f%%:*},"
   done

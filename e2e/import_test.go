@@ -605,8 +605,26 @@ func importRates(t *testing.T, old, imp *importBed, d *migrate.Draft, policyFile
 // packet, the same shares for TCP, and the ingress tree behind its ifb.
 func TestImportedTCScriptClassifiesAsTheOriginal(t *testing.T) {
 	testutil.RequireRoot(t)
+	rep, err := kernel.ProbeCached(kernel.StateDir(""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The script's AQM leaves and mark rule where the kernel has them
+	// (the lane's); FIFO leaves and no marks on the host's.
+	feats := rep.Features()
+	aqm, marks := feats.Qdiscs["sfq"] && feats.Qdiscs["fq_codel"], rep.U32Mark
+	exact, approx, env := 16, 4, os.Environ()
+	if aqm {
+		env, approx = append(env, "LEAVES=aqm"), approx+2 // their own settings are not read
+	}
+	if marks {
+		env, exact = append(env, "MARKS=1"), exact+1
+	}
+	counts := fmt.Sprintf("%d exact, %d approximated, 0 refused", exact, approx)
 	old, imp := newImportBed(t, "old"), newImportBed(t, "imp")
-	if out, err := exec.Command("ip", "netns", "exec", old.ns, "sh", "testdata/handwritten-tc.sh", "veth0").CombinedOutput(); err != nil {
+	script := exec.Command("ip", "netns", "exec", old.ns, "sh", "testdata/handwritten-tc.sh", "veth0")
+	script.Env = env
+	if out, err := script.CombinedOutput(); err != nil {
 		t.Fatalf("the script: %v\n%s", err, out)
 	}
 	out := t.TempDir()
@@ -614,7 +632,8 @@ func TestImportedTCScriptClassifiesAsTheOriginal(t *testing.T) {
 	if res.code != 0 {
 		t.Fatalf("import: exit %d\n%s", res.code, res.stderr)
 	}
-	for _, want := range []string{"16 exact, 4 approximated, 0 refused", "small TCP packets", "redirect to ifb0: the ingress tree", "sluice will not replace it without --force"} {
+	t.Logf("leaves sfq and fq_codel: %v; a mark rule: %v", aqm, marks)
+	for _, want := range []string{counts, "small TCP packets", "redirect to ifb0: the ingress tree", "sluice will not replace it without --force"} {
 		if !strings.Contains(res.stderr, want) {
 			t.Errorf("the report lacks %q:\n%s", want, res.stderr)
 		}
@@ -653,6 +672,23 @@ func TestImportedTCScriptClassifiesAsTheOriginal(t *testing.T) {
 		}
 	}
 	t.Logf("%d packets agree, per class %v", len(ps), seen)
+	if marks {
+		// Marked by the sender (0x110: 0x10 under the rule's mask).
+		plain := compareImport(t, old, imp, d, "veth0/egress", ps[:100])
+		for _, b := range []*importBed{old, imp} {
+			if err := unix.SetsockoptInt(b.fd, unix.SOL_SOCKET, unix.SO_MARK, 0x110); err != nil {
+				t.Fatal(err)
+			}
+		}
+		marked := compareImport(t, old, imp, d, "veth0/egress", ps[:100])
+		for _, b := range []*importBed{old, imp} {
+			unix.SetsockoptInt(b.fd, unix.SOL_SOCKET, unix.SO_MARK, 0)
+		}
+		if marked["class-40"] <= plain["class-40"] {
+			t.Errorf("the mark rule sent no more packets to class-40: %v marked, %v not", marked, plain)
+		}
+		t.Logf("100 marked packets agree, per class %v", marked)
+	}
 	importRates(t, old, imp, d, filepath.Join(out, "policy.yaml"), "tcp", map[string]uint16{"class-20": 80, "class-30": 9000})
 }
 

@@ -49,6 +49,8 @@ var flowerNames = map[uint16]string{
 	nl.TCA_FLOWER_KEY_ICMPV6_CODE: "code", nl.TCA_FLOWER_KEY_ARP_SIP: "arp_sip", nl.TCA_FLOWER_KEY_ARP_TIP: "arp_tip",
 	nl.TCA_FLOWER_KEY_ARP_OP: "arp_op", nl.TCA_FLOWER_KEY_MPLS_LABEL: "mpls_label", nl.TCA_FLOWER_KEY_TCP_FLAGS: "tcp_flags",
 	nl.TCA_FLOWER_KEY_IP_TTL: "ip_ttl", nl.TCA_FLOWER_KEY_CVLAN_ID: "cvlan_id",
+	nl.TCA_FLOWER_KEY_PORT_SRC_MIN: "src_port MIN-MAX", nl.TCA_FLOWER_KEY_PORT_DST_MIN: "dst_port MIN-MAX",
+	nl.TCA_FLOWER_KEY_ENC_OPTS: "enc_opts",
 }
 
 // flowerRead are the attributes that are not Unknown: the keys sluice
@@ -64,7 +66,11 @@ var flowerRead = map[uint16]bool{
 	nl.TCA_FLOWER_KEY_TCP_SRC_MASK: true, nl.TCA_FLOWER_KEY_TCP_DST_MASK: true, nl.TCA_FLOWER_KEY_UDP_SRC_MASK: true,
 	nl.TCA_FLOWER_KEY_UDP_DST_MASK: true, nl.TCA_FLOWER_KEY_SCTP_SRC_MASK: true, nl.TCA_FLOWER_KEY_SCTP_DST_MASK: true,
 	nl.TCA_FLOWER_KEY_IP_TOS: true, nl.TCA_FLOWER_KEY_IP_TOS_MASK: true,
-	// Masks of keys that land in Unknown by their key.
+	// What the kernel reports of offload, not of matching.
+	nl.TCA_FLOWER_IN_HW_COUNT: true,
+	// Masks of keys that land in Unknown by their key (and a range's
+	// other end).
+	nl.TCA_FLOWER_KEY_PORT_SRC_MAX: true, nl.TCA_FLOWER_KEY_PORT_DST_MAX: true, nl.TCA_FLOWER_KEY_ENC_OPTS_MASK: true,
 	nl.TCA_FLOWER_KEY_ETH_DST_MASK: true, nl.TCA_FLOWER_KEY_ETH_SRC_MASK: true, nl.TCA_FLOWER_KEY_FLAGS_MASK: true,
 	nl.TCA_FLOWER_KEY_ENC_IPV4_SRC_MASK: true, nl.TCA_FLOWER_KEY_ENC_IPV4_DST_MASK: true, nl.TCA_FLOWER_KEY_ENC_IPV6_SRC_MASK: true,
 	nl.TCA_FLOWER_KEY_ENC_IPV6_DST_MASK: true, nl.TCA_FLOWER_KEY_ICMPV4_CODE_MASK: true, nl.TCA_FLOWER_KEY_ICMPV4_TYPE_MASK: true,

@@ -32,6 +32,7 @@ func TestDecodeFlower(t *testing.T) {
 		nl.NewRtAttr(nl.TCA_FLOWER_KEY_IP_TOS, []byte{0xb8}),
 		nl.NewRtAttr(nl.TCA_FLOWER_KEY_IP_TOS_MASK, []byte{0xfc}),
 		nl.NewRtAttr(nl.TCA_FLOWER_FLAGS, []byte{0, 0, 0, 0}),
+		nl.NewRtAttr(nl.TCA_FLOWER_IN_HW_COUNT, []byte{0, 0, 0, 0}), // the kernel's dump has it
 	))
 	if f.ClassID != MakeHandle(1, 0x10) || f.EthType != 0x0800 || f.IPProto == nil || *f.IPProto != 6 ||
 		f.Dst != netip.MustParsePrefix("10.1.2.0/24") || f.Src.IsValid() || f.DstPort == nil || *f.DstPort != (Masked16{1024, 0xfc00}) ||

@@ -1,8 +1,8 @@
 #!/bin/sh
 # A hand-written shaper of the kind `sluice import tc` reads back: an
 # HTB tree with u32 filters on DSCP, protocols, ports, addresses and
-# IPv6, FIFO leaves, and an ingress redirected to an ifb with a tree of
-# its own. The import test (e2e/import_test.go) runs it in a namespace.
+# IPv6, FIFO leaves (sfq and fq_codel with LEAVES=aqm), marks (with
+# MARKS=1), and an ingress redirected to an ifb with a tree of its own. The import test (e2e/import_test.go) runs it in a namespace.
 set -e
 DEV=${1:-veth0}
 tc qdisc add dev "$DEV" root handle 1: htb default 30
@@ -11,8 +11,14 @@ tc class add dev "$DEV" parent 1:1 classid 1:10 htb rate 2mbit ceil 10mbit prio 
 tc class add dev "$DEV" parent 1:1 classid 1:20 htb rate 5mbit ceil 10mbit prio 1
 tc class add dev "$DEV" parent 1:1 classid 1:30 htb rate 2mbit ceil 8mbit prio 2
 tc class add dev "$DEV" parent 1:1 classid 1:40 htb rate 1mbit ceil 10mbit prio 1
-tc qdisc add dev "$DEV" parent 1:20 handle 20: pfifo limit 500
-tc qdisc add dev "$DEV" parent 1:30 handle 30: bfifo limit 200kb
+# LEAVES=aqm: the AQM leaves scripts use where the kernel has them.
+if [ "${LEAVES:-}" = aqm ]; then
+  tc qdisc add dev "$DEV" parent 1:20 handle 20: sfq perturb 10
+  tc qdisc add dev "$DEV" parent 1:30 handle 30: fq_codel
+else
+  tc qdisc add dev "$DEV" parent 1:20 handle 20: pfifo limit 500
+  tc qdisc add dev "$DEV" parent 1:30 handle 30: bfifo limit 200kb
+fi
 # Interactive: DSCP EF, ICMP, ssh, and small pure ACKs.
 tc filter add dev "$DEV" parent 1: protocol ip prio 1 u32 match ip tos 0xb8 0xfc flowid 1:10
 tc filter add dev "$DEV" parent 1: protocol ip prio 1 u32 match ip protocol 1 0xff flowid 1:10
@@ -26,6 +32,11 @@ tc filter add dev "$DEV" parent 1: protocol ipv6 prio 7 u32 match ip6 dst 2001:d
 # A subnet's UDP, and a LAN's everything.
 tc filter add dev "$DEV" parent 1: protocol ip prio 4 u32 match ip dst 10.2.0.0/16 match ip protocol 17 0xff flowid 1:40
 tc filter add dev "$DEV" parent 1: protocol ip prio 5 u32 match ip src 192.168.1.0/24 flowid 1:40
+# MARKS=1: packets an iptables MARK rule marked, to the LAN's class
+# (u32's mark match, where the kernel has it).
+if [ "${MARKS:-}" = 1 ]; then
+  tc filter add dev "$DEV" parent 1: protocol ip prio 6 u32 match mark 0x10 0xff flowid 1:40
+fi
 # Source ports 1024-2047, any protocol, to bulk.
 tc filter add dev "$DEV" parent 1: protocol ip prio 8 u32 match ip sport 1024 0xfc00 flowid 1:30
 # Downloads: everything arriving goes through ifb0's tree.

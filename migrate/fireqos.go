@@ -47,7 +47,7 @@ func FireQOS(file string, opt Options) (*Draft, error) {
 		return nil, err
 	}
 	d := &Draft{Tool: "FireQOS"}
-	fq := &fqRun{d: d, r: &d.Report, opt: opt, file: file, vars: map[string]string{},
+	fq := &fqRun{d: d, r: &d.Report, opt: opt, file: file,
 		minDivisor: 100, defaultQdisc: "fq_codel", balancedPrio: 4, services: fqServices()}
 	stmts := fqStatements(file, b, fq.r)
 	for _, s := range stmts {
@@ -273,7 +273,6 @@ type fqRun struct {
 	r    *Report
 	opt  Options
 	file string
-	vars map[string]string
 
 	minDivisor   int64
 	defaultQdisc string
@@ -298,7 +297,6 @@ type fqIface struct {
 	stack    []*fqClass // open parents; stack[0] is the root
 	cur      *fqClass   // the class matches attach to
 	matchSeq int        // FireQOS's filter prio, per interface
-	groups   int
 	lastPrio int
 	all      []*fqClass
 	done     bool
@@ -321,8 +319,6 @@ type fqClass struct {
 	hasDefault bool
 	ruleOrder  []int // FireQOS prio of each of cl.Match
 	ruleAt     []At
-	index      int // position among its parent's children
-	id         string
 }
 
 func (f *fqRun) statement(s fqStmt) {
@@ -405,68 +401,39 @@ func (f *fqRun) setting(at At, k, v string) {
 
 // fqParams is what a class or interface statement sets.
 type fqParams struct {
-	rate, ceil, minrate   string
-	rateAt                At
-	prio                  string
-	qdisc, qdiscOpt       string
-	balanced, priority    bool
-	burst, cburst         string
-	quantum, mtu          string
-	linklayer             string
-	overhead              string
-	adslSide, adslEncaps  string
-	ignored               []string
-	hashfilter, r2q, mpu  bool
-	tsize                 bool
-	ipv4only, ipv6, ipv46 bool
+	rate, ceil, minrate  string
+	prio                 string
+	qdisc, qdiscOpt      string
+	balanced             bool
+	burst, cburst        string
+	quantum, mtu         string
+	linklayer            string
+	overhead             string
+	adslSide, adslEncaps string
+	ignored              []string
 }
 
 // parseParams reads FireQOS's class and interface parameters. Rates
 // after `input` or `output` count only for that direction.
 func (f *fqRun) parseParams(at At, dir string, args []string) (*fqParams, bool) {
 	p := &fqParams{}
+	// Parameters that take a value: rates for one direction, the rest
+	// for both.
+	perDir := map[string]*string{"rate": &p.rate, "min": &p.rate, "commit": &p.rate, "ceil": &p.ceil, "max": &p.ceil, "minrate": &p.minrate}
+	valued := map[string]*string{"prio": &p.prio, "burst": &p.burst, "cburst": &p.cburst, "quantum": &p.quantum,
+		"mtu": &p.mtu, "linklayer": &p.linklayer, "overhead": &p.overhead, "qdisc": &p.qdisc}
 	cur := dir
-	need := func(i int) (string, bool) {
-		if i+1 >= len(args) {
-			f.r.Refuse(at, args[i], "wants a value")
-			return "", false
-		}
-		return args[i+1], true
-	}
 	for i := 0; i < len(args); i++ {
 		a := args[i]
 		switch a {
 		case "input", "output":
 			cur = a
-		case "priority":
-			p.priority, p.balanced = true, false
-		case "balanced":
-			p.balanced, p.priority = true, false
+			continue
+		case "priority", "balanced":
+			p.balanced = a == "balanced"
+			continue
 		case "sfq", "pfifo", "bfifo", "fq_codel", "codel", "none":
 			p.qdisc = a
-			if i+1 < len(args) && args[i+1] == "options" {
-				v, ok := need(i + 1)
-				if !ok {
-					return nil, false
-				}
-				p.qdiscOpt = v
-				i += 2
-			}
-		case "qdisc":
-			v, ok := need(i)
-			if !ok {
-				return nil, false
-			}
-			p.qdisc = v
-			i++
-			if i+1 < len(args) && args[i+1] == "options" {
-				v, ok := need(i + 1)
-				if !ok {
-					return nil, false
-				}
-				p.qdiscOpt = v
-				i += 2
-			}
 		case "adsl":
 			if i+2 >= len(args) {
 				f.r.Refuse(at, a, "wants local|remote and an encapsulation")
@@ -474,50 +441,46 @@ func (f *fqRun) parseParams(at At, dir string, args []string) (*fqParams, bool) 
 			}
 			p.linklayer, p.adslSide, p.adslEncaps = "adsl", args[i+1], args[i+2]
 			i += 2
+			continue
 		case "atm", "ethernet":
 			p.linklayer = a
+			continue
 		case "hashfilter":
 			f.r.Refuse(at, a, "FireQOS's hash filters have no sluice equivalent here; a per_host class (hosts_file) does the same job")
 			return nil, false
 		default:
-			v, ok := need(i)
+			dst, ok := perDir[a]
 			if !ok {
-				return nil, false
+				dst = valued[a]
 			}
-			i++
-			switch a {
-			case "rate", "min", "commit":
-				if cur == dir {
-					p.rate, p.rateAt = v, at
-				}
-			case "ceil", "max":
-				if cur == dir {
-					p.ceil = v
-				}
-			case "minrate":
-				if cur == dir {
-					p.minrate = v
-				}
-			case "prio":
-				p.prio = v
-			case "burst":
-				p.burst = v
-			case "cburst":
-				p.cburst = v
-			case "quantum":
-				p.quantum = v
-			case "mtu":
-				p.mtu = v
-			case "linklayer":
-				p.linklayer = v
-			case "overhead":
-				p.overhead = v
-			case "r2q", "mpu", "tsize":
-				p.ignored = append(p.ignored, a+" "+v)
-			default:
+			isIgnored := a == "r2q" || a == "mpu" || a == "tsize"
+			if dst == nil && !isIgnored {
 				f.r.Refuse(at, a, "not a FireQOS class or interface parameter")
 				return nil, false
 			}
+			if i+1 >= len(args) {
+				f.r.Refuse(at, a, "wants a value")
+				return nil, false
+			}
+			i++
+			switch {
+			case isIgnored:
+				p.ignored = append(p.ignored, a+" "+args[i])
+			case perDir[a] == nil || cur == dir:
+				*dst = args[i]
+			}
+			if a != "qdisc" {
+				continue
+			}
+		}
+		// A qdisc, by name or after `qdisc`, may take `options OPTS`.
+		if i+1 < len(args) && args[i+1] == "options" {
+			if i+2 >= len(args) {
+				f.r.Refuse(at, "options", "wants a value")
+				return nil, false
+			}
+			p.qdiscOpt = args[i+2]
+			i += 2
 		}
 	}
 	return p, true
@@ -917,7 +880,7 @@ func (f *fqRun) newClass(c *fqIface, parent *fqClass, at At, name string, group 
 			cl.Leaf = l
 		}
 	}
-	k := &fqClass{cl: cl, name: name, isDefault: name == "default", rate: rate, ceil: ceil, qdisc: qdisc, ipv: ipv, balanced: p.balanced, parent: parent, group: group, index: len(parent.children), id: cl.Origin}
+	k := &fqClass{cl: cl, name: name, isDefault: name == "default", rate: rate, ceil: ceil, qdisc: qdisc, ipv: ipv, balanced: p.balanced, parent: parent, group: group}
 	if group {
 		k.counter = parent.counter // a group's children continue the count
 	}

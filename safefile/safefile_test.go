@@ -167,10 +167,10 @@ func TestDirNeverFollowsWhatIsPlanted(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct {
-		name string
+		name  string
 		plant func(t *testing.T, dir string) // in the records directory
-		do   func(d *Dir) error
-		want string // "" succeeds
+		do    func(d *Dir) error
+		want  string // "" succeeds
 	}{
 		{"reading a link is refused",
 			func(t *testing.T, dir string) { symlink(t, outside, filepath.Join(dir, "state.json")) },

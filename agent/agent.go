@@ -38,6 +38,7 @@ import (
 	"sluice/kernel"
 	"sluice/plan"
 	"sluice/policy"
+	"sluice/records"
 	"sluice/safefile"
 	"sluice/stats"
 )
@@ -88,7 +89,7 @@ type Info struct {
 type Agent struct {
 	cfg  Config
 	log  *slog.Logger
-	lock *kernel.Lock
+	lock *records.Lock
 	opts engine.Options
 	// sess is the engine session every write goes through: passes, and
 	// the controllers' limits laid over them.
@@ -181,7 +182,7 @@ func New(cfg Config) (*Agent, error) {
 		}
 	}
 	if cfg.Netns != "" {
-		if err := kernel.ValidNetnsName(cfg.Netns); err != nil {
+		if err := records.ValidNetnsName(cfg.Netns); err != nil {
 			return nil, &InputError{Err: fmt.Errorf("--netns: %w", err)}
 		}
 	}
@@ -202,7 +203,7 @@ func New(cfg Config) (*Agent, error) {
 		return nil, &InputError{Err: err}
 	}
 	a.watched = unseen(a.watched, a.base)
-	if a.lock, err = kernel.AcquireAgentLock(kernel.StateDir(cfg.Netns)); err != nil {
+	if a.lock, err = records.AcquireAgentLock(records.Dir(cfg.Netns)); err != nil {
 		return nil, err
 	}
 	a.metrics = newMetrics(a)
@@ -335,7 +336,7 @@ func (a *Agent) Reload() {
 func (a *Agent) Run(ctx context.Context) error {
 	defer a.lock.Release()
 	defer a.sess.Close()
-	dir := kernel.StateDir(a.cfg.Netns)
+	dir := records.Dir(a.cfg.Netns)
 	var srv *http.Server
 	if a.cfg.Listen != "" {
 		ln, err := net.Listen("tcp", a.cfg.Listen)
@@ -344,7 +345,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 		srv = a.serve(ln)
 		info, _ := json.Marshal(Info{PID: os.Getpid(), Listen: ln.Addr().String(), Policy: a.cfg.Policy})
-		if err := kernel.WriteAgentFile(dir, AgentFile, info); err != nil {
+		if err := records.WriteAgentFile(dir, AgentFile, info); err != nil {
 			a.log.Warn("cannot write the agent file; sluice show will read the kernel itself", "err", err)
 		}
 		a.log.Info("listening", "addr", ln.Addr().String())
@@ -680,7 +681,7 @@ func (a *Agent) apply(p *engine.Prepared, why string) (string, int, error) {
 	if len(p.Missing) > 0 {
 		a.log.Debug("waiting for interfaces", "missing", strings.Join(p.Missing, ","))
 	}
-	if p.Diff.Empty() && a.recorded && p.Kernel().State.Journal == nil {
+	if p.Diff.Empty() && a.recorded && p.Kernel().Records.Journal == nil {
 		return "ok", 0, nil // the records are current: no write
 	}
 	drift := why == "interval" && a.recorded && !p.Diff.Empty()
@@ -840,11 +841,11 @@ func (a *Agent) Healthy() (bool, string) {
 // ReadStatus asks the agent running in netns (if any) for its status;
 // ok is false when none answers.
 func ReadStatus(netns string, timeout time.Duration) (*Status, bool) {
-	dir := kernel.StateDir(netns)
-	if !kernel.AgentRunning(dir) {
+	dir := records.Dir(netns)
+	if !records.AgentRunning(dir) {
 		return nil, false
 	}
-	b, err := kernel.ReadAgentFile(dir, AgentFile)
+	b, err := records.ReadAgentFile(dir, AgentFile)
 	if err != nil {
 		return nil, false
 	}

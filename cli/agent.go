@@ -13,7 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"sluice/agent"
-	"sluice/kernel"
+	"sluice/records"
 )
 
 func agentCmd(g *globals) *cobra.Command {
@@ -43,7 +43,7 @@ namespace is refused. See docs/agent.md.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if f := cmd.Flags().Lookup("netns"); f != nil && f.Changed {
-				if err := kernel.ValidNetnsName(g.netns); err != nil {
+				if err := records.ValidNetnsName(g.netns); err != nil {
 					return badInput(fmt.Errorf("--netns: %w", err))
 				}
 			}
@@ -63,7 +63,7 @@ namespace is refused. See docs/agent.md.`,
 			cfg.Policy, cfg.Netns = args[0], g.netns
 			a, err := agent.New(cfg)
 			if err != nil {
-				if errors.Is(err, kernel.ErrAgentRunning) {
+				if errors.Is(err, records.ErrAgentRunning) {
 					return failure(err)
 				}
 				return classify(err)

@@ -12,6 +12,7 @@ import (
 	"sluice/kernel"
 	"sluice/plan"
 	"sluice/policy"
+	"sluice/records"
 	"sluice/tc"
 )
 
@@ -60,7 +61,7 @@ its hook is left as a comment.`,
 			var feats plan.Features
 			switch target {
 			case "local":
-				rep, err := kernel.ProbeCached(kernel.StateDir(""))
+				rep, err := kernel.ProbeCached(records.Dir(""))
 				if err != nil {
 					return failure(err)
 				}
@@ -72,13 +73,11 @@ its hook is left as a comment.`,
 			}
 			prev := map[string]*plan.Alloc{}
 			if !fresh {
-				st, err := kernel.LoadState(kernel.StateDir(g.netns))
+				st, err := records.Load(records.Dir(g.netns))
 				if err != nil {
 					return failure(err)
 				}
-				for name, d := range st.Devices {
-					prev[name] = d.Alloc
-				}
+				prev = kernel.RecordedAllocs(st)
 			}
 			// tc cannot load sluice's BPF program: a BPF tree is written
 			// as its u32 equivalent where there is one.

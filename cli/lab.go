@@ -16,6 +16,7 @@ import (
 
 	"sluice/kernel"
 	"sluice/lab"
+	"sluice/records"
 	"sluice/vmlane"
 )
 
@@ -230,7 +231,7 @@ func (g *globals) runScenario(nameOrPath string, f *runFlags) error {
 			return failure(errors.New("interrupted"))
 		}
 	}
-	rep, _ := kernel.ProbeCached(kernel.StateDir(""))
+	rep, _ := kernel.ProbeCached(records.Dir(""))
 	kv := ""
 	if rep != nil {
 		kv = rep.Kernel

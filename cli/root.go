@@ -14,6 +14,7 @@ import (
 	"sluice/engine"
 	"sluice/kernel"
 	"sluice/policy"
+	"sluice/records"
 )
 
 // Exit codes (contract): 0 success, 1 failure while acting, 2 bad input;
@@ -120,7 +121,7 @@ func Main(args []string) int {
 // --netns given empty (which would otherwise mean the caller's own).
 func (g *globals) engineOptions(cmd *cobra.Command) (engine.Options, error) {
 	if f := cmd.Flags().Lookup("netns"); f != nil && f.Changed {
-		if err := kernel.ValidNetnsName(g.netns); err != nil {
+		if err := records.ValidNetnsName(g.netns); err != nil {
 			return engine.Options{}, badInput(fmt.Errorf("--netns: %w", err))
 		}
 	}

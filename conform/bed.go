@@ -9,8 +9,8 @@ import (
 	"strings"
 	"time"
 
-	"sluice/kernel"
 	"sluice/lab"
+	"sluice/records"
 )
 
 // The bed: a gateway namespace that has the policy's devices, each
@@ -125,7 +125,7 @@ func (b *bed) down() {
 	for _, ns := range lab.BedNetns(b.name) {
 		lab.DeleteNetns(ns)
 	}
-	os.RemoveAll(kernel.StateDir(b.gw))
+	os.RemoveAll(records.Dir(b.gw))
 	os.RemoveAll(filepath.Join(os.TempDir(), "sluice-conform-"+b.name))
 }
 

@@ -25,6 +25,7 @@ import (
 	"sluice/lab"
 	"sluice/plan"
 	"sluice/policy"
+	"sluice/records"
 	"sluice/stats"
 	"sluice/units"
 )
@@ -95,7 +96,7 @@ func Run(ctx context.Context, pol *policy.Policy, opt Options) (*Report, error) 
 	opt.fill()
 	r := &runner{pol: pol, opt: opt, rep: &Report{Policy: pol.File, RTT: opt.RTT.Seconds(), Settle: opt.Settle.Seconds(),
 		Measure: opt.Measure.Seconds()}}
-	if rep, err := kernel.ProbeCached(kernel.StateDir("")); err == nil {
+	if rep, err := kernel.ProbeCached(records.Dir("")); err == nil {
 		r.rep.Kernel = rep.Kernel
 	}
 	var devs []string

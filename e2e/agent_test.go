@@ -20,6 +20,7 @@ import (
 
 	"sluice/agent"
 	"sluice/kernel"
+	"sluice/records"
 	"sluice/testutil"
 )
 
@@ -328,7 +329,7 @@ func TestAgentRepairsDriftAndReloads(t *testing.T) {
 	// qdisc it lacks): refused as a broken one is, the policy in force
 	// stays and drift is still repaired (it was once taken as reloaded,
 	// and every pass then failed).
-	rep, err := kernel.ProbeCached(kernel.StateDir(""))
+	rep, err := kernel.ProbeCached(records.Dir(""))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"sluice/kernel"
+	"sluice/records"
 	"sluice/testutil"
 )
 
@@ -60,7 +60,7 @@ func TestReadersOnANewNamespace(t *testing.T) {
 			t.Errorf("%v: exit %d, want 0 and %q\n%s\n%s", c.args, r.code, c.out, r.stdout, r.stderr)
 		}
 	}
-	if _, err := os.Stat(kernel.StateDir(ns)); !errors.Is(err, fs.ErrNotExist) {
+	if _, err := os.Stat(records.Dir(ns)); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("a reader made the records directory: %v", err)
 	}
 }

@@ -13,6 +13,7 @@ import (
 
 	"sluice/conform"
 	"sluice/kernel"
+	"sluice/records"
 	"sluice/testutil"
 )
 
@@ -154,7 +155,7 @@ type matrixRow struct {
 
 func TestConformanceMatrix(t *testing.T) {
 	testutil.RequireRoot(t)
-	rep, err := kernel.ProbeCached(kernel.StateDir(""))
+	rep, err := kernel.ProbeCached(records.Dir(""))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"sluice/kernel"
 	"sluice/migrate"
+	"sluice/records"
 	"sluice/testutil"
 )
 
@@ -59,7 +60,7 @@ func runFireQOS(t *testing.T, ns, conf string) string {
 // shares.
 func TestImportedFireQOSClassifiesAsTheOriginal(t *testing.T) {
 	testutil.RequireRoot(t)
-	rep, err := kernel.ProbeCached(kernel.StateDir(""))
+	rep, err := kernel.ProbeCached(records.Dir(""))
 	if err != nil {
 		t.Fatal(err)
 	}

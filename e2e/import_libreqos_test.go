@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"sluice/kernel"
+	"sluice/records"
 	"sluice/testutil"
 )
 
@@ -76,7 +77,7 @@ func libreqosDryRun(dev string, capMbps float64, sqm string, nodes [][3]string, 
 // rates through both.
 func TestImportedLibreQoSClassifiesAsTheOriginal(t *testing.T) {
 	testutil.RequireRoot(t)
-	rep, err := kernel.ProbeCached(kernel.StateDir(""))
+	rep, err := kernel.ProbeCached(records.Dir(""))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -212,7 +213,7 @@ func TestImportedLibreQoSClassifiesAsTheOriginal(t *testing.T) {
 // and IPv6 alike), and its download is one class behind an ifb.
 func TestImportedSQMSortsByDSCPAsSQM(t *testing.T) {
 	testutil.RequireRoot(t)
-	rep, err := kernel.ProbeCached(kernel.StateDir(""))
+	rep, err := kernel.ProbeCached(records.Dir(""))
 	if err != nil {
 		t.Fatal(err)
 	}

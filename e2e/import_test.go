@@ -22,6 +22,7 @@ import (
 	"sluice/kernel"
 	"sluice/migrate"
 	"sluice/policy"
+	"sluice/records"
 	"sluice/tc"
 	"sluice/testutil"
 )
@@ -194,7 +195,7 @@ func sluiceClassNames(t *testing.T, ns string) map[string]string {
 	}
 	defer k.Close()
 	names := map[string]string{}
-	for _, c := range k.State.Devices["veth0"].Classes {
+	for _, c := range k.Records.Devices["veth0"].Classes {
 		names[c.Handle.String()] = c.Name
 	}
 	return names
@@ -605,7 +606,7 @@ func importRates(t *testing.T, old, imp *importBed, d *migrate.Draft, policyFile
 // packet, the same shares for TCP, and the ingress tree behind its ifb.
 func TestImportedTCScriptClassifiesAsTheOriginal(t *testing.T) {
 	testutil.RequireRoot(t)
-	rep, err := kernel.ProbeCached(kernel.StateDir(""))
+	rep, err := kernel.ProbeCached(records.Dir(""))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -700,7 +701,7 @@ func TestImportedTCScriptClassifiesAsTheOriginal(t *testing.T) {
 // kernel lacks: this runs in the lane.
 func TestImportedTCFwFlowerAndMatchallClassifyAsTheOriginal(t *testing.T) {
 	testutil.RequireRoot(t)
-	rep, err := kernel.ProbeCached(kernel.StateDir(""))
+	rep, err := kernel.ProbeCached(records.Dir(""))
 	if err != nil {
 		t.Fatal(err)
 	}

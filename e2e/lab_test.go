@@ -18,6 +18,7 @@ import (
 
 	"sluice/kernel"
 	"sluice/lab"
+	"sluice/records"
 	"sluice/testutil"
 )
 
@@ -236,7 +237,7 @@ func TestLabRunExpectationsAndExitCodes(t *testing.T) {
 // with the qdisc named; the others run.
 func TestMatrixSkipsMissingLeaves(t *testing.T) {
 	testutil.RequireRoot(t)
-	rep, err := kernel.ProbeCached(kernel.StateDir(""))
+	rep, err := kernel.ProbeCached(records.Dir(""))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -561,7 +562,7 @@ func pingLatency(t *testing.T, file, name string) lab.Latency {
 // rate; the line's loss is tested beside it for the same figures.
 func TestNetemDelayAndLoss(t *testing.T) {
 	testutil.RequireRoot(t)
-	rep, err := kernel.ProbeCached(kernel.StateDir(""))
+	rep, err := kernel.ProbeCached(records.Dir(""))
 	if err != nil {
 		t.Fatal(err)
 	}

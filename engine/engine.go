@@ -20,6 +20,7 @@ import (
 	"sluice/kernel"
 	"sluice/plan"
 	"sluice/policy"
+	"sluice/records"
 	"sluice/tc"
 )
 
@@ -91,7 +92,7 @@ type Prepared struct {
 	sess *Session
 	// limitsRec is the limits record as read (nil: none), limitsErr why
 	// it could not be read.
-	limitsRec *kernel.LimitsRecord
+	limitsRec *records.Limits
 	limitsErr error
 	// watched: the session's notifications were taken before the read
 	// (Session.Settled).
@@ -202,7 +203,7 @@ func prepare(file string, pol *policy.Policy, opts Options, lock bool, sess *Ses
 			opts.warn("%s", n)
 		}
 	}
-	if j := k.State.Journal; j != nil && lock {
+	if j := k.Records.Journal; j != nil && lock {
 		opts.warn("an earlier apply (pid %d, started %s) did not finish: reading every tree back to complete it", j.PID, j.Started.Local().Format(time.DateTime))
 	}
 	p.Phases.mark("open")
@@ -212,7 +213,7 @@ func prepare(file string, pol *policy.Policy, opts Options, lock bool, sess *Ses
 	} else if err := k.CheckInterfaces(pol); err != nil {
 		return fail(input(err))
 	}
-	rep, err := kernel.ProbeCached(kernel.StateDir(""))
+	rep, err := kernel.ProbeCached(records.Dir(""))
 	if err != nil {
 		return fail(fmt.Errorf("probing the kernel: %w", err))
 	}
@@ -285,14 +286,16 @@ func PreparePolicy(pol *policy.Policy, opts Options) (*Prepared, error) {
 	return prepare(pol.File, pol, opts, true, nil)
 }
 
-// RecordsError says the apply could not write its records before
-// touching the kernel: nothing was changed.
-type RecordsError struct{ Err error }
+// JournalError says the apply could not write its journal (the records
+// that claim what it may create) before touching the kernel: nothing
+// was changed. records.Error is the other way round: records that
+// cannot be read.
+type JournalError struct{ Err error }
 
-func (e *RecordsError) Error() string {
+func (e *JournalError) Error() string {
 	return fmt.Sprintf("cannot write sluice's records, so nothing was changed: %v", e.Err)
 }
-func (e *RecordsError) Unwrap() error { return e.Err }
+func (e *JournalError) Unwrap() error { return e.Err }
 
 // CommitError says the kernel now matches the policy but the final
 // records could not be put in place: the journal, which claims all of
@@ -321,11 +324,11 @@ func (p *Prepared) Apply() (*kernel.Result, error) {
 		return &kernel.Result{}, nil
 	}
 	if err := p.recordLimits(true); err != nil {
-		return nil, &RecordsError{err}
+		return nil, &JournalError{err}
 	}
 	txn, err := k.Begin(p.Plan, p.Diff, p.Live, p.file)
 	if err != nil {
-		return nil, &RecordsError{err}
+		return nil, &JournalError{err}
 	}
 	p.Phases.mark("journal")
 	res, err := k.Apply(p.Diff)
@@ -389,9 +392,9 @@ func Reset(devs []string, all bool, opts Options, show func(*kernel.Diff)) (*Res
 	if err := k.Forget(names); err != nil {
 		return nil, fmt.Errorf("removed, but could not update the records (%w); the next reset finds nothing left and completes it", err)
 	}
-	if len(k.State.Devices) == 0 {
+	if len(k.Records.Devices) == 0 {
 		// Nothing left for a limit to apply to.
-		if err := kernel.SaveLimits(k.StateDir, nil); err != nil {
+		if err := records.SaveLimits(k.RecordsDir, nil); err != nil {
 			opts.warn("could not remove the limits record: %v", err)
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	"sluice/kernel"
 	"sluice/plan"
 	"sluice/policy"
+	"sluice/records"
 	"sluice/tc"
 )
 
@@ -22,7 +23,7 @@ import (
 // limits, and nothing but the executor writes them.
 //
 // The limits record it writes stands while the process holds the
-// namespace's agent lock (kernel.AcquireAgentLock) and for a lease
+// namespace's agent lock (records.AcquireAgentLock) and for a lease
 // after each write (SetLease): then a plain `apply` keeps the limits;
 // once either ends (the agent stopped or was killed), the next apply
 // puts the policy's values back. A new session starts with no limits,
@@ -122,9 +123,9 @@ func (s *Session) SetLimits(p *Prepared, l plan.Limits) (*kernel.Result, error) 
 			return res, nil // nothing to write, and any lease holds a while yet
 		}
 	}
-	rec := kernel.NewLimitsRecord(l, time.Now().Add(s.lease), pending)
-	if err := kernel.SaveLimits(p.k.StateDir, rec); err != nil {
-		return nil, &RecordsError{err}
+	rec := limitsRecord(l, time.Now().Add(s.lease), pending)
+	if err := records.SaveLimits(p.k.RecordsDir, rec); err != nil {
+		return nil, &JournalError{err}
 	}
 	p.limitsRec, p.limitsErr, s.until = rec, nil, rec.Until
 	if d == nil && s.clean != nil {
@@ -137,8 +138,8 @@ func (s *Session) SetLimits(p *Prepared, l plan.Limits) (*kernel.Result, error) 
 			s.clean = nil
 			var ae *kernel.ApplyError
 			if errors.As(err, &ae) && ae.RolledBack {
-				back := kernel.NewLimitsRecord(s.limits, time.Now().Add(s.lease), pending)
-				if serr := kernel.SaveLimits(p.k.StateDir, back); serr == nil {
+				back := limitsRecord(s.limits, time.Now().Add(s.lease), pending)
+				if serr := records.SaveLimits(p.k.RecordsDir, back); serr == nil {
 					p.limitsRec = back
 				}
 			}
@@ -224,12 +225,12 @@ func (s *Session) Release() error {
 	if err := k.Lock(s.opts.LockTimeout); err != nil {
 		return err
 	}
-	rec, err := kernel.LoadLimits(k.StateDir)
+	rec, err := records.LoadLimits(k.RecordsDir)
 	if err != nil || rec == nil || rec.Holder != os.Getpid() {
 		return err
 	}
 	rec.Until = time.Now().UTC()
-	return kernel.SaveLimits(k.StateDir, rec)
+	return records.SaveLimits(k.RecordsDir, rec)
 }
 
 // layLimits reads the limits record and lays the limits in force over
@@ -237,14 +238,14 @@ func (s *Session) Release() error {
 // must read back whatever the records' fingerprints say: those the
 // record touched and those the limits touch.
 func (p *Prepared) layLimits() map[string]bool {
-	p.limitsRec, p.limitsErr = kernel.LoadLimits(p.k.StateDir)
+	p.limitsRec, p.limitsErr = records.LoadLimits(p.k.RecordsDir)
 	if p.limitsErr != nil {
 		p.opts.warn("%v: reading every tree back", p.limitsErr)
 	}
 	if p.sess != nil {
 		p.Limits = p.sess.limits
 	} else {
-		p.Limits = p.limitsRec.InForce(time.Now())
+		p.Limits = limitsInForce(p.limitsRec, time.Now())
 	}
 	p.Desired = p.Plan.WithLimits(p.Limits)
 	force := map[string]bool{}
@@ -271,7 +272,7 @@ func (p *Prepared) recordLimits(ahead bool) error {
 		if old == nil && p.limitsErr == nil {
 			return nil
 		}
-		if err := kernel.SaveLimits(p.k.StateDir, nil); err != nil {
+		if err := records.SaveLimits(p.k.RecordsDir, nil); err != nil {
 			return err
 		}
 		p.limitsRec, p.limitsErr = nil, nil
@@ -291,8 +292,8 @@ func (p *Prepared) recordLimits(ahead bool) error {
 	if p.recordHolds(p.Limits, lease) {
 		return nil // the record already says so
 	}
-	rec := kernel.NewLimitsRecord(p.Limits, until, pending)
-	if err := kernel.SaveLimits(p.k.StateDir, rec); err != nil {
+	rec := limitsRecord(p.Limits, until, pending)
+	if err := records.SaveLimits(p.k.RecordsDir, rec); err != nil {
 		return err
 	}
 	p.limitsRec, p.limitsErr = rec, nil
@@ -304,5 +305,5 @@ func (p *Prepared) recordLimits(ahead bool) error {
 // lease yet: then there is nothing to write.
 func (p *Prepared) recordHolds(l plan.Limits, lease time.Duration) bool {
 	r := p.limitsRec
-	return r != nil && p.limitsErr == nil && r.InForce(time.Now()).Equal(l) && len(r.Pending) == 0 && time.Until(r.Until) > lease/2
+	return r != nil && p.limitsErr == nil && limitsInForce(r, time.Now()).Equal(l) && len(r.Pending) == 0 && time.Until(r.Until) > lease/2
 }

@@ -10,6 +10,7 @@ import (
 	"sluice/kernel"
 	"sluice/plan"
 	"sluice/policy"
+	"sluice/records"
 	"sluice/tc"
 	"sluice/testutil"
 	"sluice/units"
@@ -30,7 +31,7 @@ func mbit(n float64) units.Rate { return units.FromBits(n * 1e6) }
 
 // sessionBed is a namespace with eth0, its own records, and the
 // controller policy above.
-func sessionBed(t *testing.T) (engine.Options, *policy.Policy, *kernel.Lock) {
+func sessionBed(t *testing.T) (engine.Options, *policy.Policy, *records.Lock) {
 	t.Helper()
 	testutil.RequireRoot(t)
 	t.Setenv("SLUICE_STATE_DIR", t.TempDir())
@@ -43,7 +44,7 @@ func sessionBed(t *testing.T) (engine.Options, *policy.Policy, *kernel.Lock) {
 	}
 	// A session's limits stand for others while its process holds the
 	// agent lock, as the agent does.
-	l, err := kernel.AcquireAgentLock(kernel.StateDir(ns))
+	l, err := records.AcquireAgentLock(records.Dir(ns))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -152,7 +153,7 @@ func TestSessionLimits(t *testing.T) {
 		lock.Release()
 		defer func() {
 			var err error
-			if lock, err = kernel.AcquireAgentLock(kernel.StateDir(opts.Netns)); err != nil {
+			if lock, err = records.AcquireAgentLock(records.Dir(opts.Netns)); err != nil {
 				t.Fatal(err)
 			}
 		}()
@@ -169,7 +170,7 @@ func TestSessionLimits(t *testing.T) {
 		n, p := apply(t, nil, pol, engine.Options{Netns: opts.Netns, LockTimeout: opts.LockTimeout})
 		p.Close()
 		policyBack(t, opts, p, n, a) // on the fast path
-		if _, err := os.Stat(filepath.Join(kernel.StateDir(opts.Netns), "limits.json")); !os.IsNotExist(err) {
+		if _, err := os.Stat(filepath.Join(records.Dir(opts.Netns), "limits.json")); !os.IsNotExist(err) {
 			t.Errorf("the limits record is still there (%v)", err)
 		}
 	})
@@ -210,8 +211,8 @@ func TestSessionLimitsRollBack(t *testing.T) {
 	if len(s.Limits()) != 0 {
 		t.Errorf("the session took the refused limits: %v", s.Limits())
 	}
-	rec, err := kernel.LoadLimits(kernel.StateDir(opts.Netns))
-	if err != nil || rec.InForce(time.Now()) != nil {
+	rec, err := records.LoadLimits(records.Dir(opts.Netns))
+	if err != nil || rec.Held(time.Now()) {
 		t.Errorf("the limits record after the rollback: %+v, %v", rec, err)
 	}
 }

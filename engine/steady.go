@@ -9,6 +9,7 @@ import (
 	"sluice/kernel"
 	"sluice/plan"
 	"sluice/policy"
+	"sluice/records"
 	"sluice/stats"
 	"sluice/tc"
 )
@@ -28,7 +29,7 @@ type steady struct {
 	plan   *plan.Plan
 	limits plan.Limits // the session's, when settled or since written
 	at     time.Time
-	state  *kernel.State
+	state  *records.File
 	// roots holds each HTB tree device's tree qdiscs (one per shard),
 	// whose classes carry the counters.
 	roots map[string][]tc.Handle
@@ -78,7 +79,7 @@ func (s *Session) drain() ([]tc.Note, bool) {
 func (s *Session) Settled(pol *policy.Policy, p *Prepared) {
 	s.clean = nil
 	if p.sess != s || !p.watched || p.Touched || len(p.Missing) > 0 || !p.Diff.Empty() ||
-		p.k.State.Journal != nil || p.Live == nil {
+		p.k.Records.Journal != nil || p.Live == nil {
 		return
 	}
 	roots := map[string][]tc.Handle{}
@@ -88,7 +89,7 @@ func (s *Session) Settled(pol *policy.Policy, p *Prepared) {
 			qs[q.Dev] = append(qs[q.Dev], q)
 		}
 	}
-	for dev, rec := range p.k.State.Devices {
+	for dev, rec := range p.k.Records.Devices {
 		if rec.EDT || rec.PoliceOnly {
 			continue
 		}
@@ -99,7 +100,7 @@ func (s *Session) Settled(pol *policy.Policy, p *Prepared) {
 			return // a tree with no qdisc read back: not steady
 		}
 	}
-	s.clean = &steady{pol: pol, plan: p.Plan, limits: s.limits, at: time.Now(), state: p.k.State, roots: roots}
+	s.clean = &steady{pol: pol, plan: p.Plan, limits: s.limits, at: time.Now(), state: p.k.Records, roots: roots}
 }
 
 // Steady reads the counters for a pass of pol when nothing can have
@@ -139,7 +140,7 @@ func (s *Session) Reader() (*kernel.Kernel, error) {
 		}
 		s.reader = k
 	}
-	s.reader.State = s.clean.state
+	s.reader.Records = s.clean.state
 	return s.reader, nil
 }
 
@@ -166,7 +167,7 @@ func (s *Session) PrepareLimits() (*Prepared, error) {
 	if err != nil {
 		return nil, err
 	}
-	k.State = c.state
+	k.Records = c.state
 	if err := k.Lock(s.opts.LockTimeout); err != nil {
 		k.Close()
 		return nil, err

@@ -9,6 +9,7 @@ import (
 	"sluice/kernel"
 	"sluice/plan"
 	"sluice/policy"
+	"sluice/records"
 	"sluice/tc"
 )
 
@@ -47,13 +48,13 @@ func (l SummaryLine) String() string {
 
 // Summary describes the prepared diff in the policy's terms.
 func (p *Prepared) Summary() *Summary {
-	return summarize(p.Diff, p.Desired, p.k.State)
+	return summarize(p.Diff, p.Desired, p.k.Records)
 }
 
 // treeOf says which interface and direction a device's objects shape.
 type treeOf struct{ iface, dir string }
 
-func summarize(d *kernel.Diff, desired *plan.Plan, st *kernel.State) *Summary {
+func summarize(d *kernel.Diff, desired *plan.Plan, st *records.File) *Summary {
 	trees := map[string]treeOf{}
 	names := map[string]map[tc.Handle]string{} // device -> class handle -> name
 	note := func(dev string, h tc.Handle, name string) {

@@ -15,6 +15,7 @@ import (
 	"sluice/kernel"
 	"sluice/plan"
 	"sluice/policy"
+	"sluice/records"
 	"sluice/tc"
 	"sluice/testutil"
 )
@@ -54,7 +55,7 @@ func parse(t *testing.T, src string) *policy.Policy {
 
 func features(t *testing.T) plan.Features {
 	t.Helper()
-	r, err := kernel.ProbeCached(kernel.StateDir(""))
+	r, err := kernel.ProbeCached(records.Dir(""))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -350,7 +351,7 @@ func TestRollbackAtEveryStep(t *testing.T) {
 				}
 			}
 			start := b.snapshot(t)
-			startState, _ := os.ReadFile(kernel.StateDir(b.ns) + "/state.json")
+			startState, _ := os.ReadFile(records.Dir(b.ns) + "/state.json")
 			// Count the steps of the full change first.
 			p, err := b.k.Plan(parse(t, polB), features(t))
 			if err != nil {
@@ -391,7 +392,7 @@ func TestRollbackAtEveryStep(t *testing.T) {
 				if now := b.snapshot(t); now != start {
 					t.Fatalf("failure at write %d (%s): the kernel was not restored:\n%s", fail, ae.Op, diffLines(start, now))
 				}
-				if st, _ := os.ReadFile(kernel.StateDir(b.ns) + "/state.json"); string(st) != string(startState) {
+				if st, _ := os.ReadFile(records.Dir(b.ns) + "/state.json"); string(st) != string(startState) {
 					t.Fatalf("failure at write %d: records changed", fail)
 				}
 			}
@@ -432,13 +433,13 @@ func diffLines(a, b string) string {
 
 func TestLockKeepsAppliesApart(t *testing.T) {
 	b := newBed(t, "eth0")
-	held, err := kernel.AcquireLock(b.k.StateDir, time.Second)
+	held, err := records.AcquireLock(b.k.RecordsDir, time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
 	start := time.Now()
 	err = b.k.Lock(300 * time.Millisecond)
-	if !errors.Is(err, kernel.ErrLocked) || time.Since(start) < 300*time.Millisecond {
+	if !errors.Is(err, records.ErrLocked) || time.Since(start) < 300*time.Millisecond {
 		t.Fatalf("second lock: %v after %v", err, time.Since(start))
 	}
 	if !strings.Contains(err.Error(), fmt.Sprint(os.Getpid())) {
@@ -499,8 +500,8 @@ func TestResetTouchesNothingElse(t *testing.T) {
 	if after := b.snapshot(t); after != foreign {
 		t.Fatalf("reset left the namespace different:\n%s", diffLines(foreign, after))
 	}
-	if len(b.k.State.Devices) != 0 {
-		t.Errorf("records left: %v", b.k.State.Names())
+	if len(b.k.Records.Devices) != 0 {
+		t.Errorf("records left: %v", b.k.Records.Names())
 	}
 }
 

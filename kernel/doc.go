@@ -2,13 +2,14 @@
 // reads the live objects sluice owns, diffs them against a plan, applies
 // the difference with the fewest netlink writes (the executor:
 // Kernel.Apply, and Kernel.ApplyPatch for values changed in place), and
-// rolls back to the starting state when a write fails. Ownership (what
-// sluice created) is recorded under /run/sluice and cross-checked with
-// the live tree; the limits record (limits.go) says what the agent's
-// runtime layer holds.
+// rolls back to the starting state when a write fails. What sluice
+// created is recorded (package records, which owns the files, their
+// formats, the journal and the locks); this package fills the records
+// around each apply and cross-checks them with the live tree before it
+// trusts them.
 //
-// It owns the records' and journal's formats, the locks, the readback
-// and the diff. It must not decide policy: what the kernel is to hold
+// It owns the readback, the diff and the executor. It must not decide
+// policy: what the kernel is to hold
 // comes from plan (and engine, for the runtime layer), and nothing
 // outside this package writes tc objects or BPF maps
 // (TestOnlyTheExecutorWrites).

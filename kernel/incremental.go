@@ -6,6 +6,7 @@ import (
 
 	"sluice/bpf"
 	"sluice/plan"
+	"sluice/records"
 	"sluice/tc"
 )
 
@@ -37,7 +38,7 @@ const maxTouched = 2000
 // ceil can differ.
 func (k *Kernel) ReadTouched(p, over *plan.Plan, force map[string]bool) (l *Live, desired []tc.Object, ok bool, err error) {
 	defer k.Conn.Pin()()
-	if len(p.Devices) != len(k.State.Devices) || k.State.Interrupted() {
+	if len(p.Devices) != len(k.Records.Devices) || k.Records.Interrupted() {
 		return nil, nil, false, nil // a tree to remove, or an apply to finish
 	}
 	l = &Live{Opt: Options{Replace: map[string]bool{}, Shared: map[string]bool{}},
@@ -45,7 +46,7 @@ func (k *Kernel) ReadTouched(p, over *plan.Plan, force map[string]bool) (l *Live
 	deltas := map[string]*fpDelta{}
 	for di, d := range p.Devices {
 		want := over.Devices[di].Objects
-		rec := k.State.Devices[d.Record()]
+		rec := k.Records.Devices[d.Record()]
 		if rec == nil || rec.Objects == nil || d.Ifb {
 			return nil, nil, false, nil
 		}
@@ -204,7 +205,7 @@ func (k *Kernel) ReadTouched(p, over *plan.Plan, force map[string]bool) (l *Live
 // in place, carrying the tree's tag. A root deleted and made again by
 // someone else, or a shard deleted with its thousands of classes, fails
 // it; the full read then sees what happened.
-func (k *Kernel) treeIntact(d *plan.Device, rec *DevState) bool {
+func (k *Kernel) treeIntact(d *plan.Device, rec *records.Tree) bool {
 	r2q := rec.R2Q()
 	root, err := k.Conn.QdiscAt(d.Name, tc.HandleRoot)
 	if err != nil || root == nil || root.Handle.String() != rec.Root {

@@ -12,20 +12,21 @@ import (
 	"sluice/bpf"
 	"sluice/plan"
 	"sluice/policy"
+	"sluice/records"
 	"sluice/tc"
 )
 
 // Kernel is sluice's view of one network namespace.
 type Kernel struct {
-	Conn     *tc.Conn
-	NS       string
-	StateDir string
-	State    *State
+	Conn       *tc.Conn
+	NS         string
+	RecordsDir string
+	Records    *records.File
 	// Notes say what the records check set aside (stale records), for
 	// the caller to print.
 	Notes []string
 	netns tc.NetnsID
-	lock  *Lock
+	lock  *records.Lock
 	// loads are classifiers Apply loads while the tree is written.
 	loads map[*bpf.Hook]*preload
 	// bare: opened without the records (OpenBare).
@@ -34,10 +35,10 @@ type Kernel struct {
 
 // Open connects to network namespace ns ("" for the current one) and
 // loads sluice's records for it. A namespace that cannot be opened is a
-// *NetnsError; records that cannot be read a *RecordsError.
+// *NetnsError; records that cannot be read a *records.Error.
 func Open(ns string) (*Kernel, error) {
 	if ns != "" {
-		if err := ValidNetnsName(ns); err != nil {
+		if err := records.ValidNetnsName(ns); err != nil {
 			return nil, &NetnsError{ns, err}
 		}
 	}
@@ -45,12 +46,12 @@ func Open(ns string) (*Kernel, error) {
 	if err != nil {
 		return nil, &NetnsError{ns, err}
 	}
-	k := &Kernel{Conn: c, NS: ns, StateDir: StateDir(ns)}
+	k := &Kernel{Conn: c, NS: ns, RecordsDir: records.Dir(ns)}
 	if k.netns, err = c.NetnsID(); err != nil {
 		c.Close()
 		return nil, err
 	}
-	if k.State, err = LoadState(k.StateDir); err != nil {
+	if k.Records, err = records.Load(k.RecordsDir); err != nil {
 		c.Close()
 		return nil, err
 	}
@@ -64,14 +65,14 @@ func Open(ns string) (*Kernel, error) {
 // planned, not against the records, and that changes none: with
 // 100,000 hosts, reading the records would cost more than the patch.
 func OpenBare(ns string) (*Kernel, error) {
-	if err := ValidNetnsName(ns); ns != "" && err != nil {
+	if err := records.ValidNetnsName(ns); ns != "" && err != nil {
 		return nil, &NetnsError{ns, err}
 	}
 	c, err := tc.Open(ns)
 	if err != nil {
 		return nil, &NetnsError{ns, err}
 	}
-	k := &Kernel{Conn: c, NS: ns, StateDir: StateDir(ns), State: emptyState(), bare: true}
+	k := &Kernel{Conn: c, NS: ns, RecordsDir: records.Dir(ns), Records: records.New(), bare: true}
 	installFaults(k)
 	return k, nil
 }
@@ -94,21 +95,21 @@ func (e *NetnsError) Unwrap() error { return e.Err }
 // Lock takes the namespace's lock (waiting up to timeout) and reloads
 // the records, which another sluice may have changed meanwhile.
 func (k *Kernel) Lock(timeout time.Duration) error {
-	l, err := AcquireLock(k.StateDir, timeout)
+	l, err := records.AcquireLock(k.RecordsDir, timeout)
 	if err != nil {
 		return err
 	}
 	k.lock = l
-	if k.bare || k.State != nil && k.State.Unchanged(k.StateDir) {
+	if k.bare || k.Records != nil && k.Records.Unchanged(k.RecordsDir) {
 		return nil // read moments ago; with 10,000 hosts a read costs 50 ms
 	}
-	s, err := LoadState(k.StateDir)
+	s, err := records.Load(k.RecordsDir)
 	if err != nil {
 		l.Release()
 		k.lock = nil
 		return err
 	}
-	k.State = s
+	k.Records = s
 	k.Notes = nil
 	k.checkRecords()
 	return nil
@@ -121,17 +122,15 @@ func (k *Kernel) Lock(timeout time.Duration) error {
 // would claim objects sluice never created. They are dropped here and
 // from the file at the next write.
 func (k *Kernel) checkRecords() {
-	s := k.State
+	s := k.Records
 	if s.Netns != nil && !sameNetns(*s.Netns, k.netns) {
-		k.Notes = append(k.Notes, fmt.Sprintf("records in %s were written for another network namespace of this name (deleted since): ignored", k.StateDir))
-		fresh := emptyState()
-		fresh.stamp, fresh.raw = s.stamp, s.raw
-		k.State = fresh
+		k.Notes = append(k.Notes, fmt.Sprintf("records in %s were written for another network namespace of this name (deleted since): ignored", k.RecordsDir))
+		k.Records = s.Emptied()
 		return
 	}
 	for _, name := range s.Names() {
 		d := s.Devices[name]
-		dev := d.device(name)
+		dev := d.Device(name)
 		if d.Ifindex != 0 {
 			if l := k.Conn.GetLink(dev); l != nil && l.Index != d.Ifindex {
 				k.Notes = append(k.Notes, fmt.Sprintf("records of %s describe a device %s that was deleted since (index %d, now %d): ignored", name, dev, d.Ifindex, l.Index))
@@ -195,10 +194,7 @@ func (k *Kernel) CheckInterfaces(pol *policy.Policy) error {
 // Plan builds the plan for pol against this kernel's features and the
 // ids recorded for its devices.
 func (k *Kernel) Plan(pol *policy.Policy, feats plan.Features) (*plan.Plan, error) {
-	prev := map[string]*plan.Alloc{}
-	for name, d := range k.State.Devices {
-		prev[name] = d.Alloc
-	}
+	prev := RecordedAllocs(k.Records)
 	// A tree sluice has no record of gets a new tag: its HTB qdiscs are
 	// then told apart from anyone else's (plan.Alloc.Tag).
 	for _, in := range pol.Interfaces {
@@ -226,6 +222,16 @@ func (k *Kernel) Plan(pol *policy.Policy, feats plan.Features) (*plan.Plan, erro
 		}
 	}
 	return plan.Build(pol, feats, prev)
+}
+
+// RecordedAllocs returns the id allocations recorded in f, by tree
+// device, for the planner to keep.
+func RecordedAllocs(f *records.File) map[string]*plan.Alloc {
+	prev := make(map[string]*plan.Alloc, len(f.Devices))
+	for name, d := range f.Devices {
+		prev[name] = planAlloc(d.Alloc)
+	}
+	return prev
 }
 
 // NewTag returns a random tree tag: far above any r2q a person would

@@ -8,8 +8,8 @@ import (
 
 	"sluice/bpf"
 	"sluice/engine"
-	"sluice/kernel"
 	"sluice/plan"
+	"sluice/records"
 )
 
 // A hosts patch (engine.Session.PatchHosts: HostsDiff through the
@@ -68,7 +68,7 @@ func TestPatchHostsWritesInPlace(t *testing.T) {
 	}
 
 	// Another sluice holds the lock: refused after the timeout.
-	l, err := kernel.AcquireLock(kernel.StateDir(b.ns), time.Second)
+	l, err := records.AcquireLock(records.Dir(b.ns), time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}

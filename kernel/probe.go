@@ -17,6 +17,7 @@ import (
 	"github.com/vishvananda/netns"
 
 	"sluice/plan"
+	"sluice/safefile"
 	"sluice/tc"
 )
 
@@ -86,7 +87,7 @@ func readTrim(path string) string {
 func ProbeCached(stateDir string) (*Report, error) {
 	const name = "features.json"
 	boot := readTrim("/proc/sys/kernel/random/boot_id")
-	d, derr := openStateDir(stateDir, true)
+	d, derr := safefile.OpenDir(stateDir, true)
 	if derr == nil {
 		defer d.Close()
 		if b, err := d.ReadFile(name, 1<<20); err == nil {

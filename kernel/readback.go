@@ -8,6 +8,7 @@ import (
 	"sluice/bpf"
 	"sluice/plan"
 	"sluice/policy"
+	"sluice/records"
 	"sluice/tc"
 )
 
@@ -21,7 +22,7 @@ type treeRef struct {
 	police     bool // a policer without a tree, on iface's hook in dir
 	dir        string
 	planned    bool
-	rec        *DevState
+	rec        *records.Tree
 }
 
 func (k *Kernel) refs(p *plan.Plan, only map[string]bool) []treeRef {
@@ -31,14 +32,14 @@ func (k *Kernel) refs(p *plan.Plan, only map[string]bool) []treeRef {
 		for _, d := range p.Devices {
 			seen[d.Record()] = true
 			out = append(out, treeRef{dev: d.Name, iface: d.Interface, ifb: d.Ifb, police: d.PoliceOnly, dir: d.Dir,
-				planned: true, rec: k.State.Devices[d.Record()]})
+				planned: true, rec: k.Records.Devices[d.Record()]})
 		}
 	}
-	for _, name := range k.State.Names() {
+	for _, name := range k.Records.Names() {
 		if seen[name] || only != nil && !only[name] {
 			continue
 		}
-		r := k.State.Devices[name]
+		r := k.Records.Devices[name]
 		dev := name
 		if r.PoliceOnly {
 			dev = r.Interface
@@ -266,8 +267,8 @@ func carriesTag(q *tc.Qdisc, tag uint32) bool {
 // classifier, or for a policer. Ownership belongs to the qdisc, not to
 // one record: two trees may use one clsact.
 func (k *Kernel) clsactOwned(dev string) bool {
-	for name, r := range k.State.Devices {
-		if r.HookCreated && r.Interface == dev || r.ClsactCreated && r.device(name) == dev {
+	for name, r := range k.Records.Devices {
+		if r.HookCreated && r.Interface == dev || r.ClsactCreated && r.Device(name) == dev {
 			return true
 		}
 	}

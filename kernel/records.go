@@ -6,6 +6,7 @@ import (
 
 	"sluice/bpf"
 	"sluice/plan"
+	"sluice/records"
 	"sluice/tc"
 )
 
@@ -14,7 +15,7 @@ import (
 
 // newRecords computes the records of p's devices once d has been
 // applied to the kernel as l read it.
-func (k *Kernel) newRecords(p *plan.Plan, d *Diff, l *Live, policyFile string) map[string]*DevState {
+func (k *Kernel) newRecords(p *plan.Plan, d *Diff, l *Live, policyFile string) map[string]*records.Tree {
 	added := map[string]bool{}
 	for _, c := range d.Changes {
 		if c.Verb == tc.Add {
@@ -35,11 +36,11 @@ func (k *Kernel) newRecords(p *plan.Plan, d *Diff, l *Live, policyFile string) m
 		return 0
 	}
 	now := time.Now().UTC()
-	out := make(map[string]*DevState, len(p.Devices))
+	out := make(map[string]*records.Tree, len(p.Devices))
 	for _, dev := range p.Devices {
-		old := k.State.Devices[dev.Record()]
-		rec := &DevState{Interface: dev.Interface, Dir: dev.Dir, Root: plan.RootHandle.String(),
-			Policy: policyFile, AppliedAt: now, Alloc: dev.Alloc, Classes: dev.Classes, PoliceOnly: dev.PoliceOnly, EDT: dev.EDT,
+		old := k.Records.Devices[dev.Record()]
+		rec := &records.Tree{Interface: dev.Interface, Dir: dev.Dir, Root: plan.RootHandle.String(),
+			Policy: policyFile, AppliedAt: now, Alloc: recordAlloc(dev.Alloc), Classes: recordClasses(dev.Classes), PoliceOnly: dev.PoliceOnly, EDT: dev.EDT,
 			Ifindex: index(dev.Name), IfaceIndex: index(dev.Interface)}
 		if dev.PoliceOnly {
 			rec.Root = ""
@@ -73,9 +74,9 @@ func (k *Kernel) newRecords(p *plan.Plan, d *Diff, l *Live, policyFile string) m
 // Record updates the ownership records after p was applied with d (or
 // found in place: d empty), without a journal.
 func (k *Kernel) Record(p *plan.Plan, d *Diff, l *Live, policyFile string) error {
-	k.State.Devices = k.newRecords(p, d, l, policyFile)
-	k.State.Netns = &k.netns
-	return k.State.Save(k.StateDir)
+	k.Records.Devices = k.newRecords(p, d, l, policyFile)
+	k.Records.Netns = &k.netns
+	return k.Records.Save(k.RecordsDir)
 }
 
 // Begin journals the apply of d (planned as p, read as l) before it
@@ -86,31 +87,33 @@ func (k *Kernel) Record(p *plan.Plan, d *Diff, l *Live, policyFile string) error
 // planted file): the kernel must not be touched.
 func (k *Kernel) Begin(p *plan.Plan, d *Diff, l *Live, policyFile string) (*Txn, error) {
 	final := k.newRecords(p, d, l, policyFile)
-	union := &State{Version: recordsVersion, Netns: &k.netns, Devices: make(map[string]*DevState, len(final))}
+	union := records.New()
+	union.Netns = &k.netns
 	var names []string
 	for name, rec := range final {
 		union.Devices[name] = rec
 		names = append(names, name)
 	}
-	for name, rec := range k.State.Devices {
+	for name, rec := range k.Records.Devices {
 		if final[name] == nil {
 			union.Devices[name] = rec // removed by this apply: ours until it is gone
 		}
 	}
-	tx, err := k.State.Begin(k.StateDir, union, names, &Journal{PID: os.Getpid(), Started: time.Now().UTC(), Policy: policyFile})
+	tx, err := k.Records.Begin(k.RecordsDir, union, names, &records.Journal{PID: os.Getpid(), Started: time.Now().UTC(), Policy: policyFile})
 	if err != nil {
 		return nil, err
 	}
-	k.State.Journal = &Journal{}
+	k.Records.Journal = &records.Journal{}
 	faultPoint("after-journal")
 	return &Txn{k: k, tx: tx, final: final}, nil
 }
 
-// Txn is a journaled apply (Kernel.Begin).
+// Txn is a journaled apply (Kernel.Begin): the records' Update, and
+// what the kernel learns once the apply is done.
 type Txn struct {
 	k     *Kernel
-	tx    *Tx
-	final map[string]*DevState
+	tx    *records.Update
+	final map[string]*records.Tree
 }
 
 // Commit makes the records say what the finished apply left. It is a
@@ -119,14 +122,14 @@ type Txn struct {
 func (t *Txn) Commit() error {
 	faultPoint("before-commit")
 	k := t.k
-	if err := t.tx.Commit(k.State, t.final); err != nil {
+	if err := t.tx.Commit(k.Records, t.final); err != nil {
 		return err
 	}
 	// Devices the apply created have their indexes only now; writing
 	// them is best effort (0 reads as "not known").
 	learned := false
 	for name, rec := range t.final {
-		if l := k.Conn.GetLink(rec.device(name)); l != nil && rec.Ifindex == 0 {
+		if l := k.Conn.GetLink(rec.Device(name)); l != nil && rec.Ifindex == 0 {
 			rec.Ifindex, learned = l.Index, true
 		}
 		if l := k.Conn.GetLink(rec.Interface); l != nil && rec.IfaceIndex == 0 {
@@ -134,7 +137,7 @@ func (t *Txn) Commit() error {
 		}
 	}
 	if learned {
-		k.State.Save(k.StateDir)
+		k.Records.Save(k.RecordsDir)
 	}
 	return nil
 }
@@ -145,11 +148,11 @@ func (t *Txn) Abort() error {
 	if err := t.tx.Abort(); err != nil {
 		return err
 	}
-	s, err := LoadState(t.k.StateDir)
+	s, err := records.Load(t.k.RecordsDir)
 	if err != nil {
 		return err
 	}
-	t.k.State = s
+	t.k.Records = s
 	t.k.checkRecords()
 	return nil
 }
@@ -160,8 +163,8 @@ func (t *Txn) Abort() error {
 func (k *Kernel) ResetPlan(devs []string, all bool) (*Diff, []string, error) {
 	only := map[string]bool{}
 	var names []string
-	for _, name := range k.State.Names() {
-		r := k.State.Devices[name]
+	for _, name := range k.Records.Names() {
+		r := k.Records.Devices[name]
 		match := all
 		for _, d := range devs {
 			match = match || name == d || r.Interface == d
@@ -179,12 +182,12 @@ func (k *Kernel) ResetPlan(devs []string, all bool) (*Diff, []string, error) {
 		return nil, nil, err
 	}
 	// A clsact a tree that stays uses stays too.
-	for name, r := range k.State.Devices {
+	for name, r := range k.Records.Devices {
 		if only[name] {
 			continue
 		}
-		for _, dev := range []string{r.device(name), r.Interface} {
-			if r.usesClsact(name, dev) {
+		for _, dev := range []string{r.Device(name), r.Interface} {
+			if usesClsact(r, name, dev) {
 				l.Opt.Shared[qdiscKey(dev, tc.HandleIngress)] = true
 			}
 		}
@@ -202,20 +205,20 @@ func (k *Kernel) Forget(names []string) error {
 	}
 	owned := map[string]bool{}
 	for _, n := range names {
-		r := k.State.Devices[n]
+		r := k.Records.Devices[n]
 		if r.HookCreated {
 			owned[r.Interface] = true
 		}
 		if r.ClsactCreated {
-			owned[r.device(n)] = true
+			owned[r.Device(n)] = true
 		}
 	}
-	for name, r := range k.State.Devices {
+	for name, r := range k.Records.Devices {
 		if gone[name] {
 			continue
 		}
 		for dev := range owned {
-			if r.usesClsact(name, dev) {
+			if usesClsact(r, name, dev) {
 				if r.IsIfb() && r.Interface == dev {
 					r.HookCreated = true
 				} else {
@@ -225,21 +228,53 @@ func (k *Kernel) Forget(names []string) error {
 		}
 	}
 	for _, n := range names {
-		delete(k.State.Devices, n)
+		delete(k.Records.Devices, n)
 	}
-	k.State.Netns = &k.netns
-	return k.State.Save(k.StateDir)
+	k.Records.Netns = &k.netns
+	return k.Records.Save(k.RecordsDir)
 }
 
 // usesClsact reports whether the tree recorded as name has an object
 // on dev's clsact (its BPF classifier, a policer, its ingress redirect).
-func (d *DevState) usesClsact(name, dev string) bool {
+func usesClsact(d *records.Tree, name, dev string) bool {
 	if d.IsIfb() && d.Interface == dev {
 		return true
 	}
-	if d.device(name) != dev {
+	if d.Device(name) != dev {
 		return false
 	}
 	_, ok := d.Objects[qdiscKey(dev, tc.HandleIngress)]
 	return ok || d.PoliceOnly
+}
+
+// The records keep their own types (records.Alloc, records.Class), so
+// that the planner's may change without changing the file. While the
+// fields are the same, a conversion is free; when they part, these are
+// where the mapping goes.
+
+func recordAlloc(a *plan.Alloc) *records.Alloc {
+	if a == nil {
+		return nil
+	}
+	r := records.Alloc(*a)
+	return &r
+}
+
+func planAlloc(a *records.Alloc) *plan.Alloc {
+	if a == nil {
+		return nil
+	}
+	p := plan.Alloc(*a)
+	return &p
+}
+
+func recordClasses(cs []plan.ClassInfo) []records.Class {
+	if cs == nil {
+		return nil
+	}
+	out := make([]records.Class, len(cs))
+	for i, c := range cs {
+		out[i] = records.Class(c)
+	}
+	return out
 }

@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"sluice/kernel"
+	"sluice/records"
 	"sluice/tc"
 )
 
@@ -76,7 +77,7 @@ func relayNeeded(m Modem) (impairment, bool, error) {
 	if m.Emulator == "line" {
 		return im, true, nil
 	}
-	rep, err := kernel.ProbeCached(kernel.StateDir(""))
+	rep, err := kernel.ProbeCached(records.Dir(""))
 	if err != nil {
 		return im, false, err
 	}

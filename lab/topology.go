@@ -17,7 +17,7 @@ import (
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
-	"sluice/kernel"
+	"sluice/records"
 	"sluice/tc"
 )
 
@@ -561,7 +561,7 @@ func (b *Bed) Down() error {
 			errs = append(errs, err.Error())
 		}
 	}
-	os.RemoveAll(kernel.StateDir(b.Router))
+	os.RemoveAll(records.Dir(b.Router))
 	if len(errs) > 0 {
 		return fmt.Errorf("lab down: %s", strings.Join(errs, "; "))
 	}
@@ -585,7 +585,7 @@ func down(nss []string) ([]string, error) {
 			continue
 		}
 		removed = append(removed, ns)
-		os.RemoveAll(kernel.StateDir(ns))
+		os.RemoveAll(records.Dir(ns))
 	}
 	if len(errs) > 0 {
 		return removed, fmt.Errorf("%s", strings.Join(errs, "; "))

@@ -11,6 +11,7 @@ import (
 
 	"sluice/bpf"
 	"sluice/kernel"
+	"sluice/records"
 )
 
 // Delays is an EDT delay histogram: how long the pacing program held
@@ -55,7 +56,7 @@ func (d *Delays) Quantile(q float64) uint64 {
 // each aggregate's packets and bytes paced (handed to fq with their
 // departure times: sent, or waiting in fq for their time), its backlog,
 // horizon drops, and each class's delay histogram.
-func readEDT(k *kernel.Kernel, t *Tree, dev string, rec *kernel.DevState) error {
+func readEDT(k *kernel.Kernel, t *Tree, dev string, rec *records.Tree) error {
 	t.Backend = "edt"
 	prog, err := k.OpenHook(dev, false)
 	if err != nil {

@@ -4,6 +4,7 @@
 package stats
 
 import (
+	"sluice/records"
 	"sluice/units"
 
 	"encoding/json"
@@ -120,7 +121,7 @@ type Policer struct {
 
 // readBPF adds the classifier's per-class counters and the policers'
 // colours to t.
-func readBPF(k *kernel.Kernel, t *Tree, dev string, ingress bool, rec *kernel.DevState) error {
+func readBPF(k *kernel.Kernel, t *Tree, dev string, ingress bool, rec *records.Tree) error {
 	prog, err := k.OpenHook(dev, ingress)
 	if err != nil || prog == nil {
 		return err
@@ -239,8 +240,8 @@ func CollectTrees(k *kernel.Kernel, roots map[string][]tc.Handle) (*Sample, erro
 // device's classes as already read.
 func collect(k *kernel.Kernel, devs []string, classes map[string][]*tc.Class) (*Sample, error) {
 	s := &Sample{At: time.Now()}
-	for _, name := range k.State.Names() {
-		rec := k.State.Devices[name]
+	for _, name := range k.Records.Names() {
+		rec := k.Records.Devices[name]
 		if len(devs) > 0 && !contains(devs, name) && !contains(devs, rec.Interface) {
 			continue
 		}

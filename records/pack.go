@@ -1,15 +1,13 @@
-package kernel
+package records
 
 import (
-	"sluice/units"
-
 	"encoding/binary"
 	"errors"
 	"io"
 	"unsafe"
 
-	"sluice/plan"
 	"sluice/tc"
+	"sluice/units"
 )
 
 // The bulk of a tree's record (its id allocation, its classes and the
@@ -75,7 +73,7 @@ func packMap[T uint16 | uint32](p *packer, m map[string]T) {
 }
 
 // pack writes a tree's packed bulk to w and returns its length.
-func pack(w io.Writer, a *plan.Alloc, classes []plan.ClassInfo, objects map[string]uint64) (int, error) {
+func pack(w io.Writer, a *Alloc, classes []Class, objects map[string]uint64) (int, error) {
 	p := &packer{b: make([]byte, 0, 80<<10), w: w}
 	p.uv(packVersion)
 	p.flag(a != nil)
@@ -169,11 +167,11 @@ func unpackMap[T uint16 | uint32](u *unpacker) map[string]T {
 	return m
 }
 
-func unpack(b []byte) (a *plan.Alloc, classes []plan.ClassInfo, objects map[string]uint64, err error) {
+func unpack(b []byte) (a *Alloc, classes []Class, objects map[string]uint64, err error) {
 	if len(b) == 0 {
 		return nil, nil, nil, errPacked
 	}
-	// The strings point into b, which its reader (LoadState) read for
+	// The strings point into b, which its reader (Load) read for
 	// this alone and never changes: no copy of megabytes.
 	u := &unpacker{s: unsafe.String(&b[0], len(b))}
 	v := u.uv()
@@ -181,7 +179,7 @@ func unpack(b []byte) (a *plan.Alloc, classes []plan.ClassInfo, objects map[stri
 		return nil, nil, nil, errors.New("packed record of an unknown version")
 	}
 	if u.uv() == 1 {
-		a = &plan.Alloc{}
+		a = &Alloc{}
 		a.Classes = unpackMap[uint16](u)
 		a.Prios = unpackMap[uint16](u)
 		a.Tables = unpackMap[uint16](u)
@@ -203,9 +201,9 @@ func unpack(b []byte) (a *plan.Alloc, classes []plan.ClassInfo, objects map[stri
 		}
 	}
 	n := u.count(10)
-	classes = make([]plan.ClassInfo, 0, n)
+	classes = make([]Class, 0, n)
 	for i := 0; i < n && u.err == nil; i++ {
-		c := plan.ClassInfo{Name: u.str(), Handle: tc.Handle(u.uv()), Parent: tc.Handle(u.uv()),
+		c := Class{Name: u.str(), Handle: tc.Handle(u.uv()), Parent: tc.Handle(u.uv()),
 			Rate: units.Rate(u.uv()), Ceil: units.Rate(u.uv()), Prio: uint32(u.uv()), Leaf: u.str()}
 		c.Default = u.uv() == 1
 		c.Counter = uint32(u.uv())

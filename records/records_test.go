@@ -1,4 +1,4 @@
-package kernel
+package records
 
 import (
 	"errors"
@@ -8,18 +8,18 @@ import (
 	"testing"
 )
 
-// Lock skips re-reading records that nobody rewrote since Open read
-// them, and re-reads records another sluice saved meanwhile.
-func TestStateUnchanged(t *testing.T) {
+// Unchanged tells records just read from records another sluice saved
+// since, even of the same size.
+func TestUnchanged(t *testing.T) {
 	dir := t.TempDir()
-	if s, _ := LoadState(dir); s.Unchanged(dir) {
+	if s, _ := Load(dir); s.Unchanged(dir) {
 		t.Error("no records file: reported unchanged, so a file written later would be missed")
 	}
-	first := &State{Version: 1, Devices: map[string]*DevState{"eth0": {Interface: "eth0", Root: "1:"}}}
+	first := &File{Version: 1, Devices: map[string]*Tree{"eth0": {Interface: "eth0", Root: "1:"}}}
 	if err := first.Save(dir); err != nil {
 		t.Fatal(err)
 	}
-	mine, err := LoadState(dir)
+	mine, err := Load(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -27,20 +27,12 @@ func TestStateUnchanged(t *testing.T) {
 		t.Fatal("records just read reported changed")
 	}
 	// Another sluice saves the same size of records: still a change.
-	other := &State{Version: 1, Devices: map[string]*DevState{"eth1": {Interface: "eth1", Root: "1:"}}}
+	other := &File{Version: 1, Devices: map[string]*Tree{"eth1": {Interface: "eth1", Root: "1:"}}}
 	if err := other.Save(dir); err != nil {
 		t.Fatal(err)
 	}
 	if mine.Unchanged(dir) {
 		t.Fatal("records rewritten by another apply reported unchanged")
-	}
-	k := &Kernel{StateDir: dir, State: mine}
-	if err := k.Lock(0); err != nil {
-		t.Fatal(err)
-	}
-	defer k.lock.Release()
-	if k.State.Devices["eth1"] == nil || k.State.Devices["eth0"] != nil {
-		t.Errorf("Lock kept the stale records: %v", k.State.Names())
 	}
 }
 
@@ -56,8 +48,8 @@ func TestNoRecordsDirectory(t *testing.T) {
 	if _, err := ReadAgentFile(dir, "agent.json"); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("ReadAgentFile: %v, want not-exist", err)
 	}
-	if s, err := LoadState(dir); err != nil || len(s.Devices) != 0 {
-		t.Errorf("LoadState: %v, %v", s, err)
+	if s, err := Load(dir); err != nil || len(s.Devices) != 0 {
+		t.Errorf("Load: %v, %v", s, err)
 	}
 	if r, err := LoadLimits(dir); err != nil || r != nil {
 		t.Errorf("LoadLimits: %v, %v", r, err)

@@ -1,4 +1,4 @@
-package kernel
+package records
 
 import (
 	"crypto/sha256"
@@ -15,22 +15,22 @@ import (
 	"syscall"
 	"time"
 
-	"sluice/plan"
 	"sluice/safefile"
 	"sluice/tc"
+	"sluice/units"
 )
 
-// DefaultStateDir holds sluice's ownership records. It lives on tmpfs on
+// DefaultDir holds sluice's ownership records. It lives on tmpfs on
 // purpose: the kernel objects it describes do not survive a reboot either.
-const DefaultStateDir = "/run/sluice"
+const DefaultDir = "/run/sluice"
 
-// StateDir is where the records for network namespace ns live; the
+// Dir is where the records for network namespace ns live; the
 // SLUICE_STATE_DIR environment variable moves the base (tests use it).
 // ns must be a valid namespace name (ValidNetnsName).
-func StateDir(ns string) string {
+func Dir(ns string) string {
 	base := os.Getenv("SLUICE_STATE_DIR")
 	if base == "" {
-		base = DefaultStateDir
+		base = DefaultDir
 	}
 	if ns == "" {
 		return base
@@ -55,13 +55,13 @@ func ValidNetnsName(ns string) error {
 	return nil
 }
 
-// openStateDir opens the records directory of a namespace, creating it
+// openDir opens the records directory of a namespace, creating it
 // (and the directories leading to it, 0700) when create is set. A
 // missing one without create is an error (fs.ErrNotExist): a caller for
 // whom that means "nothing recorded" says so, and one that forgets gets
 // an error, never a nil directory (show and munin once panicked on a
 // namespace without records).
-func openStateDir(dir string, create bool) (*safefile.Dir, error) {
+func openDir(dir string, create bool) (*safefile.Dir, error) {
 	return safefile.OpenDir(dir, create)
 }
 
@@ -69,14 +69,15 @@ func openStateDir(dir string, create bool) (*safefile.Dir, error) {
 // journal, no checksum) is still read; any other is refused.
 const recordsVersion = 2
 
-// Limits on what LoadState reads: far above what 100,000 hosts need.
+// Limits on what Load reads: far above what 100,000 hosts need.
 const (
 	maxRecordsJSON = 64 << 20
 	maxRecordsBulk = 1 << 30
 )
 
-// State is what sluice created, per device carrying a tree.
-type State struct {
+// File is the records of one network namespace: what sluice created,
+// per device carrying a tree (or a policer).
+type File struct {
 	Version int `json:"version"`
 	// Netns is the namespace the records describe. Records that name
 	// another (the namespace was deleted and one made under the same
@@ -90,13 +91,13 @@ type State struct {
 	Journal *Journal `json:"journal,omitempty"`
 	// Bulk names the binary file holding each device's packed bulk
 	// (pack.go), BulkSum its SHA-256, BulkSize its length.
-	Bulk     string               `json:"bulk,omitempty"`
-	BulkSum  string               `json:"bulk_sum,omitempty"`
-	BulkSize int                  `json:"bulk_size,omitempty"`
-	Devices  map[string]*DevState `json:"devices"`
+	Bulk     string           `json:"bulk,omitempty"`
+	BulkSum  string           `json:"bulk_sum,omitempty"`
+	BulkSize int              `json:"bulk_size,omitempty"`
+	Devices  map[string]*Tree `json:"devices"`
 
 	stamp fileStamp // of the file it was read from
-	raw   []byte    // the file as read (what Tx.Abort puts back)
+	raw   []byte    // the file as read (what Update.Abort puts back)
 }
 
 // Journal describes an apply in progress (or one that was killed).
@@ -126,8 +127,8 @@ func stampOf(d *safefile.Dir) fileStamp {
 
 // Unchanged reports whether the records file in dir is still the one s
 // was read from.
-func (s *State) Unchanged(dir string) bool {
-	d, err := openStateDir(dir, false)
+func (s *File) Unchanged(dir string) bool {
+	d, err := openDir(dir, false)
 	if err != nil {
 		return false
 	}
@@ -135,11 +136,21 @@ func (s *State) Unchanged(dir string) bool {
 	return s.stamp != fileStamp{} && s.stamp == stampOf(d)
 }
 
-// Interrupted reports whether an apply started and did not finish.
-func (s *State) Interrupted() bool { return s.Journal != nil }
+// Emptied returns records holding nothing that still know the file s
+// was read from: what a caller keeps after setting stale records aside,
+// so that the next write replaces the file and an aborted update puts
+// it back.
+func (s *File) Emptied() *File {
+	f := New()
+	f.stamp, f.raw = s.stamp, s.raw
+	return f
+}
 
-// DevState records one tree.
-type DevState struct {
+// Interrupted reports whether an apply started and did not finish.
+func (s *File) Interrupted() bool { return s.Journal != nil }
+
+// Tree records one tree.
+type Tree struct {
 	Interface string `json:"interface"`
 	Dir       string `json:"direction"`
 	// Root is the handle of the root qdisc sluice created.
@@ -166,9 +177,9 @@ type DevState struct {
 	// Alloc, Classes and Objects (the fingerprints of the objects the
 	// last apply left, by key) are saved packed (pack.go) in the bulk
 	// file, Packed bytes from Offset. Alloc.Tag is the tree's tag, which
-	// its HTB qdiscs carry as r2q (plan.Alloc).
-	Alloc   *plan.Alloc       `json:"-"`
-	Classes []plan.ClassInfo  `json:"-"`
+	// its HTB qdiscs carry as r2q.
+	Alloc   *Alloc            `json:"-"`
+	Classes []Class           `json:"-"`
 	Objects map[string]uint64 `json:"-"`
 	Offset  int               `json:"offset,omitempty"`
 	Packed  int               `json:"packed,omitempty"`
@@ -176,11 +187,47 @@ type DevState struct {
 	Bulk string `json:"bulk,omitempty"`
 }
 
-// IsIfb reports whether the tree sits on an ifb for an interface's ingress.
-func (d *DevState) IsIfb() bool { return d.Dir == "ingress" && !d.PoliceOnly }
+// Alloc is a tree's id allocation as recorded: which minor, filter
+// prio, hash table, shard, leaf major, BPF counter and delay histogram
+// each name was given, so that the next plan keeps them. It is the
+// records' own type: the planner's (plan.Alloc) may change; this, and
+// the packed layout (pack.go), change only with packVersion.
+type Alloc struct {
+	Classes  map[string]uint16
+	Prios    map[string]uint16
+	Tables   map[string]uint16
+	Shards   map[string]uint16
+	Leaves   map[string]uint16
+	Counters map[string]uint32
+	Hists    map[string]uint16
+	// Tag is the tree's tag, which its HTB qdiscs carry as r2q.
+	Tag uint32
+}
 
-// Device is the device the record's tree (or policer) is on.
-func (d *DevState) device(name string) string {
+// Class is a class of a tree as recorded: what stats, show and the
+// agent name a kernel class by, without the policy at hand.
+type Class struct {
+	Name    string
+	Handle  tc.Handle
+	Parent  tc.Handle
+	Rate    units.Rate
+	Ceil    units.Rate
+	Prio    uint32
+	Leaf    string
+	Default bool
+	// Counter is the class's BPF counter when it is not its minor
+	// (sharded trees); Replica marks a non-host class's copy in shards
+	// other than the first; Hist is an EDT aggregate's histogram.
+	Counter uint32
+	Replica bool
+	Hist    uint16
+}
+
+// IsIfb reports whether the tree sits on an ifb for an interface's ingress.
+func (d *Tree) IsIfb() bool { return d.Dir == "ingress" && !d.PoliceOnly }
+
+// Device is the device the tree recorded as name (or its policer) is on.
+func (d *Tree) Device(name string) string {
 	if d.PoliceOnly {
 		return d.Interface
 	}
@@ -189,56 +236,60 @@ func (d *DevState) device(name string) string {
 
 // R2Q is the r2q the tree's HTB qdiscs carry: its tag, or, for records
 // of version 1, tc's default.
-func (d *DevState) R2Q() uint32 {
+func (d *Tree) R2Q() uint32 {
 	if d.Alloc != nil && d.Alloc.Tag != 0 {
 		return d.Alloc.Tag
 	}
-	return plan.DefaultR2Q
+	return defaultR2Q
 }
+
+// defaultR2Q is tc's r2q, which trees recorded by version 1 (before
+// tags) carry.
+const defaultR2Q = 10
 
 const stateFile = "state.json"
 
-// RecordsError is records that cannot be used: unreadable, corrupt or
+// Error is records that cannot be used: unreadable, corrupt or
 // of an unknown version. It is a failure, not bad input.
-type RecordsError struct {
+type Error struct {
 	Dir string
 	Err error
 }
 
-func (e *RecordsError) Error() string {
+func (e *Error) Error() string {
 	if errors.Is(e.Err, fs.ErrPermission) {
 		return fmt.Sprintf("records in %s: %v: sluice's records are root's; run it as root", e.Dir, e.Err)
 	}
 	return fmt.Sprintf("records in %s: %v (sluice will not guess what it owns; to start over, remove %s and run apply --force)", e.Dir, e.Err, e.Dir)
 }
 
-func (e *RecordsError) Unwrap() error { return e.Err }
+func (e *Error) Unwrap() error { return e.Err }
 
-func emptyState() *State {
-	return &State{Version: recordsVersion, Devices: map[string]*DevState{}}
+func New() *File {
+	return &File{Version: recordsVersion, Devices: map[string]*Tree{}}
 }
 
-// LoadState reads the records (empty if none).
-func LoadState(dir string) (*State, error) {
-	d, err := openStateDir(dir, false)
+// Load reads the records (empty if none).
+func Load(dir string) (*File, error) {
+	d, err := openDir(dir, false)
 	if errors.Is(err, fs.ErrNotExist) {
-		return emptyState(), nil
+		return New(), nil
 	}
 	if err != nil {
-		return nil, &RecordsError{dir, err}
+		return nil, &Error{dir, err}
 	}
 	defer d.Close()
-	return loadState(d)
+	return load(d)
 }
 
-func loadState(d *safefile.Dir) (*State, error) {
-	s := emptyState()
+func load(d *safefile.Dir) (*File, error) {
+	s := New()
 	s.stamp = stampOf(d)
 	b, err := d.ReadFile(stateFile, maxRecordsJSON)
 	if errors.Is(err, fs.ErrNotExist) {
 		return s, nil
 	}
-	bad := func(err error) (*State, error) { return nil, &RecordsError{d.Path(), err} }
+	bad := func(err error) (*File, error) { return nil, &Error{d.Path(), err} }
 	if err != nil {
 		return bad(err)
 	}
@@ -252,7 +303,7 @@ func loadState(d *safefile.Dir) (*State, error) {
 		return bad(fmt.Errorf("%s: version %d, this sluice reads versions 1 and %d (written by another release of sluice?)", stateFile, s.Version, recordsVersion))
 	}
 	if s.Devices == nil {
-		s.Devices = map[string]*DevState{}
+		s.Devices = map[string]*Tree{}
 	}
 	bulks := map[string][]byte{}
 	readBulk := func(name string) ([]byte, error) {
@@ -307,8 +358,8 @@ func bulkSum(b []byte) string {
 }
 
 // Save writes the records atomically.
-func (s *State) Save(dir string) error {
-	d, err := openStateDir(dir, true)
+func (s *File) Save(dir string) error {
+	d, err := openDir(dir, true)
 	if err != nil {
 		return err
 	}
@@ -329,16 +380,16 @@ func (s *State) Save(dir string) error {
 	}
 	s.Bulk, s.BulkSum, s.BulkSize = bulk, enc.BulkSum, enc.BulkSize
 	s.raw, s.stamp = append(b, '\n'), stampOf(d)
-	cleanStateDir(d, bulk)
+	cleanDir(d, bulk)
 	return nil
 }
 
 // writeBulk writes every device's bulk to a new bulk file and returns
 // its name and the records to encode as JSON (referring to it).
-func (s *State) writeBulk(d *safefile.Dir) (string, *State, error) {
+func (s *File) writeBulk(d *safefile.Dir) (string, *File, error) {
 	name := "state." + strconv.FormatInt(time.Now().UnixNano(), 36) + ".bin"
-	out := &State{Version: recordsVersion, Netns: s.Netns, Journal: s.Journal, Bulk: name,
-		Devices: make(map[string]*DevState, len(s.Devices))}
+	out := &File{Version: recordsVersion, Netns: s.Netns, Journal: s.Journal, Bulk: name,
+		Devices: make(map[string]*Tree, len(s.Devices))}
 	t, err := d.CreateTemp(name + ".")
 	if err != nil {
 		return "", nil, err
@@ -380,9 +431,9 @@ func (w *teeWriter) Write(b []byte) (int, error) {
 	return w.f.Write(b)
 }
 
-// cleanStateDir removes what killed or finished writes left: temporary
+// cleanDir removes what killed or finished writes left: temporary
 // files and bulk files other than keep.
-func cleanStateDir(d *safefile.Dir, keep ...string) {
+func cleanDir(d *safefile.Dir, keep ...string) {
 	names, err := d.Names()
 	if err != nil {
 		return
@@ -401,18 +452,18 @@ func cleanStateDir(d *safefile.Dir, keep ...string) {
 	}
 }
 
-// Tx is a change to the records around an apply. Begin wrote the
+// Update is a change to the records around an apply. Begin wrote the
 // journal; Commit puts the records of the finished apply in place, Abort
 // the records the apply started from. Both are a single rename of a
 // file written before the kernel was touched, so neither needs space
 // on a full disk.
-type Tx struct {
+type Update struct {
 	dir                   string
 	commitName, abortName string
 	bulk, oldBulk         string
 	// commit is the final records as written (fin their content).
 	commit []byte
-	fin    *State
+	fin    *File
 	done   bool
 }
 
@@ -421,8 +472,8 @@ type Tx struct {
 // prepares the records once it finishes (union's devices named in
 // final) and the current ones (s). On error nothing is in force and the
 // kernel must not be touched.
-func (s *State) Begin(dir string, union *State, final []string, j *Journal) (*Tx, error) {
-	d, err := openStateDir(dir, true)
+func (s *File) Begin(dir string, union *File, final []string, j *Journal) (*Update, error) {
+	d, err := openDir(dir, true)
 	if err != nil {
 		return nil, err
 	}
@@ -433,8 +484,8 @@ func (s *State) Begin(dir string, union *State, final []string, j *Journal) (*Tx
 	if err != nil {
 		return nil, fmt.Errorf("writing the journal: %w", err)
 	}
-	tx := &Tx{dir: dir, bulk: bulk, oldBulk: s.Bulk}
-	fail := func(err error) (*Tx, error) {
+	tx := &Update{dir: dir, bulk: bulk, oldBulk: s.Bulk}
+	fail := func(err error) (*Update, error) {
 		for _, n := range []string{tx.commitName, tx.abortName, bulk} {
 			if n != "" {
 				d.Remove(n)
@@ -444,8 +495,8 @@ func (s *State) Begin(dir string, union *State, final []string, j *Journal) (*Tx
 	}
 	// The final records are union's but for what the apply removes:
 	// the same bulk holds them.
-	fin := &State{Version: recordsVersion, Netns: enc.Netns, Bulk: enc.Bulk, BulkSum: enc.BulkSum, BulkSize: enc.BulkSize,
-		Devices: map[string]*DevState{}}
+	fin := &File{Version: recordsVersion, Netns: enc.Netns, Bulk: enc.Bulk, BulkSum: enc.BulkSum, BulkSize: enc.BulkSize,
+		Devices: map[string]*Tree{}}
 	for _, name := range final {
 		fin.Devices[name] = enc.Devices[name]
 	}
@@ -459,7 +510,7 @@ func (s *State) Begin(dir string, union *State, final []string, j *Journal) (*Tx
 	}
 	old := s.raw
 	if old == nil {
-		old, _ = json.Marshal(emptyState())
+		old, _ = json.Marshal(New())
 	}
 	tx.commit, tx.fin = append(fb, '\n'), fin
 	if tx.commitName, err = d.WriteTemp("commit.", tx.commit); err != nil {
@@ -477,14 +528,14 @@ func (s *State) Begin(dir string, union *State, final []string, j *Journal) (*Tx
 // Commit puts the records of the finished apply in place, and makes s
 // (the records Begin was called on) hold them, with devs as their
 // devices.
-func (tx *Tx) Commit(s *State, devs map[string]*DevState) error {
+func (tx *Update) Commit(s *File, devs map[string]*Tree) error {
 	if err := tx.finish(tx.commitName, tx.bulk); err != nil {
 		return err
 	}
 	s.Journal, s.Netns, s.Devices = nil, tx.fin.Netns, devs
 	s.Bulk, s.BulkSum, s.BulkSize = tx.fin.Bulk, tx.fin.BulkSum, tx.fin.BulkSize
 	s.raw = tx.commit
-	if d, err := openStateDir(tx.dir, false); err == nil {
+	if d, err := openDir(tx.dir, false); err == nil {
 		s.stamp = stampOf(d)
 		d.Close()
 	}
@@ -493,13 +544,13 @@ func (tx *Tx) Commit(s *State, devs map[string]*DevState) error {
 
 // Abort puts back the records the apply started from (after a rollback
 // that restored the kernel).
-func (tx *Tx) Abort() error { return tx.finish(tx.abortName, tx.oldBulk) }
+func (tx *Update) Abort() error { return tx.finish(tx.abortName, tx.oldBulk) }
 
-func (tx *Tx) finish(name, keep string) error {
+func (tx *Update) finish(name, keep string) error {
 	if tx == nil || tx.done {
 		return nil
 	}
-	d, err := openStateDir(tx.dir, false)
+	d, err := openDir(tx.dir, false)
 	if err != nil {
 		return err
 	}
@@ -508,12 +559,12 @@ func (tx *Tx) finish(name, keep string) error {
 		return err
 	}
 	tx.done = true
-	cleanStateDir(d, keep)
+	cleanDir(d, keep)
 	return nil
 }
 
 // Names returns the recorded devices in order.
-func (s *State) Names() []string {
+func (s *File) Names() []string {
 	var out []string
 	for k := range s.Devices {
 		out = append(out, k)
@@ -547,7 +598,7 @@ func AcquireAgentLock(dir string) (*Lock, error) {
 
 // AgentRunning reports whether an agent holds dir's agent lock.
 func AgentRunning(dir string) bool {
-	d, err := openStateDir(dir, false)
+	d, err := openDir(dir, false)
 	if err != nil {
 		return false
 	}
@@ -571,7 +622,7 @@ func AgentRunning(dir string) bool {
 // WriteAgentFile writes a small file about the running agent (where it
 // listens) into the state directory, privately and atomically.
 func WriteAgentFile(dir, name string, b []byte) error {
-	d, err := openStateDir(dir, true)
+	d, err := openDir(dir, true)
 	if err != nil {
 		return err
 	}
@@ -581,7 +632,7 @@ func WriteAgentFile(dir, name string, b []byte) error {
 
 // ReadAgentFile reads what WriteAgentFile wrote (at most 64 KB).
 func ReadAgentFile(dir, name string) ([]byte, error) {
-	d, err := openStateDir(dir, false)
+	d, err := openDir(dir, false)
 	if err != nil {
 		return nil, err
 	}
@@ -590,7 +641,7 @@ func ReadAgentFile(dir, name string) ([]byte, error) {
 }
 
 func acquire(dir, name string, locked error, timeout time.Duration) (*Lock, error) {
-	d, err := openStateDir(dir, true)
+	d, err := openDir(dir, true)
 	if err != nil {
 		return nil, err
 	}

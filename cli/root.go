@@ -52,8 +52,11 @@ type globals struct {
 }
 
 // New builds the command tree.
-func New() *cobra.Command {
-	g := &globals{stdout: os.Stdout, stderr: os.Stderr}
+func New() *cobra.Command { return newRoot(os.Stdout, os.Stderr) }
+
+// newRoot builds the command tree writing to stdout and stderr.
+func newRoot(stdout, stderr io.Writer) *cobra.Command {
+	g := &globals{stdout: stdout, stderr: stderr}
 	root := &cobra.Command{
 		Use:   "sluice",
 		Short: "Declarative traffic shaping for Linux",
@@ -97,8 +100,10 @@ every class is doing.`,
 }
 
 // Main runs sluice with args and returns the process exit code.
-func Main(args []string) int {
-	cmd := New()
+func Main(args []string) int { return run(args, os.Stdout, os.Stderr) }
+
+func run(args []string, stdout, stderr io.Writer) int {
+	cmd := newRoot(stdout, stderr)
 	cmd.SetArgs(args)
 	err := cmd.Execute()
 	if err == nil {
@@ -108,7 +113,7 @@ func Main(args []string) int {
 	if errors.As(err, &q) {
 		return int(q)
 	}
-	fmt.Fprintln(os.Stderr, "sluice:", err)
+	fmt.Fprintln(stderr, "sluice:", err)
 	var ee *exitError
 	if errors.As(err, &ee) {
 		return ee.code

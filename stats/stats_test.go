@@ -1,0 +1,144 @@
+package stats
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Rates turns two readings into each class's rate in bits per second,
+// and gives none where the two cannot be compared.
+func TestRates(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	reading := func(at time.Time, bytes map[string]uint64) *Sample {
+		tr := &Tree{Device: "eth0"}
+		for id, b := range bytes {
+			tr.Classes = append(tr.Classes, &Class{ID: id, Bytes: b})
+		}
+		return &Sample{At: at, Trees: []*Tree{tr}}
+	}
+	for _, tc := range []struct {
+		name       string
+		prev       *Sample
+		dt         time.Duration
+		prevBytes  uint64
+		bytes      uint64
+		want       float64
+		wantAbsent bool // prev has no such class
+	}{
+		{name: "1.25 MB in a second is 10 Mbit/s", prev: reading(t0, nil), dt: time.Second, prevBytes: 1_000, bytes: 1_251_000, want: 10e6},
+		{name: "the same over half a second is twice that", dt: 500 * time.Millisecond, prevBytes: 0, bytes: 1_250_000, want: 20e6},
+		{name: "idle", dt: time.Second, prevBytes: 500, bytes: 500, want: 0},
+		{name: "a counter that went back (class made again) gives no rate", dt: time.Second, prevBytes: 5_000, bytes: 100, want: 0},
+		{name: "readings at the same instant give no rate", dt: 0, prevBytes: 0, bytes: 1_000, want: 0},
+		{name: "a class new in this reading has no rate yet", dt: time.Second, bytes: 1_000, wantAbsent: true, want: 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			prev := reading(t0, map[string]uint64{"1:10": tc.prevBytes})
+			if tc.wantAbsent {
+				prev = reading(t0, map[string]uint64{"1:20": 0})
+			}
+			cur := reading(t0.Add(tc.dt), map[string]uint64{"1:10": tc.bytes})
+			Rates(prev, cur)
+			if got := cur.Trees[0].Classes[0].Measured; got != tc.want {
+				t.Errorf("measured %g bit/s; want %g", got, tc.want)
+			}
+		})
+	}
+	cur := reading(t0, map[string]uint64{"1:10": 7})
+	Rates(nil, cur) // the first reading
+	if cur.Trees[0].Classes[0].Measured != 0 {
+		t.Error("a first reading has a rate")
+	}
+}
+
+// A delay histogram's quantile is the upper bound of the bucket that
+// holds it: a bound the packets waited less than, never an average.
+func TestDelaysQuantile(t *testing.T) {
+	upper := []uint64{1e3, 1e4, 1e5, 0} // <1us, <10us, <100us, longer
+	for _, tc := range []struct {
+		name    string
+		packets []uint64
+		q       float64
+		want    uint64
+	}{
+		{"no packets", []uint64{0, 0, 0, 0}, 0.5, 0},
+		{"all in the first bucket", []uint64{10, 0, 0, 0}, 0.99, 1e3},
+		{"the median in the second", []uint64{4, 6, 0, 0}, 0.5, 1e4},
+		{"p90 in the third", []uint64{80, 5, 15, 0}, 0.9, 1e5},
+		{"the open last bucket is long", []uint64{1, 0, 0, 9}, 0.5, ^uint64(0)},
+		{"p0 is the first packet's bucket", []uint64{0, 3, 0, 0}, 0, 1e4},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := &Delays{Packets: tc.packets, UpperNS: upper}
+			if got := d.Quantile(tc.q); got != tc.want {
+				t.Errorf("Quantile(%g) = %d; want %d", tc.q, got, tc.want)
+			}
+		})
+	}
+}
+
+// Rates and sizes print in the units people read tc's output in.
+func TestHumanUnits(t *testing.T) {
+	for _, tc := range []struct {
+		bps  float64
+		want string
+	}{
+		{0, "0bit"}, {999, "999bit"}, {1000, "1.0kbit"}, {156_250, "156.2kbit"},
+		{10e6, "10.00mbit"}, {9.56e6, "9.56mbit"}, {1e9, "1.00gbit"}, {40e9, "40.00gbit"},
+	} {
+		if got := human(tc.bps); got != tc.want {
+			t.Errorf("human(%g) = %q; want %q", tc.bps, got, tc.want)
+		}
+	}
+	for _, tc := range []struct {
+		b    uint64
+		want string
+	}{
+		{0, "0B"}, {1023, "1023B"}, {1024, "1.0K"}, {70_000, "68.4K"}, {1 << 20, "1.0M"}, {3 << 30, "3.0G"},
+	} {
+		if got := bytesHuman(tc.b); got != tc.want {
+			t.Errorf("bytesHuman(%d) = %q; want %q", tc.b, got, tc.want)
+		}
+	}
+	for _, tc := range []struct {
+		ns   uint64
+		want string
+	}{
+		{0, "0"}, {900, "<1us"}, {10_000, "<10us"}, {2_500_000, "<2.5ms"}, {^uint64(0), "long"},
+	} {
+		if got := delayHuman(tc.ns); got != tc.want {
+			t.Errorf("delayHuman(%d) = %q; want %q", tc.ns, got, tc.want)
+		}
+	}
+}
+
+// show's text: a reading of nothing says so and where to start; a tree
+// the kernel lost says what to do; a tree's classes are indented under
+// their parents with their figures.
+func TestWriteText(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		s    *Sample
+		want []string
+	}{
+		{"no records", &Sample{}, []string{"sluice shapes nothing here", "sluice apply"}},
+		{"a missing tree", &Sample{Trees: []*Tree{{Device: "ifb-eth0", Interface: "eth0", Direction: "ingress", Missing: true}}},
+			[]string{"ifb-eth0 ingress of eth0", "missing: the kernel no longer has this tree; run apply or reset"}},
+		{"an HTB tree", &Sample{Trees: []*Tree{{Device: "eth0", Interface: "eth0", Direction: "egress", Classes: []*Class{
+			{Name: "root", ID: "1:1", Rate: 20e6, Ceil: 20e6},
+			{Name: "bulk", ID: "1:20", Depth: 1, Leaf: "fq_codel", Rate: 5e6, Ceil: 20e6, Prio: 4, Measured: 12.5e6, Bytes: 3 << 20, Drops: 7},
+		}}}}, []string{"eth0 egress\n", "CLASS", "  bulk", "1:20", "5.00mbit", "20.00mbit", "12.50mbit", "3.0M"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var b bytes.Buffer
+			tc.s.WriteText(&b)
+			for _, w := range tc.want {
+				if !strings.Contains(b.String(), w) {
+					t.Errorf("output lacks %q:\n%s", w, b.String())
+				}
+			}
+		})
+	}
+}

@@ -43,7 +43,7 @@ rates over its interval); --local reads the kernel regardless.`,
 			}
 			defer k.Close()
 			for _, d := range args {
-				if !k.Conn.LinkExists(d) {
+				if !k.LinkExists(d) {
 					return badInput(fmt.Errorf("device %s does not exist", d))
 				}
 			}

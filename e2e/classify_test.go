@@ -304,14 +304,14 @@ func craftedPackets(t *testing.T, classifier, policyText string, want []string) 
 		names[c.Handle] = c.Name
 	}
 	// veth has a transmit queue per CPU: a BPF tree may be sharded.
-	qs, err := k.Conn.Qdiscs("veth0")
+	qs, err := k.Qdiscs("veth0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	counts := func() map[string]uint64 {
 		var cls []*tc.Class
 		for _, q := range kernel.TreeQdiscs(qs) {
-			cs, err := k.Conn.Classes("veth0", q.Handle)
+			cs, err := k.Classes("veth0", q.Handle)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -266,7 +266,7 @@ func presentOnly(k *kernel.Kernel, pol *policy.Policy) (*policy.Policy, []string
 	out.Interfaces = nil
 	var missing []string
 	for _, in := range pol.Interfaces {
-		if k.Conn.LinkExists(in.Name) {
+		if k.LinkExists(in.Name) {
 			out.Interfaces = append(out.Interfaces, in)
 		} else {
 			missing = append(missing, in.Name)

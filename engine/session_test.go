@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"sluice/engine"
-	"sluice/kernel"
 	"sluice/plan"
 	"sluice/policy"
 	"sluice/records"
@@ -56,12 +55,12 @@ func sessionBed(t *testing.T) (engine.Options, *policy.Policy, *records.Lock) {
 func liveClass(t *testing.T, opts engine.Options, p *plan.Plan, name string) (rate, ceil units.Rate) {
 	t.Helper()
 	c := classOf(t, p, name)
-	k, err := kernel.Open(opts.Netns)
+	conn, err := tc.Open(opts.Netns)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer k.Close()
-	live, err := k.Conn.Class(c.Dev, c.Handle)
+	defer conn.Close()
+	live, err := conn.Class(c.Dev, c.Handle)
 	if err != nil || live == nil {
 		t.Fatalf("class %s: %v %v", name, live, err)
 	}
@@ -192,13 +191,13 @@ func TestSessionLimitsRollBack(t *testing.T) {
 	_, p := apply(t, s, pol, opts)
 	defer p.Close()
 	a, b := classOf(t, p.Plan, "a"), classOf(t, p.Plan, "b")
-	writes := p.Kernel().Conn.Writes()
-	p.Kernel().Conn.BeforeWrite = func(n int, _ string) error {
+	writes := p.Kernel().Writes()
+	p.Kernel().InjectWriteFault(func(n int, _ string) error {
 		if n == writes+2 {
 			return tc.ErrInjected // the second class
 		}
 		return nil
-	}
+	})
 	_, err := s.SetLimits(p, plan.Limits{plan.ClassLimit(a): {Rate: mbit(10), Ceil: mbit(20)}, plan.ClassLimit(b): {Rate: mbit(5), Ceil: mbit(20)}})
 	if err == nil {
 		t.Fatal("a refused write: no error")

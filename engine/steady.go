@@ -199,7 +199,7 @@ func (s *Session) ownWrites(k *kernel.Kernel, d *kernel.Diff, l plan.Limits) {
 			s.clean = nil
 			return
 		}
-		idx, err := k.Conn.IfIndex(cl.Dev)
+		idx, err := k.IfIndex(cl.Dev)
 		if err != nil {
 			s.clean = nil
 			return

@@ -22,8 +22,9 @@ import (
 
 // bed is a namespace with veth pairs named like the policy's interfaces.
 type bed struct {
-	ns string
-	k  *kernel.Kernel
+	ns   string
+	k    *kernel.Kernel
+	conn *tc.Conn // the test's own, not the executor's
 }
 
 func newBed(t *testing.T, devs ...string) *bed {
@@ -41,7 +42,13 @@ func newBed(t *testing.T, devs ...string) *bed {
 		t.Fatal(err)
 	}
 	t.Cleanup(k.Close)
-	return &bed{ns: ns, k: k}
+	// The test's own handle, for what another tool would do and read.
+	conn, err := tc.Open(ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return &bed{ns: ns, k: k, conn: conn}
 }
 
 func parse(t *testing.T, src string) *policy.Policy {
@@ -118,16 +125,16 @@ func (b *bed) snapshot(t *testing.T) string {
 		for _, what := range [][]string{{"qdisc", "show", "dev", dev}, {"class", "show", "dev", dev}, {"filter", "show", "dev", dev, "ingress"}} {
 			out = append(out, normalize(testutil.NS(t, b.ns, "tc", what...))...)
 		}
-		cls, err := b.k.Conn.Classes(dev, tc.MakeHandle(1, 0))
+		cls, err := b.k.Classes(dev, tc.MakeHandle(1, 0))
 		if err == nil {
 			for _, c := range cls {
-				fs, _ := b.k.Conn.Filters(dev, c.Handle)
+				fs, _ := b.conn.Filters(dev, c.Handle)
 				for _, f := range fs {
 					out = append(out, f.Describe())
 				}
 			}
 		}
-		fs, _ := b.k.Conn.Filters(dev, tc.MakeHandle(1, 0))
+		fs, _ := b.conn.Filters(dev, tc.MakeHandle(1, 0))
 		for _, f := range fs {
 			out = append(out, f.Describe())
 		}
@@ -201,8 +208,8 @@ func TestApplyExamplesCarryThePlan(t *testing.T) {
 				t.Errorf("kernel holds %d objects, plan has %d", got, planned)
 			}
 			// A second apply writes nothing.
-			before := b.k.Conn.Writes()
-			if n, err := b.apply(t, pol, false); err != nil || n != 0 || b.k.Conn.Writes() != before {
+			before := b.k.Writes()
+			if n, err := b.apply(t, pol, false); err != nil || n != 0 || b.k.Writes() != before {
 				t.Fatalf("second apply: %d writes, %v", n, err)
 			}
 		})
@@ -246,7 +253,7 @@ func TestRateChangeIsOneWrite(t *testing.T) {
 // rawHandles maps each filter node of a class (by its note) to the handle
 // the kernel gave it: unchanged handles prove a node was not re-created.
 func rawHandles(t *testing.T, b *bed) map[string]uint32 {
-	fs, err := b.k.Conn.Filters("eth0", tc.MakeHandle(1, 0))
+	fs, err := b.conn.Filters("eth0", tc.MakeHandle(1, 0))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -376,15 +383,15 @@ func TestRollbackAtEveryStep(t *testing.T) {
 				t.Fatalf("only %d writes: not a multi-step change", writes)
 			}
 			for fail := 1; fail <= writes; fail++ {
-				start0 := b.k.Conn.Writes()
-				b.k.Conn.BeforeWrite = func(n int, what string) error {
+				start0 := b.k.Writes()
+				b.k.InjectWriteFault(func(n int, what string) error {
 					if n-start0 == fail {
 						return fmt.Errorf("%w at %s", tc.ErrInjected, what)
 					}
 					return nil
-				}
+				})
 				_, err := b.apply(t, parse(t, polB), false)
-				b.k.Conn.BeforeWrite = nil
+				b.k.InjectWriteFault(nil)
 				var ae *kernel.ApplyError
 				if !errors.As(err, &ae) || !errors.Is(err, tc.ErrInjected) || !ae.RolledBack {
 					t.Fatalf("failure at write %d: %v", fail, err)
@@ -484,7 +491,7 @@ func TestResetTouchesNothingElse(t *testing.T) {
 	if _, err := b.apply(t, parse(t, pol), false); err != nil {
 		t.Fatal(err)
 	}
-	if !b.k.Conn.LinkExists("ifb-eth0") {
+	if !b.k.LinkExists("ifb-eth0") {
 		t.Fatal("no ifb")
 	}
 	d, names, err := b.k.ResetPlan([]string{"eth0"}, false)
@@ -522,7 +529,7 @@ func TestAdoptedIfbSurvivesReset(t *testing.T) {
 		t.Fatal(err)
 	}
 	b.k.Forget(names)
-	if !b.k.Conn.LinkExists("ifb-eth0") {
+	if !b.k.LinkExists("ifb-eth0") {
 		t.Fatal("reset deleted an ifb sluice did not create")
 	}
 	if out := testutil.NS(t, b.ns, "tc", "qdisc", "show", "dev", "eth0"); strings.Contains(out, "clsact") {
@@ -578,15 +585,15 @@ func TestDeviceVanishingMidApply(t *testing.T) {
         - name: rest
           rate: 10mbit
 `)
-	start0 := b.k.Conn.Writes()
-	b.k.Conn.BeforeWrite = func(n int, what string) error {
+	start0 := b.k.Writes()
+	b.k.InjectWriteFault(func(n int, what string) error {
 		if n-start0 == 700 { // after the first sends went through
 			testutil.NS(t, b.ns, "ip", "link", "del", "eth0")
 		}
 		return nil
-	}
+	})
 	_, err := b.apply(t, pol, false)
-	b.k.Conn.BeforeWrite = nil
+	b.k.InjectWriteFault(nil)
 	var ae *kernel.ApplyError
 	if !errors.As(err, &ae) || !ae.RolledBack || len(ae.Vanished) != 1 || ae.Vanished[0] != "eth0" {
 		t.Fatalf("want a rolled-back apply naming eth0 as vanished, got %v", err)

@@ -8,7 +8,10 @@
 // around each apply and cross-checks them with the live tree before it
 // trusts them.
 //
-// It owns the readback, the diff and the executor. It must not decide
+// It owns the readback, the diff and the executor, and the namespace's
+// netlink handle, which is private: others read through the Kernel's
+// few read methods (Classes, Qdiscs, LinkExists, IfIndex), and tests
+// inject write faults through InjectWriteFault. It must not decide
 // policy: what the kernel is to hold
 // comes from plan (and engine, for the runtime layer), and nothing
 // outside this package writes tc objects or BPF maps

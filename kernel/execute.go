@@ -71,8 +71,8 @@ func (e *ApplyError) Unwrap() error { return e.Err }
 // a failure can leave later changes of its send applied: every change
 // the kernel accepted is undone, before and after the failed one.
 func (k *Kernel) Apply(d *Diff) (*Result, error) {
-	defer k.Conn.Pin()()
-	start := k.Conn.Writes()
+	defer k.conn.Pin()()
+	start := k.conn.Writes()
 	var (
 		undo [][]tc.Op
 		// Changes whose writes are held, with their undo and how many
@@ -81,15 +81,15 @@ func (k *Kernel) Apply(d *Diff) (*Result, error) {
 	)
 	k.preloadHooks(d)
 	defer k.dropPreloads()
-	k.Conn.Hold()
-	defer k.Conn.Release()
+	k.conn.Hold()
+	defer k.conn.Release()
 	fail := func(step int, err error) error {
 		c := d.Changes[step]
 		ae := &ApplyError{Err: err, Step: step + 1, Op: c.Verb.String() + " " + c.Obj.Describe()}
-		k.Conn.Release()
+		k.conn.Release()
 		ae.Vanished, ae.RollbackErr = k.rollback(undo)
 		ae.RolledBack = ae.RollbackErr == nil
-		if dev := c.Obj.Device(); !slices.Contains(ae.Vanished, dev) && !k.Conn.LinkExists(dev) {
+		if dev := c.Obj.Device(); !slices.Contains(ae.Vanished, dev) && !k.conn.LinkExists(dev) {
 			if l, isLink := c.Obj.(*tc.Link); !isLink || c.Verb != tc.Add || l.Name != dev {
 				ae.Vanished = append(ae.Vanished, dev)
 			}
@@ -99,7 +99,7 @@ func (k *Kernel) Apply(d *Diff) (*Result, error) {
 	// flush sends what is held and files each change's undo, or fails
 	// at the first change the kernel refused.
 	flush := func() error {
-		errs := k.Conn.Flush()
+		errs := k.conn.Flush()
 		first, firstErr := -1, error(nil)
 		for _, p := range pending {
 			var err error
@@ -125,16 +125,16 @@ func (k *Kernel) Apply(d *Diff) (*Result, error) {
 			if err := flush(); err != nil {
 				return nil, err
 			}
-			k.Conn.Release()
+			k.conn.Release()
 			u, err := k.exec(c)
 			if err != nil {
 				return nil, fail(i, err)
 			}
 			undo = append(undo, u)
-			k.Conn.Hold()
+			k.conn.Hold()
 			continue
 		}
-		before := k.Conn.Held()
+		before := k.conn.Held()
 		u, err := k.exec(c)
 		if err != nil {
 			// Refused before reaching the kernel (encoding, an
@@ -145,8 +145,8 @@ func (k *Kernel) Apply(d *Diff) (*Result, error) {
 			}
 			return nil, fail(i, err)
 		}
-		pending = append(pending, pendingChange{step: i, undo: u, writes: k.Conn.Held() - before})
-		if k.Conn.Held() >= tc.MaxSend {
+		pending = append(pending, pendingChange{step: i, undo: u, writes: k.conn.Held() - before})
+		if k.conn.Held() >= tc.MaxSend {
 			if err := flush(); err != nil {
 				return nil, err
 			}
@@ -155,7 +155,7 @@ func (k *Kernel) Apply(d *Diff) (*Result, error) {
 	if err := flush(); err != nil {
 		return nil, err
 	}
-	return &Result{Changes: len(d.Changes), Writes: k.Conn.Writes() - start}, nil
+	return &Result{Changes: len(d.Changes), Writes: k.conn.Writes() - start}, nil
 }
 
 type pendingChange struct {
@@ -175,9 +175,9 @@ func holdable(c Change) bool {
 // device that has disappeared are moot (its objects went with it) and
 // are skipped; it returns the devices that did.
 func (k *Kernel) rollback(undo [][]tc.Op) ([]string, error) {
-	hook := k.Conn.BeforeWrite
-	k.Conn.BeforeWrite = nil
-	defer func() { k.Conn.BeforeWrite = hook }()
+	hook := k.conn.BeforeWrite
+	k.conn.BeforeWrite = nil
+	defer func() { k.conn.BeforeWrite = hook }()
 	gone := map[string]bool{}
 	var vanished []string
 	rb := &RollbackError{}
@@ -191,7 +191,7 @@ func (k *Kernel) rollback(undo [][]tc.Op) ([]string, error) {
 			if err == nil {
 				continue
 			}
-			if !k.Conn.LinkExists(dev) {
+			if !k.conn.LinkExists(dev) {
 				if _, isLink := op.Obj.(*tc.Link); !isLink || op.Verb != tc.Delete {
 					vanished = append(vanished, dev)
 				}

@@ -28,7 +28,7 @@ func installFaults(k *Kernel) {
 		if err != nil {
 			continue
 		}
-		k.Conn.BeforeWrite = func(i int, what string) error {
+		k.conn.BeforeWrite = func(i int, what string) error {
 			if i == n {
 				die()
 			}
@@ -49,8 +49,8 @@ func patchFaults(k *Kernel) func() {
 		if err != nil {
 			continue
 		}
-		prev, base := k.Conn.BeforeWrite, k.Conn.Writes()
-		k.Conn.BeforeWrite = func(i int, what string) error {
+		prev, base := k.conn.BeforeWrite, k.conn.Writes()
+		k.conn.BeforeWrite = func(i int, what string) error {
 			if i-base == n {
 				die()
 			}
@@ -59,7 +59,7 @@ func patchFaults(k *Kernel) func() {
 			}
 			return nil
 		}
-		return func() { k.Conn.BeforeWrite = prev }
+		return func() { k.conn.BeforeWrite = prev }
 	}
 	return func() {}
 }

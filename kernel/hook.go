@@ -22,7 +22,7 @@ func hookFilter(h *bpf.Hook) *tc.Filter {
 // attachHook loads the classifier, fills its maps, and only then
 // attaches it, so that no packet sees it half-filled.
 func (k *Kernel) attachHook(h *bpf.Hook) error {
-	if err := k.Conn.CountWrite("load bpf classifier for " + h.Dev); err != nil {
+	if err := k.conn.CountWrite("load bpf classifier for " + h.Dev); err != nil {
 		return err
 	}
 	var prog *bpf.Program
@@ -41,7 +41,7 @@ func (k *Kernel) attachHook(h *bpf.Hook) error {
 	f := hookFilter(h)
 	f.Handle = 1
 	f.BPF = &tc.BPF{FD: prog.FD(), Name: bpf.FilterName(), DA: true}
-	return k.Conn.FilterAdd(f)
+	return k.conn.FilterAdd(f)
 }
 
 // A preload is a classifier loaded and filled in the background.
@@ -88,7 +88,7 @@ func (k *Kernel) dropPreloads() {
 // readback) hold want, writing only what differs from base (nil:
 // everything).
 func (k *Kernel) syncHook(id uint32, want, base *bpf.Content) error {
-	if err := k.Conn.CountWrite("update bpf classifier maps"); err != nil {
+	if err := k.conn.CountWrite("update bpf classifier maps"); err != nil {
 		return err
 	}
 	prog, err := bpf.Open(id)
@@ -113,7 +113,7 @@ func (k *Kernel) OpenHook(dev string, ingress bool) (*bpf.Program, error) {
 // it, or nil if there is none.
 func (k *Kernel) hookFilterOf(h *bpf.Hook) (*tc.Filter, error) {
 	f := hookFilter(h)
-	fs, err := k.Conn.Filters(f.Dev, f.Parent)
+	fs, err := k.conn.Filters(f.Dev, f.Parent)
 	if err != nil {
 		return nil, err
 	}
@@ -170,7 +170,7 @@ func (k *Kernel) swapHosts(s *HostSwap) error {
 		return err
 	}
 	defer prog.Close()
-	count := func() error { return k.Conn.CountWrite("write a host entry on " + s.Hook.Dev) }
+	count := func() error { return k.conn.CountWrite("write a host entry on " + s.Hook.Dev) }
 	if err := prog.SwapHosts(s.Old, s.New, count); err != nil {
 		return fmt.Errorf("%s: %w", s.Hook.Dev, err)
 	}

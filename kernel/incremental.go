@@ -37,7 +37,7 @@ const maxTouched = 2000
 // A class read only for that may have children: only its rate and
 // ceil can differ.
 func (k *Kernel) ReadTouched(p, over *plan.Plan, force map[string]bool) (l *Live, desired []tc.Object, ok bool, err error) {
-	defer k.Conn.Pin()()
+	defer k.conn.Pin()()
 	if len(p.Devices) != len(k.Records.Devices) || k.Records.Interrupted() {
 		return nil, nil, false, nil // a tree to remove, or an apply to finish
 	}
@@ -110,7 +110,7 @@ func (k *Kernel) ReadTouched(p, over *plan.Plan, force map[string]bool) (l *Live
 			if hook.Ingress {
 				parent = tc.HandleIngressHook
 			}
-			fs, err := k.Conn.Filters(hook.Dev, parent)
+			fs, err := k.conn.Filters(hook.Dev, parent)
 			if err != nil {
 				return nil, nil, false, nil
 			}
@@ -127,7 +127,7 @@ func (k *Kernel) ReadTouched(p, over *plan.Plan, force map[string]bool) (l *Live
 				}
 				c, ok, err := k.leafClass(x.Dev, x.Handle)
 				if limitOnly[o] {
-					c, err = k.Conn.Class(x.Dev, x.Handle)
+					c, err = k.conn.Class(x.Dev, x.Handle)
 					ok = true
 				}
 				if err != nil || !ok {
@@ -207,7 +207,7 @@ func (k *Kernel) ReadTouched(p, over *plan.Plan, force map[string]bool) (l *Live
 // it; the full read then sees what happened.
 func (k *Kernel) treeIntact(d *plan.Device, rec *records.Tree) bool {
 	r2q := rec.R2Q()
-	root, err := k.Conn.QdiscAt(d.Name, tc.HandleRoot)
+	root, err := k.conn.QdiscAt(d.Name, tc.HandleRoot)
 	if err != nil || root == nil || root.Handle.String() != rec.Root {
 		return false
 	}
@@ -221,7 +221,7 @@ func (k *Kernel) treeIntact(d *plan.Device, rec *records.Tree) bool {
 			if !ok || q.Kind != "htb" && q.Kind != "fq" || q.Parent == tc.HandleRoot || q.Parent.Major() != root.Handle.Major() {
 				continue
 			}
-			live, err := k.Conn.QdiscAt(d.Name, q.Parent)
+			live, err := k.conn.QdiscAt(d.Name, q.Parent)
 			if err != nil || live == nil || live.Handle != q.Handle || live.Kind != q.Kind || !carriesTag(live, r2q) {
 				return false
 			}
@@ -261,7 +261,7 @@ func keyedFingerprints(objs []tc.Object) ([]string, []uint64) {
 // leafClass reads class h; ok is false when it has children (not a
 // leaf: the fast path does not handle it).
 func (k *Kernel) leafClass(dev string, h tc.Handle) (c *tc.Class, ok bool, err error) {
-	c, err = k.Conn.Class(dev, h)
+	c, err = k.conn.Class(dev, h)
 	if err != nil {
 		return nil, false, err
 	}
@@ -274,7 +274,7 @@ func (k *Kernel) leafClass(dev string, h tc.Handle) (c *tc.Class, ok bool, err e
 // leafQdisc reads the leaf qdisc sluice put under class parent, or nil
 // if the class has only HTB's own pfifo (or is gone).
 func (k *Kernel) leafQdisc(dev string, parent tc.Handle) (*tc.Qdisc, error) {
-	q, err := k.Conn.QdiscAt(dev, parent)
+	q, err := k.conn.QdiscAt(dev, parent)
 	if err != nil || q == nil || q.Handle == 0 || q.Handle.Major() >= 0x8000 {
 		return nil, err
 	}

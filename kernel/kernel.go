@@ -18,7 +18,10 @@ import (
 
 // Kernel is sluice's view of one network namespace.
 type Kernel struct {
-	Conn       *tc.Conn
+	// conn is the namespace's netlink handle: private, so that every
+	// write goes through the executor (Apply) and every read through
+	// this package's methods.
+	conn       *tc.Conn
 	NS         string
 	RecordsDir string
 	Records    *records.File
@@ -46,7 +49,7 @@ func Open(ns string) (*Kernel, error) {
 	if err != nil {
 		return nil, &NetnsError{ns, err}
 	}
-	k := &Kernel{Conn: c, NS: ns, RecordsDir: records.Dir(ns)}
+	k := &Kernel{conn: c, NS: ns, RecordsDir: records.Dir(ns)}
 	if k.netns, err = c.NetnsID(); err != nil {
 		c.Close()
 		return nil, err
@@ -72,7 +75,7 @@ func OpenBare(ns string) (*Kernel, error) {
 	if err != nil {
 		return nil, &NetnsError{ns, err}
 	}
-	k := &Kernel{Conn: c, NS: ns, RecordsDir: records.Dir(ns), Records: records.New(), bare: true}
+	k := &Kernel{conn: c, NS: ns, RecordsDir: records.Dir(ns), Records: records.New(), bare: true}
 	installFaults(k)
 	return k, nil
 }
@@ -132,14 +135,14 @@ func (k *Kernel) checkRecords() {
 		d := s.Devices[name]
 		dev := d.Device(name)
 		if d.Ifindex != 0 {
-			if l := k.Conn.GetLink(dev); l != nil && l.Index != d.Ifindex {
+			if l := k.conn.GetLink(dev); l != nil && l.Index != d.Ifindex {
 				k.Notes = append(k.Notes, fmt.Sprintf("records of %s describe a device %s that was deleted since (index %d, now %d): ignored", name, dev, d.Ifindex, l.Index))
 				delete(s.Devices, name)
 				continue
 			}
 		}
 		if d.IfaceIndex != 0 && d.Interface != dev {
-			if l := k.Conn.GetLink(d.Interface); l != nil && l.Index != d.IfaceIndex {
+			if l := k.conn.GetLink(d.Interface); l != nil && l.Index != d.IfaceIndex {
 				k.Notes = append(k.Notes, fmt.Sprintf("records of %s: interface %s was deleted and made again since: its hook is not sluice's", name, d.Interface))
 				d.HookCreated = false
 			}
@@ -154,10 +157,37 @@ func sameNetns(a, b tc.NetnsID) bool {
 	return a.Inode == b.Inode
 }
 
+// Reads others need outside the executor's reads (stats, show, the
+// engine's steady passes): each one a dump or a lookup, never a write.
+
+// Classes dumps the classes of dev's qdisc (0: of every qdisc).
+func (k *Kernel) Classes(dev string, qdisc tc.Handle) ([]*tc.Class, error) {
+	return k.conn.Classes(dev, qdisc)
+}
+
+// Qdiscs dumps dev's qdiscs.
+func (k *Kernel) Qdiscs(dev string) ([]*tc.Qdisc, error) { return k.conn.Qdiscs(dev) }
+
+// LinkExists reports whether the namespace has a device of that name.
+func (k *Kernel) LinkExists(name string) bool { return k.conn.LinkExists(name) }
+
+// IfIndex is the index of the device of that name.
+func (k *Kernel) IfIndex(name string) (int, error) { return k.conn.IfIndex(name) }
+
+// Writes counts the executor's writes since Open: a pass that found
+// nothing to change made none (tests and benchmarks read it).
+func (k *Kernel) Writes() int { return k.conn.Writes() }
+
+// InjectWriteFault makes fn run before each of the executor's writes
+// (n counts them since Open); an error it returns fails that write, as
+// the kernel would (tc.ErrInjected). nil removes it. For fault
+// injection in tests only.
+func (k *Kernel) InjectWriteFault(fn func(n int, what string) error) { k.conn.BeforeWrite = fn }
+
 // Close releases the lock and the connection.
 func (k *Kernel) Close() {
 	k.lock.Release()
-	k.Conn.Close()
+	k.conn.Close()
 }
 
 // ForeignRootError reports a root qdisc sluice did not create.
@@ -177,13 +207,13 @@ func (k *Kernel) CheckInterfaces(pol *policy.Policy) error {
 	d := &policy.Diag{File: pol.File}
 	var have []string
 	for _, in := range pol.Interfaces {
-		if !k.Conn.LinkExists(in.Name) {
+		if !k.conn.LinkExists(in.Name) {
 			where := "this network namespace"
 			if k.NS != "" {
 				where = "network namespace " + k.NS
 			}
 			if have == nil {
-				have = k.Conn.LinkNames()
+				have = k.conn.LinkNames()
 			}
 			d.Errorf(in.NamePos, "interface %s does not exist in %s (it has %s)", in.Name, where, strings.Join(have, ", "))
 		}
@@ -206,13 +236,13 @@ func (k *Kernel) Plan(pol *policy.Policy, feats plan.Features) (*plan.Plan, erro
 	}
 	feats.RawIP, feats.TxQueues, feats.XPS = map[string]bool{}, map[string]int{}, map[string]bool{}
 	for _, in := range pol.Interfaces {
-		l := k.Conn.GetLink(in.Name)
+		l := k.conn.GetLink(in.Name)
 		if l == nil {
 			continue
 		}
 		feats.RawIP[in.Name] = l.RawIP
 		// Only queues the driver says it uses get shards.
-		if n, ok := k.Conn.TxQueuesInUse(in.Name); ok {
+		if n, ok := k.conn.TxQueuesInUse(in.Name); ok {
 			feats.TxQueues[in.Name] = min(n, l.TxQueues)
 		}
 		if k.NS == "" { // sysfs shows this namespace's devices only

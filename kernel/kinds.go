@@ -87,7 +87,7 @@ func (linkKind) holdable() bool { return false }
 
 func (linkKind) do(k *Kernel, op tc.Op) error {
 	o := op.Obj.(*tc.Link)
-	c := k.Conn
+	c := k.conn
 	switch op.Verb {
 	case tc.Add:
 		return c.LinkAdd(o)
@@ -218,7 +218,7 @@ func (qdiscKind) holdable() bool { return true }
 
 func (qdiscKind) do(k *Kernel, op tc.Op) error {
 	o := op.Obj.(*tc.Qdisc)
-	c := k.Conn
+	c := k.conn
 	switch op.Verb {
 	case tc.Add:
 		return c.QdiscAdd(o, o.Parent != tc.HandleRoot && o.Parent != tc.HandleIngress || op.Force)
@@ -289,7 +289,7 @@ func (classKind) holdable() bool { return true }
 
 func (classKind) do(k *Kernel, op tc.Op) error {
 	o := op.Obj.(*tc.Class)
-	c := k.Conn
+	c := k.conn
 	switch op.Verb {
 	case tc.Add:
 		return c.ClassAdd(o)
@@ -419,7 +419,7 @@ func (filterKind) holdable() bool { return true }
 
 func (filterKind) do(k *Kernel, op tc.Op) error {
 	o := op.Obj.(*tc.Filter)
-	c := k.Conn
+	c := k.conn
 	if op.Verb == tc.Add {
 		if o.IsTP() {
 			return nil // created with its first table or node
@@ -478,7 +478,7 @@ func (hookKind) holdable() bool { return false }
 
 func (hookKind) do(k *Kernel, op tc.Op) error {
 	o := op.Obj.(*bpf.Hook)
-	c := k.Conn
+	c := k.conn
 	switch op.Verb {
 	case tc.Add:
 		return k.attachHook(o)

@@ -11,12 +11,12 @@ import (
 // classifiers a limits change writes (in that order; nil where one is
 // gone).
 func (k *Kernel) ReadLimited(objs []tc.Object) ([]tc.Object, error) {
-	defer k.Conn.Pin()()
+	defer k.conn.Pin()()
 	out := make([]tc.Object, len(objs))
 	for i, o := range objs {
 		switch x := o.(type) {
 		case *tc.Class:
-			c, err := k.Conn.Class(x.Dev, x.Handle)
+			c, err := k.conn.Class(x.Dev, x.Handle)
 			if err != nil {
 				return nil, err
 			}

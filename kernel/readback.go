@@ -69,15 +69,15 @@ type Live struct {
 // (restricted to only, when non-nil). force allows taking over foreign
 // root qdiscs on planned devices.
 func (k *Kernel) ReadLive(p *plan.Plan, only map[string]bool, force bool) (*Live, error) {
-	defer k.Conn.Pin()()
+	defer k.conn.Pin()()
 	l := &Live{Opt: Options{Replace: map[string]bool{}, Shared: map[string]bool{}},
 		Adopted: map[string]bool{}, HookShared: map[string]bool{}}
 	for _, r := range k.refs(p, only) {
 		if r.police {
-			if !k.Conn.LinkExists(r.dev) {
+			if !k.conn.LinkExists(r.dev) {
 				continue
 			}
-			qs, err := k.Conn.Qdiscs(r.dev)
+			qs, err := k.conn.Qdiscs(r.dev)
 			if err != nil {
 				return nil, err
 			}
@@ -121,7 +121,7 @@ func (k *Kernel) ReadLive(p *plan.Plan, only map[string]bool, force bool) (*Live
 // (nil when the device is missing), which readBPF reads on.
 func (k *Kernel) readTree(l *Live, r treeRef, force bool) ([]*tc.Qdisc, error) {
 	if r.ifb {
-		link := k.Conn.GetLink(r.dev)
+		link := k.conn.GetLink(r.dev)
 		if link == nil {
 			return nil, nil
 		}
@@ -134,10 +134,10 @@ func (k *Kernel) readTree(l *Live, r treeRef, force bool) ([]*tc.Qdisc, error) {
 			l.Opt.Shared[link.Key()] = true
 			l.Adopted[r.dev] = true
 		}
-	} else if !k.Conn.LinkExists(r.dev) {
+	} else if !k.conn.LinkExists(r.dev) {
 		return nil, nil
 	}
-	qs, err := k.Conn.Qdiscs(r.dev)
+	qs, err := k.conn.Qdiscs(r.dev)
 	if err != nil {
 		return nil, err
 	}
@@ -172,7 +172,7 @@ func (k *Kernel) readTree(l *Live, r treeRef, force bool) ([]*tc.Qdisc, error) {
 		if h.Kind != "htb" {
 			continue
 		}
-		classes, err := k.Conn.Classes(r.dev, h.Handle)
+		classes, err := k.conn.Classes(r.dev, h.Handle)
 		if err != nil {
 			return nil, err
 		}
@@ -193,7 +193,7 @@ func (k *Kernel) readTree(l *Live, r treeRef, force bool) ([]*tc.Qdisc, error) {
 		}
 	}
 	for _, b := range blocks {
-		fs, err := k.Conn.Filters(r.dev, b)
+		fs, err := k.conn.Filters(r.dev, b)
 		if err != nil {
 			return nil, err
 		}
@@ -276,10 +276,10 @@ func (k *Kernel) clsactOwned(dev string) bool {
 }
 
 func (k *Kernel) readHook(l *Live, r treeRef) error {
-	if !k.Conn.LinkExists(r.iface) {
+	if !k.conn.LinkExists(r.iface) {
 		return nil
 	}
-	qs, err := k.Conn.Qdiscs(r.iface)
+	qs, err := k.conn.Qdiscs(r.iface)
 	if err != nil {
 		return err
 	}
@@ -297,7 +297,7 @@ func (k *Kernel) readHook(l *Live, r treeRef) error {
 		l.Opt.Shared[hook.Key()] = true
 		l.HookShared[r.iface] = true
 	}
-	fs, err := k.Conn.Filters(r.iface, tc.HandleIngressHook)
+	fs, err := k.conn.Filters(r.iface, tc.HandleIngressHook)
 	if err != nil {
 		return err
 	}
@@ -354,7 +354,7 @@ func (k *Kernel) readBPF(l *Live, dev string, qs []*tc.Qdisc, ingress bool) erro
 	if ingress {
 		parent = tc.HandleIngressHook
 	}
-	fs, err := k.Conn.Filters(dev, parent)
+	fs, err := k.conn.Filters(dev, parent)
 	if err != nil {
 		return err
 	}

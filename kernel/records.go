@@ -30,7 +30,7 @@ func (k *Kernel) newRecords(p *plan.Plan, d *Diff, l *Live, policyFile string) m
 		return added[ck] || k.clsactOwned(dev) && !l.Opt.Shared[ck]
 	}
 	index := func(dev string) int {
-		if lk := k.Conn.GetLink(dev); lk != nil {
+		if lk := k.conn.GetLink(dev); lk != nil {
 			return lk.Index
 		}
 		return 0
@@ -129,10 +129,10 @@ func (t *Txn) Commit() error {
 	// them is best effort (0 reads as "not known").
 	learned := false
 	for name, rec := range t.final {
-		if l := k.Conn.GetLink(rec.Device(name)); l != nil && rec.Ifindex == 0 {
+		if l := k.conn.GetLink(rec.Device(name)); l != nil && rec.Ifindex == 0 {
 			rec.Ifindex, learned = l.Index, true
 		}
-		if l := k.Conn.GetLink(rec.Interface); l != nil && rec.IfaceIndex == 0 {
+		if l := k.conn.GetLink(rec.Interface); l != nil && rec.IfaceIndex == 0 {
 			rec.IfaceIndex, learned = l.Index, true
 		}
 	}

@@ -31,10 +31,10 @@ func TestApplyReplacesAnEarlierProgram(t *testing.T) {
 	defer old.Close()
 	f := &tc.Filter{Dev: "eth0", Parent: tc.HandleEgressHook, Prio: plan.HookPrio, Proto: tc.ProtoAll, Kind: "bpf", Handle: 1,
 		BPF: &tc.BPF{FD: old.FD(), Name: bpf.NamePrefix + "0123456789ab", DA: true}}
-	if err := b.k.Conn.FilterDel(f); err != nil {
+	if err := b.conn.FilterDel(f); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.k.Conn.FilterAdd(f); err != nil {
+	if err := b.conn.FilterAdd(f); err != nil {
 		t.Fatal(err)
 	}
 	n, err := b.apply(t, pol, false)

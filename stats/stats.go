@@ -223,7 +223,7 @@ func CollectTrees(k *kernel.Kernel, roots map[string][]tc.Handle) (*Sample, erro
 		for _, h := range hs {
 			tree[h.Major()] = true
 		}
-		cs, err := k.Conn.Classes(dev, 0)
+		cs, err := k.Classes(dev, 0)
 		if err != nil {
 			return nil, err
 		}
@@ -249,7 +249,7 @@ func collect(k *kernel.Kernel, devs []string, classes map[string][]*tc.Class) (*
 		s.Trees = append(s.Trees, t)
 		if rec.PoliceOnly {
 			t.Device = rec.Interface
-			if !k.Conn.LinkExists(rec.Interface) {
+			if !k.LinkExists(rec.Interface) {
 				t.Missing = true
 				continue
 			}
@@ -260,7 +260,7 @@ func collect(k *kernel.Kernel, devs []string, classes map[string][]*tc.Class) (*
 			continue
 		}
 		if rec.EDT {
-			if !k.Conn.LinkExists(name) {
+			if !k.LinkExists(name) {
 				t.Missing = true
 				continue
 			}
@@ -270,18 +270,18 @@ func collect(k *kernel.Kernel, devs []string, classes map[string][]*tc.Class) (*
 			continue
 		}
 		root, err := tc.ParseHandle(rec.Root)
-		if err != nil || classes == nil && !k.Conn.LinkExists(name) {
+		if err != nil || classes == nil && !k.LinkExists(name) {
 			t.Missing = true
 			continue
 		}
 		live := classes[name]
 		if classes == nil {
-			qs, err := k.Conn.Qdiscs(name)
+			qs, err := k.Qdiscs(name)
 			if err != nil {
 				return nil, err
 			}
 			for _, q := range kernel.TreeQdiscs(qs) {
-				cs, err := k.Conn.Classes(name, q.Handle)
+				cs, err := k.Classes(name, q.Handle)
 				if err != nil {
 					return nil, err
 				}

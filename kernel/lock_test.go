@@ -18,7 +18,7 @@ func TestLockRereadsChangedRecords(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	k := &Kernel{RecordsDir: dir, Records: mine, bare: false}
+	k := &Kernel{RecordsDir: dir, Records: mine}
 	if err := k.Lock(0); err != nil {
 		t.Fatal(err)
 	}

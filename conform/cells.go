@@ -252,29 +252,40 @@ type SubjectResult struct {
 const Tolerance = 0.05
 
 // minPackets is how many full-size packets a cell's window holds for
-// its smallest share at least. The counters move by whole packets: at
-// 1 Mbit/s a 100 kbit class sends 25 in 3 s, and two packets more or
-// less at the window's edges read as 8% of its share
-// (examples/police.yaml: 6.8% in 3 s, 0.0% in 9 s).
-const minPackets = 50
+// the smallest share it judges. The counters move by whole packets and
+// HTB hands a borrowing class its quantum per turn (three frames at low
+// rates), so a window's edges shift a share by up to a turn: with 50
+// packets that is 6% of the share, and examples/per-user.yaml's three
+// hosts at 2 Mbit/s (110 packets each in 2 s) read 1.2 to 3.0% from
+// the reference in seven runs and 5.8% twice in a row in CI; in 4 s,
+// 0.5 to 2.0%. At 200 a turn of three frames is 1.5% of the share.
+const minPackets = 200
 
 // maxWindow bounds how far Window stretches a cell's measurement.
 const maxWindow = 4
 
 // Window is how long to measure cell c: measure, or longer where the
-// smallest share the reference gives (ideal) would send fewer than
-// minPackets full-size packets in it (at most maxWindow times measure).
+// smallest share it judges would send fewer than minPackets full-size
+// packets in it (at most maxWindow times measure), in whole seconds.
+// A share is judged to no finer than a quarter of an equal share of
+// the cell's total (Judge), so a class the reference gives a sliver
+// needs a window for that quarter, not for its sliver.
 func Window(measure time.Duration, c Cell, ideal map[string]float64) time.Duration {
+	total := 0.0
+	for _, d := range c.Demands {
+		total += ideal[d.Subject]
+	}
+	if total <= 0 {
+		return measure
+	}
+	floor := total / (4 * float64(len(c.Demands)))
 	least := math.Inf(1)
 	for _, d := range c.Demands {
 		if x := ideal[d.Subject]; x > 0 {
-			least = min(least, x)
+			least = min(least, max(x, floor))
 		}
 	}
-	if math.IsInf(least, 1) {
-		return measure
-	}
-	need := time.Duration(minPackets * 1514 * 8 / least * float64(time.Second)).Round(time.Second)
+	need := time.Duration(math.Ceil(minPackets*1514*8/least)) * time.Second
 	return min(max(measure, need), maxWindow*measure)
 }
 

@@ -184,10 +184,11 @@ func TestPlanApplyShowReset(t *testing.T) {
 		Trees []struct {
 			Device  string `json:"device"`
 			Classes []struct {
-				Name string `json:"name"`
-				ID   string `json:"id"`
-				Rate uint64 `json:"rate_bps"`
-				Ceil uint64 `json:"ceil_bps"`
+				Name  string `json:"name"`
+				ID    string `json:"id"`
+				Rate  uint64 `json:"rate_bps"`
+				Ceil  uint64 `json:"ceil_bps"`
+				Depth int    `json:"depth"`
 			} `json:"classes"`
 		} `json:"trees"`
 	}
@@ -195,15 +196,24 @@ func TestPlanApplyShowReset(t *testing.T) {
 		t.Fatal(err)
 	}
 	found := false
+	// Depths: the root's class 0, a top class 1, eth1's classes under
+	// internet 2 (every depth read 0 once).
+	depths := map[string]int{}
 	for _, tr := range sample.Trees {
 		for _, c := range tr.Classes {
 			if tr.Device == "eth0" && c.Name == "web" && c.ID == "1:11" && c.Rate == 8000000 && c.Ceil == 19000000 {
 				found = true
 			}
+			depths[tr.Device+" "+c.Name] = c.Depth
 		}
 	}
 	if len(sample.Trees) != 3 || !found {
 		t.Errorf("show --json: %+v", sample)
+	}
+	for name, want := range map[string]int{"eth0 (root)": 0, "eth0 web": 1, "eth1 internet": 1, "eth1 users": 2} {
+		if got, ok := depths[name]; !ok || got != want {
+			t.Errorf("show --json: %s at depth %d (present %v), want %d", name, got, ok, want)
+		}
 	}
 	// --watch refreshes until interrupted: one JSON object per interval,
 	// never two closer than the interval (however slow the machine: the

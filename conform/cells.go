@@ -266,7 +266,7 @@ const minPackets = 200
 // four times the measure time instead, examples/wondershaper.yaml's
 // 22 kbit/s interactive class at 220 kbit/s held 22 packets in 12 s and
 // read 6 to 13% from the reference from one run to the next; in the
-// 88 s its shares need, 0.2 to 0.5% in every cell.
+// 89 s its shares need, 0.0 to 0.5% in every cell.
 const maxWindow = 2 * time.Minute
 
 // Window is how long to measure cell c: measure, or longer where the

@@ -26,8 +26,8 @@ var exampleRuns = map[string]string{
 	"police.yaml":   "conformance",
 	"ipv6.yaml":     "TestIPv6ExampleClassifies",
 	// Its promise is latency on a slow line: the lab's wondershaper
-	// scenario. Conformance at its 220 kbit/s passes every cell (0.2 to
-	// 0.5%) but takes six minutes: its shares need 88 s windows to hold
+	// scenario. Conformance at its 220 kbit/s passes every cell (0.0 to
+	// 0.5%) but takes seven minutes: its shares need 89 s windows to hold
 	// enough packets (docs/sharing.md).
 	"wondershaper.yaml": "TestWondershaperExample",
 	"isp.yaml":          "conformance",

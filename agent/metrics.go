@@ -200,18 +200,24 @@ type sumValue struct {
 	val float64
 }
 
+// value is the f'th of a class's nine values, in sumValues' order.
+func (x *classSum) value(f int) float64 {
+	return [9]float64{x.bytes, x.packets, x.drops, x.over, x.backlg, x.rate, x.ceil, x.rate, x.ceil}[f]
+}
+
+// sumValues is a class's nine series: the first four counters, the
+// rest gauges, with the deprecated names of rate and ceil last.
 func (m *metrics) sumValues(x *classSum) [9]sumValue {
-	return [9]sumValue{
-		{m.sentBytes, prometheus.CounterValue, x.bytes},
-		{m.sentPackets, prometheus.CounterValue, x.packets},
-		{m.dropped, prometheus.CounterValue, x.drops},
-		{m.overlimits, prometheus.CounterValue, x.over},
-		{m.backlog, prometheus.GaugeValue, x.backlg},
-		{m.rate, prometheus.GaugeValue, x.rate},
-		{m.ceil, prometheus.GaugeValue, x.ceil},
-		{m.oldRate, prometheus.GaugeValue, x.rate},
-		{m.oldCeil, prometheus.GaugeValue, x.ceil},
+	ds := [9]*prometheus.Desc{m.sentBytes, m.sentPackets, m.dropped, m.overlimits, m.backlog, m.rate, m.ceil, m.oldRate, m.oldCeil}
+	var out [9]sumValue
+	for f, d := range ds {
+		t := prometheus.GaugeValue
+		if f < 4 {
+			t = prometheus.CounterValue
+		}
+		out[f] = sumValue{d, t, x.value(f)}
 	}
+	return out
 }
 
 // sums adds up the reading's classes by series, in the order the

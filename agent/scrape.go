@@ -34,6 +34,10 @@ type scrapes struct {
 	mu     sync.Mutex
 	of     *stats.Sample
 	bodies map[scrapeKey][]byte
+	// sizes are the last bodies' sizes: the next of the same kind is
+	// about as large, and a buffer grown to it at once is not copied
+	// and cleared on its way (a third of a 9 MB text scrape's time).
+	sizes map[scrapeKey]int
 }
 
 type scrapeKey struct {
@@ -67,7 +71,7 @@ func (s *scrapes) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	var out io.Writer = &head
 	var zw *gzip.Writer
 	if zip {
-		zw = gzip.NewWriter(&head)
+		zw = newGzip(&head)
 		out = zw
 	}
 	enc := expfmt.NewEncoder(out, format)
@@ -123,10 +127,11 @@ func (s *scrapes) classes(k scrapeKey) ([]byte, error) {
 		return b, nil
 	}
 	var buf bytes.Buffer
+	buf.Grow(s.sizes[k] + s.sizes[k]/8)
 	var out io.Writer = &buf
 	var zw *gzip.Writer
 	if k.gzip {
-		zw = gzip.NewWriter(&buf)
+		zw = newGzip(&buf)
 		out = zw
 	}
 	if text && smp != nil {
@@ -148,6 +153,10 @@ func (s *scrapes) classes(k scrapeKey) ([]byte, error) {
 		}
 	}
 	s.bodies[k] = buf.Bytes()
+	if s.sizes == nil {
+		s.sizes = map[scrapeKey]int{}
+	}
+	s.sizes[k] = buf.Len()
 	return buf.Bytes(), nil
 }
 
@@ -170,42 +179,60 @@ func gzipAccepted(h http.Header) bool {
 // no metric objects, no label pairs, no consistency checks.
 func (m *metrics) writeSums(w *bufio.Writer, smp *stats.Sample) {
 	order, sums := m.sums(smp)
+	// A series' labels are the same in all nine families: built once,
+	// in sorted label-name order (class, device, direction, host).
 	names := []string{"device", "direction", "class", "host"}
+	var labels []byte
+	ends := make([]int, len(order))
+	for i, key := range order {
+		x := sums[key]
+		labels = append(labels, '{')
+		for j, li := range []int{2, 0, 1, 3} {
+			if li >= len(x.lv) {
+				break
+			}
+			if j > 0 {
+				labels = append(labels, ',')
+			}
+			labels = append(labels, names[li]...)
+			labels = append(labels, '=', '"')
+			labels = appendLabelValue(labels, x.lv[li])
+			labels = append(labels, '"')
+		}
+		labels = append(labels, '}', ' ')
+		ends[i] = len(labels)
+	}
 	var line []byte
-	for f := 0; f < 9; f++ {
-		var v sumValue
+	for f, v := range m.sumValues(&classSum{}) {
+		if len(order) == 0 {
+			break
+		}
+		nh := m.named[v.d]
+		typ := "gauge"
+		if v.t == prometheus.CounterValue {
+			typ = "counter"
+		}
+		fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s %s\n", nh[0], escapeHelp(nh[1]), nh[0], typ)
+		from := 0
 		for i, key := range order {
-			x := sums[key]
-			v = m.sumValues(x)[f]
-			if i == 0 {
-				nh := m.named[v.d]
-				typ := "gauge"
-				if v.t == prometheus.CounterValue {
-					typ = "counter"
-				}
-				fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s %s\n", nh[0], escapeHelp(nh[1]), nh[0], typ)
-			}
-			line = append(line[:0], m.named[v.d][0]...)
-			line = append(line, '{')
-			// Label names in sorted order: class, device, direction, host.
-			for j, li := range []int{2, 0, 1, 3} {
-				if li >= len(x.lv) {
-					break
-				}
-				if j > 0 {
-					line = append(line, ',')
-				}
-				line = append(line, names[li]...)
-				line = append(line, '=', '"')
-				line = appendLabelValue(line, x.lv[li])
-				line = append(line, '"')
-			}
-			line = append(line, '}', ' ')
-			line = strconv.AppendFloat(line, v.val, 'g', -1, 64)
+			line = append(line[:0], nh[0]...)
+			line = append(line, labels[from:ends[i]]...)
+			line = strconv.AppendFloat(line, sums[key].value(f), 'g', -1, 64)
 			line = append(line, '\n')
 			w.Write(line)
+			from = ends[i]
 		}
 	}
+}
+
+// newGzip compresses a scrape at gzip's best speed: a 10,000-host
+// scrape with per-host series took 48 ms at the default level and 28 at
+// best speed (go test -bench ScrapeNewReading/gzip), for a body 6%
+// larger (352 KB for 332). A scraper pays per scrape in time, not in a
+// few KB on its network.
+func newGzip(w io.Writer) *gzip.Writer {
+	zw, _ := gzip.NewWriterLevel(w, gzip.BestSpeed)
+	return zw
 }
 
 var helpEscaper = strings.NewReplacer("\\", `\\`, "\n", `\n`)

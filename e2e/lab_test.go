@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -191,6 +192,65 @@ func TestLabDownIsByName(t *testing.T) {
 	left := labNamespaces(t, lab.Prefix+name+"-")
 	if len(left) != 1 || left[0] != theirs {
 		t.Errorf("lab down %s left %v (want only %s)\n%s", name, left, theirs, out)
+	}
+}
+
+// A bed built while /run/netns is a plain directory (as on a fresh boot,
+// before any `ip netns add`) comes down after iproute2 has made that
+// directory a mount point of its own. iproute2's first `ip netns add`
+// binds /run/netns onto itself, which hid the bed's namespace mounts
+// beneath: `lab down` then failed ("invalid argument", and "device or
+// resource busy" from `ip netns del`), and the bed stayed until a
+// reboot. Run in a mount namespace of its own, so that the host's
+// /run/netns is untouched and whatever the bed leaves goes with it.
+func TestLabDownAfterIPNetnsAdd(t *testing.T) {
+	testutil.RequireRoot(t)
+	dir := t.TempDir()
+	file := filepath.Join(dir, "tiny.yaml")
+	os.WriteFile(file, []byte(tinyScenario), 0o644)
+	name := strings.TrimPrefix(testutil.Unique("mp"), testutil.Prefix)
+	other := testutil.Unique("ipadd")
+	// What a failed run leaves here is the namespaces' files, not
+	// mounted in this mount namespace: ip netns del unlinks them.
+	t.Cleanup(func() {
+		for _, ns := range append(labNamespaces(t, lab.Prefix+name+"-"), labNamespaces(t, other)...) {
+			exec.Command("ip", "netns", "del", ns).Run()
+		}
+	})
+	script := `set -e
+while mountpoint -q /run/netns; do umount -l /run/netns; done
+"$SLUICE" lab up "$SCENARIO" --name "$NAME" >/dev/null
+ip netns add "$OTHER"
+"$SLUICE" lab down "$NAME"
+ip netns del "$OTHER"
+echo "left: $(ls /run/netns | grep -c -- "$NAME" || true)"
+`
+	cmd := exec.Command("unshare", "--mount", "--propagation", "private", "bash", "-c", script)
+	cmd.Env = append(os.Environ(), "SLUICE="+bin, "SCENARIO="+file, "NAME="+name, "OTHER="+other, "SLUICE_STATE_DIR="+stateDir(t))
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "left: 0") {
+		t.Fatalf("lab down after ip netns add: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "removed "+lab.Prefix+name+"-server") {
+		t.Errorf("lab down did not say what it removed:\n%s", out)
+	}
+}
+
+// A namespace's name left unmounted (a run killed between creating the
+// file and mounting the namespace on it) is removed by lab down, as ip
+// netns del removes it; it once failed with "invalid argument".
+func TestLabDownRemovesUnmountedNames(t *testing.T) {
+	testutil.RequireRoot(t)
+	name := strings.TrimPrefix(testutil.Unique("um"), testutil.Prefix)
+	path := "/run/netns/" + lab.Prefix + name + "-router"
+	os.MkdirAll("/run/netns", 0o755)
+	if err := os.WriteFile(path, nil, 0o444); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.Remove(path) })
+	out := must(t, "lab", "down", name)
+	if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("lab down left %s (%v):\n%s", path, err, out)
 	}
 }
 

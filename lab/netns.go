@@ -4,11 +4,14 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"runtime"
 	"sort"
 	"strings"
+	"sync"
 
 	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 )
 
 // InNetns runs f on an OS thread inside the named network namespace.
@@ -54,8 +57,41 @@ func onThread(f func() error) error {
 	return <-errc
 }
 
+// netnsDir is where named network namespaces are mounted (iproute2's
+// NETNS_RUN_DIR, and the netns library's).
+const netnsDir = "/run/netns"
+
+var shareMu sync.Mutex
+
+// shareNetnsDir makes netnsDir a mount point with shared propagation
+// before a namespace is mounted in it, as iproute2 does on its first
+// `ip netns add`. Where the directory was still plain, that first `ip
+// netns add` (after the bed was built) bound it onto itself and hid the
+// bed's mounts beneath: its namespaces could no longer be entered or
+// removed until a reboot (TestLabDownAfterIPNetnsAdd).
+func shareNetnsDir() error {
+	shareMu.Lock()
+	defer shareMu.Unlock()
+	if err := os.MkdirAll(netnsDir, 0o755); err != nil {
+		return err
+	}
+	err := unix.Mount("", netnsDir, "none", unix.MS_SHARED|unix.MS_REC, "")
+	if errors.Is(err, unix.EINVAL) { // not a mount point yet
+		if err = unix.Mount(netnsDir, netnsDir, "none", unix.MS_BIND|unix.MS_REC, ""); err == nil {
+			err = unix.Mount("", netnsDir, "none", unix.MS_SHARED|unix.MS_REC, "")
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("making %s a shared mount point (as ip netns add does): %w", netnsDir, err)
+	}
+	return nil
+}
+
 // createNS creates a named network namespace (as `ip netns add`).
 func createNS(name string) error {
+	if err := shareNetnsDir(); err != nil {
+		return err
+	}
 	return onThread(func() error {
 		h, err := netns.NewNamed(name) // moves this thread into it
 		if err != nil {
@@ -66,12 +102,17 @@ func createNS(name string) error {
 }
 
 // deleteNS removes a named network namespace; its devices go with it.
+// As `ip netns del`, it removes the name even where it is not mounted
+// (a file left by a run killed between creating and mounting it).
 func deleteNS(name string) error {
-	err := netns.DeleteNamed(name)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
+	p := filepath.Join(netnsDir, name)
+	if err := unix.Unmount(p, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+		return fmt.Errorf("unmounting %s: %w", p, err)
 	}
-	return err
+	if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return nil
 }
 
 // bedNS lists the namespaces of the lab (or conformance bed) named

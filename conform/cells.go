@@ -261,6 +261,13 @@ const Tolerance = 0.05
 // 0.5 to 2.0%. At 200 a turn of three frames is 1.5% of the share.
 const minPackets = 200
 
+// minTotalPackets is how many full-size packets a cell of one subject
+// holds: its total is judged to 5% of itself, and at 50 a packet more
+// or less at the window's edges is 2% of it. Sized for shares (200),
+// the EDT examples' hosts alone took 7 s a cell in the 6.1 lane where
+// 2 s had passed in every run.
+const minTotalPackets = 50
+
 // maxWindow bounds how far Window stretches a cell's measurement: two
 // minutes, which judge a 25 kbit/s share of a 200 kbit/s link. At
 // four times the measure time instead, examples/wondershaper.yaml's
@@ -274,7 +281,9 @@ const maxWindow = 2 * time.Minute
 // packets in it (at most maxWindow), in whole seconds. A share is
 // judged to no finer than a quarter of an equal share of the cell's
 // total (Judge), so a class the reference gives a sliver needs a
-// window for that quarter, not for its sliver.
+// window for that quarter, not for its sliver. A cell of one subject
+// has no share to judge (its share is the whole), only its total, to 5%
+// of itself: minTotalPackets of it.
 func Window(measure time.Duration, c Cell, ideal map[string]float64) time.Duration {
 	total := 0.0
 	for _, d := range c.Demands {
@@ -283,14 +292,17 @@ func Window(measure time.Duration, c Cell, ideal map[string]float64) time.Durati
 	if total <= 0 {
 		return measure
 	}
-	floor := total / (4 * float64(len(c.Demands)))
-	least := math.Inf(1)
-	for _, d := range c.Demands {
-		if x := ideal[d.Subject]; x > 0 {
-			least = min(least, max(x, floor))
+	least, packets := total, float64(minTotalPackets)
+	if len(c.Demands) > 1 {
+		floor := total / (4 * float64(len(c.Demands)))
+		least, packets = math.Inf(1), minPackets
+		for _, d := range c.Demands {
+			if x := ideal[d.Subject]; x > 0 {
+				least = min(least, max(x, floor))
+			}
 		}
 	}
-	need := time.Duration(math.Ceil(minPackets*1514*8/least)) * time.Second
+	need := time.Duration(math.Ceil(packets*1514*8/least)) * time.Second
 	return max(measure, min(need, maxWindow))
 }
 

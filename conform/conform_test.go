@@ -392,7 +392,8 @@ func TestReportShowsSecondMeasurements(t *testing.T) {
 // shares of 500 kbit/s, 8 s for a 200 kbit/s class beside 3.8 Mbit/s
 // (judged to a quarter of an equal share of the 4 Mbit/s, not to its
 // own sliver: 13 s), never beyond 2 minutes, and the measure time
-// where no share is known.
+// where no share is known. A subject alone has no share to judge, only
+// its total: 50 packets of it (7 s at 100 kbit/s, not 25).
 func TestWindowHoldsPackets(t *testing.T) {
 	c := Cell{Demands: []Demand{{Subject: "a"}, {Subject: "b"}, {Subject: "idle"}}}
 	for _, tc := range []struct {
@@ -408,6 +409,13 @@ func TestWindowHoldsPackets(t *testing.T) {
 		if got := Window(3*time.Second, c, tc.ideal); got != tc.want {
 			t.Errorf("%v: window %v, want %v", tc.ideal, got, tc.want)
 		}
+	}
+	alone := Cell{Demands: []Demand{{Subject: "a"}}}
+	if got := Window(3*time.Second, alone, map[string]float64{"a": 100e3}); got != 7*time.Second {
+		t.Errorf("a 100 kbit/s subject alone: window %v, want 7s", got)
+	}
+	if got := Window(3*time.Second, alone, map[string]float64{"a": 3e6}); got != 3*time.Second {
+		t.Errorf("a 3 Mbit/s subject alone: window %v, want the measure time", got)
 	}
 }
 

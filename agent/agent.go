@@ -681,7 +681,7 @@ func (a *Agent) apply(p *engine.Prepared, why string) (string, int, error) {
 	if len(p.Missing) > 0 {
 		a.log.Debug("waiting for interfaces", "missing", strings.Join(p.Missing, ","))
 	}
-	if p.Diff.Empty() && a.recorded && p.Kernel().Records.Journal == nil {
+	if p.Diff.Empty() && a.recorded && p.Kernel().Records().Journal == nil {
 		return "ok", 0, nil // the records are current: no write
 	}
 	drift := why == "interval" && a.recorded && !p.Diff.Empty()

@@ -300,7 +300,7 @@ func craftedPackets(t *testing.T, classifier, policyText string, want []string) 
 	}
 	defer k.Close()
 	names := map[tc.Handle]string{}
-	for _, c := range k.Records.Devices["veth0"].Classes {
+	for _, c := range k.Records().Devices["veth0"].Classes {
 		names[c.Handle] = c.Name
 	}
 	// veth has a transmit queue per CPU: a BPF tree may be sharded.

@@ -195,7 +195,7 @@ func sluiceClassNames(t *testing.T, ns string) map[string]string {
 	}
 	defer k.Close()
 	names := map[string]string{}
-	for _, c := range k.Records.Devices["veth0"].Classes {
+	for _, c := range k.Records().Devices["veth0"].Classes {
 		names[c.Handle.String()] = c.Name
 	}
 	return names

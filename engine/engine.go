@@ -203,7 +203,7 @@ func prepare(file string, pol *policy.Policy, opts Options, lock bool, sess *Ses
 			opts.warn("%s", n)
 		}
 	}
-	if j := k.Records.Journal; j != nil && lock {
+	if j := k.Records().Journal; j != nil && lock {
 		opts.warn("an earlier apply (pid %d, started %s) did not finish: reading every tree back to complete it", j.PID, j.Started.Local().Format(time.DateTime))
 	}
 	p.Phases.mark("open")
@@ -392,7 +392,7 @@ func Reset(devs []string, all bool, opts Options, show func(*kernel.Diff)) (*Res
 	if err := k.Forget(names); err != nil {
 		return nil, fmt.Errorf("removed, but could not update the records (%w); the next reset finds nothing left and completes it", err)
 	}
-	if len(k.Records.Devices) == 0 {
+	if len(k.Records().Devices) == 0 {
 		// Nothing left for a limit to apply to.
 		if err := records.SaveLimits(k.RecordsDir, nil); err != nil {
 			opts.warn("could not remove the limits record: %v", err)

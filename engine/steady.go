@@ -79,7 +79,7 @@ func (s *Session) drain() ([]tc.Note, bool) {
 func (s *Session) Settled(pol *policy.Policy, p *Prepared) {
 	s.clean = nil
 	if p.sess != s || !p.watched || p.Touched || len(p.Missing) > 0 || !p.Diff.Empty() ||
-		p.k.Records.Journal != nil || p.Live == nil {
+		p.k.Records().Journal != nil || p.Live == nil {
 		return
 	}
 	roots := map[string][]tc.Handle{}
@@ -89,7 +89,7 @@ func (s *Session) Settled(pol *policy.Policy, p *Prepared) {
 			qs[q.Dev] = append(qs[q.Dev], q)
 		}
 	}
-	for dev, rec := range p.k.Records.Devices {
+	for dev, rec := range p.k.Records().Devices {
 		if rec.EDT || rec.PoliceOnly {
 			continue
 		}
@@ -100,7 +100,7 @@ func (s *Session) Settled(pol *policy.Policy, p *Prepared) {
 			return // a tree with no qdisc read back: not steady
 		}
 	}
-	s.clean = &steady{pol: pol, plan: p.Plan, limits: s.limits, at: time.Now(), state: p.k.Records, roots: roots}
+	s.clean = &steady{pol: pol, plan: p.Plan, limits: s.limits, at: time.Now(), state: p.k.Records(), roots: roots}
 }
 
 // Steady reads the counters for a pass of pol when nothing can have
@@ -140,7 +140,7 @@ func (s *Session) Reader() (*kernel.Kernel, error) {
 		}
 		s.reader = k
 	}
-	s.reader.Records = s.clean.state
+	s.reader.UseRecords(s.clean.state)
 	return s.reader, nil
 }
 
@@ -167,7 +167,7 @@ func (s *Session) PrepareLimits() (*Prepared, error) {
 	if err != nil {
 		return nil, err
 	}
-	k.Records = c.state
+	k.UseRecords(c.state)
 	if err := k.Lock(s.opts.LockTimeout); err != nil {
 		k.Close()
 		return nil, err

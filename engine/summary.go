@@ -48,7 +48,7 @@ func (l SummaryLine) String() string {
 
 // Summary describes the prepared diff in the policy's terms.
 func (p *Prepared) Summary() *Summary {
-	return summarize(p.Diff, p.Desired, p.k.Records)
+	return summarize(p.Diff, p.Desired, p.k.Records())
 }
 
 // treeOf says which interface and direction a device's objects shape.

@@ -507,8 +507,8 @@ func TestResetTouchesNothingElse(t *testing.T) {
 	if after := b.snapshot(t); after != foreign {
 		t.Fatalf("reset left the namespace different:\n%s", diffLines(foreign, after))
 	}
-	if len(b.k.Records.Devices) != 0 {
-		t.Errorf("records left: %v", b.k.Records.Names())
+	if len(b.k.Records().Devices) != 0 {
+		t.Errorf("records left: %v", b.k.Records().Names())
 	}
 }
 

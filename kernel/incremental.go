@@ -38,7 +38,7 @@ const maxTouched = 2000
 // ceil can differ.
 func (k *Kernel) ReadTouched(p, over *plan.Plan, force map[string]bool) (l *Live, desired []tc.Object, ok bool, err error) {
 	defer k.conn.Pin()()
-	if len(p.Devices) != len(k.Records.Devices) || k.Records.Interrupted() {
+	if len(p.Devices) != len(k.recs.Devices) || k.recs.Interrupted() {
 		return nil, nil, false, nil // a tree to remove, or an apply to finish
 	}
 	l = &Live{Opt: Options{Replace: map[string]bool{}, Shared: map[string]bool{}},
@@ -46,7 +46,7 @@ func (k *Kernel) ReadTouched(p, over *plan.Plan, force map[string]bool) (l *Live
 	deltas := map[string]*fpDelta{}
 	for di, d := range p.Devices {
 		want := over.Devices[di].Objects
-		rec := k.Records.Devices[d.Record()]
+		rec := k.recs.Devices[d.Record()]
 		if rec == nil || rec.Objects == nil || d.Ifb {
 			return nil, nil, false, nil
 		}

@@ -24,7 +24,9 @@ type Kernel struct {
 	conn       *tc.Conn
 	NS         string
 	RecordsDir string
-	Records    *records.File
+	// recs are the records as read: Records reads them; a session
+	// lends a settled pass's to a bare handle (UseRecords).
+	recs *records.File
 	// Notes say what the records check set aside (stale records), for
 	// the caller to print.
 	Notes []string
@@ -54,7 +56,7 @@ func Open(ns string) (*Kernel, error) {
 		c.Close()
 		return nil, err
 	}
-	if k.Records, err = records.Load(k.RecordsDir); err != nil {
+	if k.recs, err = records.Load(k.RecordsDir); err != nil {
 		c.Close()
 		return nil, err
 	}
@@ -75,7 +77,7 @@ func OpenBare(ns string) (*Kernel, error) {
 	if err != nil {
 		return nil, &NetnsError{ns, err}
 	}
-	k := &Kernel{conn: c, NS: ns, RecordsDir: records.Dir(ns), Records: records.New(), bare: true}
+	k := &Kernel{conn: c, NS: ns, RecordsDir: records.Dir(ns), recs: records.New(), bare: true}
 	installFaults(k)
 	return k, nil
 }
@@ -103,7 +105,7 @@ func (k *Kernel) Lock(timeout time.Duration) error {
 		return err
 	}
 	k.lock = l
-	if k.bare || k.Records != nil && k.Records.Unchanged(k.RecordsDir) {
+	if k.bare || k.recs != nil && k.recs.Unchanged(k.RecordsDir) {
 		return nil // read moments ago; with 10,000 hosts a read costs 50 ms
 	}
 	s, err := records.Load(k.RecordsDir)
@@ -112,7 +114,7 @@ func (k *Kernel) Lock(timeout time.Duration) error {
 		k.lock = nil
 		return err
 	}
-	k.Records = s
+	k.recs = s
 	k.Notes = nil
 	k.checkRecords()
 	return nil
@@ -125,10 +127,10 @@ func (k *Kernel) Lock(timeout time.Duration) error {
 // would claim objects sluice never created. They are dropped here and
 // from the file at the next write.
 func (k *Kernel) checkRecords() {
-	s := k.Records
+	s := k.recs
 	if s.Netns != nil && !sameNetns(*s.Netns, k.netns) {
 		k.Notes = append(k.Notes, fmt.Sprintf("records in %s were written for another network namespace of this name (deleted since): ignored", k.RecordsDir))
-		k.Records = s.Emptied()
+		k.recs = s.Emptied()
 		return
 	}
 	for _, name := range s.Names() {
@@ -184,6 +186,16 @@ func (k *Kernel) Writes() int { return k.conn.Writes() }
 // injection in tests only.
 func (k *Kernel) InjectWriteFault(fn func(n int, what string) error) { k.conn.BeforeWrite = fn }
 
+// Records are sluice's records as this handle read them (or as a
+// session lent them, UseRecords): for reading. Only this package's
+// apply, record and reset change them.
+func (k *Kernel) Records() *records.File { return k.recs }
+
+// UseRecords gives a bare handle (OpenBare) the records to read with:
+// a session's settled pass lends its own, read and checked then, so that
+// a steady pass does not load them again.
+func (k *Kernel) UseRecords(f *records.File) { k.recs = f }
+
 // Close releases the lock and the connection.
 func (k *Kernel) Close() {
 	k.lock.Release()
@@ -224,7 +236,7 @@ func (k *Kernel) CheckInterfaces(pol *policy.Policy) error {
 // Plan builds the plan for pol against this kernel's features and the
 // ids recorded for its devices.
 func (k *Kernel) Plan(pol *policy.Policy, feats plan.Features) (*plan.Plan, error) {
-	prev := RecordedAllocs(k.Records)
+	prev := RecordedAllocs(k.recs)
 	// A tree sluice has no record of gets a new tag: its HTB qdiscs are
 	// then told apart from anyone else's (plan.Alloc.Tag).
 	for _, in := range pol.Interfaces {

@@ -18,11 +18,11 @@ func TestLockRereadsChangedRecords(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	k := &Kernel{RecordsDir: dir, Records: mine}
+	k := &Kernel{RecordsDir: dir, recs: mine}
 	if err := k.Lock(0); err != nil {
 		t.Fatal(err)
 	}
-	if k.Records != mine {
+	if k.recs != mine {
 		t.Error("Lock read records nobody rewrote")
 	}
 	k.lock.Release()
@@ -34,7 +34,7 @@ func TestLockRereadsChangedRecords(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer k.lock.Release()
-	if k.Records.Devices["eth1"] == nil || k.Records.Devices["eth0"] != nil {
-		t.Errorf("Lock kept the stale records: %v", k.Records.Names())
+	if k.recs.Devices["eth1"] == nil || k.recs.Devices["eth0"] != nil {
+		t.Errorf("Lock kept the stale records: %v", k.recs.Names())
 	}
 }

@@ -32,14 +32,14 @@ func (k *Kernel) refs(p *plan.Plan, only map[string]bool) []treeRef {
 		for _, d := range p.Devices {
 			seen[d.Record()] = true
 			out = append(out, treeRef{dev: d.Name, iface: d.Interface, ifb: d.Ifb, police: d.PoliceOnly, dir: d.Dir,
-				planned: true, rec: k.Records.Devices[d.Record()]})
+				planned: true, rec: k.recs.Devices[d.Record()]})
 		}
 	}
-	for _, name := range k.Records.Names() {
+	for _, name := range k.recs.Names() {
 		if seen[name] || only != nil && !only[name] {
 			continue
 		}
-		r := k.Records.Devices[name]
+		r := k.recs.Devices[name]
 		dev := name
 		if r.PoliceOnly {
 			dev = r.Interface
@@ -267,7 +267,7 @@ func carriesTag(q *tc.Qdisc, tag uint32) bool {
 // classifier, or for a policer. Ownership belongs to the qdisc, not to
 // one record: two trees may use one clsact.
 func (k *Kernel) clsactOwned(dev string) bool {
-	for name, r := range k.Records.Devices {
+	for name, r := range k.recs.Devices {
 		if r.HookCreated && r.Interface == dev || r.ClsactCreated && r.Device(name) == dev {
 			return true
 		}

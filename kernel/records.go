@@ -38,7 +38,7 @@ func (k *Kernel) newRecords(p *plan.Plan, d *Diff, l *Live, policyFile string) m
 	now := time.Now().UTC()
 	out := make(map[string]*records.Tree, len(p.Devices))
 	for _, dev := range p.Devices {
-		old := k.Records.Devices[dev.Record()]
+		old := k.recs.Devices[dev.Record()]
 		rec := &records.Tree{Interface: dev.Interface, Dir: dev.Dir, Root: plan.RootHandle.String(),
 			Policy: policyFile, AppliedAt: now, Alloc: recordAlloc(dev.Alloc), Classes: recordClasses(dev.Classes), PoliceOnly: dev.PoliceOnly, EDT: dev.EDT,
 			Ifindex: index(dev.Name), IfaceIndex: index(dev.Interface)}
@@ -74,9 +74,9 @@ func (k *Kernel) newRecords(p *plan.Plan, d *Diff, l *Live, policyFile string) m
 // Record updates the ownership records after p was applied with d (or
 // found in place: d empty), without a journal.
 func (k *Kernel) Record(p *plan.Plan, d *Diff, l *Live, policyFile string) error {
-	k.Records.Devices = k.newRecords(p, d, l, policyFile)
-	k.Records.Netns = &k.netns
-	return k.Records.Save(k.RecordsDir)
+	k.recs.Devices = k.newRecords(p, d, l, policyFile)
+	k.recs.Netns = &k.netns
+	return k.recs.Save(k.RecordsDir)
 }
 
 // Begin journals the apply of d (planned as p, read as l) before it
@@ -94,16 +94,16 @@ func (k *Kernel) Begin(p *plan.Plan, d *Diff, l *Live, policyFile string) (*Txn,
 		union.Devices[name] = rec
 		names = append(names, name)
 	}
-	for name, rec := range k.Records.Devices {
+	for name, rec := range k.recs.Devices {
 		if final[name] == nil {
 			union.Devices[name] = rec // removed by this apply: ours until it is gone
 		}
 	}
-	tx, err := k.Records.Begin(k.RecordsDir, union, names, &records.Journal{PID: os.Getpid(), Started: time.Now().UTC(), Policy: policyFile})
+	tx, err := k.recs.Begin(k.RecordsDir, union, names, &records.Journal{PID: os.Getpid(), Started: time.Now().UTC(), Policy: policyFile})
 	if err != nil {
 		return nil, err
 	}
-	k.Records.Journal = &records.Journal{}
+	k.recs.Journal = &records.Journal{}
 	faultPoint("after-journal")
 	return &Txn{k: k, tx: tx, final: final}, nil
 }
@@ -122,7 +122,7 @@ type Txn struct {
 func (t *Txn) Commit() error {
 	faultPoint("before-commit")
 	k := t.k
-	if err := t.tx.Commit(k.Records, t.final); err != nil {
+	if err := t.tx.Commit(k.recs, t.final); err != nil {
 		return err
 	}
 	// Devices the apply created have their indexes only now; writing
@@ -137,7 +137,7 @@ func (t *Txn) Commit() error {
 		}
 	}
 	if learned {
-		k.Records.Save(k.RecordsDir)
+		k.recs.Save(k.RecordsDir)
 	}
 	return nil
 }
@@ -152,7 +152,7 @@ func (t *Txn) Abort() error {
 	if err != nil {
 		return err
 	}
-	t.k.Records = s
+	t.k.recs = s
 	t.k.checkRecords()
 	return nil
 }
@@ -163,8 +163,8 @@ func (t *Txn) Abort() error {
 func (k *Kernel) ResetPlan(devs []string, all bool) (*Diff, []string, error) {
 	only := map[string]bool{}
 	var names []string
-	for _, name := range k.Records.Names() {
-		r := k.Records.Devices[name]
+	for _, name := range k.recs.Names() {
+		r := k.recs.Devices[name]
 		match := all
 		for _, d := range devs {
 			match = match || name == d || r.Interface == d
@@ -182,7 +182,7 @@ func (k *Kernel) ResetPlan(devs []string, all bool) (*Diff, []string, error) {
 		return nil, nil, err
 	}
 	// A clsact a tree that stays uses stays too.
-	for name, r := range k.Records.Devices {
+	for name, r := range k.recs.Devices {
 		if only[name] {
 			continue
 		}
@@ -205,7 +205,7 @@ func (k *Kernel) Forget(names []string) error {
 	}
 	owned := map[string]bool{}
 	for _, n := range names {
-		r := k.Records.Devices[n]
+		r := k.recs.Devices[n]
 		if r.HookCreated {
 			owned[r.Interface] = true
 		}
@@ -213,7 +213,7 @@ func (k *Kernel) Forget(names []string) error {
 			owned[r.Device(n)] = true
 		}
 	}
-	for name, r := range k.Records.Devices {
+	for name, r := range k.recs.Devices {
 		if gone[name] {
 			continue
 		}
@@ -228,10 +228,10 @@ func (k *Kernel) Forget(names []string) error {
 		}
 	}
 	for _, n := range names {
-		delete(k.Records.Devices, n)
+		delete(k.recs.Devices, n)
 	}
-	k.Records.Netns = &k.netns
-	return k.Records.Save(k.RecordsDir)
+	k.recs.Netns = &k.netns
+	return k.recs.Save(k.RecordsDir)
 }
 
 // usesClsact reports whether the tree recorded as name has an object

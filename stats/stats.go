@@ -241,8 +241,8 @@ func CollectTrees(k *kernel.Kernel, roots map[string][]tc.Handle) (*Sample, erro
 // device's classes as already read.
 func collect(k *kernel.Kernel, devs []string, classes map[string][]*tc.Class) (*Sample, error) {
 	s := &Sample{At: time.Now()}
-	for _, name := range k.Records.Names() {
-		rec := k.Records.Devices[name]
+	for _, name := range k.Records().Names() {
+		rec := k.Records().Devices[name]
 		if len(devs) > 0 && !contains(devs, name) && !contains(devs, rec.Interface) {
 			continue
 		}

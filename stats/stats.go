@@ -12,7 +12,6 @@ import (
 	"io"
 	"sort"
 	"strings"
-	"sync"
 	"text/tabwriter"
 	"time"
 
@@ -241,8 +240,9 @@ func CollectTrees(k *kernel.Kernel, roots map[string][]tc.Handle) (*Sample, erro
 // device's classes as already read.
 func collect(k *kernel.Kernel, devs []string, classes map[string][]*tc.Class) (*Sample, error) {
 	s := &Sample{At: time.Now()}
-	for _, name := range k.Records().Names() {
-		rec := k.Records().Devices[name]
+	recs := k.Records()
+	for _, name := range recs.Names() {
+		rec := recs.Devices[name]
 		if len(devs) > 0 && !contains(devs, name) && !contains(devs, rec.Interface) {
 			continue
 		}
@@ -319,7 +319,6 @@ func collect(k *kernel.Kernel, devs []string, classes map[string][]*tc.Class) (*
 				names[c.Handle] = "?"
 			}
 		}
-		ids.Lock()
 		// depth holds every class taken, at its depth below the first
 		// whose parent is not taken (the root's class, at 0).
 		depth := make(map[tc.Handle]int, len(live))
@@ -336,7 +335,7 @@ func collect(k *kernel.Kernel, devs []string, classes map[string][]*tc.Class) (*
 			if p, ok := depth[c.Parent]; ok {
 				depth[h] = p + 1
 			}
-			out := &Class{handle: h, Name: names[h], ID: ids.of(h), Parent: ids.of(c.Parent), Depth: depth[h], Leaf: leaves[h],
+			out := &Class{handle: h, Name: names[h], ID: h.String(), Parent: c.Parent.String(), Depth: depth[h], Leaf: leaves[h],
 				Rate: c.Rate.Bits(), Ceil: c.Ceil.Bits(), Prio: c.Prio}
 			if c.Stats != nil {
 				out.Bytes, out.Packets, out.Drops = c.Stats.Bytes, c.Stats.Packets, c.Stats.Drops
@@ -350,35 +349,11 @@ func collect(k *kernel.Kernel, devs []string, classes map[string][]*tc.Class) (*
 			}
 			t.Classes = append(t.Classes, out)
 		}
-		ids.Unlock()
 		if err := readBPF(k, t, name, false, rec); err != nil {
 			return nil, err
 		}
 	}
 	return s, nil
-}
-
-// ids keeps the handles' strings from one reading to the next: the agent
-// reads 10,000 classes a pass, each with its id and its parent's, and
-// formatting them was 20,000 allocations a pass. Held while a reading
-// uses it; emptied when it grows past what a device holds.
-var ids handleStrings
-
-type handleStrings struct {
-	sync.Mutex
-	m map[tc.Handle]string
-}
-
-func (c *handleStrings) of(h tc.Handle) string {
-	if s, ok := c.m[h]; ok {
-		return s
-	}
-	if c.m == nil || len(c.m) >= 1<<17 {
-		c.m = map[tc.Handle]string{}
-	}
-	s := h.String()
-	c.m[h] = s
-	return s
 }
 
 func contains(xs []string, s string) bool {

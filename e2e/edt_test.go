@@ -211,9 +211,15 @@ func TestEDTExemptionsAndHorizon(t *testing.T) {
 	if full := uint32(float64(horizon) / 1e9 * cap / 8); max(c0.Backlog, c1.Backlog) == 0 || max(c0.Backlog, c1.Backlog) > full+1514 {
 		t.Errorf("backlog %d then %d bytes under a flood; want some, at most %d", c0.Backlog, c1.Backlog, full+1514)
 	}
-	// Below the cap only while the emulated machine's sender stalls for
-	// longer than the horizon (the lane's TCG); above it never.
-	if c1.Measured < 0.9*cap || c1.Measured > 1.03*cap {
+	// Below the cap only while the sender stalls for longer than the
+	// horizon, which an emulated machine's does (the lane's TCG: 3.60
+	// Mbit/s in a CI run of 2026-11-26, 3.86 in a rerun); above it
+	// never.
+	floor := 0.9
+	if os.Getenv("SLUICE_EMULATED") == "1" {
+		floor = 0.85
+	}
+	if c1.Measured < floor*cap || c1.Measured > 1.03*cap {
 		t.Errorf("the aggregate passed %.2f Mbit/s under a 4mbit cap", c1.Measured/1e6)
 	}
 }

@@ -172,6 +172,17 @@ type TCPFlowInfo struct {
 // TCPSend opens flows connections from ns to addr:port, writes as fast
 // as they take for d, and returns each sender's TCP_INFO at the end.
 func TCPSend(ns, addr string, port, flows int, d time.Duration) ([]TCPFlowInfo, error) {
+	return tcpSend(ns, addr, port, flows, d, nil)
+}
+
+// TCPSendUntil is TCPSend until stop is closed (or an hour has passed):
+// load that lasts as long as a measurement of unknown length takes (a
+// command's start costs seconds on an emulated machine).
+func TCPSendUntil(ns, addr string, port, flows int, stop <-chan struct{}) ([]TCPFlowInfo, error) {
+	return tcpSend(ns, addr, port, flows, time.Hour, stop)
+}
+
+func tcpSend(ns, addr string, port, flows int, d time.Duration, stop <-chan struct{}) ([]TCPFlowInfo, error) {
 	conns := make([]*net.TCPConn, flows)
 	for i := range conns {
 		if err := InNetns(ns, func() error {
@@ -193,14 +204,28 @@ func TCPSend(ns, addr string, port, flows int, d time.Duration) ([]TCPFlowInfo, 
 	buf := make([]byte, 64<<10)
 	done := make(chan struct{}, flows)
 	for _, c := range conns {
+		c.SetWriteDeadline(end)
 		go func() {
-			c.SetWriteDeadline(end)
 			for time.Now().Before(end) {
 				if _, err := c.Write(buf); err != nil {
 					break
 				}
 			}
 			done <- struct{}{}
+		}()
+	}
+	if stop != nil {
+		// A deadline in the past ends a blocked write at once.
+		finished := make(chan struct{})
+		defer close(finished)
+		go func() {
+			select {
+			case <-stop:
+				for _, c := range conns {
+					c.SetWriteDeadline(time.Unix(1, 0))
+				}
+			case <-finished:
+			}
 		}()
 	}
 	for range conns {

@@ -288,7 +288,7 @@ func controllerNotes(p *plan.Plan) []string {
 		for _, c := range d.Controllers {
 			if c.Shards {
 				out = append(out, fmt.Sprintf("%s %s: `sluice agent` balances the %d shards every %s: each shard's rate is its part of %s by the hosts active in it, so that the shards lend to each other; without the agent each keeps rate/%d",
-					d.Interface, d.Dir, len(c.Children), c.Quantum, policy.FormatBits(c.Capacity), len(c.Children)))
+					d.Interface, d.Dir, len(c.Children), c.Quantum, c.Capacity.String(), len(c.Children)))
 				continue
 			}
 			over := "the top-level classes"
@@ -308,9 +308,9 @@ func controllerNotes(p *plan.Plan) []string {
 				what = "rates" // guarantees: what one leaves the others borrow
 			}
 			s := fmt.Sprintf("%s %s: a sharing controller splits %s among %s by weight (%s) every %s, writing their %s; it runs in `sluice agent`, and without one the %s stay the policy's",
-				d.Interface, d.Dir, policy.FormatBits(c.Capacity), over, strings.Join(ws, ", "), c.Quantum, what, what)
+				d.Interface, d.Dir, c.Capacity.String(), over, strings.Join(ws, ", "), c.Quantum, what, what)
 			if len(prod) > 0 {
-				s += fmt.Sprintf("; %s (prio 0) never limited, their use taken off the %s", strings.Join(prod, ", "), policy.FormatBits(c.Capacity))
+				s += fmt.Sprintf("; %s (prio 0) never limited, their use taken off the %s", strings.Join(prod, ", "), c.Capacity.String())
 			}
 			out = append(out, s)
 		}
@@ -370,10 +370,10 @@ func changeNote(c kernel.Change) string {
 		o := c.Old.(*tc.Class)
 		var parts []string
 		if o.Rate != n.Rate {
-			parts = append(parts, fmt.Sprintf("rate %s -> %s", tc.FormatRate(o.Rate), tc.FormatRate(n.Rate)))
+			parts = append(parts, fmt.Sprintf("rate %s -> %s", o.Rate.TC(), n.Rate.TC()))
 		}
 		if o.Ceil != n.Ceil {
-			parts = append(parts, fmt.Sprintf("ceil %s -> %s", tc.FormatRate(o.Ceil), tc.FormatRate(n.Ceil)))
+			parts = append(parts, fmt.Sprintf("ceil %s -> %s", o.Ceil.TC(), n.Ceil.TC()))
 		}
 		if o.BufferTicks != tc.XmitTicks(n.Rate, n.Burst) {
 			parts = append(parts, fmt.Sprintf("burst %db -> %db", o.Burst, n.Burst))

@@ -12,6 +12,7 @@ import (
 	"sluice/plan"
 	"sluice/policy"
 	"sluice/share"
+	"sluice/units"
 )
 
 // Demand is what one subject sends in a cell: Flows greedy TCP flows, or
@@ -32,7 +33,7 @@ type Cell struct {
 // Describe says what a demand is, in a table's words.
 func (d Demand) Describe() string {
 	if d.Proto == "udp" {
-		return "udp " + mbit(d.Rate)
+		return "udp " + units.Bits(d.Rate)
 	}
 	return fmt.Sprintf("tcp x%d", d.Flows)
 }
@@ -343,9 +344,9 @@ func Judge(c Cell, ideal, measured, goodput map[string]float64, eff float64) Ver
 		v.Why = fmt.Sprintf("%s: %.1f%% of the total, the reference says %.1f%%", v.WorstSubject,
 			100*shareOf(v, v.WorstSubject, true), 100*shareOf(v, v.WorstSubject, false))
 	case !(v.Utilisation >= 1-Tolerance):
-		v.Why = fmt.Sprintf("together %s where the reference (at this bed's %.0f%%) says %s", mbit(v.MeasuredTotal), 100*eff, mbit(v.IdealTotal*eff))
+		v.Why = fmt.Sprintf("together %s where the reference (at this bed's %.0f%%) says %s", units.Bits(v.MeasuredTotal), 100*eff, units.Bits(v.IdealTotal*eff))
 	case !(v.MeasuredTotal <= v.IdealTotal*(1+Tolerance)):
-		v.Why = fmt.Sprintf("together %s, more than the reference's %s", mbit(v.MeasuredTotal), mbit(v.IdealTotal))
+		v.Why = fmt.Sprintf("together %s, more than the reference's %s", units.Bits(v.MeasuredTotal), units.Bits(v.IdealTotal))
 	default:
 		v.Pass = true
 	}
@@ -362,14 +363,4 @@ func shareOf(v Verdict, name string, measured bool) float64 {
 		}
 	}
 	return 0
-}
-
-func mbit(bps float64) string {
-	switch {
-	case bps >= 1e9:
-		return fmt.Sprintf("%.2f Gbit/s", bps/1e9)
-	case bps >= 1e6:
-		return fmt.Sprintf("%.2f Mbit/s", bps/1e6)
-	}
-	return fmt.Sprintf("%.0f kbit/s", bps/1e3)
 }

@@ -13,6 +13,7 @@ import (
 	"gonum.org/v1/plot/vg"
 
 	"sluice/lab"
+	"sluice/units"
 )
 
 // Report is a conformance run: per tree, what each cell's subjects got
@@ -116,7 +117,7 @@ func (t *TreeReport) Describe() string {
 	if len(t.Leaves) > 0 {
 		parts = append(parts, "leaves "+strings.Join(t.Leaves, ", "))
 	}
-	s := strings.Join(parts, ", ") + "; " + mbit(t.Rate)
+	s := strings.Join(parts, ", ") + "; " + units.Bits(t.Rate)
 	if t.Scale != 1 && t.Scale != 0 {
 		s += fmt.Sprintf(" (its rates x%g, for what the bed carries)", t.Scale)
 	}
@@ -144,7 +145,7 @@ func (r *Report) WriteText(w io.Writer, quiet bool) {
 	}
 	fmt.Fprintf(w, " (%s; per cell %.0f s to settle, %.0f s measured)\n", rtt, r.Settle, r.Measure)
 	for _, c := range r.Capacity {
-		fmt.Fprintf(w, "the bed carries %s unshaped toward %s\n", mbit(c.Bps), c.Device)
+		fmt.Fprintf(w, "the bed carries %s unshaped toward %s\n", units.Bits(c.Bps), c.Device)
 	}
 	cells, pass := 0, 0
 	var worst *CellReport
@@ -155,7 +156,7 @@ func (r *Report) WriteText(w io.Writer, quiet bool) {
 			fmt.Fprintf(w, "  skipped: %s\n", t.Skipped)
 			continue
 		}
-		fmt.Fprintf(w, "  reference: a plain %s limit carried %s (%.0f%%) on this bed\n", mbit(t.Rate), mbit(t.Reference), 100*t.Efficiency)
+		fmt.Fprintf(w, "  reference: a plain %s limit carried %s (%.0f%%) on this bed\n", units.Bits(t.Rate), units.Bits(t.Reference), 100*t.Efficiency)
 		for _, n := range t.Notes {
 			fmt.Fprintf(w, "  plan says: %s\n", n)
 		}
@@ -194,13 +195,13 @@ func (r *Report) WriteText(w io.Writer, quiet bool) {
 				if i == 0 {
 					name = c.Name
 				}
-				fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%.1f%%\t%s\t%.1f%%\t%.1f%%\t\n", name, s.Name, s.Demand, mbit(s.Ideal), 100*s.IdealShare,
-					mbit(s.Measured), 100*s.MeasuredShare, 100*s.Deviation)
+				fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%.1f%%\t%s\t%.1f%%\t%.1f%%\t\n", name, s.Name, s.Demand, units.Bits(s.Ideal), 100*s.IdealShare,
+					units.Bits(s.Measured), 100*s.MeasuredShare, 100*s.Deviation)
 			}
-			fmt.Fprintf(tw, "  \ttotal\t\t%s\t\t%s\t(%.0f%%)\t%.1f%%\t%s\n", mbit(c.Verdict.IdealTotal), mbit(c.Verdict.MeasuredTotal),
+			fmt.Fprintf(tw, "  \ttotal\t\t%s\t\t%s\t(%.0f%%)\t%.1f%%\t%s\n", units.Bits(c.Verdict.IdealTotal), units.Bits(c.Verdict.MeasuredTotal),
 				100*c.Verdict.Utilisation, 100*c.Verdict.Worst, verdict)
 			if c.FirstTotal > 0 {
-				fmt.Fprintf(tw, "  \t\t\t\t\t%s\t\t\t(measured twice: the first carried this in all)\n", mbit(c.FirstTotal))
+				fmt.Fprintf(tw, "  \t\t\t\t\t%s\t\t\t(measured twice: the first carried this in all)\n", units.Bits(c.FirstTotal))
 			}
 			if c.FirstWorst > 0 {
 				fmt.Fprintf(tw, "  \t\t\t\t\t\t\t\t(measured twice: the first was %.1f%% from the reference)\n", 100*c.FirstWorst)
@@ -272,7 +273,7 @@ func (r *Report) WriteHTML(w io.Writer) error {
 }
 
 var page = template.Must(template.New("report").Funcs(template.FuncMap{
-	"mbit": mbit,
+	"mbit": units.Bits,
 	"pct":  func(x float64) string { return fmt.Sprintf("%.1f%%", 100*x) },
 	"inc":  func(i int) int { return i + 1 },
 }).Parse(`<!doctype html>

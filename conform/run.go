@@ -436,7 +436,7 @@ func (r *runner) scale(ctx context.Context, trees []*tree) error {
 			}
 			capacity[tr.in.Name] = c
 			r.rep.Capacity = append(r.rep.Capacity, DeviceCapacity{Device: tr.in.Name, Bps: c})
-			r.logf("the bed carries %s unshaped toward %s", mbit(c), tr.in.Name)
+			r.logf("the bed carries %s unshaped toward %s", units.Bits(c), tr.in.Name)
 		}
 		if need := 2 * bits(tr.t.RateBps); c > 0 && need > c {
 			f := niceScale(c / need)
@@ -545,7 +545,7 @@ func (r *runner) calibrate(ctx context.Context, trees []*tree) error {
 		}
 		tr.rep.Reference = res.total[tr.dev]
 		tr.rep.Efficiency = tr.rep.Reference / bits(tr.t.RateBps)
-		r.logf("%s: a plain %s limit carried %s (%.0f%%)", tr.key, mbit(bits(tr.t.RateBps)), mbit(tr.rep.Reference), 100*tr.rep.Efficiency)
+		r.logf("%s: a plain %s limit carried %s (%.0f%%)", tr.key, units.Bits(bits(tr.t.RateBps)), units.Bits(tr.rep.Reference), 100*tr.rep.Efficiency)
 	}
 	return nil
 }
@@ -648,7 +648,7 @@ func (r *runner) runTree(ctx context.Context, tr *tree) error {
 			// emulated guest stalls now and then; the reference run
 			// itself read 93 to 99% at one rate) or the shaper's. Once
 			// more: a shaper that wastes the link does it again.
-			r.logf("%s: %-40s carried %s in all, short of the reference: measuring it again", tr.key, c.Name, mbit(v.MeasuredTotal))
+			r.logf("%s: %-40s carried %s in all, short of the reference: measuring it again", tr.key, c.Name, units.Bits(v.MeasuredTotal))
 			if res, err = r.drive(ctx, tr.in.Name, tr.t.Dir, ds, r.opt.Settle, measure, []string{tr.dev}); err != nil {
 				return err
 			}

@@ -955,13 +955,13 @@ func emulatedAlone(t *testing.T, line string) bool {
 	if os.Getenv("SLUICE_EMULATED") != "1" || !strings.Contains(line, "per-host/alone: hosts goodput >= 0.95 of limit/alone") {
 		return false
 	}
-	// The line as lab run prints it: "(actual 34.28Mbit/s, want >= 35.39Mbit/s)".
+	// The line as lab run prints it: "(actual 34.28 Mbit/s, want >= 35.39 Mbit/s)".
 	var actual, want float64
 	i := strings.Index(line, "(actual ")
 	if i < 0 {
 		return false
 	}
-	if _, err := fmt.Sscanf(line[i:], "(actual %gMbit/s, want >= %gMbit/s)", &actual, &want); err != nil || want <= 0 {
+	if _, err := fmt.Sscanf(line[i:], "(actual %g Mbit/s, want >= %g Mbit/s)", &actual, &want); err != nil || want <= 0 {
 		return false
 	}
 	actual, want = actual*1e6, want*1e6
@@ -1028,11 +1028,11 @@ func TestEmulatedAloneExcuse(t *testing.T) {
 		name, emulated, line string
 		want                 bool
 	}{
-		{"emulated, 0.92 of the limit (CI lane run)", "1", line("34.28Mbit/s", "35.39Mbit/s"), true},
-		{"emulated, 0.88 of the limit (lane run)", "1", line("33.20Mbit/s", "35.80Mbit/s"), true},
-		{"emulated, 0.79 of the limit", "1", line("30.00Mbit/s", "36.06Mbit/s"), false},
-		{"on a real machine", "", line("34.28Mbit/s", "35.39Mbit/s"), false},
-		{"not lab run's format", "1", line("3.428e+07", "35.39Mbit/s"), false},
+		{"emulated, 0.92 of the limit (CI lane run)", "1", line("34.28 Mbit/s", "35.39 Mbit/s"), true},
+		{"emulated, 0.88 of the limit (lane run)", "1", line("33.20 Mbit/s", "35.80 Mbit/s"), true},
+		{"emulated, 0.79 of the limit", "1", line("30.00 Mbit/s", "36.06 Mbit/s"), false},
+		{"on a real machine", "", line("34.28 Mbit/s", "35.39 Mbit/s"), false},
+		{"not lab run's format", "1", line("3.428e+07", "35.39 Mbit/s"), false},
 		{"another check", "1", "FAIL  per-host/all: hosts fairness >= 0.95  (actual 0.9, want >= 0.9500)", false},
 	} {
 		t.Run(tt.name, func(t *testing.T) {

@@ -208,7 +208,7 @@ func summarize(d *kernel.Diff, desired *plan.Plan, st *records.File) *Summary {
 			if name == plan.RootClassName {
 				// The tree's own class: its rate is the tree's.
 				if op == "+" || op == "-/+" {
-					treeRate[t] = policy.FormatBits(o.Rate)
+					treeRate[t] = o.Rate.String()
 				} else if op == "~" {
 					e := get(key{"tree", t, ""}, "~")
 					for _, s := range classChanges(c.Old.(*tc.Class), o) {
@@ -227,7 +227,7 @@ func summarize(d *kernel.Diff, desired *plan.Plan, st *records.File) *Summary {
 			}
 			switch op {
 			case "+":
-				e.details = []string{fmt.Sprintf("rate %s, ceil %s, prio %d", policy.FormatBits(o.Rate), policy.FormatBits(o.Ceil), o.Prio)}
+				e.details = []string{fmt.Sprintf("rate %s, ceil %s, prio %d", o.Rate.String(), o.Ceil.String(), o.Prio)}
 			case "-/+":
 				if c.Reason != "" {
 					detail(e, "replaced: "+c.Reason)
@@ -410,10 +410,10 @@ func summarize(d *kernel.Diff, desired *plan.Plan, st *records.File) *Summary {
 func classChanges(o, n *tc.Class) []string {
 	var out []string
 	if o.Rate != n.Rate {
-		out = append(out, fmt.Sprintf("rate %s -> %s", policy.FormatBits(o.Rate), policy.FormatBits(n.Rate)))
+		out = append(out, fmt.Sprintf("rate %s -> %s", o.Rate.String(), n.Rate.String()))
 	}
 	if o.Ceil != n.Ceil {
-		out = append(out, fmt.Sprintf("ceil %s -> %s", policy.FormatBits(o.Ceil), policy.FormatBits(n.Ceil)))
+		out = append(out, fmt.Sprintf("ceil %s -> %s", o.Ceil.String(), n.Ceil.String()))
 	}
 	if o.Prio != n.Prio {
 		out = append(out, fmt.Sprintf("prio %d -> %d", o.Prio, n.Prio))

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"sluice/units"
 )
 
 // Expectation is one line of a scenario's expect section:
@@ -196,7 +198,7 @@ type Verdict struct {
 	Expect  string  `json:"expect"`
 	Variant string  `json:"variant"`
 	Actual  float64 `json:"actual"`
-	// Shown is Actual in Want's unit ("36.13Mbit/s", "18.43ms").
+	// Shown is Actual in Want's unit ("36.13 Mbit/s", "18.43ms").
 	Shown string `json:"actual_text,omitempty"`
 	Want  string `json:"want"`
 	Pass  bool   `json:"pass"`
@@ -356,7 +358,7 @@ func formatValue(v float64, unit string) string {
 	case "ms":
 		return fmt.Sprintf("%.2fms", v)
 	case "bit/s":
-		return fmt.Sprintf("%.2fMbit/s", v/1e6)
+		return units.Bits(v)
 	}
 	return fmt.Sprintf("%.4f", v)
 }

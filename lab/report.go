@@ -19,6 +19,8 @@ import (
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
 	"gonum.org/v1/plot/vg/vgsvg"
+
+	"sluice/units"
 )
 
 // Report is a scenario's results, ready to print or save.
@@ -61,10 +63,6 @@ func ms(v float64) string {
 	}
 	return fmt.Sprintf("%.2f ms", v)
 }
-
-func bytesMB(n uint64) string { return fmt.Sprintf("%.1f MB", float64(n)/1e6) }
-
-func mbit(v float64) string { return fmt.Sprintf("%.2f Mbit/s", v/1e6) }
 
 // row is one line of the comparison table: a metric, one value per variant.
 type row struct {
@@ -136,7 +134,7 @@ func (r *Report) comparison() ([]string, []row) {
 				if fs == nil || fs.Goodput == 0 {
 					return "-", false
 				}
-				s := mbit(fs.Goodput)
+				s := units.Bits(fs.Goodput)
 				if fs.RetransRatio > 0.0005 {
 					s += fmt.Sprintf(", %.1f%% retransmitted", 100*fs.RetransRatio)
 				}
@@ -163,7 +161,7 @@ func (r *Report) comparison() ([]string, []row) {
 				return "-", false
 			}
 			n, red := p.policed()
-			return fmt.Sprintf("%.1f%% of %s", 100*ratioOf(red, n), bytesMB(n)), true
+			return fmt.Sprintf("%.1f%% of %s", 100*ratioOf(red, n), units.Size(n)), true
 		})
 		add("hosts fairness", func(p *PhaseResult) (string, bool) {
 			if len(p.Hosts) < 2 {
@@ -229,7 +227,7 @@ func (r *Report) matrix() ([]string, [][]string) {
 		ph := res.whole()
 		for _, it := range items {
 			if fs := ph.Flows[it]; fs != nil {
-				row = append(row, mbit(fs.Goodput), fmt.Sprintf("%.1f%%", 100*fs.RetransRatio))
+				row = append(row, units.Bits(fs.Goodput), fmt.Sprintf("%.1f%%", 100*fs.RetransRatio))
 			} else {
 				row = append(row, "-", "-")
 			}

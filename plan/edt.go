@@ -154,7 +154,7 @@ func buildEDT(d *policy.Diag, feats Features, in *policy.Interface, t *policy.Tr
 		e.Pool, e.PoolRate, e.PoolBurst = b.counter(poolName), uint64(t.RateBps), uint64(t.Burst.NS(t.RateBps))
 		if !hasSharing(t) {
 			dev.Notes = append(dev.Notes, fmt.Sprintf("edt: the aggregates' caps add up to more than the direction's %s: when it binds they share it as fq does, per flow, not by rate, weight or host, and no rate is guaranteed (sharing: controller shares it by weight; docs/sharing.md)",
-				policy.FormatBits(t.RateBps)))
+				t.RateBps.String()))
 		}
 	}
 	if b.edt.split {
@@ -165,7 +165,7 @@ func buildEDT(d *policy.Diag, feats Features, in *policy.Interface, t *policy.Tr
 			}
 		}
 		dev.Notes = append(dev.Notes, fmt.Sprintf("edt: prod aggregates (prio 0) never wait for the others: sending up to their caps (together %s of the direction's %s) they leave the nonprod ones what they do not use, whatever their rates",
-			policy.FormatBits(prod), policy.FormatBits(t.RateBps)))
+			prod.String(), t.RateBps.String()))
 	}
 	c.EDT = e
 	b.edtControllers(hook)

@@ -512,7 +512,7 @@ func linkNotes(t *policy.Tree, dev string) []string {
 	var notes []string
 	if t.Linklayer == "ptm" {
 		notes = append(notes, fmt.Sprintf("linklayer ptm: every rate is shaped at 64/65 of what the policy says (VDSL2's 64b/65b encoding): the %s rate %s carries %s",
-			t.Dir, policy.FormatBits(t.Rate.Bps), policy.FormatBits(t.RateBps)))
+			t.Dir, t.Rate.Bps.String(), t.RateBps.String()))
 	}
 	if LinkStab(t) != nil && !t.EDT() { // the EDT program counts each segment
 		notes = append(notes, fmt.Sprintf("overhead and linklayer are counted once per GSO packet, not per segment: for exact accounting below about 100 Mbit/s turn segmentation offloads off (ethtool -K %s gso off gro off tso off)", dev))

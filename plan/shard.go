@@ -102,7 +102,7 @@ func shardsFor(d *policy.Diag, feats Features, t *policy.Tree, dev string) (n in
 	}
 	var why []string
 	if byCeil < n {
-		why = append(why, fmt.Sprintf("a host's ceil of %s needs shards of at least that (at most %d of %s)", policy.FormatBits(maxHostCeil(t)), max(byCeil, 1), policy.FormatBits(t.RateBps)))
+		why = append(why, fmt.Sprintf("a host's ceil of %s needs shards of at least that (at most %d of %s)", maxHostCeil(t).String(), max(byCeil, 1), t.RateBps.String()))
 	}
 	if byHosts < n {
 		why = append(why, fmt.Sprintf("%d hosts fill %d shards of %d or more", t.Hosts, max(byHosts, 1), minHostsPerShard))
@@ -161,7 +161,7 @@ func shardNote(t *policy.Tree, n int) string {
 		if ceil > limit && k > 0 {
 			count += k
 			if len(names) < 3 {
-				names = append(names, name+" "+policy.FormatBits(ceil))
+				names = append(names, name+" "+ceil.String())
 			}
 		}
 	}
@@ -181,7 +181,7 @@ func shardNote(t *policy.Tree, n int) string {
 	}
 	walk(t.Classes)
 	s := fmt.Sprintf("sharded into %d HTBs, one per transmit queue: without `sluice agent` each carries at most %s (rate/%d), and shards do not lend to each other: the hosts of a busy shard share its part whatever the others leave idle; the agent balances the shards' rates every %s by the hosts active in each, their sum the direction's (an idle shard keeps %s on standby, rate/%d)",
-		n, policy.FormatBits(limit), n, ShardQuantum, policy.FormatBits(max(t.RateBps/units.Rate(n*shardStandby), 1)), n*shardStandby)
+		n, limit.String(), n, ShardQuantum, max(t.RateBps/units.Rate(n*shardStandby), 1).String(), n*shardStandby)
 	if count > 0 {
 		more := ""
 		if count > len(names) {

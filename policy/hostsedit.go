@@ -107,7 +107,7 @@ func (p *Policy) EditHosts(file string, old, data []byte) (edits []HostEdit, ok 
 			}
 			ed.RateBps = max(ed.RateBps, 1)
 			if ed.CeilBps < ed.RateBps {
-				errAt(line, 1, "hosts file: host %s: ceil %s is below rate %s", e.Name, FormatBits(ed.CeilBps), FormatBits(ed.RateBps))
+				errAt(line, 1, "hosts file: host %s: ceil %s is below rate %s", e.Name, ed.CeilBps.String(), ed.RateBps.String())
 				continue
 			}
 			if ed.RateBps != was.RateBps || ed.CeilBps != was.CeilBps || !sameRate(ed.Rate, was.Rate) || !sameRate(ed.Ceil, was.Ceil) {

@@ -142,7 +142,7 @@ func validatePolice(what string, pl *Police, parent units.Rate, d *Diag) {
 		}
 		pl.PIRBps = pl.PIR.Resolve(parent)
 		if pl.PIRBps < pl.CIRBps {
-			d.Errorf(pl.PIR.Pos, "%s: pir %s is below cir %s (RFC 2698 needs PIR >= CIR)", what, FormatBits(pl.PIRBps), FormatBits(pl.CIRBps))
+			d.Errorf(pl.PIR.Pos, "%s: pir %s is below cir %s (RFC 2698 needs PIR >= CIR)", what, pl.PIRBps.String(), pl.CIRBps.String())
 		}
 		pl.PBSBytes = max(pl.PIRBps.BytesIn(10*time.Millisecond), pl.CBSBytes)
 		if pl.PBS != nil {

@@ -87,7 +87,7 @@ func ParseRate(s string) (r Rate, warning string, err error) {
 		return r, "", fmt.Errorf("bad rate %q: must be at least 8bit", s)
 	}
 	if units.FromBits(bits) > MaxRateBps {
-		return r, "", fmt.Errorf("bad rate %q: above %s, the most sluice shapes (HTB keeps a burst as whole microseconds at the rate; beyond it even 1 GiB lasts less)", s, FormatBits(MaxRateBps))
+		return r, "", fmt.Errorf("bad rate %q: above %s, the most sluice shapes (HTB keeps a burst as whole microseconds at the rate; beyond it even 1 GiB lasts less)", s, MaxRateBps.String())
 	}
 	r.Bps = units.FromBits(bits) // tc truncates the same way
 	if strings.HasSuffix(u, "bps") {
@@ -120,9 +120,9 @@ func rateUnitHint(num, u string) string {
 		v, _ := strconv.ParseFloat(num, 64)
 		switch {
 		case v >= 1e6:
-			return fmt.Sprintf("missing unit: write %sbit (bits/s, %s), %skbit, or %sbps (bytes/s)", num, FormatBits(units.FromBits(v)), num, num)
+			return fmt.Sprintf("missing unit: write %sbit (bits/s, %s), %skbit, or %sbps (bytes/s)", num, units.FromBits(v).String(), num, num)
 		case v >= 1e3:
-			return fmt.Sprintf("missing unit: write %skbit (kilobits/s, %s), %smbit, or %skbps (kilobytes/s)", num, FormatBits(units.FromBits(v*1e3)), num, num)
+			return fmt.Sprintf("missing unit: write %skbit (kilobits/s, %s), %smbit, or %skbps (kilobytes/s)", num, units.FromBits(v*1e3).String(), num, num)
 		}
 		return fmt.Sprintf("missing unit: write %smbit (megabits/s), %skbit, %sgbit, or %sbps (bytes/s)", num, num, num, num)
 	case strings.HasSuffix(u, "bits"):
@@ -163,20 +163,6 @@ func ParseSize(s string) (uint64, error) {
 		return 0, fmt.Errorf("bad size %q: must be between 1b and 4gb", s)
 	}
 	return uint64(b), nil
-}
-
-// FormatBits writes a rate in bytes/s for humans ("19mbit", "1.5gbit").
-func FormatBits(r units.Rate) string {
-	bits := r.BitsFloat()
-	for _, u := range []struct {
-		s string
-		v float64
-	}{{"pbit", 1e15}, {"tbit", 1e12}, {"gbit", 1e9}, {"mbit", 1e6}, {"kbit", 1e3}} {
-		if bits >= u.v {
-			return strconv.FormatFloat(bits/u.v, 'g', 4, 64) + u.s
-		}
-	}
-	return fmt.Sprintf("%.0fbit", bits)
 }
 
 func keys[V any](m map[string]V) []string {

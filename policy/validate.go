@@ -318,7 +318,7 @@ func validateTree(in *Interface, t *Tree, d *Diag) {
 				owner, at = "the rate of class "+parent.Name, parent.Rate.Pos
 			}
 			d.Errorf(at, "%s: children's rates add up to %s, above %s (%s): %s", where,
-				FormatBits(sum), owner, FormatBits(parentRate), rateList(cs))
+				sum.String(), owner, parentRate.String(), rateList(cs))
 		}
 	}
 	walk(t.Classes, nil, t.RateBps, t.RateBps, 0)
@@ -486,7 +486,7 @@ func checkSharing(what string, sh *Sharing, base units.Rate, owner *Class, t *Tr
 	if sh.Cap != nil {
 		sh.CapBps = sh.Cap.Resolve(base)
 		if sh.CapBps > base {
-			d.Errorf(sh.Cap.Pos, "%s: cap %s is above the %s the children can get together", what, FormatBits(sh.CapBps), FormatBits(base))
+			d.Errorf(sh.Cap.Pos, "%s: cap %s is above the %s the children can get together", what, sh.CapBps.String(), base.String())
 		}
 	}
 }
@@ -527,7 +527,7 @@ func checkWeights(where string, cs []*Class, parent *Class, d *Diag) {
 func rateList(cs []*Class) string {
 	var parts []string
 	for _, c := range cs {
-		parts = append(parts, fmt.Sprintf("%s %s", c.Name, FormatBits(c.RateBps)))
+		parts = append(parts, fmt.Sprintf("%s %s", c.Name, c.RateBps.String()))
 	}
 	return strings.Join(parts, ", ")
 }
@@ -572,10 +572,10 @@ func validateClass(where string, t *Tree, c *Class, parentRate, parentCeil units
 			at = c.Ceil.Pos
 		}
 		d.Errorf(at, "%s: ceil %s is below rate %s; ceil is the most a class may use, so it cannot be less than its rate",
-			what, FormatBits(c.CeilBps), FormatBits(c.RateBps))
+			what, c.CeilBps.String(), c.RateBps.String())
 	}
 	if c.Ceil != nil && c.CeilBps > parentCeil {
-		d.Warnf(c.Ceil.Pos, "%s: ceil %s is above its parent's %s and cannot be reached", what, FormatBits(c.CeilBps), FormatBits(parentCeil))
+		d.Warnf(c.Ceil.Pos, "%s: ceil %s is above its parent's %s and cannot be reached", what, c.CeilBps.String(), parentCeil.String())
 	}
 	if t.Backend == "edt" {
 		checkEDTBurst(d, c.Burst, c.CeilBps, what)
@@ -655,10 +655,10 @@ func checkBurst(d *Diag, b *Size, rate units.Rate, what, name, rateName string) 
 	switch {
 	case secs*1e6 < 1:
 		d.Errorf(b.Pos, "%s: %s %d bytes lasts less than a microsecond at %s %s, and HTB would keep it as 0; give at least %d bytes",
-			what, name, b.Bytes, rateName, FormatBits(rate), uint64(math.Ceil(float64(rate)/1e6)))
+			what, name, b.Bytes, rateName, rate.String(), uint64(math.Ceil(float64(rate)/1e6)))
 	case secs > maxBurstTime:
 		d.Errorf(b.Pos, "%s: %s %d bytes takes %.0f s at %s %s; HTB holds a burst of at most %.0f s at its rate (%d bytes)",
-			what, name, b.Bytes, secs, rateName, FormatBits(rate), maxBurstTime, uint64(maxBurstTime*float64(rate)))
+			what, name, b.Bytes, secs, rateName, rate.String(), maxBurstTime, uint64(maxBurstTime*float64(rate)))
 	case b.Bytes < 1514:
 		d.Warnf(b.Pos, "%s: %s %d bytes is less than one full-size frame (1514 bytes): the class waits for tokens before every large packet", what, name, b.Bytes)
 	}
@@ -675,7 +675,7 @@ func checkEDTBurst(d *Diag, b *Size, cap units.Rate, what string) {
 	switch {
 	case secs > MaxEDTBurst.Seconds():
 		d.Errorf(b.Pos, "%s: burst %d bytes is %.0f s of the aggregate's cap %s; an EDT aggregate's burst is at most %s of its cap (%d bytes)",
-			what, b.Bytes, secs, FormatBits(cap), MaxEDTBurst, uint64(MaxEDTBurst.Seconds()*float64(cap)))
+			what, b.Bytes, secs, cap.String(), MaxEDTBurst, uint64(MaxEDTBurst.Seconds()*float64(cap)))
 	case b.Bytes < 1514:
 		d.Warnf(b.Pos, "%s: burst %d bytes is less than one full-size frame (1514 bytes): after an idle spell the aggregate still paces its first large packet", what, b.Bytes)
 	}
@@ -757,7 +757,7 @@ func hostRates(what string, c *Class, ph *PerHost, n uint64, d *Diag) {
 		ph.CeilBps = ph.Ceil.Resolve(c.CeilBps)
 	}
 	if ph.CeilBps < ph.RateBps {
-		d.Errorf(ph.Pos, "%s: ceil %s is below rate %s", what, FormatBits(ph.CeilBps), FormatBits(ph.RateBps))
+		d.Errorf(ph.Pos, "%s: ceil %s is below rate %s", what, ph.CeilBps.String(), ph.RateBps.String())
 	}
 	checkLeaf(d, ph.Leaf, ph.LeafPos, what)
 	checkLimit(d, ph.Leaf, ph.Limit, what)
@@ -775,7 +775,7 @@ func hostRates(what string, c *Class, ph *PerHost, n uint64, d *Diag) {
 			e.RateBps = 1
 		}
 		if e.CeilBps < e.RateBps {
-			d.ErrorIn(e.File, Pos{e.Line, 1}, "hosts file: host %s: ceil %s is below rate %s", e.Name, FormatBits(e.CeilBps), FormatBits(e.RateBps))
+			d.ErrorIn(e.File, Pos{e.Line, 1}, "hosts file: host %s: ceil %s is below rate %s", e.Name, e.CeilBps.String(), e.RateBps.String())
 		}
 	}
 }

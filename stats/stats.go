@@ -419,8 +419,8 @@ func (s *Sample) WriteText(w io.Writer) {
 			pw := tabwriter.NewWriter(w, 2, 4, 2, ' ', tabwriter.AlignRight)
 			fmt.Fprintln(pw, "POLICER\tGREEN\t\tYELLOW\t\tRED\t\t")
 			for _, p := range t.Policers {
-				fmt.Fprintf(pw, "%s\t%d\t%s\t%d\t%s\t%d\t%s\t\n", p.Class, p.Green.Packets, bytesHuman(p.Green.Bytes),
-					p.Yellow.Packets, bytesHuman(p.Yellow.Bytes), p.Red.Packets, bytesHuman(p.Red.Bytes))
+				fmt.Fprintf(pw, "%s\t%d\t%s\t%d\t%s\t%d\t%s\t\n", p.Class, p.Green.Packets, units.Size(p.Green.Bytes),
+					p.Yellow.Packets, units.Size(p.Yellow.Bytes), p.Red.Packets, units.Size(p.Red.Bytes))
 			}
 			pw.Flush()
 		}
@@ -435,8 +435,8 @@ func (s *Sample) WriteText(w io.Writer) {
 				if c.Prio > 0 {
 					kind = "nonprod"
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%d\t\n", strings.Repeat("  ", c.Depth)+c.Name, human(float64(c.Rate)), human(float64(c.Ceil)), kind,
-					human(c.Measured), c.Packets, bytesHuman(c.Bytes), c.Drops)
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%d\t\n", strings.Repeat("  ", c.Depth)+c.Name, configured(c.Rate), configured(c.Ceil), kind,
+					units.Bits(c.Measured), c.Packets, units.Size(c.Bytes), c.Drops)
 			}
 			tw.Flush()
 			writeDelays(w, t.Delays)
@@ -451,8 +451,8 @@ func (s *Sample) WriteText(w io.Writer) {
 				prio = "-"
 			}
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%d\t%d\t%s\t%d\t\n", name, c.ID,
-				human(float64(c.Rate)), human(float64(c.Ceil)), prio, human(c.Measured),
-				c.Packets, bytesHuman(c.Bytes), c.Drops, c.Overlimits, bytesHuman(uint64(c.Backlog)), c.Borrowed)
+				configured(c.Rate), configured(c.Ceil), prio, units.Bits(c.Measured),
+				c.Packets, units.Size(c.Bytes), c.Drops, c.Overlimits, units.Size(uint64(c.Backlog)), c.Borrowed)
 		}
 		tw.Flush()
 		writeSharing(w, t.Sharing)
@@ -472,7 +472,7 @@ func writeSharing(w io.Writer, ss []*Share) {
 		if sh.Owner != "" {
 			name = sh.Owner + "/" + name
 		}
-		demand := human(sh.Demand)
+		demand := units.Bits(sh.Demand)
 		if sh.Hungry {
 			demand += " (held back)"
 		}
@@ -481,35 +481,15 @@ func writeSharing(w io.Writer, ss []*Share) {
 		case sh.Prod:
 			name, limit = name+" (prod)", "never"
 		case sh.Applied && sh.Assured:
-			limit = human(sh.Limit) + " (rate)"
+			limit = units.Bits(sh.Limit) + " (rate)"
 		case sh.Applied:
-			limit = human(sh.Limit) + " (ceil)"
+			limit = units.Bits(sh.Limit) + " (ceil)"
 		}
-		fmt.Fprintf(tw, "%s\t%.4g\t%s\t%s\t%s\t%s\t\n", name, sh.Weight, human(sh.Usage), demand, human(sh.Share), limit)
+		fmt.Fprintf(tw, "%s\t%.4g\t%s\t%s\t%s\t%s\t\n", name, sh.Weight, units.Bits(sh.Usage), demand, units.Bits(sh.Share), limit)
 	}
 	tw.Flush()
 }
 
-func human(bps float64) string {
-	switch {
-	case bps >= 1e9:
-		return fmt.Sprintf("%.2fgbit", bps/1e9)
-	case bps >= 1e6:
-		return fmt.Sprintf("%.2fmbit", bps/1e6)
-	case bps >= 1e3:
-		return fmt.Sprintf("%.1fkbit", bps/1e3)
-	}
-	return fmt.Sprintf("%.0fbit", bps)
-}
-
-func bytesHuman(b uint64) string {
-	switch {
-	case b >= 1<<30:
-		return fmt.Sprintf("%.1fG", float64(b)/(1<<30))
-	case b >= 1<<20:
-		return fmt.Sprintf("%.1fM", float64(b)/(1<<20))
-	case b >= 1<<10:
-		return fmt.Sprintf("%.1fK", float64(b)/(1<<10))
-	}
-	return fmt.Sprintf("%dB", b)
-}
+// configured writes a class's configured rate (bits per second) as a
+// policy spells it.
+func configured(bits uint64) string { return units.FromBits(float64(bits)).String() }

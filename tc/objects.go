@@ -285,7 +285,7 @@ func (c *Class) Describe() string {
 
 func (c *Class) optionString() string {
 	return fmt.Sprintf("rate %s ceil %s burst %db cburst %db prio %d quantum %d",
-		FormatRate(c.Rate), FormatRate(c.Ceil), c.Burst, c.Cburst, c.Prio, c.Quantum)
+		c.Rate.TC(), c.Ceil.TC(), c.Burst, c.Cburst, c.Prio, c.Quantum)
 }
 
 // Filter is a classifier instance or one of its elements. For u32 the
@@ -437,20 +437,4 @@ func parentWordFilter(p Handle) string {
 		return "ingress"
 	}
 	return "parent " + p.String()
-}
-
-// FormatRate writes bytes/s as the largest exact tc bit unit.
-func FormatRate(r units.Rate) string {
-	bits := r.Bits()
-	switch {
-	case bits == 0:
-		return "0bit"
-	case bits%1e9 == 0:
-		return fmt.Sprintf("%dgbit", bits/1e9)
-	case bits%1e6 == 0:
-		return fmt.Sprintf("%dmbit", bits/1e6)
-	case bits%1e3 == 0:
-		return fmt.Sprintf("%dkbit", bits/1e3)
-	}
-	return fmt.Sprintf("%dbit", bits)
 }

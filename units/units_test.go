@@ -29,3 +29,48 @@ func TestConversions(t *testing.T) {
 		t.Error("a zero interval has no rate")
 	}
 }
+
+// Each of the three ways to write a rate, and sizes, in one table: the
+// configured (String), the exact (TC) and the measured (Bits).
+func TestFormats(t *testing.T) {
+	for _, tt := range []struct {
+		r          Rate
+		str, exact string
+	}{
+		{0, "0bit", "0bit"},
+		{FromBits(999), "992bit", "992bit"}, // 124 bytes/s: whole bytes
+		{FromBits(19e6), "19mbit", "19mbit"},
+		{FromBits(1.5e9), "1.5gbit", "1500mbit"},
+		{FromBits(156_250), "156.2kbit", "156248bit"}, // whole bytes again
+		{FromBits(19_950_008), "19.95mbit", "19950008bit"},
+		{FromBits(8e15), "8pbit", "8000000gbit"},
+	} {
+		if got := tt.r.String(); got != tt.str {
+			t.Errorf("Rate(%d).String() = %q; want %q", tt.r, got, tt.str)
+		}
+		if got := tt.r.TC(); got != tt.exact {
+			t.Errorf("Rate(%d).TC() = %q; want %q", tt.r, got, tt.exact)
+		}
+	}
+	for _, tt := range []struct {
+		bps  float64
+		want string
+	}{
+		{0, "0 bit/s"}, {999, "999 bit/s"}, {1000, "1.0 kbit/s"}, {40_200, "40.2 kbit/s"},
+		{19.95e6, "19.95 Mbit/s"}, {1e9, "1.00 Gbit/s"}, {40e9, "40.00 Gbit/s"},
+	} {
+		if got := Bits(tt.bps); got != tt.want {
+			t.Errorf("Bits(%g) = %q; want %q", tt.bps, got, tt.want)
+		}
+	}
+	for _, tt := range []struct {
+		b    uint64
+		want string
+	}{
+		{0, "0B"}, {1023, "1023B"}, {1024, "1.0K"}, {70_000, "68.4K"}, {1 << 20, "1.0M"}, {3 << 30, "3.0G"},
+	} {
+		if got := Size(tt.b); got != tt.want {
+			t.Errorf("Size(%d) = %q; want %q", tt.b, got, tt.want)
+		}
+	}
+}

@@ -124,7 +124,7 @@ func measure(conn *tc.Conn, ns string, mbit float64, cfg string, secs int) point
 	run("tc", "-n", ns, "qdisc", "del", "dev", "veth0", "root")
 	must("tc", "-n", ns, "qdisc", "add", "dev", "veth0", "root", "handle", "1:", "htb", "default", "10")
 	args := []string{"tc", "-n", ns, "class", "add", "dev", "veth0", "parent", "1:", "classid", "1:10", "htb",
-		"rate", tc.FormatRate(rate), "ceil", tc.FormatRate(rate)}
+		"rate", rate.TC(), "ceil", rate.TC()}
 	if cfg == "sluice" || strings.HasPrefix(cfg, "burst=") {
 		p.Burst, p.Quantum = plan.BurstFor(rate), plan.QuantumFor(rate, rate, plan.LeafFIFO)
 		if ms, ok := strings.CutPrefix(cfg, "burst="); ok { // the burst study: another burst time
@@ -229,7 +229,7 @@ func rewriteTable(path string, points []point, secs int) error {
 			warn = " (kernel warns)"
 		}
 		fmt.Fprintf(&t, "| %s | %d B, %d B%s | %.4f | %.3f | %.3f | %d B, %d B | %.4f | **%.3f** | %.3f |\n",
-			tc.FormatRate(units.FromBits(d.RateMbit*1e6)), d.Burst, d.Quantum, warn, d.Goodput, d.Goodput/headerCeiling, d.Wire,
+			units.FromBits(d.RateMbit*1e6).TC(), d.Burst, d.Quantum, warn, d.Goodput, d.Goodput/headerCeiling, d.Wire,
 			s.Burst, s.Quantum, s.Goodput, s.Goodput/headerCeiling, s.Wire)
 	}
 	t.WriteString(endMark)
@@ -286,7 +286,7 @@ func burstStudy(conn *tc.Conn, ns, rates, bursts string, runs, secs int, out, md
 				below++
 			}
 		}
-		fmt.Fprintf(&t, "| %s | %g ms (%d B) | %.4f | %.4f | %.4f | %d of %d |\n", tc.FormatRate(units.FromBits(c.RateMbit*1e6)),
+		fmt.Fprintf(&t, "| %s | %g ms (%d B) | %.4f | %.4f | %.4f | %d of %d |\n", units.FromBits(c.RateMbit*1e6).TC(),
 			c.BurstMs, c.Burst, g[0], g[len(g)/10], g[len(g)/2], below, len(g))
 	}
 	t.WriteString(burstEnd)

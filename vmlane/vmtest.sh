@@ -12,7 +12,7 @@
 #
 # Environment: VM_CACHE (default /var/lib/sluice-vm: kernels and the
 # virtme-ng venv; never /boot, never the host's initramfs), VM_TIMEOUT
-# (seconds for the whole guest run, default 2700: the 6.1 lane under TCG takes about 28 minutes), VM_CPUS (2), VM_MEM
+# (seconds for the whole guest run, default 2700: the 6.1 lane under TCG takes about 28 minutes, building included), VM_CPUS (2), VM_MEM
 # (4G), VM_KVM (auto | 0 | 1), VM_SUITES (which suites the guest runs,
 # see vmlane/vmtest-guest.sh), VM_E2E_RUN (a -test.run regexp narrowing
 # the lane's end-to-end tests, to rerun one), VM_RUN_ONLY (a command to run in the

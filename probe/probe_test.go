@@ -1,0 +1,161 @@
+package probe
+
+import (
+	"context"
+	"net/netip"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"sluice/lab"
+	"sluice/testutil"
+)
+
+// collect runs a prober opened in ns for d and returns what it heard.
+func collect(t *testing.T, ns string, cfg Config, d time.Duration) (replies []Reply, lost []netip.Addr) {
+	t.Helper()
+	var p *Prober
+	if err := lab.InNetns(ns, func() (err error) { p, err = Open(cfg); return err }); err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	err := p.Run(ctx, func(r Reply) { replies = append(replies, r) }, func(to netip.Addr, _ time.Time) { lost = append(lost, to) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	return replies, lost
+}
+
+// Echo and timestamp requests to a live host come back, each matched to
+// its request: at 20 Hz for a second, twenty answers; a timestamp reply
+// gives each way's delay, which on one machine (one clock) add up to
+// the round trip, to the millisecond.
+func TestRepliesFromALiveHost(t *testing.T) {
+	testutil.RequireRoot(t)
+	p := testutil.NewPair(t)
+	b := netip.MustParseAddr(testutil.AddrB)
+	for _, ts := range []bool{false, true} {
+		replies, lost := collect(t, p.A, Config{Reflectors: []netip.Addr{b}, Interval: 50 * time.Millisecond, Timestamp: ts}, time.Second)
+		if len(replies) < 18 || len(replies) > 21 || len(lost) > 0 {
+			t.Errorf("timestamp %v: %d replies, %d lost in a second at 20 Hz; want about 20 and none lost", ts, len(replies), len(lost))
+		}
+		for _, r := range replies {
+			if r.Reflector != b || r.RTT <= 0 || r.RTT > 50*time.Millisecond || r.Timestamp != ts {
+				t.Fatalf("timestamp %v: reply %+v", ts, r)
+			}
+			if ts && (r.Up < -time.Millisecond || r.Down < -time.Millisecond || r.Up+r.Down > r.RTT+2*time.Millisecond) {
+				t.Errorf("one clock: up %v + down %v against a round trip of %v", r.Up, r.Down, r.RTT)
+			}
+		}
+	}
+}
+
+// A reflector that does not answer is reported lost, once per request,
+// after the timeout; the live one beside it keeps answering, every reply
+// matched to it.
+func TestSilentReflectorIsLost(t *testing.T) {
+	testutil.RequireRoot(t)
+	p := testutil.NewPair(t)
+	live, dead := netip.MustParseAddr(testutil.AddrB), netip.MustParseAddr("10.9.0.77")
+	replies, lost := collect(t, p.A, Config{Reflectors: []netip.Addr{live, dead}, Interval: 50 * time.Millisecond, Timeout: 300 * time.Millisecond}, 2*time.Second)
+	// One request to it every 100 ms; those of the last 300 ms were still
+	// in flight at the end (abandoned, not lost).
+	if len(lost) < 16 || len(lost) > 18 {
+		t.Errorf("%d requests to a silent host lost; want every one of the 17 sent 300 ms before the end", len(lost))
+	}
+	for _, a := range lost {
+		if a != dead {
+			t.Errorf("the live reflector %s counted lost", a)
+		}
+	}
+	if len(replies) < 18 {
+		t.Errorf("%d replies from the live one; want about 20", len(replies))
+	}
+}
+
+// ICMP timestamps are milliseconds of the UTC day: differences cross
+// midnight.
+func TestMidnight(t *testing.T) {
+	for _, tt := range []struct {
+		b, a uint32
+		want time.Duration
+	}{
+		{1000, 990, 10 * time.Millisecond},
+		{5, day - 5, 10 * time.Millisecond},
+		{day - 5, 5, -10 * time.Millisecond},
+	} {
+		if got := msDiff(tt.b, tt.a); got != tt.want {
+			t.Errorf("msDiff(%d, %d) = %v; want %v", tt.b, tt.a, got, tt.want)
+		}
+	}
+	if got := msOfDay(time.Date(2026, 1, 1, 23, 59, 59, 999e6, time.UTC)); got != day-1 {
+		t.Errorf("msOfDay(23:59:59.999) = %d", got)
+	}
+}
+
+func TestBadConfig(t *testing.T) {
+	for _, cfg := range []Config{
+		{Interval: time.Second},
+		{Reflectors: []netip.Addr{netip.MustParseAddr("::1")}, Interval: time.Second},
+		{Reflectors: []netip.Addr{netip.MustParseAddr("127.0.0.1")}},
+	} {
+		if p, err := Open(cfg); err == nil {
+			p.Close()
+			t.Errorf("Open(%+v) opened", cfg)
+		}
+	}
+}
+
+// Without CAP_NET_RAW (an unprivileged agent) the prober falls back to
+// a ping socket where the namespace's ping_group_range allows it: echo
+// works, timestamps are refused with a reason. The test runs itself
+// again with the capability dropped from its bounding set.
+func TestPingSocketWithoutRawCapability(t *testing.T) {
+	if os.Getenv("SLUICE_PROBE_HELPER") == "1" {
+		unprivileged(t)
+		return
+	}
+	testutil.RequireRoot(t)
+	if _, err := exec.LookPath("setpriv"); err != nil {
+		t.Skip("no setpriv (util-linux)")
+	}
+	p := testutil.NewPair(t)
+	testutil.NS(t, p.A, "sysctl", "-qw", "net.ipv4.ping_group_range=0 0")
+	cmd := exec.Command("ip", "netns", "exec", p.A, "setpriv", "--bounding-set", "-net_raw", os.Args[0],
+		"-test.run", "^TestPingSocketWithoutRawCapability$", "-test.v")
+	cmd.Env = append(os.Environ(), "SLUICE_PROBE_HELPER=1")
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "ping socket: ") {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	t.Logf("%s", out)
+}
+
+func unprivileged(t *testing.T) {
+	b := netip.MustParseAddr(testutil.AddrB)
+	if _, err := Open(Config{Reflectors: []netip.Addr{b}, Interval: 50 * time.Millisecond, Timestamp: true}); err == nil || !strings.Contains(err.Error(), "raw ICMP socket") {
+		t.Fatalf("timestamps without a raw socket: %v", err)
+	}
+	p, err := Open(Config{Reflectors: []netip.Addr{b}, Interval: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if p.Raw() {
+		t.Fatal("a raw socket without CAP_NET_RAW")
+	}
+	var replies []Reply
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if err := p.Run(ctx, func(r Reply) { replies = append(replies, r) }, func(netip.Addr, time.Time) {}); err != nil {
+		t.Fatal(err)
+	}
+	if len(replies) < 18 {
+		t.Fatalf("%d echo replies on a ping socket in a second at 20 Hz", len(replies))
+	}
+	t.Logf("ping socket: %d replies, round trip %v", len(replies), replies[0].RTT)
+}

@@ -2,7 +2,7 @@
 GO  ?= go
 BIN := bin/sluice
 
-.PHONY: build deps demo test test-host unit fuzz soak lint vmtest vmtest-all bpf bpf-check bench bench-utilization bench-classify bench-apply bench-agent bench-edt bench-edt-lane clean install deb
+.PHONY: build deps demo test test-host unit fuzz soak lint vmtest vmtest-all bpf bpf-check bench bench-utilization bench-classify bench-apply bench-agent bench-edt bench-edt-lane bench-probe clean install deb
 
 # The version `sluice version` and sluice_build_info say: the commit
 # (go's own VCS stamp is off where GOFLAGS has -buildvcs=false).
@@ -116,7 +116,7 @@ bpf:
 bpf-check: bpf
 	@git diff --exit-code --stat -- bpf/ || { echo "bpf/: committed objects are stale; run make bpf and commit"; exit 1; }
 
-bench: bench-utilization bench-classify bench-apply bench-agent bench-edt
+bench: bench-utilization bench-classify bench-apply bench-agent bench-edt bench-probe
 
 bench-utilization:
 	$(GO) run ./bench/utilization
@@ -129,6 +129,9 @@ bench-apply:
 
 bench-agent:
 	$(GO) run ./bench/agent
+
+bench-probe:
+	$(GO) run ./bench/probe
 
 # The EDT backend beside HTB's classifier: per-packet cost, and what an
 # apply does beyond its qdiscs (this host has no fq; the lane runs the

@@ -3,10 +3,11 @@
 // give the round trip, timestamp requests the delay each way (with the
 // two clocks' offset in both, which a baseline takes out).
 //
-// One goroutine sends to the reflectors in turn and reads the replies
-// between sends, on one socket: a raw socket when the process may open
-// one (root, or CAP_NET_RAW), else an unprivileged ping socket (echo
-// only: the kernel lets such sockets send nothing else).
+// One goroutine sends to the reflectors in turn and, once per send,
+// reads the replies the kernel stamped on arrival, on one socket: a raw
+// socket when the process may open one (root, or CAP_NET_RAW), else an
+// unprivileged ping socket (echo only: the kernel lets such sockets send
+// nothing else).
 package probe
 
 import (
@@ -15,14 +16,16 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"net"
 	"net/netip"
 	"os"
 	"time"
 
-	"golang.org/x/net/icmp"
 	"golang.org/x/net/ipv4"
+	"golang.org/x/sys/unix"
 )
+
+// native is the byte order of the kernel's control messages.
+var native = binary.NativeEndian
 
 // ICMP types of the timestamp exchange (RFC 792), which x/net names not.
 const (
@@ -60,12 +63,14 @@ type Reply struct {
 // goroutine.
 type Prober struct {
 	cfg     Config
-	conn    *icmp.PacketConn
+	fd      int
 	raw     bool
 	id      int
 	seq     int
 	next    int // the reflector to ping next
 	pending map[int]pending
+	buf     []byte
+	oob     []byte
 }
 
 type pending struct {
@@ -90,22 +95,37 @@ func Open(cfg Config) (*Prober, error) {
 	if cfg.Timeout == 0 {
 		cfg.Timeout = time.Second
 	}
-	p := &Prober{cfg: cfg, id: os.Getpid()&0x7fff ^ rand.IntN(0x7fff), pending: map[int]pending{}}
-	c, err := icmp.ListenPacket("ip4:icmp", "0.0.0.0")
+	p := &Prober{cfg: cfg, id: os.Getpid()&0x7fff ^ rand.IntN(0x7fff), pending: map[int]pending{},
+		buf: make([]byte, 1500), oob: make([]byte, 128)}
+	const flags = unix.SOCK_NONBLOCK | unix.SOCK_CLOEXEC
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_RAW|flags, unix.IPPROTO_ICMP)
 	if err == nil {
-		p.conn, p.raw = c, true
-		return p, nil
+		p.fd, p.raw = fd, true
+		// Only the two reply types reach the socket, not every ICMP
+		// message of the host.
+		mask := ^uint32(1<<ipv4.ICMPTypeEchoReply | 1<<typeTimestampReply)
+		if err := unix.SetsockoptInt(fd, unix.SOL_RAW, unix.ICMP_FILTER, int(int32(mask))); err != nil {
+			unix.Close(fd)
+			return nil, fmt.Errorf("probe: filter ICMP types: %w", err)
+		}
+	} else {
+		if cfg.Timestamp {
+			return nil, fmt.Errorf("probe: timestamps need a raw ICMP socket (root or CAP_NET_RAW): %w", err)
+		}
+		// A ping socket: the kernel sets the id to the socket's and checks
+		// replies against it (net.ipv4.ping_group_range must allow us).
+		ufd, uerr := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|flags, unix.IPPROTO_ICMP)
+		if uerr != nil {
+			return nil, fmt.Errorf("probe: no ICMP socket: raw: %v; ping socket: %w", err, uerr)
+		}
+		p.fd = ufd
 	}
-	if cfg.Timestamp {
-		return nil, fmt.Errorf("probe: timestamps need a raw ICMP socket (root or CAP_NET_RAW): %w", err)
+	// The kernel stamps each reply as it arrives: the prober need not
+	// wake for each one, only to send (20 times a second, not 40).
+	if err := unix.SetsockoptInt(p.fd, unix.SOL_SOCKET, unix.SO_TIMESTAMPNS, 1); err != nil {
+		unix.Close(p.fd)
+		return nil, fmt.Errorf("probe: receive timestamps: %w", err)
 	}
-	// A ping socket: the kernel sets the id to the socket's and checks
-	// replies against it (net.ipv4.ping_group_range must allow us).
-	c, uerr := icmp.ListenPacket("udp4", "0.0.0.0")
-	if uerr != nil {
-		return nil, fmt.Errorf("probe: no ICMP socket: raw: %v; ping socket: %w", err, uerr)
-	}
-	p.conn = c
 	return p, nil
 }
 
@@ -113,79 +133,92 @@ func Open(cfg Config) (*Prober, error) {
 func (p *Prober) Raw() bool { return p.raw }
 
 // Close closes the socket.
-func (p *Prober) Close() error { return p.conn.Close() }
+func (p *Prober) Close() error { return unix.Close(p.fd) }
 
 // Run pings until ctx ends, calling reply for each answer and lost for
-// each request unanswered within Timeout, from this goroutine. It
+// each request unanswered within Timeout, from this goroutine. It wakes
+// once per Interval: it reads the replies queued (stamped by the kernel
+// on arrival), counts what expired, and sends the next request. It
 // returns nil when ctx ends, an error when the socket fails.
 func (p *Prober) Run(ctx context.Context, reply func(Reply), lost func(to netip.Addr, sent time.Time)) error {
-	buf := make([]byte, 1500)
+	timer := time.NewTimer(0)
+	defer timer.Stop()
 	next := time.Now()
-	for ctx.Err() == nil {
+	for {
+		select {
+		case <-ctx.Done():
+			// What is still in flight is abandoned, not lost.
+			return p.drain(reply)
+		case <-timer.C:
+		}
+		if err := p.drain(reply); err != nil {
+			return err
+		}
 		now := time.Now()
-		if !now.Before(next) {
-			if err := p.send(now); err != nil {
-				return err
-			}
-			next = next.Add(p.cfg.Interval)
-			if next.Before(now) { // a stall (a suspended machine): no burst after it
-				next = now.Add(p.cfg.Interval)
-			}
-			p.expire(now, lost)
+		p.expire(now, lost)
+		p.send(now)
+		next = next.Add(p.cfg.Interval)
+		if !next.After(now) { // a stall (a suspended machine): no burst after it
+			next = now.Add(p.cfg.Interval)
 		}
-		// Until the next send, or sooner when ctx ends: read.
-		wake := next
-		if d, ok := ctx.Deadline(); ok && d.Before(wake) {
-			wake = d
+		timer.Reset(next.Sub(now))
+	}
+}
+
+// drain reads every reply queued.
+func (p *Prober) drain(reply func(Reply)) error {
+	for {
+		n, oobn, _, from, err := unix.Recvmsg(p.fd, p.buf, p.oob, unix.MSG_DONTWAIT)
+		if err == unix.EAGAIN || err == unix.EINTR {
+			return nil
 		}
-		p.conn.SetReadDeadline(wake)
-		n, from, err := p.conn.ReadFrom(buf)
 		if err != nil {
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				continue
-			}
-			if ctx.Err() != nil {
-				break
-			}
 			return fmt.Errorf("probe: read: %w", err)
 		}
-		if r, ok := p.parse(buf[:n], from, time.Now()); ok {
+		at := time.Now()
+		if cms, err := unix.ParseSocketControlMessage(p.oob[:oobn]); err == nil {
+			for _, cm := range cms {
+				if cm.Header.Level == unix.SOL_SOCKET && cm.Header.Type == unix.SCM_TIMESTAMPNS && len(cm.Data) >= 16 {
+					at = time.Unix(int64(native.Uint64(cm.Data)), int64(native.Uint64(cm.Data[8:])))
+				}
+			}
+		}
+		b := p.buf[:n]
+		if p.raw { // a raw socket's read starts with the IP header
+			if len(b) < 20 || len(b) < int(b[0]&0x0f)*4 {
+				continue
+			}
+			b = b[int(b[0]&0x0f)*4:]
+		}
+		sa, ok := from.(*unix.SockaddrInet4)
+		if !ok {
+			continue
+		}
+		if r, ok := p.parse(b, netip.AddrFrom4(sa.Addr), at); ok {
 			reply(r)
 		}
 	}
-	// What is still in flight is abandoned, not lost.
-	return nil
 }
 
-func (p *Prober) send(now time.Time) error {
+func (p *Prober) send(now time.Time) {
 	to := p.cfg.Reflectors[p.next]
 	p.next = (p.next + 1) % len(p.cfg.Reflectors)
 	p.seq = (p.seq + 1) & 0xffff
-	var b []byte
+	b := make([]byte, 20)
+	b[0] = byte(ipv4.ICMPTypeEcho)
+	binary.BigEndian.PutUint16(b[4:], uint16(p.id))
+	binary.BigEndian.PutUint16(b[6:], uint16(p.seq))
 	if p.cfg.Timestamp {
-		b = make([]byte, 20)
 		b[0] = typeTimestamp
-		binary.BigEndian.PutUint16(b[4:], uint16(p.id))
-		binary.BigEndian.PutUint16(b[6:], uint16(p.seq))
 		binary.BigEndian.PutUint32(b[8:], msOfDay(now))
-		binary.BigEndian.PutUint16(b[2:], checksum(b))
-	} else {
-		var err error
-		m := icmp.Message{Type: ipv4.ICMPTypeEcho, Body: &icmp.Echo{ID: p.id, Seq: p.seq, Data: make([]byte, 8)}}
-		if b, err = m.Marshal(nil); err != nil {
-			return err
-		}
 	}
-	var dst net.Addr = &net.IPAddr{IP: to.AsSlice()}
-	if !p.raw {
-		dst = &net.UDPAddr{IP: to.AsSlice()}
+	if p.raw { // a ping socket's checksum is the kernel's
+		binary.BigEndian.PutUint16(b[2:], checksum(b))
 	}
 	p.pending[p.seq] = pending{to: to, sent: now}
 	// A request that cannot leave (no route, a link down) is lost as one
 	// unanswered is: the caller hears of it when it expires.
-	p.conn.WriteTo(b, dst)
-	return nil
+	unix.Sendto(p.fd, b, 0, &unix.SockaddrInet4{Addr: to.As4()})
 }
 
 // expire reports the requests older than Timeout as lost.
@@ -199,7 +232,7 @@ func (p *Prober) expire(now time.Time, lost func(netip.Addr, time.Time)) {
 }
 
 // parse matches a reply to its request.
-func (p *Prober) parse(b []byte, from net.Addr, at time.Time) (Reply, bool) {
+func (p *Prober) parse(b []byte, from netip.Addr, at time.Time) (Reply, bool) {
 	if len(b) < 8 {
 		return Reply{}, false
 	}
@@ -208,7 +241,7 @@ func (p *Prober) parse(b []byte, from net.Addr, at time.Time) (Reply, bool) {
 		return Reply{}, false
 	}
 	q, ok := p.pending[seq]
-	if !ok || !sameAddr(from, q.to) {
+	if !ok || from != q.to {
 		return Reply{}, false
 	}
 	r := Reply{Reflector: q.to, Sent: q.sent, At: at, RTT: at.Sub(q.sent)}
@@ -228,18 +261,6 @@ func (p *Prober) parse(b []byte, from net.Addr, at time.Time) (Reply, bool) {
 	}
 	delete(p.pending, seq)
 	return r, true
-}
-
-func sameAddr(a net.Addr, want netip.Addr) bool {
-	var ip net.IP
-	switch a := a.(type) {
-	case *net.IPAddr:
-		ip = a.IP
-	case *net.UDPAddr:
-		ip = a.IP
-	}
-	got, ok := netip.AddrFromSlice(ip)
-	return ok && got.Unmap() == want
 }
 
 const day = 24 * 60 * 60 * 1000

@@ -1043,3 +1043,60 @@ func TestEmulatedAloneExcuse(t *testing.T) {
 		})
 	}
 }
+
+// A variable link: a phase sets the modem's rate, the traffic follows
+// it (20 -> 5 -> 20 Mbit/s, unshaped), the report says the rate of each
+// phase, and the next variant starts from the topology's rate again.
+func TestModemRateChangesByPhase(t *testing.T) {
+	testutil.RequireRoot(t)
+	src := `name: variable
+topology:
+  clients: 1
+  modem: {down: 20mbit, buffer: 50ms}
+variants:
+  - name: first
+  - name: second
+settle: 1500ms
+phases:
+  - {name: fast, duration: 4s}
+  - {name: slow, duration: 4s, modem: {down: 5mbit}}
+  - {name: back, duration: 4s}
+traffic:
+  - {name: bulk, type: tcp, from: server, to: client1, cc: cubic}
+expect:
+  - "first/fast: link goodput >= 17mbit"
+  - "first/slow: link goodput >= 4mbit"
+  - "first/slow: link goodput < 5.3mbit"
+  - "first/back: link goodput >= 17mbit"
+  - "second/fast: link goodput >= 17mbit"
+`
+	dir := t.TempDir()
+	file := filepath.Join(dir, "variable.yaml")
+	os.WriteFile(file, []byte(src), 0o644)
+	r := sluice(t, "lab", "run", file, "--out", dir, "--name", strings.TrimPrefix(testutil.Unique("vr"), testutil.Prefix))
+	if r.code != 0 {
+		t.Fatalf("exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
+	var rep struct {
+		Results []struct {
+			Phases []struct {
+				Name  string             `json:"name"`
+				Modem map[string]float64 `json:"modem_bps"`
+			} `json:"phases"`
+		} `json:"results"`
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "report.json"))
+	if err != nil || json.Unmarshal(b, &rep) != nil || len(rep.Results) != 2 {
+		t.Fatalf("report.json: %v\n%s", err, b)
+	}
+	for i, want := range []float64{20e6, 5e6, 20e6} {
+		if got := rep.Results[0].Phases[i].Modem["down"]; got != want {
+			t.Errorf("phase %s: modem down %g in the report; want %g", rep.Results[0].Phases[i].Name, got, want)
+		}
+	}
+	// Only a rate the topology's modem has can change.
+	os.WriteFile(file, []byte(strings.Replace(src, "modem: {down: 5mbit}", "modem: {up: 5mbit}", 1)), 0o644)
+	if r := sluice(t, "lab", "run", file); r.code != 2 || !strings.Contains(r.stderr, "phase slow: modem up 5mbit: the topology's modem has no up rate to change") {
+		t.Errorf("a phase changing a rate the modem lacks: exit %d %s", r.code, r.stderr)
+	}
+}

@@ -111,6 +111,9 @@ type PhaseResult struct {
 	HostsFairness float64               `json:"hosts_fairness"`
 	FlowsFairness float64               `json:"flows_fairness"`
 	Total         float64               `json:"goodput_bps"`
+	// Modem is the modem's line rate per direction ("up", "down") in the
+	// phase, bits per second, where the scenario changes it.
+	Modem map[string]float64 `json:"modem_bps,omitempty"`
 	// Policers are the router's BPF policers' verdicts, by device/class.
 	Policers map[string]*PolicerStat `json:"policers,omitempty"`
 

@@ -383,10 +383,54 @@ func Run(ctx context.Context, b *Bed, s *Scenario, v Variant, opt Options) (*Res
 	logf("%s: running %s (%.0f s)", s.Name, v.Name, total.Seconds())
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	*t0p = time.Now()
 	var wg sync.WaitGroup
 	var errMu sync.Mutex
 	var firstErr error
+	// A variable link: the modem's rates change at each phase's start,
+	// the first phase's set before the traffic starts.
+	setModem := func(p Phase) error {
+		for _, dir := range []string{"up", "down"} {
+			if r := s.modemRate(p, dir); r != "" {
+				if err := b.SetModemRate(dir, r); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	}
+	if s.variableModem() {
+		if err := setModem(phases[0]); err != nil {
+			return nil, err
+		}
+		// The next variant, or a run after this one, starts from the
+		// topology's rates.
+		defer setModem(Phase{})
+	}
+	*t0p = time.Now()
+	if s.variableModem() {
+		var at time.Duration
+		for i, p := range phases {
+			if i > 0 {
+				wg.Add(1)
+				go func(at time.Duration, p Phase) {
+					defer wg.Done()
+					select {
+					case <-time.After(time.Until(t0p.Add(at))):
+					case <-ctx.Done():
+						return
+					}
+					if err := setModem(p); err != nil && ctx.Err() == nil {
+						errMu.Lock()
+						if firstErr == nil {
+							firstErr = err
+						}
+						errMu.Unlock()
+					}
+				}(at, p)
+			}
+			at += ds[i]
+		}
+	}
 	for _, j := range jobs {
 		for _, w := range j.win {
 			wg.Add(1)
@@ -500,7 +544,16 @@ func Run(ctx context.Context, b *Bed, s *Scenario, v Variant, opt Options) (*Res
 	}
 	var at time.Duration
 	for i, p := range phases {
-		r.Phases = append(r.Phases, r.summarize(p.Name, at.Seconds(), (at+ds[i]).Seconds(), settle.Seconds()))
+		ph := r.summarize(p.Name, at.Seconds(), (at + ds[i]).Seconds(), settle.Seconds())
+		if s.variableModem() {
+			ph.Modem = map[string]float64{}
+			for _, dir := range []string{"up", "down"} {
+				if bps, err := parseRate(s.modemRate(p, dir)); err == nil {
+					ph.Modem[dir] = bps.BitsFloat()
+				}
+			}
+		}
+		r.Phases = append(r.Phases, ph)
 		at += ds[i]
 	}
 	return r, nil

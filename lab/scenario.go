@@ -65,6 +65,38 @@ type Variant struct {
 type Phase struct {
 	Name     string `yaml:"name"`
 	Duration string `yaml:"duration"`
+	// Modem sets the modem's line rates for the phase (a variable link:
+	// LTE, cable, satellite); a direction it leaves out, or a phase
+	// without it, has the topology's rate. Only a direction the
+	// topology's modem limits can change.
+	Modem *PhaseModem `yaml:"modem"`
+}
+
+// PhaseModem is a phase's modem rates, tc units.
+type PhaseModem struct {
+	Up   string `yaml:"up"`
+	Down string `yaml:"down"`
+}
+
+// modemRate is the modem's rate in direction dir ("up", "down") during
+// phase p: its own, or the topology's.
+func (s *Scenario) modemRate(p Phase, dir string) string {
+	if p.Modem != nil {
+		if r := map[string]string{"up": p.Modem.Up, "down": p.Modem.Down}[dir]; r != "" {
+			return r
+		}
+	}
+	return map[string]string{"up": s.Topology.Modem.Up, "down": s.Topology.Modem.Down}[dir]
+}
+
+// variableModem reports whether any phase changes the modem's rates.
+func (s *Scenario) variableModem() bool {
+	for _, p := range s.Phases {
+		if p.Modem != nil {
+			return true
+		}
+	}
+	return false
 }
 
 // Traffic is a generator or a probe.
@@ -267,6 +299,21 @@ func (s *Scenario) validate() error {
 	}
 	if _, _, _, err := s.phaseTimes(1); err != nil {
 		errs = append(errs, err.Error())
+	}
+	for _, p := range s.Phases {
+		if p.Modem == nil {
+			continue
+		}
+		for dir, r := range map[string]string{"up": p.Modem.Up, "down": p.Modem.Down} {
+			if r == "" {
+				continue
+			}
+			if s.modemRate(Phase{}, dir) == "" {
+				bad("phase %s: modem %s %s: the topology's modem has no %s rate to change", p.Name, dir, r, dir)
+			} else if _, err := parseRate(r); err != nil {
+				bad("phase %s: modem %s %q: %v", p.Name, dir, r, err)
+			}
+		}
 	}
 	phases := map[string]bool{}
 	for _, p := range s.Phases {

@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/vishvananda/netlink"
@@ -19,6 +20,7 @@ import (
 
 	"sluice/records"
 	"sluice/tc"
+	"sluice/units"
 )
 
 // Prefix starts the names of every namespace the lab creates, so that
@@ -111,6 +113,10 @@ type Bed struct {
 	Wire  string
 
 	delay *delayLine
+	// modemBursts is the largest bucket each direction of the modem has
+	// had (SetModemRate).
+	mu          sync.Mutex
+	modemBursts map[string]uint32
 }
 
 // Names of a bed's namespaces.
@@ -479,6 +485,92 @@ func defaultRoutes(h *netlink.Handle, dev string, gws ...netip.Addr) error {
 	return nil
 }
 
+// modemTbf is the modem's line toward dev at bps, its queue limit bytes.
+func modemTbf(dev string, bps units.Rate, burst, limit uint32, stab *tc.Stab) *tc.Qdisc {
+	return &tc.Qdisc{Dev: dev, Parent: tc.HandleRoot, Handle: tc.MakeHandle(1, 0), Kind: "tbf",
+		Tbf: &tc.Tbf{Rate: bps, Burst: burst, Limit: limit}, Stab: stab}
+}
+
+// modemBurst is the modem's bucket at bps: 10 ms. A tbf loses the tokens
+// beyond its bucket whenever its timer fires late, and under emulation
+// (the stock-kernel lane) or on a loaded machine that is often more than
+// a millisecond: with 1 ms the modem of 8.4mbit carried 7.8 Mbit/s while
+// the router's classes were busy, below the 8mbit shaper behind it; with
+// 10 ms, 8.2 to 8.6.
+func modemBurst(bps units.Rate) uint32 { return uint32(max(bps.BytesIn(10*time.Millisecond), 3028)) }
+
+// modemLimit is the modem's queue: buf at the topology's rate, in bytes,
+// which a variable link keeps when its rate changes (a modem's buffer is
+// memory: at a lower rate it holds more time, the bufferbloat a shaper
+// in front must keep out of).
+func modemLimit(bps units.Rate, buf time.Duration) uint32 {
+	return uint32(max(bps.BytesIn(buf), 3*1514))
+}
+
+// SetModemRate changes the modem's line rate in one direction (up:
+// toward the server; down: toward the router) while the bed runs, as a
+// variable link's capacity changes: the queue stays Buffer long at the
+// new rate. The direction must have a rate already.
+func (b *Bed) SetModemRate(dir, rate string) error {
+	dev, had := map[string]string{"up": "isp", "down": "router"}[dir], map[string]string{"up": b.Topo.Modem.Up, "down": b.Topo.Modem.Down}[dir]
+	if dev == "" {
+		return fmt.Errorf("modem direction %q: want up or down", dir)
+	}
+	if b.Modem == "" || had == "" {
+		return fmt.Errorf("the modem has no %s rate to change", dir)
+	}
+	bps, err := parseRate(rate)
+	if err != nil {
+		return fmt.Errorf("modem rate %q: %w", rate, err)
+	}
+	base, err := parseRate(had)
+	if err != nil {
+		return fmt.Errorf("modem rate %q: %w", had, err)
+	}
+	buf, err := b.Topo.Modem.buffer()
+	if err != nil {
+		return err
+	}
+	stab, err := b.Topo.Modem.stab()
+	if err != nil {
+		return err
+	}
+	// The bucket never shrinks: tbf sends a queued packet only when the
+	// bucket holds its length, and does not split what it queued before,
+	// so a packet (a GSO segment) queued under a larger bucket would wait
+	// forever (a bulk TCP flow stalled for good at 20 -> 5 Mbit/s with
+	// the bucket cut to 10 ms of the new rate, Linux 6.18; iproute2's
+	// `tc qdisc change` the same).
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.modemBursts == nil {
+		b.modemBursts = map[string]uint32{}
+	}
+	burst := max(b.modemBursts[dir], modemBurst(base), modemBurst(bps))
+	b.modemBursts[dir] = burst
+	c, err := tc.Open(b.Modem)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	if err := c.QdiscChange(modemTbf(dev, bps, burst, modemLimit(base, buf), stab)); err != nil {
+		return fmt.Errorf("modem tbf on %s to %s: %w", dev, rate, err)
+	}
+	return nil
+}
+
+// buffer is the modem's queue, as time at its rate.
+func (m Modem) buffer() (time.Duration, error) {
+	if m.Buffer == "" {
+		return 200 * time.Millisecond, nil
+	}
+	d, err := time.ParseDuration(m.Buffer)
+	if err != nil || d <= 0 {
+		return 0, fmt.Errorf("modem buffer %q: want a duration like 200ms", m.Buffer)
+	}
+	return d, nil
+}
+
 // modem emulates the link between the router and the server in the
 // modem's namespace: a tbf on its device toward the router (downlink) and
 // on its device toward the server (uplink), each with a queue of Buffer
@@ -489,13 +581,9 @@ func (b *Bed) modem(m Modem, im impairment) error {
 	if b.Modem == "" {
 		return nil
 	}
-	buf := 200 * time.Millisecond
-	if m.Buffer != "" {
-		d, err := time.ParseDuration(m.Buffer)
-		if err != nil || d <= 0 {
-			return fmt.Errorf("modem buffer %q: want a duration like 200ms", m.Buffer)
-		}
-		buf = d
+	buf, err := m.buffer()
+	if err != nil {
+		return err
 	}
 	stab, err := m.stab()
 	if err != nil {
@@ -517,17 +605,7 @@ func (b *Bed) modem(m Modem, im impairment) error {
 			if err != nil {
 				return fmt.Errorf("modem rate %q: %w", rate, err)
 			}
-			// A 10 ms bucket: a tbf loses the tokens beyond its bucket
-			// whenever its timer fires late, and under emulation (the
-			// stock-kernel lane) or on a loaded machine that is often
-			// more than a millisecond: with 1 ms the modem of 8.4mbit
-			// carried 7.8 Mbit/s while the router's classes were busy,
-			// below the 8mbit shaper behind it; with 10 ms, 8.2 to 8.6.
-			burst := uint32(max(bps.BytesIn(10*time.Millisecond), 3028))
-			q := &tc.Qdisc{Dev: dev, Parent: tc.HandleRoot, Handle: tc.MakeHandle(1, 0), Kind: "tbf",
-				Tbf:  &tc.Tbf{Rate: bps, Burst: burst, Limit: uint32(max(bps.BytesIn(buf), 3*1514))},
-				Stab: stab}
-			if err := c.QdiscAdd(q, false); err != nil {
+			if err := c.QdiscAdd(modemTbf(dev, bps, modemBurst(bps), modemLimit(bps, buf), stab), false); err != nil {
 				return fmt.Errorf("modem tbf on %s: %w", dev, err)
 			}
 			parent = netlink.MakeHandle(1, 1)

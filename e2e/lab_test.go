@@ -313,10 +313,7 @@ variants:
 phases: [{name: run, duration: 2s}]
 traffic: [{name: bulk, type: tcp, from: client1, to: server, cc: cubic}]
 `
-	dir := t.TempDir()
-	file := filepath.Join(dir, "m.yaml")
-	os.WriteFile(file, []byte(src), 0o644)
-	r := sluice(t, "lab", "run", file, "--out", dir, "--name", strings.TrimPrefix(testutil.Unique("m"), testutil.Prefix))
+	_, _, r := labRunFile(t, "m", src)
 	if r.code != 0 {
 		t.Fatalf("exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
@@ -1070,10 +1067,7 @@ expect:
   - "first/back: link goodput >= 17mbit"
   - "second/fast: link goodput >= 17mbit"
 `
-	dir := t.TempDir()
-	file := filepath.Join(dir, "variable.yaml")
-	os.WriteFile(file, []byte(src), 0o644)
-	r := sluice(t, "lab", "run", file, "--out", dir, "--name", strings.TrimPrefix(testutil.Unique("vr"), testutil.Prefix))
+	dir, file, r := labRunFile(t, "vr", src)
 	if r.code != 0 {
 		t.Fatalf("exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
 	}
@@ -1099,4 +1093,16 @@ expect:
 	if r := sluice(t, "lab", "run", file); r.code != 2 || !strings.Contains(r.stderr, "phase slow: modem up 5mbit: the topology's modem has no up rate to change") {
 		t.Errorf("a phase changing a rate the modem lacks: exit %d %s", r.code, r.stderr)
 	}
+}
+
+// labRunFile writes a scenario to a file of its own and runs it with
+// its report beside it, on a bed named after tag.
+func labRunFile(t *testing.T, tag, src string) (dir, file string, r result) {
+	t.Helper()
+	dir = t.TempDir()
+	file = filepath.Join(dir, tag+".yaml")
+	if err := os.WriteFile(file, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir, file, sluice(t, "lab", "run", file, "--out", dir, "--name", strings.TrimPrefix(testutil.Unique(tag), testutil.Prefix))
 }

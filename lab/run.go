@@ -386,10 +386,17 @@ func Run(ctx context.Context, b *Bed, s *Scenario, v Variant, opt Options) (*Res
 	var wg sync.WaitGroup
 	var errMu sync.Mutex
 	var firstErr error
+	fail := func(err error) {
+		errMu.Lock()
+		defer errMu.Unlock()
+		if firstErr == nil {
+			firstErr = err
+		}
+	}
 	// A variable link: the modem's rates change at each phase's start,
 	// the first phase's set before the traffic starts.
 	setModem := func(p Phase) error {
-		for _, dir := range []string{"up", "down"} {
+		for _, dir := range modemDirs {
 			if r := s.modemRate(p, dir); r != "" {
 				if err := b.SetModemRate(dir, r); err != nil {
 					return err
@@ -420,11 +427,7 @@ func Run(ctx context.Context, b *Bed, s *Scenario, v Variant, opt Options) (*Res
 						return
 					}
 					if err := setModem(p); err != nil && ctx.Err() == nil {
-						errMu.Lock()
-						if firstErr == nil {
-							firstErr = err
-						}
-						errMu.Unlock()
+						fail(err)
 					}
 				}(at, p)
 			}
@@ -444,11 +447,7 @@ func Run(ctx context.Context, b *Bed, s *Scenario, v Variant, opt Options) (*Res
 				wctx, wcancel := context.WithDeadline(ctx, t0p.Add(w[1]))
 				defer wcancel()
 				if err := run(wctx); err != nil && ctx.Err() == nil {
-					errMu.Lock()
-					if firstErr == nil {
-						firstErr = err
-					}
-					errMu.Unlock()
+					fail(err)
 				}
 			}(w, j.run)
 		}
@@ -547,7 +546,7 @@ func Run(ctx context.Context, b *Bed, s *Scenario, v Variant, opt Options) (*Res
 		ph := r.summarize(p.Name, at.Seconds(), (at + ds[i]).Seconds(), settle.Seconds())
 		if s.variableModem() {
 			ph.Modem = map[string]float64{}
-			for _, dir := range []string{"up", "down"} {
+			for _, dir := range modemDirs {
 				if bps, err := parseRate(s.modemRate(p, dir)); err == nil {
 					ph.Modem[dir] = bps.BitsFloat()
 				}

@@ -78,15 +78,26 @@ type PhaseModem struct {
 	Down string `yaml:"down"`
 }
 
+// modemDirs are the modem's directions, in the order they are set.
+var modemDirs = []string{"up", "down"}
+
+// rate is m's rate in direction dir ("up" or "down").
+func (m PhaseModem) rate(dir string) string {
+	if dir == "up" {
+		return m.Up
+	}
+	return m.Down
+}
+
 // modemRate is the modem's rate in direction dir ("up", "down") during
 // phase p: its own, or the topology's.
 func (s *Scenario) modemRate(p Phase, dir string) string {
 	if p.Modem != nil {
-		if r := map[string]string{"up": p.Modem.Up, "down": p.Modem.Down}[dir]; r != "" {
+		if r := p.Modem.rate(dir); r != "" {
 			return r
 		}
 	}
-	return map[string]string{"up": s.Topology.Modem.Up, "down": s.Topology.Modem.Down}[dir]
+	return PhaseModem{Up: s.Topology.Modem.Up, Down: s.Topology.Modem.Down}.rate(dir)
 }
 
 // variableModem reports whether any phase changes the modem's rates.
@@ -304,7 +315,8 @@ func (s *Scenario) validate() error {
 		if p.Modem == nil {
 			continue
 		}
-		for dir, r := range map[string]string{"up": p.Modem.Up, "down": p.Modem.Down} {
+		for _, dir := range modemDirs {
+			r := p.Modem.rate(dir)
 			if r == "" {
 				continue
 			}

@@ -512,9 +512,12 @@ func modemLimit(bps units.Rate, buf time.Duration) uint32 {
 // variable link's capacity changes: the queue stays Buffer long at the
 // new rate. The direction must have a rate already.
 func (b *Bed) SetModemRate(dir, rate string) error {
-	dev, had := map[string]string{"up": "isp", "down": "router"}[dir], map[string]string{"up": b.Topo.Modem.Up, "down": b.Topo.Modem.Down}[dir]
-	if dev == "" {
+	if dir != "up" && dir != "down" {
 		return fmt.Errorf("modem direction %q: want up or down", dir)
+	}
+	dev, had := "router", PhaseModem{Up: b.Topo.Modem.Up, Down: b.Topo.Modem.Down}.rate(dir)
+	if dir == "up" {
+		dev = "isp"
 	}
 	if b.Modem == "" || had == "" {
 		return fmt.Errorf("the modem has no %s rate to change", dir)

@@ -225,7 +225,9 @@ func prepare(file string, pol *policy.Policy, opts Options, lock bool, sess *Ses
 	if sess != nil {
 		_, p.watched = sess.drain() // what they say, the read below sees
 	}
-	if lock && !opts.Full && !opts.Force && p.limitsErr == nil {
+	// A tree whose rate the limits set (rate: auto) differs from its
+	// records anywhere a rate reaches: it is read back whole.
+	if lock && !opts.Full && !opts.Force && p.limitsErr == nil && !rateLimited(force) {
 		l, desired, ok, err := k.ReadTouched(p.Plan, p.Desired, force)
 		if err != nil {
 			return fail(fmt.Errorf("reading the kernel: %w", err))
@@ -257,6 +259,16 @@ func prepare(file string, pol *policy.Policy, opts Options, lock bool, sess *Ses
 		}
 	}
 	return p, nil
+}
+
+// rateLimited reports whether keys name a tree's rate (plan.RateLimit).
+func rateLimited(keys map[string]bool) bool {
+	for k := range keys {
+		if plan.RateLimited(k) != "" {
+			return true
+		}
+	}
+	return false
 }
 
 // presentOnly returns pol without its interfaces missing from k's

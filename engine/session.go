@@ -83,9 +83,16 @@ func (s *Session) SetLimits(p *Prepared, l plan.Limits) (*kernel.Result, error) 
 	next := p.Plan.WithLimits(l)
 	var want []tc.Object
 	for i, d := range next.Devices {
-		was := p.Desired.Devices[i].Objects
+		was := p.Desired.Devices[i]
+		// A tree planned again at a new rate (rate: auto) may differ
+		// anywhere a rate reaches (bursts, quanta, queue limits, the
+		// classifier's pacing); limits alone, in rate and ceil.
+		differ := limitsDiffer
+		if d.Rate() != was.Rate() {
+			differ = kernel.PlannedDiffer
+		}
 		for j, o := range d.Objects {
-			if limitsDiffer(o, was[j]) {
+			if differ(o, was.Objects[j]) {
 				want = append(want, o)
 			}
 		}

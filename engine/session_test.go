@@ -215,3 +215,101 @@ func TestSessionLimitsRollBack(t *testing.T) {
 		t.Errorf("the limits record after the rollback: %+v, %v", rec, err)
 	}
 }
+
+const autoRated = `interfaces:
+  - name: eth0
+    egress:
+      rate: auto
+      auto: {min: 5mbit, base: 20mbit, max: 80mbit}
+      default: bulk
+      classes:
+        - {name: voip, rate: 1mbit, ceil: 50%, match: [{dport: 5060}]}
+        - name: web
+          rate: 10%
+          match: [{dport: 443}]
+          classes:
+            - {name: w1, rate: 50%, leaf: bfifo}
+            - {name: w2, rate: 50%}
+        - {name: bulk, rate: 70%, leaf: bfifo}
+`
+
+// rate: auto's rate goes through the session: the tree is planned
+// again at it and every object a rate reaches changes in place (the
+// root, percentages, inner classes, a bfifo's limit); the session's
+// next pass and a plain apply within the lease keep it; once the lease
+// ends a plain apply puts the base back.
+func TestSessionAutoRate(t *testing.T) {
+	opts, _, _ := sessionBed(t)
+	pol, _, err := policy.Parse("p.yaml", []byte(autoRated))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := engine.NewSession(opts)
+	_, p := apply(t, s, pol, opts)
+	dev := p.Plan.Devices[0]
+	if r, _ := liveClass(t, opts, p.Plan, plan.RootClassName); r != mbit(20) {
+		t.Fatalf("applied at %v, want the base 20mbit", r)
+	}
+	bfifo := func() uint32 {
+		conn, err := tc.Open(opts.Netns)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		q, err := conn.QdiscAt("eth0", classOf(t, p.Plan, "bulk").Handle)
+		if err != nil || q == nil || q.Fifo == nil {
+			t.Fatalf("bulk's bfifo: %v %v", q, err)
+		}
+		return q.Fifo.Limit
+	}
+	baseLimit := bfifo()
+	res, err := s.SetLimits(p, plan.Limits{plan.RateLimit(dev): {Rate: mbit(10)}})
+	p.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string][2]units.Rate{
+		plan.RootClassName: {mbit(10), mbit(10)},
+		"voip":             {mbit(1), mbit(5)},
+		"web":              {mbit(1), mbit(10)},
+		"w1":               {mbit(0.5), mbit(10)},
+		"bulk":             {mbit(7), mbit(10)},
+	}
+	check := func(when string) {
+		t.Helper()
+		for name, w := range want {
+			if r, c := liveClass(t, opts, p.Plan, name); r != w[0] || c != w[1] {
+				t.Errorf("%s: %s at %v/%v, want %v/%v", when, name, r, c, w[0], w[1])
+			}
+		}
+	}
+	check("after the rate's write")
+	if res.Changes < len(want) {
+		t.Errorf("the rate's write made %d changes, want at least %d", res.Changes, len(want))
+	}
+	if l := bfifo(); l >= baseLimit {
+		t.Errorf("bulk's bfifo holds %d bytes at half the rate, %d at the base: its limit did not follow", l, baseLimit)
+	}
+	for _, tt := range []struct {
+		name string
+		sess *engine.Session
+	}{{"the session's next pass", s}, {"apply while the lease holds", nil}} {
+		n, p := apply(t, tt.sess, pol, opts)
+		p.Close()
+		if n != 0 {
+			t.Errorf("%s: %d changes, want none: %v", tt.name, n, p.Diff.Changes)
+		}
+		check(tt.name)
+	}
+	if err := s.Release(); err != nil {
+		t.Fatal(err)
+	}
+	n, p := apply(t, nil, pol, engine.Options{Netns: opts.Netns, LockTimeout: opts.LockTimeout})
+	p.Close()
+	if r, c := liveClass(t, opts, p.Plan, "bulk"); n == 0 || r != mbit(14) || c != mbit(20) {
+		t.Errorf("after the lease: %d changes, bulk at %v/%v, want the base's 14mbit/20mbit", n, r, c)
+	}
+	if l := bfifo(); l != baseLimit {
+		t.Errorf("after the lease: bulk's bfifo holds %d bytes, want the base's %d", l, baseLimit)
+	}
+}

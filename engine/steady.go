@@ -6,6 +6,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"sluice/bpf"
 	"sluice/kernel"
 	"sluice/plan"
 	"sluice/policy"
@@ -192,22 +193,35 @@ func (s *Session) ownWrites(k *kernel.Kernel, d *kernel.Diff, l plan.Limits) {
 		ifindex int32
 		h       tc.Handle
 	}
-	mine := map[key]bool{}
+	type mark struct {
+		typ uint16
+		key
+	}
+	mine := map[mark]bool{}
 	for _, c := range d.Changes {
-		cl, isClass := c.Obj.(*tc.Class)
-		if !isClass {
+		var dev string
+		var m mark
+		switch x := c.Obj.(type) {
+		case *tc.Class:
+			dev, m = x.Dev, mark{typ: unix.RTM_NEWTCLASS, key: key{h: x.Handle}}
+		case *tc.Qdisc: // a leaf's limit, which follows a rate
+			dev, m = x.Dev, mark{typ: unix.RTM_NEWQDISC, key: key{h: x.Handle}}
+		case *bpf.Hook:
+			continue // map writes send no notification
+		default:
 			s.clean = nil
 			return
 		}
-		idx, err := k.IfIndex(cl.Dev)
+		idx, err := k.IfIndex(dev)
 		if err != nil {
 			s.clean = nil
 			return
 		}
-		mine[key{int32(idx), cl.Handle}] = true
+		m.ifindex = int32(idx)
+		mine[m] = true
 	}
 	for _, n := range notes {
-		if n.Type != unix.RTM_NEWTCLASS || !mine[key{n.Ifindex, n.Handle}] {
+		if !mine[mark{uint16(n.Type), key{n.Ifindex, n.Handle}}] {
 			s.clean = nil
 			return
 		}

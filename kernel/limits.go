@@ -7,9 +7,9 @@ import (
 	"sluice/tc"
 )
 
-// ReadLimited reads back the live counterparts of objs, the classes and
-// classifiers a limits change writes (in that order; nil where one is
-// gone).
+// ReadLimited reads back the live counterparts of objs, the classes,
+// qdiscs and classifiers a limits change writes (in that order; nil
+// where one is gone).
 func (k *Kernel) ReadLimited(objs []tc.Object) ([]tc.Object, error) {
 	defer k.conn.Pin()()
 	out := make([]tc.Object, len(objs))
@@ -22,6 +22,14 @@ func (k *Kernel) ReadLimited(objs []tc.Object) ([]tc.Object, error) {
 			}
 			if c != nil {
 				out[i] = c
+			}
+		case *tc.Qdisc:
+			q, err := k.conn.QdiscAt(x.Dev, x.Parent)
+			if err != nil {
+				return nil, err
+			}
+			if q != nil {
+				out[i] = q
 			}
 		case *bpf.Hook:
 			g, err := k.hookFilterOf(x)
@@ -56,3 +64,7 @@ func (k *Kernel) ApplyPatch(d *Diff) (*Result, error) {
 	defer patchFaults(k)()
 	return k.Apply(d)
 }
+
+// PlannedDiffer reports whether two planned versions of one object
+// differ in anything the kernel holds (their fingerprints differ).
+func PlannedDiffer(a, b tc.Object) bool { return a != b && fingerprintOf(a) != fingerprintOf(b) }

@@ -44,7 +44,9 @@ func (p *Plan) PatchHosts(edits []policy.HostEdit) (hp *HostPatch, ok bool) {
 			return nil, false
 		}
 		d, table := p.hostTable(owner.PerHost)
-		if d == nil || len(d.Controllers) > 0 {
+		if d == nil || len(d.Controllers) > 0 || d.Auto != nil {
+			// rate: auto: the entries resolve at the rate in force, not
+			// the base the edit resolved them at: plan again.
 			return nil, false
 		}
 		w := byDev[d]

@@ -3,9 +3,11 @@ package plan
 import (
 	"maps"
 	"slices"
+	"strings"
 	"time"
 
 	"sluice/bpf"
+	"sluice/policy"
 	"sluice/tc"
 	"sluice/units"
 )
@@ -30,6 +32,24 @@ type LimitKey struct {
 // unused).
 type Limit struct {
 	Rate, Ceil units.Rate
+}
+
+// RateLimit keys the rate of device d's tree, for a tree whose rate is
+// auto (Device.Auto): the Limit's Rate, held between auto's min and
+// max. The device is planned again at it, so that what follows the
+// rate (percentages, bursts, quanta, queue limits) follows.
+func RateLimit(d *Device) LimitKey { return LimitKey{Object: rateKeyPrefix + d.Name} }
+
+const rateKeyPrefix = "rate "
+
+// RateLimited returns the device whose tree's rate key names (a
+// RateLimit), or "".
+func RateLimited(key string) string {
+	dev, ok := strings.CutPrefix(key, rateKeyPrefix)
+	if !ok {
+		return ""
+	}
+	return dev
 }
 
 // ClassLimit keys a limit on class c.
@@ -69,6 +89,9 @@ func (p *Plan) WithLimits(l Limits) *Plan {
 	}
 	out := &Plan{Devices: make([]*Device, len(p.Devices))}
 	for i, d := range p.Devices {
+		if lim, ok := l[RateLimit(d)]; ok && d.Auto != nil {
+			d = d.AtRate(lim.Rate)
+		}
 		out.Devices[i] = d
 		var objs []tc.Object
 		for j, o := range d.Objects {
@@ -88,6 +111,35 @@ func (p *Plan) WithLimits(l Limits) *Plan {
 		}
 	}
 	return out
+}
+
+// AtRate returns d planned again with its tree at rate (held between
+// its auto's min and max), or d itself where that changes nothing or
+// d's rate is not auto. Handles stay: the device's allocation is the
+// new plan's previous one.
+func (d *Device) AtRate(rate units.Rate) *Device {
+	if d.Auto == nil {
+		return d
+	}
+	rate = min(max(rate, d.Auto.MinBps), d.Auto.MaxBps)
+	if rate == d.tree.RateBps {
+		return d
+	}
+	diag := &policy.Diag{}
+	n := planTree(diag, d.feats, d.in, d.tree.AtRate(rate), d.Name, d.Alloc)
+	if diag.Err() != nil || len(n.Objects) != len(d.Objects) {
+		return d // cannot happen: validation checked the tree at min
+	}
+	n.Alloc = d.Alloc
+	return n
+}
+
+// Rate is the rate d's tree is planned at.
+func (d *Device) Rate() units.Rate {
+	if d.tree == nil {
+		return 0
+	}
+	return d.tree.RateBps
 }
 
 // limited returns o with its limits from l, or nil where they change

@@ -1,6 +1,7 @@
 package plan
 
 import (
+	"strings"
 	"testing"
 
 	"sluice/bpf"
@@ -196,5 +197,95 @@ func TestWithLimitsShards(t *testing.T) {
 				t.Errorf("shard's subs rate %v, want %v (planned %v)", r, tt.wantS, subs.Rate)
 			}
 		})
+	}
+}
+
+const autoPolicy = `interfaces:
+  - name: eth0
+    egress:
+      rate: auto
+      auto: {min: 5mbit, base: 20mbit, max: 80mbit}
+      default: bulk
+      classes:
+        - {name: voip, rate: 1mbit, ceil: 50%, match: [{dport: 5060}]}
+        - {name: bulk, rate: 80%, leaf: bfifo}
+`
+
+// A rate limit plans an auto tree again at the rate: the root class
+// and the percentages follow it, absolute rates stay, the objects are
+// the same ones (keys and order), and the rate is held between auto's
+// min and max. The plan laid over is unchanged.
+func TestWithLimitsRate(t *testing.T) {
+	mbit := func(n float64) units.Rate { return units.FromBits(n * 1e6) }
+	for _, src := range []string{autoPolicy, strings.Replace(autoPolicy, "{dport: 5060}", "{dport: 5060}], classifier: bpf", 0)} {
+		pl, err := Build(parseEDT(t, src), Everything, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d := pl.Devices[0]
+		if d.Auto == nil || d.Rate() != mbit(20) {
+			t.Fatalf("auto %v, planned at %d", d.Auto, d.Rate())
+		}
+		classes := func(p *Plan) map[string]*tc.Class {
+			out := map[string]*tc.Class{}
+			for _, o := range p.Devices[0].Objects {
+				if c, ok := o.(*tc.Class); ok {
+					out[c.Name] = c
+				}
+			}
+			return out
+		}
+		base := classes(pl)
+		for _, tt := range []struct {
+			name string
+			rate units.Rate
+			want units.Rate // the tree's rate
+		}{
+			{"down", mbit(10), mbit(10)},
+			{"up", mbit(40), mbit(40)},
+			{"below min", mbit(1), mbit(5)},
+			{"above max", mbit(200), mbit(80)},
+		} {
+			over := pl.WithLimits(Limits{RateLimit(d): {Rate: tt.rate}})
+			nd := over.Devices[0]
+			if nd.Rate() != tt.want {
+				t.Errorf("%s: tree at %d, want %d", tt.name, nd.Rate(), tt.want)
+			}
+			if len(nd.Objects) != len(d.Objects) {
+				t.Fatalf("%s: %d objects, planned %d", tt.name, len(nd.Objects), len(d.Objects))
+			}
+			for i, o := range nd.Objects {
+				if o.Key() != d.Objects[i].Key() {
+					t.Errorf("%s: object %d is %s, planned %s", tt.name, i, o.Key(), d.Objects[i].Key())
+				}
+			}
+			c := classes(over)
+			f := float64(tt.want) / float64(mbit(20))
+			near := func(a units.Rate, b float64) bool { return float64(a) > b*0.999 && float64(a) < b*1.001 }
+			if root := c[RootClassName]; root.Rate != tt.want || root.Ceil != tt.want {
+				t.Errorf("%s: root %d/%d", tt.name, root.Rate, root.Ceil)
+			}
+			if !near(c["voip"].Rate, float64(base["voip"].Rate)) || !near(c["voip"].Ceil, float64(base["voip"].Ceil)*f) {
+				t.Errorf("%s: voip %d/%d, planned %d/%d, factor %.2f", tt.name, c["voip"].Rate, c["voip"].Ceil, base["voip"].Rate, base["voip"].Ceil, f)
+			}
+			if !near(c["bulk"].Rate, float64(base["bulk"].Rate)*f) || !near(c["bulk"].Ceil, float64(base["bulk"].Ceil)*f) {
+				t.Errorf("%s: bulk %d/%d, planned %d/%d, factor %.2f", tt.name, c["bulk"].Rate, c["bulk"].Ceil, base["bulk"].Rate, base["bulk"].Ceil, f)
+			}
+			if classes(pl)["bulk"] != base["bulk"] || pl.Devices[0] != d {
+				t.Errorf("%s: the plan laid over changed", tt.name)
+			}
+		}
+		// At the planned rate nothing is planned again.
+		if over := pl.WithLimits(Limits{RateLimit(d): {Rate: mbit(20)}}); over.Devices[0] != d {
+			t.Error("a rate limit at the planned rate planned the tree again")
+		}
+	}
+	// A fixed-rate tree takes no rate limit.
+	pl, err := Build(parseEDT(t, strings.Replace(strings.Replace(autoPolicy, "rate: auto", "rate: 20mbit", 1), "      auto: {min: 5mbit, base: 20mbit, max: 80mbit}\n", "", 1)), Everything, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if over := pl.WithLimits(Limits{RateLimit(pl.Devices[0]): {Rate: mbit(5)}}); over.Devices[0] != pl.Devices[0] {
+		t.Error("a fixed-rate tree was planned again")
 	}
 }

@@ -137,6 +137,12 @@ type Device struct {
 	// what PatchHosts needs.
 	hostTables map[*policy.PerHost]uint32
 	tree       *policy.Tree
+	// Auto is the tree's rate: auto (nil: a fixed rate): the agent sets
+	// the rate (RateLimit), and the device is planned again at it
+	// (rebuild, from in and feats).
+	Auto  *policy.Auto
+	in    *policy.Interface
+	feats Features
 	// floors are the least rates limits may give classes below their
 	// planned rates (a balanced shard's root and copies).
 	floors map[tc.Handle]units.Rate
@@ -210,26 +216,31 @@ func Build(pol *policy.Policy, feats Features, prev map[string]*Alloc) (*Plan, e
 				p.Devices = append(p.Devices, policeOnly(feats, in, t))
 			}
 		}
-		build := buildTree
 		if in.Egress != nil && in.Egress.Police == nil {
-			if in.Egress.EDT() {
-				build = buildEDT
-			}
-			p.Devices = append(p.Devices, build(d, feats, in, in.Egress, in.Name, prev[in.Name]))
+			p.Devices = append(p.Devices, planTree(d, feats, in, in.Egress, in.Name, prev[in.Name]))
 		}
 		if in.Ingress != nil && in.Ingress.Police == nil {
-			build = buildTree
-			if in.Ingress.EDT() {
-				build = buildEDT
-			}
 			ifb := policy.IfbName(in)
-			p.Devices = append(p.Devices, build(d, feats, in, in.Ingress, ifb, prev[ifb]))
+			p.Devices = append(p.Devices, planTree(d, feats, in, in.Ingress, ifb, prev[ifb]))
 		}
 	}
 	if err := d.Err(); err != nil {
 		return nil, err
 	}
 	return p, nil
+}
+
+// planTree plans one direction's tree on device devName.
+func planTree(d *policy.Diag, feats Features, in *policy.Interface, t *policy.Tree, devName string, prev *Alloc) *Device {
+	build := buildTree
+	if t.EDT() {
+		build = buildEDT
+	}
+	dev := build(d, feats, in, t, devName, prev)
+	if t.IsAuto() {
+		dev.Auto, dev.in, dev.feats, dev.tree = t.Auto, in, feats, t
+	}
+	return dev
 }
 
 // markClassifier gives a tree that matches marks the BPF classifier

@@ -302,7 +302,14 @@ func (p *parser) iface(n *yaml.Node) *Interface {
 func (p *parser) tree(n *yaml.Node, dir string) *Tree {
 	t := &Tree{Pos: pos(n), Dir: dir, Classifier: "auto"}
 	h := map[string]func(*yaml.Node){
-		"rate": func(v *yaml.Node) { t.Rate = p.rate(v, dir+" rate") },
+		"rate": func(v *yaml.Node) {
+			if v.Kind == yaml.ScalarNode && v.Value == "auto" {
+				t.Rate = &Rate{Auto: true, Text: "auto", Pos: pos(v)}
+				return
+			}
+			t.Rate = p.rate(v, dir+" rate")
+		},
+		"auto": func(v *yaml.Node) { t.Auto = p.auto(v, dir) },
 		"default": func(v *yaml.Node) {
 			t.Default, _ = p.str(v, dir+" default")
 			t.DefaultPos = pos(v)

@@ -73,6 +73,15 @@ func (t *Tree) ScaleRates(f float64) {
 		}
 	}
 	r(&t.RateBps)
+	if t.Scale == 0 {
+		t.Scale = 1
+	}
+	t.Scale *= f
+	if a := t.Auto; a != nil {
+		r(&a.MinBps)
+		r(&a.BaseBps)
+		r(&a.MaxBps)
+	}
 	police(t.Police)
 	if t.Sharing != nil {
 		r(&t.Sharing.CapBps)

@@ -104,6 +104,9 @@ type Tree struct {
 	// Sharing runs the agent's sharing controller over the top-level
 	// classes (nil: HTB's quanta share by weight alone).
 	Sharing *Sharing
+	// Auto is the settings of `rate: auto` (IsAuto): the agent moves
+	// the rate between Auto's min and max; RateBps is its base.
+	Auto *Auto
 
 	// BPF says the tree classifies with sluice's BPF program (resolved
 	// from Classifier).
@@ -111,6 +114,9 @@ type Tree struct {
 
 	// RateBps is Rate resolved.
 	RateBps units.Rate
+	// Scale is what ScaleRates multiplied the tree's rates by (0:
+	// nothing): AtRate scales absolute rates with it.
+	Scale float64
 	// ClassCount is how many HTB classes the tree needs (the root class
 	// not counted), Hosts how many of them are host classes (per_host
 	// addresses and hosts_file entries).

@@ -33,6 +33,8 @@ const MaxRateBps units.Rate = 1e15
 type Rate struct {
 	Bps     units.Rate // when absolute
 	Percent float64    // 0 < Percent <= 100, when relative
+	// Auto: a direction's `rate: auto` (Tree.Auto holds its settings).
+	Auto bool
 	Text    string
 	Pos     Pos
 }

@@ -250,7 +250,7 @@ func validateTree(in *Interface, t *Tree, d *Diag) {
 	validateBackend(where, t, d)
 	validateLink(where, t, d)
 	if t.Police != nil {
-		if t.Rate != nil || len(t.Classes) > 0 || t.Default != "" {
+		if t.Rate != nil || t.Auto != nil || len(t.Classes) > 0 || t.Default != "" {
 			d.Errorf(t.Police.Pos, "%s: police directly under %s polices without a tree; for policing inside a tree put police on a class", where, t.Dir)
 			return
 		}
@@ -269,10 +269,16 @@ func validateTree(in *Interface, t *Tree, d *Diag) {
 		return
 	}
 	if t.Rate.Percent > 0 {
-		d.Errorf(t.Rate.Pos, "%s: rate must be absolute (like 19mbit); percentages are for classes", where)
+		d.Errorf(t.Rate.Pos, "%s: rate must be absolute (like 19mbit) or auto; percentages are for classes", where)
+		return
+	}
+	if !validateAuto(where, t, d) {
 		return
 	}
 	t.RateBps = t.Rate.Bps
+	if t.IsAuto() {
+		t.RateBps = t.Auto.BaseBps
+	}
 	checkLeaf(d, t.Leaf, t.LeafPos, where)
 	if len(t.Classes) == 0 {
 		// A bare rate limit: one class takes everything.
@@ -322,6 +328,9 @@ func validateTree(in *Interface, t *Tree, d *Diag) {
 		}
 	}
 	walk(t.Classes, nil, t.RateBps, t.RateBps, 0)
+	if t.IsAuto() && d.Err() == nil {
+		checkAutoFloor(where, t, d)
+	}
 	if t.Linklayer == "ptm" && d.Err() == nil {
 		// Every rate, not the link's alone: the classes' guarantees
 		// and ceils are line rates too, and their proportions hold.

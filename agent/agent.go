@@ -115,10 +115,18 @@ type Agent struct {
 	// one, or a shorter controller quantum.
 	ctls map[string]*controller
 	tick time.Duration
+	// autos are the rate: auto controllers by device, probers their
+	// reflectors' probers by reflectors and mode (autorate.go); the
+	// probers' goroutines send autoEvents; autoK reads the counters.
+	autos      map[string]*autoTree
+	probers    map[string]*autoProber
+	autoEvents chan autoEvent
+	autoK      *kernel.Kernel
 
 	mu      sync.RWMutex
 	health  Health
 	sample  *stats.Sample
+	auto    []AutoStatus
 	hist    *history
 	started time.Time
 	gen     uint64 // moves with every change of health, sample or hist
@@ -187,7 +195,7 @@ func New(cfg Config) (*Agent, error) {
 		}
 	}
 	a := &Agent{cfg: cfg, log: cfg.Log, reload: make(chan bool, 1), failures: map[string]failure{}, hist: newHistory(cfg.History), started: time.Now(),
-		tick: cfg.Interval}
+		tick: cfg.Interval, autoEvents: make(chan autoEvent, 256)}
 	a.opts = engine.Options{Netns: cfg.Netns, Full: true, SkipMissing: true, LockTimeout: 30 * time.Second,
 		Warn: func(s string) { a.log.Warn(s) }}
 	a.sess = engine.NewSession(a.opts)
@@ -352,6 +360,28 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	a.log.Info("agent started", "policy", a.cfg.Policy, "netns", a.cfg.Netns, "interval", a.cfg.Interval.String())
 	a.pass("start")
+	defer func() {
+		a.stopAuto()
+		if a.autoK != nil {
+			a.autoK.Close()
+		}
+	}()
+	// rate: auto's controllers step every AutoEvery while there are any.
+	auto := time.NewTicker(AutoEvery)
+	auto.Stop()
+	defer auto.Stop()
+	var autoC <-chan time.Time
+	syncAutoTick := func() {
+		switch {
+		case len(a.autos) > 0 && autoC == nil:
+			auto.Reset(AutoEvery)
+			autoC = auto.C
+		case len(a.autos) == 0 && autoC != nil:
+			auto.Stop()
+			autoC = nil
+		}
+	}
+	syncAutoTick()
 
 	tick := time.NewTicker(a.tick)
 	defer tick.Stop()
@@ -373,7 +403,14 @@ loop:
 			}
 		case <-a.reload:
 			a.reloadPolicy(true)
+		case ev := <-a.autoEvents:
+			a.autoEvent(ev)
+			continue
+		case now := <-autoC:
+			a.autoStep(now)
+			continue
 		}
+		syncAutoTick()
 		if a.tick != every { // a controller's quantum is shorter
 			every = a.tick
 			tick.Reset(every)
@@ -655,6 +692,9 @@ func (a *Agent) reconcile(why string) (result string, changes int, waiting []str
 	if err == nil && len(p.Missing) == 0 {
 		a.inForce = p.Plan
 	}
+	if err == nil {
+		a.syncAuto(p.Plan)
+	}
 	if err == nil && result == "ok" && changes == 0 {
 		a.sess.Settled(a.pol, p)
 	}
@@ -784,6 +824,8 @@ type Status struct {
 	// HostClasses counts the per-host classes left out of Sample when
 	// asked (?hosts=0).
 	HostClasses int `json:"host_classes_omitted,omitzero"`
+	// Autorate is each rate: auto tree's controller.
+	Autorate []AutoStatus `json:"autorate,omitzero"`
 }
 
 // Status returns the agent's health and its last reading; withHosts
@@ -791,7 +833,7 @@ type Status struct {
 func (a *Agent) Status(withHosts bool) Status {
 	a.mu.RLock()
 	defer a.mu.RUnlock()
-	st := Status{Health: a.health, Sample: a.sample}
+	st := Status{Health: a.health, Sample: a.sample, Autorate: a.auto}
 	st.Health.Waiting = append([]string(nil), a.health.Waiting...)
 	if a.sample != nil && !withHosts {
 		cp := &stats.Sample{At: a.sample.At}

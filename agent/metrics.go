@@ -43,6 +43,7 @@ type metrics struct {
 	reloads      *prometheus.CounterVec
 	repairs      prometheus.Counter
 	shareWrites  prometheus.Counter
+	autoWrites   prometheus.Counter
 	hostEdits    prometheus.Counter
 	steady       prometheus.Counter
 	applySeconds prometheus.Histogram
@@ -74,6 +75,8 @@ func newMetrics(a *Agent) *metrics {
 			Help: "Kernel objects changed behind the agent's back and put back (one per object)."}),
 		shareWrites: prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_sharing_writes_total",
 			Help: "Class ceils the sharing controllers wrote (a limit applied, changed or lifted)."}),
+		autoWrites: prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_autorate_writes_total",
+			Help: "Rates rate: auto wrote to the kernel (the tree planned again at the new rate, written through the engine)."}),
 		hostEdits: prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_host_edits_total",
 			Help: "Hosts whose rate or ceil a hosts_file edit changed in place (EDT trees: their map entries written, nothing planned again)."}),
 		steady: prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_steady_passes_total",
@@ -126,7 +129,7 @@ func newMetrics(a *Agent) *metrics {
 		}
 		return float64(a.health.LastSuccess.UnixNano()) / 1e9
 	})
-	m.registry.MustRegister(m.reconciles, m.reloads, m.repairs, m.shareWrites, m.hostEdits, m.steady, m.applySeconds, build, healthy, lastOK,
+	m.registry.MustRegister(m.reconciles, m.reloads, m.repairs, m.shareWrites, m.autoWrites, autoCollector{a}, m.hostEdits, m.steady, m.applySeconds, build, healthy, lastOK,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.classes.MustRegister(m)
 	m.extras.MustRegister(extrasCollector{m})

@@ -2,7 +2,6 @@ package agent
 
 import (
 	"fmt"
-	"maps"
 	"math"
 	"reflect"
 	"time"
@@ -108,10 +107,7 @@ func (a *Agent) runControllers(p *engine.Prepared, pl *plan.Plan, k *kernel.Kern
 		}
 	}
 	a.ctls = live
-	limits := plan.Limits{}
-	for _, ctl := range live {
-		maps.Copy(limits, ctl.limits)
-	}
+	limits := a.allLimits() // the auto rates' too: SetLimits sets them all
 	if p == nil {
 		if a.sess.LimitsHold(limits) {
 			return
@@ -128,6 +124,7 @@ func (a *Agent) runControllers(p *engine.Prepared, pl *plan.Plan, k *kernel.Kern
 		a.logFailure("sharing: writing the limits failed", "sharing", err)
 		return
 	}
+	a.markWritten()
 	a.metrics.shareWrites.Add(float64(res.Changes))
 	for _, w := range wrote {
 		w.share.Rate, w.share.Ceil = w.rate, w.ceil

@@ -93,6 +93,19 @@ var Defaults = Config{
 	DeltaAlpha:     0.095,
 }
 
+// ConfigFor is a configuration with the defaults, and the delays that
+// scale the decrease and the increase at the defaults' proportions to
+// threshold (a third of it: the most growth; twice it: the steepest
+// decrease).
+func ConfigFor(lo, base, hi units.Rate, threshold time.Duration) Config {
+	c := Config{Min: lo, Base: base, Max: hi, DelayThreshold: threshold}
+	if threshold > 0 {
+		c.IncreaseDelay = threshold * Defaults.IncreaseDelay / Defaults.DelayThreshold
+		c.DecreaseDelay = threshold * Defaults.DecreaseDelay / Defaults.DelayThreshold
+	}
+	return c
+}
+
 // withDefaults fills c's zero fields from Defaults and checks it.
 func (c Config) withDefaults() (Config, error) {
 	d := Defaults

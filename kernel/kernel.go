@@ -170,6 +170,20 @@ func (k *Kernel) Classes(dev string, qdisc tc.Handle) ([]*tc.Class, error) {
 // Qdiscs dumps dev's qdiscs.
 func (k *Kernel) Qdiscs(dev string) ([]*tc.Qdisc, error) { return k.conn.Qdiscs(dev) }
 
+// TxBytes is the bytes device dev has sent (its link counter): what a
+// tree on it passed, all of it (rate: auto's load).
+func (k *Kernel) TxBytes(dev string) (uint64, error) {
+	l, err := k.conn.Links().LinkByName(dev)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", dev, err)
+	}
+	st := l.Attrs().Statistics
+	if st == nil {
+		return 0, fmt.Errorf("%s: no link statistics", dev)
+	}
+	return st.TxBytes, nil
+}
+
 // LinkExists reports whether the namespace has a device of that name.
 func (k *Kernel) LinkExists(name string) bool { return k.conn.LinkExists(name) }
 

@@ -5,56 +5,24 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"runtime"
 	"sort"
 	"strings"
 	"sync"
 
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+
+	"sluice/nsrun"
 )
 
 // InNetns runs f on an OS thread inside the named network namespace.
 // Sockets opened by f stay in that namespace for their whole life, so a
 // single process can be client, router and server at once.
 func InNetns(ns string, f func() error) error {
-	target, err := netns.GetFromName(ns)
-	if err != nil {
-		return fmt.Errorf("network namespace %s: %w", ns, err)
+	if ns == "" {
+		return fmt.Errorf("network namespace: no name")
 	}
-	defer target.Close()
-	return inNS(target, f)
-}
-
-func inNS(target netns.NsHandle, f func() error) error {
-	return onThread(func() error {
-		if err := netns.Set(target); err != nil {
-			return err
-		}
-		return f()
-	})
-}
-
-// onThread runs f on a locked OS thread and moves the thread back to its
-// namespace afterwards. If it cannot, the thread is never unlocked and
-// the runtime discards it with the goroutine.
-func onThread(f func() error) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		orig, err := netns.Get()
-		if err != nil {
-			errc <- err
-			return
-		}
-		defer orig.Close()
-		err = f()
-		if netns.Set(orig) == nil {
-			runtime.UnlockOSThread()
-		}
-		errc <- err
-	}()
-	return <-errc
+	return nsrun.In(ns, f)
 }
 
 // netnsDir is where named network namespaces are mounted (iproute2's
@@ -92,7 +60,7 @@ func createNS(name string) error {
 	if err := shareNetnsDir(); err != nil {
 		return err
 	}
-	return onThread(func() error {
+	return nsrun.OnThread(func() error {
 		h, err := netns.NewNamed(name) // moves this thread into it
 		if err != nil {
 			return fmt.Errorf("creating network namespace %s: %w", name, err)

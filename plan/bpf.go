@@ -75,6 +75,16 @@ func (b *builder) bpfHook() *bpf.Hook {
 		p := queue[0]
 		queue = queue[1:]
 		first := len(c.Rules)
+		if m := b.probes(); m != nil && p.idx == 0 {
+			// rate: auto's probes skip the tree: a priority equal to
+			// HTB's own handle sends a packet to its direct queue.
+			target := uint32(len(c.Targets))
+			c.Targets = append(c.Targets, bpf.Target{Classid: uint32(RootHandle)})
+			for _, rule := range bpfRules(m) {
+				rule.Kind, rule.Target = bpf.KindClass, target
+				c.Rules = append(c.Rules, rule)
+			}
+		}
 		for _, r := range rulesOf(p.cs) {
 			cl := r.class
 			var kind uint8

@@ -38,7 +38,10 @@ type Limit struct {
 // auto (Device.Auto): the Limit's Rate, held between auto's min and
 // max. The device is planned again at it, so that what follows the
 // rate (percentages, bursts, quanta, queue limits) follows.
-func RateLimit(d *Device) LimitKey { return LimitKey{Object: rateKeyPrefix + d.Name} }
+func RateLimit(d *Device) LimitKey { return RateLimitOn(d.Name) }
+
+// RateLimitOn is RateLimit of the tree on device dev.
+func RateLimitOn(dev string) LimitKey { return LimitKey{Object: rateKeyPrefix + dev} }
 
 const rateKeyPrefix = "rate "
 

@@ -217,7 +217,7 @@ const autoPolicy = `interfaces:
 // min and max. The plan laid over is unchanged.
 func TestWithLimitsRate(t *testing.T) {
 	mbit := func(n float64) units.Rate { return units.FromBits(n * 1e6) }
-	for _, src := range []string{autoPolicy, strings.Replace(autoPolicy, "{dport: 5060}", "{dport: 5060}], classifier: bpf", 0)} {
+	for _, src := range []string{autoPolicy, strings.Replace(autoPolicy, "rate: auto\n", "rate: auto\n      classifier: bpf\n", 1)} {
 		pl, err := Build(parseEDT(t, src), Everything, nil)
 		if err != nil {
 			t.Fatal(err)
@@ -287,5 +287,60 @@ func TestWithLimitsRate(t *testing.T) {
 	}
 	if over := pl.WithLimits(Limits{RateLimit(pl.Devices[0]): {Rate: mbit(5)}}); over.Devices[0] != pl.Devices[0] {
 		t.Error("a fixed-rate tree was planned again")
+	}
+}
+
+// rate: auto's probes skip the tree: a u32 filter at prio 1 (the
+// tree's rules after it) and a BPF rule first, both to HTB's direct
+// queue 1:0; a fixed-rate tree has neither.
+func TestAutoProbesSkipTheTree(t *testing.T) {
+	src := strings.Replace(autoPolicy, "max: 80mbit}", "max: 80mbit, reflectors: [192.0.2.7, 192.0.2.8]}", 1)
+	for _, bpfTree := range []bool{false, true} {
+		s := src
+		if bpfTree {
+			s = strings.Replace(s, "rate: auto\n", "rate: auto\n      classifier: bpf\n", 1)
+		}
+		pl, err := Build(parseEDT(t, s), Everything, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var probes, rules int
+		minPrio := uint16(0xFFFF)
+		for _, o := range pl.Devices[0].Objects {
+			switch x := o.(type) {
+			case *tc.Filter:
+				if x.U32 != nil && x.U32.ClassID == RootHandle {
+					probes++
+					if x.Prio != 1 {
+						t.Errorf("the probes' filter at prio %d, want 1", x.Prio)
+					}
+				} else if x.U32 != nil && x.U32.ClassID != 0 {
+					rules++
+					minPrio = min(minPrio, x.Prio)
+				}
+			case *bpf.Hook:
+				c := x.Content
+				if len(c.Rules) < 2 || c.Targets[c.Rules[0].Target].Classid != uint32(RootHandle) || c.Rules[0].Proto != 1 {
+					t.Fatalf("bpf: the first rule %+v does not send ICMP to 1:0", c.Rules[0])
+				}
+				probes++
+			}
+		}
+		if probes == 0 {
+			t.Errorf("bpf %v: no rule sends the probes past the tree", bpfTree)
+		}
+		if !bpfTree && (rules == 0 || minPrio < 2) {
+			t.Errorf("the tree's rules start at prio %d (%d of them); want after the probes'", minPrio, rules)
+		}
+	}
+	fixed := strings.Replace(strings.Replace(autoPolicy, "rate: auto", "rate: 20mbit", 1), "      auto: {min: 5mbit, base: 20mbit, max: 80mbit}\n", "", 1)
+	pl, err := Build(parseEDT(t, fixed), Everything, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range pl.Devices[0].Objects {
+		if f, ok := o.(*tc.Filter); ok && f.U32 != nil && f.U32.ClassID == RootHandle {
+			t.Error("a fixed-rate tree sends ICMP to 1:0")
+		}
 	}
 }

@@ -283,6 +283,21 @@ func matchesMarks(cs []*policy.Class) bool {
 	return false
 }
 
+// ProbesName names the rule that sends rate: auto's probes past the
+// tree (plan and export show it).
+const ProbesName = "(autorate probes)"
+
+// probes is the match of rate: auto's probes that the tree's
+// classifier sends to HTB's direct queue, nil where there is none to
+// send (a fixed rate; EDT, which exempts them; a sharded tree, whose
+// HTBs have majors of their own).
+func (b *builder) probes() *policy.Match {
+	if b.edt != nil || b.major != 1 || b.shard > 0 || b.div > 1 {
+		return nil
+	}
+	return b.tree.ProbeMatch()
+}
+
 type builder struct {
 	d       *policy.Diag
 	feats   Features
@@ -700,6 +715,11 @@ func (b *builder) block(parent tc.Handle, cs []*policy.Class, blockKey string, c
 		keys[i] = blockKey + "/" + r.class.Name
 	}
 	lo, hi := uint16(1), rootPrioMax
+	if blockKey == "" && b.probes() != nil {
+		// rate: auto's probes skip the tree: HTB's direct queue (1:0).
+		b.rule(parent, 1, &policy.Class{Name: ProbesName}, []*policy.Match{b.probes()}, RootHandle)
+		lo = 2
+	}
 	if blockKey != "" {
 		var ok bool
 		if lo, hi, ok = b.blockRange(blockKey); !ok {

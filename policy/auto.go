@@ -167,6 +167,9 @@ func validateAuto(where string, t *Tree, d *Diag) bool {
 	if a.Probe == "" {
 		a.Probe = "echo"
 	}
+	if t.EDT() {
+		t.Exempt = append(t.Exempt, t.ProbeMatch()) // never paced
+	}
 	if t.Sharing != nil {
 		d.Errorf(t.Sharing.Pos, "%s: sharing: controller with rate: auto is not supported yet: the controller shares a fixed rate", where)
 	}
@@ -184,6 +187,28 @@ func validateAuto(where string, t *Tree, d *Diag) bool {
 	}
 	walk(t.Classes)
 	return true
+}
+
+// ProbeMatch matches rate: auto's probes on the tree's device: ICMP to
+// the reflectors (egress), from them (ingress). The planner sends them
+// past the tree's queues (HTB's direct queue, EDT's exemption): the
+// delay they measure must be the link's beyond the shaper, not the
+// shaper's own queue, which a bulk class holds full by design.
+func (t *Tree) ProbeMatch() *Match {
+	if t.Auto == nil || len(t.Auto.Reflectors) == 0 {
+		return nil
+	}
+	m := &Match{Pos: t.Auto.Pos, Proto: []uint8{1}, Fields: map[string]Pos{"proto": t.Auto.Pos}}
+	var ps []netip.Prefix
+	for _, r := range t.Auto.Reflectors {
+		ps = append(ps, netip.PrefixFrom(r, 32))
+	}
+	if t.Dir == Ingress {
+		m.Src, m.Fields["src"] = ps, t.Auto.Pos
+	} else {
+		m.Dst, m.Fields["dst"] = ps, t.Auto.Pos
+	}
+	return m
 }
 
 // checkAutoFloor checks that the classes' rates fit the lowest rate

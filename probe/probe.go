@@ -18,6 +18,8 @@ import (
 	"math/rand/v2"
 	"net/netip"
 	"os"
+	"slices"
+	"sync"
 	"time"
 
 	"golang.org/x/net/ipv4"
@@ -62,15 +64,18 @@ type Reply struct {
 // Prober is an open socket and the requests in flight. Run it in one
 // goroutine.
 type Prober struct {
-	cfg     Config
-	fd      int
-	raw     bool
-	id      int
-	seq     int
-	next    int // the reflector to ping next
-	pending map[int]pending
-	buf     []byte
-	oob     []byte
+	cfg Config
+	fd  int
+	raw bool
+	id  int
+	seq int
+	// mu guards reflectors and next (SetReflectors).
+	mu         sync.Mutex
+	reflectors []netip.Addr
+	next       int // the reflector to ping next
+	pending    map[int]pending
+	buf        []byte
+	oob        []byte
 }
 
 type pending struct {
@@ -95,7 +100,7 @@ func Open(cfg Config) (*Prober, error) {
 	if cfg.Timeout == 0 {
 		cfg.Timeout = time.Second
 	}
-	p := &Prober{cfg: cfg, id: os.Getpid()&0x7fff ^ rand.IntN(0x7fff), pending: map[int]pending{},
+	p := &Prober{cfg: cfg, reflectors: slices.Clone(cfg.Reflectors), id: os.Getpid()&0x7fff ^ rand.IntN(0x7fff), pending: map[int]pending{},
 		buf: make([]byte, 1500), oob: make([]byte, 128)}
 	const flags = unix.SOCK_NONBLOCK | unix.SOCK_CLOEXEC
 	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_RAW|flags, unix.IPPROTO_ICMP)
@@ -200,9 +205,30 @@ func (p *Prober) drain(reply func(Reply)) error {
 	}
 }
 
+// SetReflectors replaces the reflectors pinged (a reflector pool's
+// replacement), from any goroutine; the next request goes to the first.
+// Replies from the old ones still in flight are still reported.
+func (p *Prober) SetReflectors(rs []netip.Addr) error {
+	for _, r := range rs {
+		if !r.Is4() {
+			return fmt.Errorf("probe: reflector %s: IPv4 only", r)
+		}
+	}
+	if len(rs) == 0 {
+		return errors.New("probe: no reflectors")
+	}
+	p.mu.Lock()
+	p.reflectors, p.next = slices.Clone(rs), 0
+	p.mu.Unlock()
+	return nil
+}
+
 func (p *Prober) send(now time.Time) {
-	to := p.cfg.Reflectors[p.next]
-	p.next = (p.next + 1) % len(p.cfg.Reflectors)
+	p.mu.Lock()
+	p.next %= len(p.reflectors)
+	to := p.reflectors[p.next]
+	p.next++
+	p.mu.Unlock()
 	p.seq = (p.seq + 1) & 0xffff
 	b := make([]byte, 20)
 	b[0] = byte(ipv4.ICMPTypeEcho)

@@ -1,4 +1,4 @@
-package probe
+package probe_test
 
 import (
 	"context"
@@ -9,21 +9,22 @@ import (
 	"testing"
 	"time"
 
-	"sluice/lab"
+	"sluice/nsrun"
+	"sluice/probe"
 	"sluice/testutil"
 )
 
 // collect runs a prober opened in ns for d and returns what it heard.
-func collect(t *testing.T, ns string, cfg Config, d time.Duration) (replies []Reply, lost []netip.Addr) {
+func collect(t *testing.T, ns string, cfg probe.Config, d time.Duration) (replies []probe.Reply, lost []netip.Addr) {
 	t.Helper()
-	var p *Prober
-	if err := lab.InNetns(ns, func() (err error) { p, err = Open(cfg); return err }); err != nil {
+	var p *probe.Prober
+	if err := nsrun.In(ns, func() (err error) { p, err = probe.Open(cfg); return err }); err != nil {
 		t.Fatal(err)
 	}
 	defer p.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
-	err := p.Run(ctx, func(r Reply) { replies = append(replies, r) }, func(to netip.Addr, _ time.Time) { lost = append(lost, to) })
+	err := p.Run(ctx, func(r probe.Reply) { replies = append(replies, r) }, func(to netip.Addr, _ time.Time) { lost = append(lost, to) })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,7 +40,7 @@ func TestRepliesFromALiveHost(t *testing.T) {
 	p := testutil.NewPair(t)
 	b := netip.MustParseAddr(testutil.AddrB)
 	for _, ts := range []bool{false, true} {
-		replies, lost := collect(t, p.A, Config{Reflectors: []netip.Addr{b}, Interval: 50 * time.Millisecond, Timestamp: ts}, time.Second)
+		replies, lost := collect(t, p.A, probe.Config{Reflectors: []netip.Addr{b}, Interval: 50 * time.Millisecond, Timestamp: ts}, time.Second)
 		if len(replies) < 18 || len(replies) > 21 || len(lost) > 0 {
 			t.Errorf("timestamp %v: %d replies, %d lost in a second at 20 Hz; want about 20 and none lost", ts, len(replies), len(lost))
 		}
@@ -61,7 +62,7 @@ func TestSilentReflectorIsLost(t *testing.T) {
 	testutil.RequireRoot(t)
 	p := testutil.NewPair(t)
 	live, dead := netip.MustParseAddr(testutil.AddrB), netip.MustParseAddr("10.9.0.77")
-	replies, lost := collect(t, p.A, Config{Reflectors: []netip.Addr{live, dead}, Interval: 50 * time.Millisecond, Timeout: 300 * time.Millisecond}, 2*time.Second)
+	replies, lost := collect(t, p.A, probe.Config{Reflectors: []netip.Addr{live, dead}, Interval: 50 * time.Millisecond, Timeout: 300 * time.Millisecond}, 2*time.Second)
 	// One request to it every 100 ms; those of the last 300 ms were still
 	// in flight at the end (abandoned, not lost).
 	if len(lost) < 16 || len(lost) > 18 {
@@ -77,35 +78,15 @@ func TestSilentReflectorIsLost(t *testing.T) {
 	}
 }
 
-// ICMP timestamps are milliseconds of the UTC day: differences cross
-// midnight.
-func TestMidnight(t *testing.T) {
-	for _, tt := range []struct {
-		b, a uint32
-		want time.Duration
-	}{
-		{1000, 990, 10 * time.Millisecond},
-		{5, day - 5, 10 * time.Millisecond},
-		{day - 5, 5, -10 * time.Millisecond},
-	} {
-		if got := msDiff(tt.b, tt.a); got != tt.want {
-			t.Errorf("msDiff(%d, %d) = %v; want %v", tt.b, tt.a, got, tt.want)
-		}
-	}
-	if got := msOfDay(time.Date(2026, 1, 1, 23, 59, 59, 999e6, time.UTC)); got != day-1 {
-		t.Errorf("msOfDay(23:59:59.999) = %d", got)
-	}
-}
-
 func TestBadConfig(t *testing.T) {
-	for _, cfg := range []Config{
+	for _, cfg := range []probe.Config{
 		{Interval: time.Second},
 		{Reflectors: []netip.Addr{netip.MustParseAddr("::1")}, Interval: time.Second},
 		{Reflectors: []netip.Addr{netip.MustParseAddr("127.0.0.1")}},
 	} {
-		if p, err := Open(cfg); err == nil {
+		if p, err := probe.Open(cfg); err == nil {
 			p.Close()
-			t.Errorf("Open(%+v) opened", cfg)
+			t.Errorf("probe.Open(%+v) opened", cfg)
 		}
 	}
 }
@@ -137,10 +118,10 @@ func TestPingSocketWithoutRawCapability(t *testing.T) {
 
 func unprivileged(t *testing.T) {
 	b := netip.MustParseAddr(testutil.AddrB)
-	if _, err := Open(Config{Reflectors: []netip.Addr{b}, Interval: 50 * time.Millisecond, Timestamp: true}); err == nil || !strings.Contains(err.Error(), "raw ICMP socket") {
+	if _, err := probe.Open(probe.Config{Reflectors: []netip.Addr{b}, Interval: 50 * time.Millisecond, Timestamp: true}); err == nil || !strings.Contains(err.Error(), "raw ICMP socket") {
 		t.Fatalf("timestamps without a raw socket: %v", err)
 	}
-	p, err := Open(Config{Reflectors: []netip.Addr{b}, Interval: 50 * time.Millisecond})
+	p, err := probe.Open(probe.Config{Reflectors: []netip.Addr{b}, Interval: 50 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,14 +129,64 @@ func unprivileged(t *testing.T) {
 	if p.Raw() {
 		t.Fatal("a raw socket without CAP_NET_RAW")
 	}
-	var replies []Reply
+	var replies []probe.Reply
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	if err := p.Run(ctx, func(r Reply) { replies = append(replies, r) }, func(netip.Addr, time.Time) {}); err != nil {
+	if err := p.Run(ctx, func(r probe.Reply) { replies = append(replies, r) }, func(netip.Addr, time.Time) {}); err != nil {
 		t.Fatal(err)
 	}
 	if len(replies) < 18 {
 		t.Fatalf("%d echo replies on a ping socket in a second at 20 Hz", len(replies))
 	}
 	t.Logf("ping socket: %d replies, round trip %v", len(replies), replies[0].RTT)
+}
+
+// SetReflectors, called while the prober runs, turns it to the new
+// reflectors from the next request on: a silent reflector replaced by
+// a live one stops being pinged, and the live one answers.
+func TestSetReflectorsWhileRunning(t *testing.T) {
+	testutil.RequireRoot(t)
+	pair := testutil.NewPair(t)
+	live, dead := netip.MustParseAddr(testutil.AddrB), netip.MustParseAddr("10.9.0.77")
+	var p *probe.Prober
+	if err := nsrun.In(pair.A, func() (err error) {
+		p, err = probe.Open(probe.Config{Reflectors: []netip.Addr{dead}, Interval: 50 * time.Millisecond, Timeout: 200 * time.Millisecond})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if err := p.SetReflectors(nil); err == nil {
+		t.Error("no reflectors: no error")
+	}
+	if err := p.SetReflectors([]netip.Addr{netip.MustParseAddr("2001:db8::1")}); err == nil {
+		t.Error("an IPv6 reflector: no error")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
+	defer cancel()
+	go func() {
+		time.Sleep(500 * time.Millisecond)
+		p.SetReflectors([]netip.Addr{live})
+	}()
+	var replies, lost []netip.Addr
+	var lostAt []time.Time
+	start := time.Now()
+	if err := p.Run(ctx, func(r probe.Reply) { replies = append(replies, r.Reflector) }, func(to netip.Addr, sent time.Time) {
+		lost, lostAt = append(lost, to), append(lostAt, sent)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if len(replies) < 15 {
+		t.Errorf("%d replies from the new reflector in its second; want about 20", len(replies))
+	}
+	for _, r := range replies {
+		if r != live {
+			t.Errorf("a reply from %s", r)
+		}
+	}
+	for i, sent := range lostAt {
+		if sent.Sub(start) > 600*time.Millisecond {
+			t.Errorf("a request to %s sent %v after the start, after the switch", lost[i], sent.Sub(start))
+		}
+	}
 }

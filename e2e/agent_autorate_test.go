@@ -1,0 +1,200 @@
+package e2e
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"sluice/agent"
+	"sluice/lab"
+	"sluice/testutil"
+	"sluice/units"
+)
+
+// rate: auto, end to end: the agent behind an 8 Mbit/s modem with
+// 300 ms of buffer, a base of 16mbit. Under an upload its controller
+// reads the modem's queue in the reflectors' replies and brings the
+// rate down to what the modem carries, and the kernel's root class
+// holds what it decided; idle, the rate drifts back up toward the
+// base; a reflector that stops answering is replaced by the spare; all
+// of them silent, the rate holds. Status and metrics show each of it.
+func TestAgentAutoRate(t *testing.T) {
+	testutil.RequireRoot(t)
+	t.Setenv("SLUICE_STATE_DIR", stateDir(t))
+	name := strings.TrimPrefix(testutil.Unique("ar"), testutil.Prefix)
+	b, err := lab.Up(name, lab.Topology{Modem: lab.Modem{Up: "8mbit", Down: "100mbit", Buffer: "300ms"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Down() })
+	// Three more reflectors on the server, beyond the modem as the
+	// Internet is (the router's default route): three pinged, one spare.
+	refl := []string{lab.Server4.String(), "198.51.100.3", "198.51.100.4", "198.51.100.5"}
+	for _, a := range refl[1:] {
+		testutil.NS(t, b.Server, "ip", "addr", "add", a+"/32", "dev", "lo")
+	}
+	testutil.NS(t, b.Router, "ip", "route", "add", "198.51.100.0/24", "via", lab.Server4.String(), "dev", "wan")
+	for _, a := range refl {
+		if _, err := testutil.Ping(b.Router, a, 1, 100*time.Millisecond); err != nil {
+			t.Fatalf("reflector %s does not answer the router: %v", a, err)
+		}
+	}
+	pol := writePolicy(t, "auto.yaml", fmt.Sprintf(`interfaces:
+  - name: wan
+    egress:
+      rate: auto
+      auto: {min: 2mbit, base: 16mbit, max: 24mbit, reflectors: [%s], delay_threshold: 10ms}
+      default: bulk
+      classes:
+        - {name: interactive, rate: 10%%, prio: 0, match: [{dport: 22}]}
+        - {name: bulk, rate: 90%%, prio: 1, leaf: bfifo}
+`, strings.Join(refl, ", ")))
+	a := startAgent(t, b.Router, pol, "--interval", "500ms")
+	auto := func() agent.AutoStatus {
+		t.Helper()
+		st := a.status()
+		if len(st.Autorate) != 1 {
+			t.Fatalf("status: %d autorate entries, want 1", len(st.Autorate))
+		}
+		return st.Autorate[0]
+	}
+	mbit := func(bytes uint64) float64 { return float64(bytes) * 8 / 1e6 }
+	if s := auto(); s.Device != "wan" || s.Direction != "egress" || mbit(s.RateBytesPerSecond) != 16 || s.Probe != "echo" {
+		t.Fatalf("at the start: %+v; want wan egress at the base 16mbit, probing with echo", s)
+	}
+
+	// An upload: the modem's queue fills, the rate comes down.
+	sink, err := testutil.TCPSink(b.Server, lab.Server4.String(), 5201)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sink.Close()
+	stop := make(chan struct{})
+	sent := make(chan error, 1)
+	client := b.Clients[0]
+	go func() { _, err := testutil.TCPSendUntil(client, lab.Server4.String(), 5201, 4, stop); sent <- err }()
+	// The rules probe above the capacity until the delay answers: the
+	// rate is a sawtooth around what the modem carries. Its mean over
+	// the last 4 s of 14 must lie near it, the root class hold what the
+	// agent wrote, and the modem's queue stay short.
+	time.Sleep(10 * time.Second)
+	var rates []float64
+	var loaded agent.AutoStatus
+	rootOK := false
+	for i := 0; i < 8; i++ {
+		s1 := auto()
+		root := rootRate(t, b.Router)
+		s2 := auto()
+		for _, w := range []uint64{s1.WrittenBytesPerSecond, s2.WrittenBytesPerSecond} {
+			if w > 0 && root > 0.995*float64(w) && root < 1.005*float64(w) {
+				rootOK = true
+			}
+		}
+		rates = append(rates, mbit(s2.RateBytesPerSecond))
+		loaded = s2
+		time.Sleep(500 * time.Millisecond)
+	}
+	// The router's own ping skips the tree as the probes do: it sees
+	// the modem's queue alone.
+	rtt, perr := testutil.Ping(b.Router, lab.Server4.String(), 20, 100*time.Millisecond)
+	// The probes went to HTB's direct queue, past bulk's full bfifo.
+	if direct := directPackets(t, b.Router, "wan"); direct < 100 {
+		t.Errorf("HTB's direct queue passed %d packets; the probes (20 a second) must skip the tree", direct)
+	}
+	close(stop)
+	if err := <-sent; err != nil {
+		t.Fatal(err)
+	}
+	mean := testutil.Mean(rates)
+	t.Logf("under load: rates %.2f (mean %.2f Mbit/s), ping %v; %+v", rates, mean, rtt, loaded)
+	if mean > 8.8 || mean < 5 {
+		t.Errorf("under an upload through an 8 Mbit/s modem the rate averages %.2f Mbit/s; want about the modem's (5 to 8.8)", mean)
+	}
+	if !rootOK {
+		t.Errorf("the root class never held what the agent wrote: the decisions do not reach the kernel")
+	}
+	if perr != nil || rtt > 60*time.Millisecond {
+		t.Errorf("ping under load %v (%v); want under 60 ms: the unshaped modem queues 300 ms", rtt, perr)
+	}
+	for _, r := range loaded.Reflectors {
+		if r.Active && r.BaselineSeconds <= 0 {
+			t.Errorf("reflector %s has no baseline", r.Addr)
+		}
+	}
+	if v, ok := a.metric("sluice_autorate_rate_bytes_per_second", `device="wan"`, `direction="egress"`); !ok || v <= 0 {
+		t.Errorf("metric sluice_autorate_rate_bytes_per_second: %v %v", v, ok)
+	}
+
+	// Idle: the rate drifts back toward the base, 1% a second.
+	time.Sleep(5 * time.Second)
+	idle := auto()
+	if idle.RateBytesPerSecond <= loaded.RateBytesPerSecond || (idle.State != "idle" && idle.State != "low") {
+		t.Errorf("idle for 5 s: %s at %.2f Mbit/s, under load %.2f; want idle and higher", idle.State, mbit(idle.RateBytesPerSecond), mbit(loaded.RateBytesPerSecond))
+	}
+
+	// One reflector goes silent: the spare replaces it.
+	testutil.NS(t, b.Server, "ip", "addr", "del", refl[1]+"/32", "dev", "lo")
+	deadline := time.Now().Add(8 * time.Second)
+	for {
+		s := auto()
+		act := map[string]bool{}
+		for _, r := range s.Reflectors {
+			act[r.Addr] = r.Active
+		}
+		if s.Replaced >= 1 && !act[refl[1]] && act[refl[3]] {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a silent reflector not replaced in 8 s: %+v", s)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if v, ok := a.metric("sluice_autorate_reflectors_replaced_total", `device="wan"`); !ok || v < 1 {
+		t.Errorf("metric sluice_autorate_reflectors_replaced_total: %v %v", v, ok)
+	}
+
+	// All of them silent: the rate holds, and the state says why.
+	testutil.NS(t, b.Server, "sysctl", "-qw", "net.ipv4.icmp_echo_ignore_all=1")
+	time.Sleep(3 * time.Second)
+	before := auto()
+	time.Sleep(3 * time.Second)
+	after := auto()
+	if after.State != "stall" && after.State != "no-replies" {
+		t.Errorf("no reflector answers: state %s, want stall or no-replies", after.State)
+	}
+	if after.RateBytesPerSecond != before.RateBytesPerSecond {
+		t.Errorf("no reflector answers: the rate moved from %.3f to %.3f Mbit/s; it must hold", mbit(before.RateBytesPerSecond), mbit(after.RateBytesPerSecond))
+	}
+}
+
+// rootRate reads the wan tree's root class rate (bytes/s) with show.
+func rootRate(t *testing.T, ns string) float64 {
+	t.Helper()
+	out := must(t, "--netns", ns, "show", "--json", "--local", "--interval", "0")
+	i := strings.Index(out, `"name": "(root)"`)
+	if i < 0 {
+		t.Fatalf("show: no root class\n%s", out)
+	}
+	var bps float64
+	rest := out[i:]
+	j := strings.Index(rest, `"rate_bps": `)
+	if j < 0 {
+		t.Fatalf("show: no rate\n%s", out)
+	}
+	fmt.Sscanf(rest[j+len(`"rate_bps": `):], "%g", &bps)
+	return float64(units.FromBits(bps))
+}
+
+// directPackets reads HTB's direct_packets_stat on dev.
+func directPackets(t *testing.T, ns, dev string) int {
+	t.Helper()
+	out := testutil.NS(t, ns, "tc", "qdisc", "show", "dev", dev, "root")
+	i := strings.Index(out, "direct_packets_stat ")
+	if i < 0 {
+		t.Fatalf("no direct_packets_stat in %q", out)
+	}
+	var n int
+	fmt.Sscanf(out[i+len("direct_packets_stat "):], "%d", &n)
+	return n
+}

@@ -102,7 +102,7 @@ func (a *Agent) syncAuto(pl *plan.Plan) {
 		}
 		t := a.autos[d.Name]
 		if t == nil || !sameAuto(&t.cfg, d.Auto) {
-			cfg := autorate.ConfigFor(d.Auto.MinBps, d.Auto.BaseBps, d.Auto.MaxBps, d.Auto.DelayThreshold)
+			cfg := autorate.ConfigFor(d.Auto.MinBps, d.Auto.BaseBps, d.Auto.MaxBps, d.Auto.DelayThreshold, d.Dir == policy.Ingress)
 			ctl, err := autorate.New(cfg, time.Now())
 			if err != nil { // validation checked the same bounds
 				a.logFailure("rate: auto: cannot start the controller", "autorate", fmt.Errorf("%s: %w", d.Name, err))

@@ -10,11 +10,25 @@ import (
 )
 
 // Config is one direction's controller. Min, Base and Max are required;
-// a zero in any other field takes its default (cake-autorate v3.5's).
+// a zero in any other field takes its default.
+//
+// The signal and the states are cake-autorate's (v3.5): a baseline per
+// reflector, bufferbloat as BloatCount of the last Window samples above
+// the threshold, load from the shaper's counters, stalls that hold the
+// rate. What the rate does differs (docs/autorate.md says why, with
+// the measurements): a decrease goes to the capacity the delay's slope
+// shows, less what drains the queue, and the rate then probes past that
+// capacity slowly at first, faster the longer no bufferbloat answers.
 type Config struct {
 	// Min and Max bound the rate; Base is where it starts and where it
 	// drifts back to when the link is not busy.
 	Min, Base, Max units.Rate
+	// Downstream: the shaper is behind the link's buffer (a download
+	// shaped on arrival), so what it passes while that buffer holds a
+	// queue is the link's capacity itself. Upstream (an upload), it
+	// feeds the buffer, and the capacity is what it sent less the
+	// queue's growth.
+	Downstream bool
 
 	// DelayThreshold: a sample this far above its reflector's baseline
 	// (plus one full packet's serialisation at the current rate) counts
@@ -23,25 +37,24 @@ type Config struct {
 	// Window and BloatCount: bufferbloat is BloatCount of the last
 	// Window samples (all reflectors pooled) above the threshold. 6, 3.
 	Window, BloatCount int
-	// DecreaseDelay: an average excess delay at or above this makes the
-	// largest decrease (DecreaseMax); at the threshold, the smallest
-	// (DecreaseMin). 60 ms.
-	DecreaseDelay time.Duration
-	// DecreaseMin and DecreaseMax are the factors a decrease multiplies
-	// the rate by, the gentlest and the steepest. 0.99, 0.75.
-	DecreaseMin, DecreaseMax float64
-	// PassedDecrease: a decrease goes at least to this fraction of what
-	// the shaper passed, when that is lower (and above Min): a link that
-	// carries less than the rate says its capacity outright. 0.9.
-	PassedDecrease float64
-	// IncreaseDelay: a busy link whose average excess delay is at or
-	// below this grows by the most (IncreaseMax), one at the threshold
-	// not at all. 10 ms.
-	IncreaseDelay time.Duration
-	// IncreaseMax is the largest growth per sample, as a fraction. 0.04.
-	IncreaseMax float64
+	// DrainTime: a decrease sets the rate to the capacity less what
+	// drains the queue the samples show within this long. 500 ms.
+	DrainTime time.Duration
+	// DecreaseMax is the least one decrease leaves of the capacity it
+	// found (a deep queue drains over several). 0.75.
+	DecreaseMax float64
+	// Margin: below the capacity last found by this fraction, the rate
+	// closes in on it (time constant Approach); above it, it probes.
+	// 0.02, 500 ms.
+	Margin   float64
+	Approach time.Duration
+	// ProbeGrowth is how fast (per second) the rate probes just past
+	// the capacity last found; GrowthMax how fast once it is ProbeSpan
+	// above it (the link grew), growing with the square of the
+	// distance in between. 0.05, 0.5, 0.2.
+	ProbeGrowth, GrowthMax, ProbeSpan float64
 	// HighLoad: the link is busy when what the shaper passed is at least
-	// this fraction of its rate. 0.75.
+	// this fraction of its rate: only then does the rate grow. 0.9.
 	HighLoad float64
 	// IdleRate: below this the link is idle. 2 Mbit/s.
 	IdleRate units.Rate
@@ -49,8 +62,9 @@ type Config struct {
 	// the link is neither busy nor bloated, as a fraction. 0.01, 1 s.
 	Drift      float64
 	DriftEvery time.Duration
-	// BloatEvery: after a decrease, the next decrease or increase waits
-	// this long (the delay takes a while to answer the new rate). 300 ms.
+	// BloatEvery: after a decrease, the next waits this long, and comes
+	// only if the delay still rises (the first one takes a while to
+	// show). 300 ms.
 	BloatEvery time.Duration
 	// LoadEvery is the shortest span the passed rate is measured over.
 	// 200 ms.
@@ -64,8 +78,8 @@ type Config struct {
 	// below its reflector's baseline moves it by: slowly up, so that a
 	// queue is not mistaken for the path, quickly down. 0.001, 0.9.
 	BaselineUp, BaselineDown float64
-	// DeltaAlpha weighs each sample's excess delay into the average.
-	// 0.095.
+	// DeltaAlpha weighs each sample's excess delay into the average
+	// (reported, and what holds growth back). 0.095.
 	DeltaAlpha float64
 }
 
@@ -74,13 +88,14 @@ var Defaults = Config{
 	DelayThreshold: 30 * time.Millisecond,
 	Window:         6,
 	BloatCount:     3,
-	DecreaseDelay:  60 * time.Millisecond,
-	DecreaseMin:    0.99,
-	DecreaseMax:    0.75,
-	PassedDecrease: 0.9,
-	IncreaseDelay:  10 * time.Millisecond,
-	IncreaseMax:    0.04,
-	HighLoad:       0.75,
+	DrainTime:      500 * time.Millisecond,
+	DecreaseMax:    0.5,
+	Margin:         0.02,
+	Approach:       500 * time.Millisecond,
+	ProbeGrowth:    0.05,
+	GrowthMax:      0.5,
+	ProbeSpan:      0.2,
+	HighLoad:       0.9,
 	IdleRate:       units.FromBits(2e6),
 	Drift:          0.01,
 	DriftEvery:     time.Second,
@@ -93,17 +108,9 @@ var Defaults = Config{
 	DeltaAlpha:     0.095,
 }
 
-// ConfigFor is a configuration with the defaults, and the delays that
-// scale the decrease and the increase at the defaults' proportions to
-// threshold (a third of it: the most growth; twice it: the steepest
-// decrease).
-func ConfigFor(lo, base, hi units.Rate, threshold time.Duration) Config {
-	c := Config{Min: lo, Base: base, Max: hi, DelayThreshold: threshold}
-	if threshold > 0 {
-		c.IncreaseDelay = threshold * Defaults.IncreaseDelay / Defaults.DelayThreshold
-		c.DecreaseDelay = threshold * Defaults.DecreaseDelay / Defaults.DelayThreshold
-	}
-	return c
+// ConfigFor is a configuration with the defaults and threshold.
+func ConfigFor(lo, base, hi units.Rate, threshold time.Duration, downstream bool) Config {
+	return Config{Min: lo, Base: base, Max: hi, DelayThreshold: threshold, Downstream: downstream}
 }
 
 // withDefaults fills c's zero fields from Defaults and checks it.
@@ -120,16 +127,17 @@ func (c Config) withDefaults() (Config, error) {
 		}
 	}
 	pick(&c.DelayThreshold, d.DelayThreshold)
-	pick(&c.DecreaseDelay, d.DecreaseDelay)
-	pick(&c.IncreaseDelay, d.IncreaseDelay)
+	pick(&c.DrainTime, d.DrainTime)
+	pick(&c.Approach, d.Approach)
 	pick(&c.DriftEvery, d.DriftEvery)
 	pick(&c.BloatEvery, d.BloatEvery)
 	pick(&c.LoadEvery, d.LoadEvery)
 	pick(&c.StallAfter, d.StallAfter)
-	pickF(&c.DecreaseMin, d.DecreaseMin)
 	pickF(&c.DecreaseMax, d.DecreaseMax)
-	pickF(&c.PassedDecrease, d.PassedDecrease)
-	pickF(&c.IncreaseMax, d.IncreaseMax)
+	pickF(&c.Margin, d.Margin)
+	pickF(&c.ProbeGrowth, d.ProbeGrowth)
+	pickF(&c.GrowthMax, d.GrowthMax)
+	pickF(&c.ProbeSpan, d.ProbeSpan)
 	pickF(&c.HighLoad, d.HighLoad)
 	pickF(&c.Drift, d.Drift)
 	pickF(&c.BaselineUp, d.BaselineUp)
@@ -154,18 +162,24 @@ func (c Config) withDefaults() (Config, error) {
 	if c.BloatCount > c.Window {
 		errs = append(errs, fmt.Errorf("bloat count %d is more than the window of %d samples", c.BloatCount, c.Window))
 	}
-	if c.IncreaseDelay >= c.DelayThreshold || c.DecreaseDelay <= c.DelayThreshold {
-		errs = append(errs, fmt.Errorf("want increase delay %v < delay threshold %v < decrease delay %v", c.IncreaseDelay, c.DelayThreshold, c.DecreaseDelay))
-	}
-	if !(0 < c.DecreaseMax && c.DecreaseMax <= c.DecreaseMin && c.DecreaseMin <= 1) {
-		errs = append(errs, fmt.Errorf("want 0 < steepest decrease %g <= gentlest %g <= 1", c.DecreaseMax, c.DecreaseMin))
+	if c.ProbeGrowth > c.GrowthMax {
+		errs = append(errs, fmt.Errorf("probe growth %g is more than the most growth %g", c.ProbeGrowth, c.GrowthMax))
 	}
 	for _, f := range []struct {
 		name string
 		v    float64
-	}{{"increase", c.IncreaseMax}, {"passed decrease", c.PassedDecrease}, {"high load", c.HighLoad}, {"drift", c.Drift}, {"baseline up", c.BaselineUp}, {"baseline down", c.BaselineDown}, {"delta alpha", c.DeltaAlpha}} {
+	}{{"steepest decrease", c.DecreaseMax}, {"margin", c.Margin}, {"high load", c.HighLoad}, {"drift", c.Drift},
+		{"baseline up", c.BaselineUp}, {"baseline down", c.BaselineDown}, {"delta alpha", c.DeltaAlpha}} {
 		if f.v < 0 || f.v > 1 {
 			errs = append(errs, fmt.Errorf("%s %g: want a fraction between 0 and 1", f.name, f.v))
+		}
+	}
+	for _, f := range []struct {
+		name string
+		v    float64
+	}{{"probe growth", c.ProbeGrowth}, {"most growth", c.GrowthMax}, {"probe span", c.ProbeSpan}} {
+		if f.v < 0 || f.v > 10 {
+			errs = append(errs, fmt.Errorf("%s %g: want a rate per second between 0 and 10", f.name, f.v))
 		}
 	}
 	return c, errors.Join(errs...)
@@ -234,11 +248,20 @@ type Controller struct {
 	avgDelta float64 // ns
 	fresh    bool    // a sample since the last decision
 
+	// recent holds the last slopeSamples samples' excess delays and
+	// times (all reflectors), for the queue's slope and depth.
+	recent []point
+
 	lastReply  time.Time
 	stalled    bool
 	lastChange time.Time // the last decrease
 	lastDrift  time.Time
+	lastGrow   time.Time // the last decision that grew (or could have)
+	// capacity is what the last decrease found the link carries (bytes
+	// per second; 0: none yet).
+	capacity float64
 
+	readings  []reading // the counter over the last 2 s
 	loadAt    time.Time
 	loadBytes uint64
 	passed    float64 // bits per second
@@ -254,6 +277,107 @@ func New(cfg Config, now time.Time) (*Controller, error) {
 	}
 	return &Controller{cfg: c, rate: float64(c.Base), baseline: map[string]float64{}, window: make([]bool, c.Window),
 		lastReply: now, lastDrift: now, lastChange: now.Add(-c.BloatEvery)}, nil
+}
+
+// reading is the shaper's byte counter at a time.
+type reading struct {
+	at    time.Time
+	bytes uint64
+}
+
+// sentBetween is what the shaper sent (bytes per second) from about
+// from to about to, by its counter; ok false when the readings do not
+// cover it.
+func (c *Controller) sentBetween(from, to time.Time) (float64, bool) {
+	n := len(c.readings)
+	if n < 2 {
+		return 0, false
+	}
+	i := 0
+	for i < n-2 && !c.readings[i+1].at.After(from) {
+		i++
+	}
+	j := n - 1
+	for j > i+1 && c.readings[j-1].at.After(to) {
+		j--
+	}
+	a, b := c.readings[i], c.readings[j]
+	dt := b.at.Sub(a.at).Seconds()
+	if dt < 0.1 {
+		return 0, false
+	}
+	return float64(b.bytes-a.bytes) / dt, true
+}
+
+// downstreamFloor is the least a downstream decrease leaves of the
+// capacity.
+const downstreamFloor = 0.85
+
+// downstreamStep is the least one downstream decrease leaves of the
+// rate.
+const downstreamStep = 0.5
+
+// point is one sample's excess delay (ns) at a time.
+type point struct {
+	at    time.Time
+	delta float64
+}
+
+// slopeSamples is how many recent samples are kept (400 ms at 20 Hz),
+// slopePoints how many the slope is read from.
+const (
+	slopeSamples = 8
+	slopePoints  = 5
+)
+
+// slope is the queue's growth over the recent samples enqueued after
+// since, seconds of delay per second (least squares), with how many
+// there were; depth is the delay the last three samples show above
+// their baselines.
+func (c *Controller) slope(since time.Time) (slope, depth float64, n int) {
+	if len(c.recent) == 0 {
+		return 0, 0, 0
+	}
+	k := min(3, len(c.recent))
+	for _, p := range c.recent[len(c.recent)-k:] {
+		depth += p.delta / float64(k)
+	}
+	var sx, sy, sxx, sxy float64
+	var t0 time.Time
+	// The last slopePoints only: after a sudden change, older samples
+	// lie on the queue's old course.
+	first := max(0, len(c.recent)-slopePoints)
+	for _, p := range c.recent[first:] {
+		if !p.at.After(since) {
+			continue
+		}
+		if n == 0 {
+			t0 = p.at
+		}
+		n++
+		x := p.at.Sub(t0).Seconds()
+		y := p.delta / 1e9
+		sx, sy, sxx, sxy = sx+x, sy+y, sxx+x*x, sxy+x*y
+	}
+	fn := float64(n)
+	den := fn*sxx - sx*sx
+	if n < 3 || den <= 0 {
+		return 0, depth, n
+	}
+	return (fn*sxy - sx*sy) / den, depth, n
+}
+
+// freshSpan is the span of the recent samples enqueued after since.
+func (c *Controller) freshSpan(since time.Time) (from, to time.Time) {
+	for _, p := range c.recent {
+		if p.at.After(since) {
+			if from.IsZero() {
+				from = p.at
+			}
+			to = p.at
+		}
+	}
+	return from, to
 }
 
 // Config is the controller's configuration, defaults filled.
@@ -295,6 +419,12 @@ func (c *Controller) Delay(s Sample) {
 	c.baseline[s.Reflector] = b
 	delta := d - b
 	c.avgDelta += c.cfg.DeltaAlpha * (delta - c.avgDelta)
+	if len(c.recent) == slopeSamples {
+		c.recent = append(c.recent[:0], c.recent[1:]...)
+	}
+	// The probe joined the queue its delay ago (less the path's): the
+	// slope and what the shaper sent are matched at that time.
+	c.recent = append(c.recent, point{s.At.Add(-time.Duration(delta)), delta})
 	// One full packet's serialisation at the rate is delay every sample
 	// may see behind a packet in flight, not a queue.
 	over := float64(c.cfg.DelayThreshold) + 1514/math.Max(c.rate, 1)*float64(time.Second)
@@ -307,6 +437,13 @@ func (c *Controller) Delay(s Sample) {
 // Passed folds in the shaper's byte counter (cumulative, of this
 // direction) read at at.
 func (c *Controller) Passed(at time.Time, bytes uint64) {
+	if n := len(c.readings); n > 0 && bytes < c.readings[n-1].bytes {
+		c.readings = c.readings[:0] // the counter was reset
+	}
+	for len(c.readings) > 0 && at.Sub(c.readings[0].at) > 2*time.Second {
+		c.readings = c.readings[1:]
+	}
+	c.readings = append(c.readings, reading{at, bytes})
 	if c.loadAt.IsZero() || bytes < c.loadBytes {
 		c.loadAt, c.loadBytes = at, bytes
 		return
@@ -342,34 +479,109 @@ func (c *Controller) Decide(now time.Time) Decision {
 		if passedBytes < float64(c.cfg.StallRate) {
 			d.State = Stall
 		}
-		c.lastDrift = now // the drift waits too
+		c.lastDrift, c.lastGrow = now, now // the drift waits too
 		if !c.stalled {
 			c.stalled = true
 			clear(c.window)
-			c.filled, c.avgDelta = 0, 0
+			c.filled, c.avgDelta, c.recent = 0, 0, c.recent[:0]
 		}
 	case c.bloated():
 		c.stalled = false
 		d.State = Bloat
-		if now.Sub(c.lastChange) >= c.cfg.BloatEvery {
-			f := clamp(float64(time.Duration(c.avgDelta)-c.cfg.DelayThreshold) / float64(c.cfg.DecreaseDelay-c.cfg.DelayThreshold))
-			factor := c.cfg.DecreaseMin - f*(c.cfg.DecreaseMin-c.cfg.DecreaseMax)
-			lower := c.rate * factor
-			if p := min(c.cfg.PassedDecrease, factor) * passedBytes; c.loaded && p > float64(c.cfg.Min) && p < lower {
-				lower = p
+		// The shaper sends into the link's buffer, which drains at the
+		// capacity: the queue grows by sent/capacity - 1 seconds a
+		// second (shrinks, where negative). So the capacity is what
+		// the shaper sent over one plus the queue's slope, and the
+		// rate goes below it by what drains the queue within
+		// DrainTime. A decision reads only probes that joined the
+		// queue after the last decrease (those before cannot show its
+		// effect: a deep queue returns them late), at least three.
+		slope, depth, n := c.slope(c.lastChange)
+		if now.Sub(c.lastChange) >= c.cfg.BloatEvery && n >= 3 {
+			sent := c.rate
+			if from, to := c.freshSpan(c.lastChange); to.After(from) {
+				if b, ok := c.sentBetween(from, to); ok {
+					sent = math.Min(b, c.rate)
+				}
 			}
-			c.rate = lower
-			c.lastChange = now
+			capacity := sent / (1 + math.Min(math.Max(slope, -0.9), 10))
+			if c.cfg.Downstream && c.loaded {
+				// What the shaper passed is the capacity only while the
+				// shaper does not hold it back; while it does, the
+				// capacity found before stands, and the rate falls
+				// further only while the queue still grows.
+				// Over a second, not the last load span alone: the
+				// senders' losses make what passes dip for a moment.
+				passed := passedBytes
+				if b, ok := c.sentBetween(now.Add(-time.Second), now); ok {
+					passed = math.Max(passed, b)
+				}
+				switch {
+				case passed < 0.95*c.rate:
+					capacity = passed
+				case c.capacity > 0 && slope <= 0:
+					capacity = c.rate
+				case c.capacity > 0:
+					capacity = math.Min(c.capacity, c.rate)
+				}
+			}
+			// The last probe shows the queue as it was when it joined:
+			// it has grown (or shrunk) by the slope since.
+			floor := c.cfg.DecreaseMax
+			if last := c.recent[len(c.recent)-1]; slope > 0 && !c.cfg.Downstream {
+				depth += slope * float64(now.Sub(last.at))
+			}
+			if c.cfg.Downstream {
+				// Behind the buffer the shaper drains it only as the
+				// senders slow down for the queue it holds itself: a
+				// deep cut costs goodput and drains no faster.
+				floor = math.Max(floor, downstreamFloor)
+			}
+			drain := math.Max(1-depth/float64(c.cfg.DrainTime), floor)
+			if depth >= float64(c.cfg.DrainTime) && slope > -0.05 {
+				// A queue this deep that does not shrink is a full
+				// buffer dropping: its slope says nothing of the
+				// capacity. Cut by the most.
+				capacity = math.Min(capacity, c.rate)
+			}
+			c.capacity = capacity
+			target := capacity * drain
+			if c.cfg.Downstream {
+				// One step at a time: each shows in what passes next.
+				target = math.Max(target, downstreamStep*c.rate)
+			}
+			if target < c.rate {
+				c.rate = target
+				c.lastChange = now
+			}
 		}
+		c.lastGrow = now
 	case c.loaded && passedBytes >= c.cfg.HighLoad*c.rate:
 		c.stalled = false
 		d.State = High
-		if c.fresh && now.Sub(c.lastChange) >= c.cfg.BloatEvery {
-			g := clamp(float64(c.cfg.DelayThreshold-time.Duration(c.avgDelta)) / float64(c.cfg.DelayThreshold-c.cfg.IncreaseDelay))
-			c.rate *= 1 + g*c.cfg.IncreaseMax
+		// Grow while the queue stays short: close in on the capacity
+		// last found, then probe past it, slowly at first, faster the
+		// longer no bufferbloat answers (the link may have grown).
+		dt := math.Min(now.Sub(c.lastGrow).Seconds(), 0.2)
+		c.lastGrow = now
+		if _, depth, _ := c.slope(now); dt <= 0 || depth > float64(c.cfg.DelayThreshold)/2 || now.Sub(c.lastChange) < c.cfg.BloatEvery {
+			break
 		}
+		if target := c.capacity * (1 - c.cfg.Margin); c.rate < target*0.995 {
+			c.rate += (target - c.rate) * math.Min(1, dt/c.cfg.Approach.Seconds())
+			break
+		}
+		// Slowly near the capacity last found, faster away from it (as
+		// CUBIC grows a window): the link most likely carries what it
+		// did, and when it grew, it may have grown a lot.
+		over := 1.0
+		if c.capacity > 0 {
+			over = math.Min(1, math.Max(c.rate/c.capacity-1, 0)/c.cfg.ProbeSpan)
+		}
+		c.rate *= 1 + dt*(c.cfg.ProbeGrowth+over*over*(c.cfg.GrowthMax-c.cfg.ProbeGrowth))
 	default:
 		c.stalled = false
+		c.lastGrow = now
 		d.State = Low
 		if passedBytes < float64(c.cfg.IdleRate) {
 			d.State = Idle

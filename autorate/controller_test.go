@@ -1,7 +1,6 @@
 package autorate
 
 import (
-	"fmt"
 	"math"
 	"slices"
 	"strings"
@@ -30,9 +29,10 @@ type link struct {
 	answers  func(reflector string, at time.Duration) bool
 	pool     *Pool // the reflectors pinged, when set; else r1, r2, r3
 
-	queue  float64 // bits
-	tcp    float64 // the bulk sender's rate, bits per second
-	passed uint64  // bytes through the shaper
+	queue    float64  // bits
+	inFlight []Sample // replies on their way, by arrival
+	tcp      float64  // the bulk sender's rate, bits per second
+	passed   uint64   // bytes through the shaper
 }
 
 // trace is what happened, every 10 ms.
@@ -84,8 +84,15 @@ func run(t *testing.T, c *Controller, l *link, from, d time.Duration, tr *trace)
 				if l.jitter != nil {
 					delay += l.jitter(i / 5)
 				}
-				c.Delay(Sample{Reflector: r, At: now, Delay: delay})
+				// The reply comes back its delay later.
+				l.inFlight = append(l.inFlight, Sample{Reflector: r, At: now.Add(delay), Delay: delay})
 			}
+		}
+		for len(l.inFlight) > 0 && !l.inFlight[0].At.After(now) {
+			c.Delay(l.inFlight[0])
+			l.inFlight = l.inFlight[1:]
+		}
+		if i%5 == 0 {
 			dec = c.Decide(now)
 		}
 		if tr != nil {
@@ -136,12 +143,11 @@ func newController(t *testing.T, cfg Config) *Controller {
 var lte = Config{Min: mbit(5), Base: mbit(20), Max: mbit(100)}
 
 // bloatBound is the most the modem's buffer may hold (p95) in a steady
-// part under bulk TCP: the rules probe above the capacity until three
-// samples in six lie 30 ms over their baselines, so the buffer's delay
-// is a sawtooth around the threshold, not near zero. With the defaults
-// this model gives 77 to 97 ms (1% growth instead of 4% gives 44 to 47
-// ms); the 1 s buffer unshaped would hold a second. The lab's
-// variable-rate scenario, which asks for 15 ms, measures the real thing.
+// part under bulk TCP at the default threshold (30 ms): the rate probes
+// past the capacity until three samples in six lie above it, so the
+// buffer's delay is a sawtooth around the threshold. This model gives
+// 35 to 38 ms (at 5 ms, 8 to 10 ms); the 1 s buffer unshaped would hold
+// a second. The lab's variable-rate scenario measures the real thing.
 const bloatBound = 120 * time.Millisecond
 
 // The capacity steps 80 -> 20 -> 60 -> 10 Mbit/s every 20 s under bulk
@@ -192,13 +198,17 @@ func TestStepDown(t *testing.T) {
 	if !saw {
 		t.Error("no bufferbloat seen after the drop")
 	}
-	if p95, _, _ := tr.span(22*time.Second, 30*time.Second); p95 > bloatBound {
-		t.Errorf("the queue held %v (p95) from 2 s after the drop; want under %v", p95, bloatBound)
+	// The buffer (a second of it) filled four times faster than it
+	// drains before the first reply said so: the queue is gone within
+	// four seconds.
+	if p95, _, _ := tr.span(24*time.Second, 30*time.Second); p95 > bloatBound {
+		t.Errorf("the queue held %v (p95) from 4 s after the drop; want under %v", p95, bloatBound)
 	}
 }
 
 // A step up: a busy link with a low delay grows its rate to the new
-// capacity (at least 85% of it within 5 s), and never past max.
+// capacity (at least 85% of it within 6 s: slowly at first, near the
+// capacity it knew), and never past max.
 func TestStepUp(t *testing.T) {
 	c := newController(t, Config{Min: mbit(5), Base: mbit(10), Max: mbit(50)})
 	l := &link{capacity: steps(10*time.Second, 10, 80), path: 10 * time.Millisecond, buffer: time.Second}
@@ -214,8 +224,8 @@ func TestStepUp(t *testing.T) {
 			t.Fatalf("rate %.1f Mbit/s above max 50mbit at %v", tr.rate[i]/1e6, at)
 		}
 	}
-	if reached < 0 || reached > 5*time.Second {
-		t.Errorf("after 10 -> 80 Mbit/s (max 50) the rate reached 85%% of max after %v; want within 5 s", reached)
+	if reached < 0 || reached > 6*time.Second {
+		t.Errorf("after 10 -> 80 Mbit/s (max 50) the rate reached 85%% of max after %v; want within 6 s", reached)
 	}
 	if got := c.Rate(); got != mbit(50) {
 		t.Errorf("rate %s at the end; want max, 50mbit", got)
@@ -265,7 +275,7 @@ func TestBlackoutHolds(t *testing.T) {
 	held := c.Rate()
 	var tr trace
 	run(t, c, dark, 12*time.Second, 3*time.Second, &tr)
-	if c.Rate() != held || held < before*97/100 {
+	if c.Rate() != held || held < before*95/100 {
 		t.Errorf("the rate moved %s -> %s -> %s in a blackout", before, held, c.Rate())
 	}
 	if s := tr.states[len(tr.states)-1]; s != Stall {
@@ -353,33 +363,57 @@ func TestJitterWithoutLoad(t *testing.T) {
 	}
 }
 
-// The decrease scales with the excess delay: at the threshold the
-// gentlest factor, at DecreaseDelay and beyond the steepest.
-func TestDecreaseScales(t *testing.T) {
+// A decrease goes to the capacity the queue's slope shows: upstream,
+// what the shaper sent over one plus the slope (the buffer drains at
+// the capacity); downstream, what the shaper passed. Less what drains
+// the queue, never below the floor.
+func TestDecreaseFindsTheCapacity(t *testing.T) {
 	for _, tt := range []struct {
-		excess time.Duration
-		want   float64
+		name       string
+		downstream bool
+		passed     float64 // Mbit/s through the shaper
+		wantCap    float64
 	}{
-		{35 * time.Millisecond, 0.99 - (5.0/30)*(0.99-0.75)},
-		{60 * time.Millisecond, 0.75},
-		{200 * time.Millisecond, 0.75},
+		{"upstream", false, 25, 20},  // sent 25, the queue grows 0.25 s a second
+		{"downstream", true, 20, 20}, // the shaper passes what the buffer lets out
 	} {
-		t.Run(fmt.Sprint(tt.excess), func(t *testing.T) {
-			c := newController(t, Config{Min: mbit(1), Base: mbit(20), Max: mbit(100), DeltaAlpha: 1})
+		t.Run(tt.name, func(t *testing.T) {
+			c := newController(t, Config{Min: mbit(1), Base: mbit(25), Max: mbit(100), DelayThreshold: 5 * time.Millisecond, Downstream: tt.downstream})
 			now := t0
-			for i := range 6 {
+			var bytes uint64
+			step := 50 * time.Millisecond
+			// A quiet start: the baselines.
+			for range 10 {
+				now = now.Add(step)
+				bytes += uint64(tt.passed * 1e6 / 8 * step.Seconds())
+				c.Passed(now, bytes)
 				c.Delay(Sample{Reflector: "r", At: now, Delay: 10 * time.Millisecond})
-				_ = i
+				c.Decide(now)
 			}
+			// Then the queue grows 0.25 s a second (in the time the probes
+			// joined it) until three samples in six lie above 5 ms.
 			var d Decision
-			for range 3 {
-				now = now.Add(50 * time.Millisecond)
-				c.Delay(Sample{Reflector: "r", At: now, Delay: 10*time.Millisecond + tt.excess})
-				d = c.Decide(now)
+			queue := time.Duration(0)
+			for i := 0; i < 20 && d.State != Bloat; i++ {
+				now = now.Add(step)
+				bytes += uint64(tt.passed * 1e6 / 8 * step.Seconds())
+				c.Passed(now, bytes)
+				queue += step / 4
+				c.Delay(Sample{Reflector: "r", At: now.Add(queue), Delay: 10*time.Millisecond + queue})
+				d = c.Decide(now.Add(queue))
 			}
-			got := d.Rate.BitsFloat() / 20e6
-			if d.State != Bloat || math.Abs(got-tt.want) > 0.002 {
-				t.Errorf("excess %v: %v, factor %.4f; want bloat, %.4f", tt.excess, d.State, got, tt.want)
+			if d.State != Bloat {
+				t.Fatalf("a queue growing 0.25 s a second: %v", d.State)
+			}
+			if got := c.capacity * 8 / 1e6; math.Abs(got-tt.wantCap) > 0.1*tt.wantCap {
+				t.Errorf("capacity found %.2f Mbit/s; want %.0f", got, tt.wantCap)
+			}
+			floor := 0.5
+			if tt.downstream {
+				floor = downstreamFloor
+			}
+			if r := d.Rate.BitsFloat() / 1e6; r > tt.wantCap*1.01 || r < tt.wantCap*floor*0.9 {
+				t.Errorf("rate %.2f Mbit/s after the decrease; want below the capacity %.0f, at least %.2f of it", r, tt.wantCap, floor)
 			}
 		})
 	}
@@ -395,9 +429,9 @@ func TestBadConfig(t *testing.T) {
 		{Config{Min: mbit(30), Base: mbit(20), Max: mbit(100)}, "want 0 < min <= base <= max"},
 		{Config{Min: mbit(5), Base: mbit(200), Max: mbit(100)}, "want 0 < min <= base <= max"},
 		{Config{Min: mbit(5), Base: mbit(20), Max: mbit(100), Window: 2}, "bloat count 3 is more than the window of 2"},
-		{Config{Min: mbit(5), Base: mbit(20), Max: mbit(100), DelayThreshold: 80 * time.Millisecond}, "want increase delay"},
+		{Config{Min: mbit(5), Base: mbit(20), Max: mbit(100), ProbeGrowth: 0.8}, "probe growth 0.8 is more than the most growth 0.5"},
 		{Config{Min: mbit(5), Base: mbit(20), Max: mbit(100), HighLoad: 1.5}, "high load 1.5: want a fraction"},
-		{Config{Min: mbit(5), Base: mbit(20), Max: mbit(100), DecreaseMax: 0.995}, "steepest decrease"},
+		{Config{Min: mbit(5), Base: mbit(20), Max: mbit(100), DecreaseMax: 1.5}, "steepest decrease 1.5"},
 	} {
 		c, err := New(tt.cfg, t0)
 		if err == nil || !strings.Contains(err.Error(), tt.want) || c != nil {

@@ -185,12 +185,8 @@ func (g *globals) runScenario(nameOrPath string, f *runFlags) error {
 			return badInput(fmt.Errorf("--kernel: %w", err))
 		}
 	}
-	var variants []lab.Variant
-	for _, v := range s.Variants {
-		if len(f.variants) == 0 || contains(f.variants, v.Name) {
-			variants = append(variants, v)
-		}
-	}
+	s = s.Select(f.variants)
+	variants := s.Variants
 	if len(variants) == 0 {
 		return badInput(fmt.Errorf("no variant named %s in %s", strings.Join(f.variants, ", "), s.Name))
 	}
@@ -300,15 +296,6 @@ func (g *globals) runScenarioInVM(nameOrPath string, s *lab.Scenario, f *runFlag
 		return &exitError{code, fmt.Errorf("the run inside the VM with %s exited %d", vmlane.Describe(f.kernel), code)}
 	}
 	return nil
-}
-
-func contains(xs []string, s string) bool {
-	for _, x := range xs {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 func demoCmd(g *globals) *cobra.Command {

@@ -3,14 +3,17 @@ package cli
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"sluice/agent"
 	"sluice/stats"
+	"sluice/units"
 )
 
 func showCmd(g *globals) *cobra.Command {
@@ -104,6 +107,9 @@ func (g *globals) showFromAgent(devs []string, asJSON, watch bool, interval time
 	for first := true; ; first = false {
 		s := filterTrees(st.Sample, devs)
 		g.printSample(s, asJSON, watch, first, fmt.Sprintf("(from the sluice agent: its reading of %s)", s.At.Local().Format(time.TimeOnly)))
+		if !asJSON {
+			writeAutorate(g.stdout, st.Autorate, devs)
+		}
 		if !watch || interval == 0 {
 			return true, nil
 		}
@@ -152,5 +158,30 @@ func (g *globals) printSample(s *stats.Sample, asJSON, watch, first bool, note s
 			fmt.Fprintln(g.stdout, note)
 		}
 		s.WriteText(g.stdout)
+	}
+}
+
+// writeAutorate prints each rate: auto controller of devs (all, when
+// none are named): its rate against its bounds, its state, the delay it
+// reads and its reflectors.
+func writeAutorate(w io.Writer, as []agent.AutoStatus, devs []string) {
+	for _, a := range as {
+		if len(devs) > 0 && !slices.Contains(devs, a.Device) && !slices.Contains(devs, a.Interface) {
+			continue
+		}
+		active := 0
+		for _, r := range a.Reflectors {
+			if r.Active {
+				active++
+			}
+		}
+		bits := func(b uint64) string { return units.Bits(float64(b) * 8) }
+		fmt.Fprintf(w, "rate: auto %s %s: %s (min %s, base %s, max %s), %s, passing %s, delay %.1f ms over the baseline, %d of %d reflectors pinged (%s), %d replaced",
+			a.Interface, a.Direction, bits(a.RateBytesPerSecond), bits(a.MinBytesPerSecond), bits(a.BaseBytesPerSecond), bits(a.MaxBytesPerSecond),
+			a.State, units.Bits(a.PassedBytesPerSecond*8), a.DelaySeconds*1e3, active, len(a.Reflectors), a.Probe, a.Replaced)
+		if a.Error != "" {
+			fmt.Fprintf(w, "; %s", a.Error)
+		}
+		fmt.Fprintln(w)
 	}
 }

@@ -32,7 +32,10 @@ var exampleRuns = map[string]string{
 	"wondershaper.yaml": "TestWondershaperExample",
 	"isp.yaml":          "conformance",
 	"edt.yaml":          "caps",
-	"isp-edt.yaml":      "caps",
+	// The variable-rate scenario's auto variant is this policy on the
+	// lab's link (its device wan, its reflector, a 5 ms threshold).
+	"lte.yaml":     "TestVariableRateScenario",
+	"isp-edt.yaml": "caps",
 }
 
 // A new example without a run that checks it fails here.

@@ -288,7 +288,7 @@ func TestLabRunExpectationsAndExitCodes(t *testing.T) {
 	if r := sluice(t, "lab", "run", file); r.code != 2 || !strings.Contains(r.stderr, "at least one phase") {
 		t.Errorf("bad scenario: exit %d %s", r.code, r.stderr)
 	}
-	if r := sluice(t, "lab", "run", "no-such-scenario"); r.code != 2 || !strings.Contains(r.stderr, "built in: cc-matrix, demand-shift, dsl, edt-vs-htb, fair-share, home, office, policer-vs-shaper, prod-nonprod, weights") {
+	if r := sluice(t, "lab", "run", "no-such-scenario"); r.code != 2 || !strings.Contains(r.stderr, "built in: cc-matrix, demand-shift, dsl, edt-vs-htb, fair-share, home, office, policer-vs-shaper, prod-nonprod, variable-rate, weights") {
 		t.Errorf("unknown scenario: exit %d %s", r.code, r.stderr)
 	}
 }

@@ -16,7 +16,11 @@ import (
 //	[VARIANT[/PHASE]:] SUBJECT METRIC OP VALUE
 //
 // SUBJECT is `probe NAME`, `class NAME`, `flow NAME`, `hosts`, `flows`,
-// `link` or `policers` (the router's BPF policers, summed). METRIC is a
+// `link`, `policers` (the router's BPF policers, summed) or `autorate
+// DEVICE` (the agent's rate: auto controller: metric rate, the rate at
+// the phase's end, against a rate, a multiple of its end in another
+// phase, 1.05x fade, or of its own at the phase's start, 1.05x start).
+// METRIC is a
 // latency statistic (p50 p90 p95 p99 avg max, for probes and classes;
 // "latency" may follow it), loss, goodput, share (a class's or flow's
 // part of the phase's whole goodput), retransmits, rtt (a TCP flow's
@@ -27,7 +31,9 @@ import (
 // the class's configured rate (0.93 rate, 93% of rate), or for a goodput
 // a share of the same subject's goodput in another variant's phase
 // (0.95 of limit/alone): a reference measured on the same machine in
-// the same run, which a slow or emulated machine cannot fail alone.
+// the same run, which a slow or emulated machine cannot fail alone;
+// or a share of the modem's line rate in the phase in one direction
+// (0.85 of modem up): what a variable link carried.
 type Expectation struct {
 	Text    string
 	Variant string
@@ -44,7 +50,13 @@ type Expectation struct {
 	// OfVariant and OfPhase name another variant's phase: Value is a
 	// share of the same subject's goodput there ("0.95 of limit/alone").
 	OfVariant, OfPhase string
+	// OfModem names a direction of the modem ("up", "down"): Value is a
+	// share of its line rate in the phase ("0.85 of modem down").
+	OfModem string
 }
+
+// ofModem is a goodput relative to the modem's rate in a direction.
+var ofModem = regexp.MustCompile(`^([0-9.]+%?)\s+of\s+modem\s+(up|down)$`)
 
 // ofVariant is a goodput relative to another variant's phase.
 var ofVariant = regexp.MustCompile(`^([0-9.]+%?)\s+of\s+([A-Za-z0-9_.-]+)/([A-Za-z0-9_.-]+)$`)
@@ -71,9 +83,11 @@ func parseExpectation(s string) (*Expectation, error) {
 	switch e.Subject {
 	case "probe", "class", "flow":
 		e.Name, f = f[0], f[1:]
+	case "autorate":
+		e.Name, f = f[0], f[1:]
 	case "hosts", "flows", "link", "policers":
 	default:
-		return nil, fmt.Errorf("subject %q: want probe NAME, class NAME, flow NAME, hosts, flows, link or policers", e.Subject)
+		return nil, fmt.Errorf("subject %q: want probe NAME, class NAME, flow NAME, hosts, flows, link, policers or autorate DEVICE", e.Subject)
 	}
 	if len(f) < 3 {
 		return nil, fmt.Errorf("want METRIC OP VALUE after %s", e.Subject)
@@ -117,6 +131,25 @@ func parseExpectation(s string) (*Expectation, error) {
 			return nil, fmt.Errorf("rtt %q: want a duration like 150ms", val)
 		}
 		e.Value = float64(d) / 1e6
+	case e.Metric == "rate":
+		if e.Subject != "autorate" {
+			return nil, fmt.Errorf("rate is an autorate controller's (autorate DEVICE rate >= 18mbit); a class's is goodput")
+		}
+		if m := relative.FindStringSubmatch(val); m != nil {
+			e.Value, _ = strconv.ParseFloat(m[1], 64)
+			e.Of = m[2]
+			if e.Of == e.Phase {
+				return nil, fmt.Errorf("rate %q: compare with another phase than the expectation's own", val)
+			}
+			return e, nil
+		}
+		bps, err := parseRate(val)
+		if err != nil {
+			return nil, fmt.Errorf("rate %q: %v", val, err)
+		}
+		e.Value = bps.BitsFloat()
+	case e.Subject == "autorate":
+		return nil, fmt.Errorf("metric %q: an autorate controller has rate", e.Metric)
 	case e.Metric == "red":
 		if e.Subject != "policers" {
 			return nil, fmt.Errorf("only policers have a red share")
@@ -142,6 +175,14 @@ func parseExpectation(s string) (*Expectation, error) {
 		}
 		e.Value = v
 	case e.Metric == "goodput":
+		if m := ofModem.FindStringSubmatch(val); m != nil {
+			v, err := ratio(m[1])
+			if err != nil {
+				return nil, err
+			}
+			e.Value, e.OfModem = v, m[2]
+			return e, nil
+		}
 		if m := ofVariant.FindStringSubmatch(val); m != nil {
 			v, err := ratio(m[1])
 			if err != nil {
@@ -175,7 +216,7 @@ func parseExpectation(s string) (*Expectation, error) {
 		}
 		e.Value = v
 	default:
-		return nil, fmt.Errorf("metric %q: want p50 p90 p95 p99 avg max loss goodput share retransmits rtt drops fairness red", e.Metric)
+		return nil, fmt.Errorf("metric %q: want p50 p90 p95 p99 avg max loss goodput share retransmits rtt drops fairness red rate", e.Metric)
 	}
 	return e, nil
 }
@@ -295,6 +336,24 @@ func (e *Expectation) Check(r *Result, ref *Result) Verdict {
 		v.Actual = ph.FlowsFairness
 	case "link":
 		v.Actual, unit = ph.Total, "bit/s"
+	case "autorate":
+		st, ok := ph.Autorate[e.Name]
+		if !ok {
+			v.Note = "no autorate controller on " + e.Name + " in this variant"
+			return v
+		}
+		v.Actual, unit = st.End, "bit/s"
+		switch {
+		case e.Of == "start":
+			want = e.Value * st.Start
+		case e.Of != "":
+			base := r.phase(e.Of)
+			if base == nil || base.Autorate[e.Name] == nil {
+				v.Note = fmt.Sprintf("no autorate controller on %s in phase %q to compare with", e.Name, e.Of)
+				return v
+			}
+			want = e.Value * base.Autorate[e.Name].End
+		}
 	case "policers":
 		n, red := ph.policed()
 		if n == 0 {
@@ -302,6 +361,14 @@ func (e *Expectation) Check(r *Result, ref *Result) Verdict {
 			return v
 		}
 		v.Actual = ratioOf(red, n)
+	}
+	if e.OfModem != "" {
+		line := ph.Modem[e.OfModem]
+		if line == 0 {
+			v.Note = "the modem has no " + e.OfModem + " rate in this phase"
+			return v
+		}
+		want = e.Value * line
 	}
 	if e.OfVariant != "" {
 		base, note := e.reference(ref)

@@ -2,6 +2,7 @@ package lab
 
 import (
 	"math"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -270,5 +271,80 @@ func TestGoodputWeighsBucketsByTheirSpan(t *testing.T) {
 	r.Spans = nil // a result from before spans: the plain mean
 	if g := r.summarize("p", 0, 0.5, 0).Flows["f"].Goodput; g < 60e6 {
 		t.Errorf("without spans: %.0f", g)
+	}
+}
+
+// Select keeps the variants named and the expectations about them (and
+// those of no variant), so that a run of some variants is not failed
+// for the others'.
+func TestSelectVariants(t *testing.T) {
+	s := &Scenario{Variants: []Variant{{Name: "a"}, {Name: "b"}, {Name: "c"}},
+		Expect: []string{"a: link goodput >= 1mbit", "b/x: probe p p95 < 5ms", "hosts fairness >= 0.9", "c: link goodput >= 0.9 of a/x"}}
+	got := s.Select([]string{"a", "c"})
+	var names []string
+	for _, v := range got.Variants {
+		names = append(names, v.Name)
+	}
+	if !slices.Equal(names, []string{"a", "c"}) {
+		t.Errorf("variants %v", names)
+	}
+	want := []string{"a: link goodput >= 1mbit", "hosts fairness >= 0.9", "c: link goodput >= 0.9 of a/x"}
+	if !slices.Equal(got.Expect, want) {
+		t.Errorf("expectations %q, want %q", got.Expect, want)
+	}
+	if len(s.Variants) != 3 || len(s.Expect) != 4 {
+		t.Error("Select changed the scenario")
+	}
+	if s.Select(nil) != s {
+		t.Error("no names: not the scenario itself")
+	}
+}
+
+// rate: auto's expectations: a controller's rate at a phase's end
+// against a rate, its end in another phase, or its own start; goodput
+// against the modem's line rate in the phase.
+func TestAutorateAndModemExpectations(t *testing.T) {
+	r := synthetic()
+	// The rate falls from 20 to 8 Mbit/s in the first second, then
+	// drifts up 1% a bucket in the second.
+	rate := make([]float64, 20)
+	for i := range rate {
+		rate[i] = 20e6
+		if i >= 5 {
+			rate[i] = 8e6
+		}
+		if i >= 10 {
+			rate[i] = 8e6 * math.Pow(1.01, float64(i-10))
+		}
+	}
+	r.Autorate = []*AutorateSeries{{Device: "wan", Direction: "egress", Rate: rate}}
+	r.Phases = []*PhaseResult{r.summarize("drop", 0, 1, 0), r.summarize("idle", 1, 2, 0)}
+	r.Phases[0].Modem = map[string]float64{"up": 8e6, "down": 40e6}
+	for _, tc := range []struct {
+		text string
+		pass bool
+	}{
+		{"shaped/drop: autorate wan rate <= 8mbit", true},
+		{"shaped/drop: autorate wan rate > 10mbit", false},
+		{"shaped/idle: autorate wan rate >= 1.08x start", true}, // 1.01^9
+		{"shaped/idle: autorate wan rate >= 1.1x start", false},
+		{"shaped/idle: autorate wan rate >= 1.05x drop", true},
+		{"shaped/idle: autorate ifb-wan rate >= 1mbit", false}, // no such controller
+		{"shaped/drop: link goodput >= 2 of modem up", true},   // 19 of 8 Mbit/s
+		{"shaped/drop: link goodput >= 0.5 of modem down", false},
+		{"shaped/idle: link goodput >= 0.5 of modem down", false}, // no modem rates in the phase
+	} {
+		e, err := parseExpectation(tc.text)
+		if err != nil {
+			t.Fatalf("%q: %v", tc.text, err)
+		}
+		if v := e.Check(r, nil); v.Pass != tc.pass {
+			t.Errorf("%q: pass %v (actual %v, want %s, %s)", tc.text, v.Pass, v.Actual, v.Want, v.Note)
+		}
+	}
+	for _, bad := range []string{"autorate wan goodput >= 1mbit", "class web rate >= 1mbit", "autorate wan rate >= lots", "shaped/idle: autorate wan rate >= 1.1x idle"} {
+		if _, err := parseExpectation(bad); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
 	}
 }

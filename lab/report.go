@@ -370,6 +370,15 @@ func sharedScales(results []*Result) scales {
 		for _, it := range flowItems(r) {
 			top(it.bps)
 		}
+		for _, a := range r.Autorate {
+			top(a.Rate)
+			top(a.Passed)
+		}
+		for _, ph := range r.Phases {
+			for _, c := range ph.Modem {
+				sc.rateMax = math.Max(sc.rateMax, c/1e6)
+			}
+		}
 		for _, pr := range r.Probes {
 			for _, s := range pr.Samples {
 				if !s.Lost {
@@ -405,7 +414,7 @@ func (r *Report) WriteHTML(w io.Writer) error {
 	for _, res := range r.Results {
 		v := variantView{Name: res.Variant, Note: res.Note, Skipped: res.Skipped, Policy: res.Policy}
 		if res.Skipped == "" {
-			for _, c := range []func(*Result, scales) (chart, bool){classChart, sharingChart, latencyChart, hostsChart, flowChart} {
+			for _, c := range []func(*Result, scales) (chart, bool){classChart, sharingChart, autorateChart, autorateDelayChart, latencyChart, hostsChart, flowChart} {
 				ch, ok := c(res, sc)
 				if ok {
 					v.Charts = append(v.Charts, ch)
@@ -573,6 +582,77 @@ func sharingChart(r *Result, sc scales) (chart, bool) {
 	}
 	s, err := svg(p, chartW, chartH+0.4)
 	return chart{Title: "Sharing controller", SVG: s, Keys: keys}, err == nil
+}
+
+// autorateChart: each rate: auto controller's rate against the modem's
+// line rate in its direction (dashed) and what its device passed.
+func autorateChart(r *Result, sc scales) (chart, bool) {
+	if len(r.Autorate) == 0 {
+		return chart{}, false
+	}
+	p := timePlot("rate: auto: the shaper's rate against the link's capacity (dashed) and what it passed", r, sc)
+	var keys []legendKey
+	for i, a := range r.Autorate {
+		col := plotutil.Color(i)
+		dir := "up"
+		if a.Direction == "ingress" {
+			dir = "down"
+		}
+		var capa plotter.XYs
+		for _, ph := range r.Phases {
+			if c := ph.Modem[dir]; c > 0 {
+				capa = append(capa, plotter.XY{X: ph.Start, Y: c / 1e6}, plotter.XY{X: ph.End, Y: c / 1e6})
+			}
+		}
+		if l, err := plotter.NewLine(capa); err == nil && len(capa) > 0 {
+			l.Color, l.Width, l.Dashes = col, vg.Points(1), dashed
+			p.Add(l)
+			keys = append(keys, key(a.Device+" capacity ("+dir+")", col, vg.Points(1), dashed))
+		}
+		if k, ok := line(p, a.Device+" rate", a.Rate, r.Bucket, col, vg.Points(1.8), nil); ok {
+			keys = append(keys, k)
+		}
+		if k, ok := line(p, a.Device+" passed", a.Passed, r.Bucket, col, vg.Points(0.7), dotted); ok {
+			keys = append(keys, k)
+		}
+	}
+	s, err := svg(p, chartW, chartH)
+	return chart{Title: "rate: auto", SVG: s, Keys: keys}, err == nil
+}
+
+// autorateDelayChart: each controller's delay above its reflectors'
+// baselines (the queue it reads), in ms.
+func autorateDelayChart(r *Result, sc scales) (chart, bool) {
+	if len(r.Autorate) == 0 {
+		return chart{}, false
+	}
+	top := 1.0
+	for _, a := range r.Autorate {
+		for _, d := range a.Delay {
+			top = max(top, d)
+		}
+	}
+	p := plot.New()
+	p.Title.Text = "rate: auto: delay above the reflectors' baselines"
+	p.X.Label.Text = "seconds"
+	p.Y.Label.Text = "ms"
+	p.X.Min, p.X.Max = 0, sc.duration
+	p.Y.Min, p.Y.Max = 0, top*1.18
+	phaseBands(p, r, top*1.06)
+	var keys []legendKey
+	for i, a := range r.Autorate {
+		pts := make(plotter.XYs, len(a.Delay))
+		for j, d := range a.Delay {
+			pts[j].X, pts[j].Y = float64(j)*r.Bucket, d
+		}
+		if l, err := plotter.NewLine(pts); err == nil {
+			l.Color, l.Width = plotutil.Color(i), vg.Points(1.2)
+			p.Add(l)
+			keys = append(keys, key(a.Device+" delay", plotutil.Color(i), vg.Points(1.2), nil))
+		}
+	}
+	s, err := svg(p, chartW, chartH*0.7)
+	return chart{Title: "rate: auto's delay", SVG: s, Keys: keys}, err == nil
 }
 
 // mbitSeries turns a series of bits/s per bucket into chart points.

@@ -26,7 +26,31 @@ type Result struct {
 	Classes  []*ClassSeries   `json:"classes"`
 	Policers []*PolicerSeries `json:"policers,omitempty"`
 	Probes   []*ProbeSeries   `json:"probes"`
-	Verdicts []Verdict        `json:"verdicts,omitempty"`
+	// Autorate is each rate: auto controller's state, per bucket.
+	Autorate []*AutorateSeries `json:"autorate,omitempty"`
+	Verdicts []Verdict         `json:"verdicts,omitempty"`
+}
+
+// AutorateSeries is one rate: auto controller (the agent's) over the
+// run: the rate it decided, what its device passed, the delay above the
+// reflectors' baselines, its state; bits/s and ms, per bucket.
+type AutorateSeries struct {
+	Device    string    `json:"device"`
+	Direction string    `json:"direction"`
+	Rate      []float64 `json:"rate_bps"`
+	Passed    []float64 `json:"passed_bps"`
+	Delay     []float64 `json:"delay_ms"`
+	State     []string  `json:"state"`
+	// Replaced counts the reflectors replaced by the run's end.
+	Replaced uint64 `json:"reflectors_replaced"`
+}
+
+// AutorateStat is a controller over one phase: its mean rate in the
+// phase's steady part and its rate at the phase's end (bits/s).
+type AutorateStat struct {
+	Rate  float64 `json:"rate_bps"`
+	Start float64 `json:"start_rate_bps"`
+	End   float64 `json:"end_rate_bps"`
 }
 
 // FlowSeries is one TCP connection or UDP stream.
@@ -116,6 +140,8 @@ type PhaseResult struct {
 	Modem map[string]float64 `json:"modem_bps,omitempty"`
 	// Policers are the router's BPF policers' verdicts, by device/class.
 	Policers map[string]*PolicerStat `json:"policers,omitempty"`
+	// Autorate is each rate: auto controller in the phase, by device.
+	Autorate map[string]*AutorateStat `json:"autorate,omitempty"`
 
 	byClass map[string][]*FlowStat
 	nflows  int
@@ -403,6 +429,17 @@ func (r *Result) summarize(name string, from, to, settle float64) *PhaseResult {
 			p.Policers = map[string]*PolicerStat{}
 		}
 		p.Policers[pl.Key()] = &PolicerStat{Green: delta(pl.Green), Yellow: delta(pl.Yellow), Red: delta(pl.Red)}
+	}
+	for _, a := range r.Autorate {
+		if p.Autorate == nil {
+			p.Autorate = map[string]*AutorateStat{}
+		}
+		st := &AutorateStat{Rate: mean(a.Rate)}
+		if end := min(hi, len(a.Rate)) - 1; end >= 0 {
+			st.End = a.Rate[end]
+			st.Start = a.Rate[min(int(from/r.Bucket+0.5), end)]
+		}
+		p.Autorate[a.Device] = st
 	}
 	p.nflows = len(perFlow)
 	for _, pr := range r.Probes {

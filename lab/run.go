@@ -58,7 +58,7 @@ func Apply(b *Bed, name, text string) (map[string][]plan.ClassInfo, bool, error)
 	controlled := false
 	for _, dev := range p.Plan.Devices {
 		out[dev.Name] = dev.Classes
-		controlled = controlled || len(dev.Controllers) > 0
+		controlled = controlled || len(dev.Controllers) > 0 || dev.Auto != nil
 	}
 	return out, controlled, nil
 }
@@ -489,6 +489,7 @@ func Run(ctx context.Context, b *Bed, s *Scenario, v Variant, opt Options) (*Res
 		prevFlowAt = now
 		if ag != nil {
 			recordSharing(ag, byName, i, nb)
+			recordAutorate(ag, r, i, nb)
 		}
 		if smp, err := stats.Collect(k, nil); err == nil {
 			statAt := time.Now()
@@ -544,7 +545,7 @@ func Run(ctx context.Context, b *Bed, s *Scenario, v Variant, opt Options) (*Res
 	var at time.Duration
 	for i, p := range phases {
 		ph := r.summarize(p.Name, at.Seconds(), (at + ds[i]).Seconds(), settle.Seconds())
-		if s.variableModem() {
+		if s.variableModem() || len(r.Autorate) > 0 {
 			ph.Modem = map[string]float64{}
 			for _, dir := range modemDirs {
 				if bps, err := parseRate(s.modemRate(p, dir)); err == nil {
@@ -580,6 +581,29 @@ func recordSharing(ag *agent.Agent, byName map[string]*ClassSeries, i, nb int) {
 			}
 			cs.Sharing.Demand[i], cs.Sharing.Share[i], cs.Sharing.Limit[i] = sh.Demand, sh.Share, limit
 		}
+	}
+}
+
+// recordAutorate copies the agent's rate: auto controllers' state into
+// the result's series at bucket i.
+func recordAutorate(ag *agent.Agent, r *Result, i, nb int) {
+	for _, a := range ag.Status(false).Autorate {
+		var as *AutorateSeries
+		for _, x := range r.Autorate {
+			if x.Device == a.Device {
+				as = x
+			}
+		}
+		if as == nil {
+			as = &AutorateSeries{Device: a.Device, Direction: a.Direction, Rate: make([]float64, nb), Passed: make([]float64, nb),
+				Delay: make([]float64, nb), State: make([]string, nb)}
+			r.Autorate = append(r.Autorate, as)
+		}
+		as.Rate[i] = float64(a.RateBytesPerSecond) * 8
+		as.Passed[i] = a.PassedBytesPerSecond * 8
+		as.Delay[i] = a.DelaySeconds * 1e3
+		as.State[i] = a.State
+		as.Replaced = a.Replaced
 	}
 }
 

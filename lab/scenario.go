@@ -5,6 +5,7 @@ import (
 	"embed"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -471,4 +472,29 @@ func (s *Scenario) policyText(v Variant) (string, error) {
 		return "", fmt.Errorf("%s: variant %s: policy %q was not read", s.File, v.Name, v.Policy)
 	}
 	return v.text, nil
+}
+
+// Select returns s with only the variants named (all, when none are
+// named) and the expectations that concern them: those of no variant,
+// of a selected one, or measured against one (`0.95 of limit/alone`).
+// A run of some variants (`lab run --variant`) checks theirs, not the
+// others' as failed.
+func (s *Scenario) Select(names []string) *Scenario {
+	if len(names) == 0 {
+		return s
+	}
+	out := *s
+	out.Variants, out.Expect = nil, nil
+	for _, v := range s.Variants {
+		if slices.Contains(names, v.Name) {
+			out.Variants = append(out.Variants, v)
+		}
+	}
+	for _, text := range s.Expect {
+		e, err := parseExpectation(text)
+		if err != nil || e.Variant == "" || slices.Contains(names, e.Variant) {
+			out.Expect = append(out.Expect, text)
+		}
+	}
+	return &out
 }

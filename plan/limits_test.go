@@ -226,6 +226,9 @@ func TestWithLimitsRate(t *testing.T) {
 		if d.Auto == nil || d.Rate() != mbit(20) {
 			t.Fatalf("auto %v, planned at %d", d.Auto, d.Rate())
 		}
+		if len(d.Notes) == 0 || !strings.Contains(d.Notes[len(d.Notes)-1], "rate: auto: planned at its base, 20mbit; the agent (sluice agent) moves it between 5mbit and 80mbit") {
+			t.Errorf("plan's notes %q do not say the agent moves the rate", d.Notes)
+		}
 		classes := func(p *Plan) map[string]*tc.Class {
 			out := map[string]*tc.Class{}
 			for _, o := range p.Devices[0].Objects {

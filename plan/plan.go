@@ -239,6 +239,10 @@ func planTree(d *policy.Diag, feats Features, in *policy.Interface, t *policy.Tr
 	dev := build(d, feats, in, t, devName, prev)
 	if t.IsAuto() {
 		dev.Auto, dev.in, dev.feats, dev.tree = t.Auto, in, feats, t
+		if t.RateBps == t.Auto.BaseBps {
+			dev.Notes = append(dev.Notes, fmt.Sprintf("rate: auto: planned at its base, %s; the agent (sluice agent) moves it between %s and %s as the link's delay says",
+				t.Auto.BaseBps.String(), t.Auto.MinBps.String(), t.Auto.MaxBps.String()))
+		}
 	}
 	return dev
 }

@@ -35,8 +35,8 @@ type Rate struct {
 	Percent float64    // 0 < Percent <= 100, when relative
 	// Auto: a direction's `rate: auto` (Tree.Auto holds its settings).
 	Auto bool
-	Text    string
-	Pos     Pos
+	Text string
+	Pos  Pos
 }
 
 // Resolve returns the rate in bytes/s given the parent's.

@@ -149,11 +149,7 @@ func (a *Agent) startProber(key string, cfg *policy.Auto) *autoProber {
 		names = append(names, r.String())
 	}
 	pr := &autoProber{key: key, pool: autorate.NewPool(names, autoActive), late: map[string]uint64{}, compared: time.Now()}
-	var active []netip.Addr
-	for _, r := range pr.pool.Active() {
-		active = append(active, netip.MustParseAddr(r))
-	}
-	pcfg := probe.Config{Reflectors: active, Interval: AutoEvery, Timestamp: cfg.Probe == "timestamp"}
+	pcfg := probe.Config{Reflectors: pr.activeAddrs(), Interval: AutoEvery, Timestamp: cfg.Probe == "timestamp"}
 	open := func() (err error) { pr.p, err = probe.Open(pcfg); return err }
 	// The socket lives in the namespace it was opened in.
 	if err := nsrun.In(a.cfg.Netns, open); err != nil {
@@ -179,6 +175,16 @@ func (a *Agent) startProber(key string, cfg *policy.Auto) *autoProber {
 		}
 	}()
 	return pr
+}
+
+// activeAddrs is the pool's active reflectors, as the prober takes them
+// (the pool keeps the names the policy's addresses were written as).
+func (pr *autoProber) activeAddrs() []netip.Addr {
+	var out []netip.Addr
+	for _, r := range pr.pool.Active() {
+		out = append(out, netip.MustParseAddr(r))
+	}
+	return out
 }
 
 func (pr *autoProber) stop() {
@@ -241,12 +247,8 @@ func (a *Agent) replaceReflector(pr *autoProber, old, repl string) {
 	for _, t := range pr.trees {
 		t.ctl.Forget(old)
 	}
-	var active []netip.Addr
-	for _, r := range pr.pool.Active() {
-		active = append(active, netip.MustParseAddr(r))
-	}
 	if pr.p != nil {
-		pr.p.SetReflectors(active)
+		pr.p.SetReflectors(pr.activeAddrs())
 	}
 	a.log.Warn("rate: auto: reflector replaced", "reflector", old, "by", repl)
 }

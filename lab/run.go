@@ -488,8 +488,9 @@ func Run(ctx context.Context, b *Bed, s *Scenario, v Variant, opt Options) (*Res
 		}
 		prevFlowAt = now
 		if ag != nil {
-			recordSharing(ag, byName, i, nb)
-			recordAutorate(ag, r, i, nb)
+			st := ag.Status(true) // once a bucket, for both
+			recordSharing(st, byName, i, nb)
+			recordAutorate(st, r, i, nb)
 		}
 		if smp, err := stats.Collect(k, nil); err == nil {
 			statAt := time.Now()
@@ -561,8 +562,7 @@ func Run(ctx context.Context, b *Bed, s *Scenario, v Variant, opt Options) (*Res
 
 // recordSharing copies the agent's last sharing decisions into the
 // controlled classes' series at bucket i.
-func recordSharing(ag *agent.Agent, byName map[string]*ClassSeries, i, nb int) {
-	st := ag.Status(true)
+func recordSharing(st agent.Status, byName map[string]*ClassSeries, i, nb int) {
 	if st.Sample == nil {
 		return
 	}
@@ -586,8 +586,8 @@ func recordSharing(ag *agent.Agent, byName map[string]*ClassSeries, i, nb int) {
 
 // recordAutorate copies the agent's rate: auto controllers' state into
 // the result's series at bucket i.
-func recordAutorate(ag *agent.Agent, r *Result, i, nb int) {
-	for _, a := range ag.Status(false).Autorate {
+func recordAutorate(st agent.Status, r *Result, i, nb int) {
+	for _, a := range st.Autorate {
 		var as *AutorateSeries
 		for _, x := range r.Autorate {
 			if x.Device == a.Device {

@@ -123,13 +123,15 @@ type Agent struct {
 	autoEvents chan autoEvent
 	autoK      *kernel.Kernel
 
-	mu      sync.RWMutex
-	health  Health
-	sample  *stats.Sample
-	auto    []AutoStatus
-	hist    *history
-	started time.Time
-	gen     uint64 // moves with every change of health, sample or hist
+	mu     sync.RWMutex
+	health Health
+	sample *stats.Sample
+	auto   []AutoStatus
+	// autoPublished is when auto was last published (publishAuto).
+	autoPublished time.Time
+	hist          *history
+	started       time.Time
+	gen           uint64 // moves with every change of health, sample or hist
 
 	// The HTTP server's: replies encoded once per generation, and the
 	// Host names it answers to besides IP addresses and localhost.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"net/netip"
+	"reflect"
 	"slices"
 	"strings"
 	"time"
@@ -38,6 +39,11 @@ const autoWriteStep = 0.005
 // autoCompareEvery is how often the reflectors' baselines are compared
 // (an outlier is replaced).
 const autoCompareEvery = time.Minute
+
+// autoPublishEvery is how often the controllers' figures (rate decided,
+// load, delay) are published while nothing else moved: a state, a
+// written rate, an error or a reflector is published at once.
+const autoPublishEvery = 100 * time.Millisecond
 
 // autoTree is one tree's controller.
 type autoTree struct {
@@ -132,7 +138,7 @@ func (a *Agent) syncAuto(pl *plan.Plan) {
 		}
 	}
 	a.autos, a.probers = trees, probers
-	a.publishAuto()
+	a.publishAuto(time.Now(), true)
 }
 
 func sameAuto(a, b *policy.Auto) bool {
@@ -286,7 +292,7 @@ func (a *Agent) autoStep(now time.Time) {
 			}
 		}
 	}
-	a.publishAuto()
+	a.publishAuto(now, false)
 	if !write && a.sess.LimitsHold(a.allLimits()) {
 		return
 	}
@@ -402,8 +408,10 @@ type ReflectorStatus struct {
 }
 
 // publishAuto copies the controllers' state where the HTTP server and
-// the metrics read it.
-func (a *Agent) publishAuto() {
+// the metrics read it: at once when force or what an operator acts on
+// changed, else every autoPublishEvery (each publication moves the
+// generation, which makes the server encode its replies again).
+func (a *Agent) publishAuto(now time.Time, force bool) {
 	out := make([]AutoStatus, 0, len(a.autos))
 	for _, t := range a.autos {
 		s := AutoStatus{Device: t.dev, Interface: t.iface, Direction: t.dir, State: t.last.State.String(),
@@ -430,9 +438,23 @@ func (a *Agent) publishAuto() {
 	}
 	slices.SortFunc(out, func(x, y AutoStatus) int { return strings.Compare(x.Device, y.Device) })
 	a.mu.Lock()
-	a.auto = out
+	defer a.mu.Unlock()
+	if !force && (now.Sub(a.autoPublished) < autoPublishEvery && sameAutoKeys(a.auto, out) || reflect.DeepEqual(a.auto, out)) {
+		return
+	}
+	a.auto, a.autoPublished = out, now
 	a.gen++
-	a.mu.Unlock()
+}
+
+// sameAutoKeys reports whether x and y agree on what an operator acts
+// on: each tree's state, written rate, error and reflectors.
+func sameAutoKeys(x, y []AutoStatus) bool {
+	return slices.EqualFunc(x, y, func(p, q AutoStatus) bool {
+		return p.Device == q.Device && p.State == q.State && p.WrittenBytesPerSecond == q.WrittenBytesPerSecond &&
+			p.Error == q.Error && p.Replaced == q.Replaced && slices.EqualFunc(p.Reflectors, q.Reflectors, func(r, s ReflectorStatus) bool {
+			return r.Addr == s.Addr && r.Active == s.Active && r.Lost == s.Lost
+		})
+	})
 }
 
 // autoCollector sends rate: auto's metrics from the last step's status.

@@ -41,7 +41,7 @@ type Config struct {
 	// drains the queue the samples show within this long. 500 ms.
 	DrainTime time.Duration
 	// DecreaseMax is the least one decrease leaves of the capacity it
-	// found (a deep queue drains over several). 0.75.
+	// found (a deep queue drains over several). 0.5.
 	DecreaseMax float64
 	// Margin: below the capacity last found by this fraction, the rate
 	// closes in on it (time constant Approach); above it, it probes.
@@ -53,6 +53,11 @@ type Config struct {
 	// above it (the link grew), growing with the square of the
 	// distance in between. 0.05, 0.5, 0.2.
 	ProbeGrowth, GrowthMax, ProbeSpan float64
+	// DecreaseMargin: a downstream decrease leaves at most this much
+	// below the capacity it found (what passed over a second reads a
+	// little above the line: a cut that lands above it drains
+	// nothing). 0.05.
+	DecreaseMargin float64
 	// HighLoad: the link is busy when what the shaper passed is at least
 	// this fraction of its rate: only then does the rate grow. 0.9.
 	HighLoad float64
@@ -95,6 +100,7 @@ var Defaults = Config{
 	ProbeGrowth:    0.05,
 	GrowthMax:      0.5,
 	ProbeSpan:      0.2,
+	DecreaseMargin: 0.05,
 	HighLoad:       0.9,
 	IdleRate:       units.FromBits(2e6),
 	Drift:          0.01,
@@ -138,6 +144,7 @@ func (c Config) withDefaults() (Config, error) {
 	pickF(&c.ProbeGrowth, d.ProbeGrowth)
 	pickF(&c.GrowthMax, d.GrowthMax)
 	pickF(&c.ProbeSpan, d.ProbeSpan)
+	pickF(&c.DecreaseMargin, d.DecreaseMargin)
 	pickF(&c.HighLoad, d.HighLoad)
 	pickF(&c.Drift, d.Drift)
 	pickF(&c.BaselineUp, d.BaselineUp)
@@ -168,7 +175,7 @@ func (c Config) withDefaults() (Config, error) {
 	for _, f := range []struct {
 		name string
 		v    float64
-	}{{"steepest decrease", c.DecreaseMax}, {"margin", c.Margin}, {"high load", c.HighLoad}, {"drift", c.Drift},
+	}{{"steepest decrease", c.DecreaseMax}, {"margin", c.Margin}, {"decrease margin", c.DecreaseMargin}, {"high load", c.HighLoad}, {"drift", c.Drift},
 		{"baseline up", c.BaselineUp}, {"baseline down", c.BaselineDown}, {"delta alpha", c.DeltaAlpha}} {
 		if f.v < 0 || f.v > 1 {
 			errs = append(errs, fmt.Errorf("%s %g: want a fraction between 0 and 1", f.name, f.v))
@@ -505,16 +512,21 @@ func (c *Controller) Decide(now time.Time) Decision {
 				}
 			}
 			capacity := sent / (1 + math.Min(math.Max(slope, -0.9), 10))
+			// What the shaper sent while those probes queued, both ways
+			// (what passed over the second lags the load's end).
+			load := sent
 			if c.cfg.Downstream && c.loaded {
 				// What the shaper passed is the capacity only while the
 				// shaper does not hold it back; while it does, the
 				// capacity found before stands, and the rate falls
 				// further only while the queue still grows.
 				// Over a second, not the last load span alone: the
-				// senders' losses make what passes dip for a moment.
+				// senders' losses make what passes dip for a moment,
+				// and a link's bursts lift it (a modem with 10 ms of
+				// bucket read 5% above its line over 200 ms).
 				passed := passedBytes
 				if b, ok := c.sentBetween(now.Add(-time.Second), now); ok {
-					passed = math.Max(passed, b)
+					passed = b
 				}
 				switch {
 				case passed < 0.95*c.rate:
@@ -527,32 +539,21 @@ func (c *Controller) Decide(now time.Time) Decision {
 			}
 			// The last probe shows the queue as it was when it joined:
 			// it has grown (or shrunk) by the slope since.
-			floor := c.cfg.DecreaseMax
 			if last := c.recent[len(c.recent)-1]; slope > 0 && !c.cfg.Downstream {
 				depth += slope * float64(now.Sub(last.at))
 			}
-			if c.cfg.Downstream {
-				// Behind the buffer the shaper drains it only as the
-				// senders slow down for the queue it holds itself: a
-				// deep cut costs goodput and drains no faster.
-				floor = math.Max(floor, downstreamFloor)
-			}
-			drain := math.Max(1-depth/float64(c.cfg.DrainTime), floor)
-			if depth >= float64(c.cfg.DrainTime) && slope > -0.05 {
-				// A queue this deep that does not shrink is a full
-				// buffer dropping: its slope says nothing of the
-				// capacity. Cut by the most.
-				capacity = math.Min(capacity, c.rate)
-			}
-			c.capacity = capacity
-			target := capacity * drain
-			if c.cfg.Downstream {
-				// One step at a time: each shows in what passes next.
-				target = math.Max(target, downstreamStep*c.rate)
-			}
-			if target < c.rate {
-				c.rate = target
-				c.lastChange = now
+			// A queue this deep that does not shrink is a full buffer
+			// dropping: its slope says nothing of the capacity.
+			full := depth >= float64(c.cfg.DrainTime) && slope > -0.05
+			// A queue that drains while the shaper sends less than its
+			// rate (the load ended, or paused) goes by itself, and what
+			// the shaper sends is no measure of the capacity: hold. So
+			// does one that drained below the threshold (the window's
+			// older samples are its past): its slope flattens as it
+			// empties, and would read as a capacity lower than it is.
+			drained := depth < float64(c.cfg.DelayThreshold)
+			if full || slope > 0 || load >= c.cfg.HighLoad*c.rate && !drained {
+				c.decrease(now, capacity, depth, full)
 			}
 		}
 		c.lastGrow = now
@@ -602,6 +603,40 @@ func (c *Controller) Decide(now time.Time) Decision {
 	d.Rate = c.Rate()
 	d.Changed = c.rate != old
 	return d
+}
+
+// decrease sets the rate below the capacity by what drains a queue of
+// depth (ns) within DrainTime, no further than the floor allows; a full
+// buffer cuts by the most.
+func (c *Controller) decrease(now time.Time, capacity, depth float64, full bool) {
+	floor := c.cfg.DecreaseMax
+	if c.cfg.Downstream {
+		// Behind the buffer the shaper drains it only as the senders
+		// slow down for the queue it holds itself: a deep cut costs
+		// goodput and drains no faster.
+		floor = math.Max(floor, downstreamFloor)
+	}
+	drain := math.Max(1-depth/float64(c.cfg.DrainTime), floor)
+	if full {
+		capacity = math.Min(capacity, c.rate)
+	}
+	target := capacity * drain
+	if c.cfg.Downstream {
+		target = math.Min(target, capacity*(1-c.cfg.DecreaseMargin))
+		// One step at a time: each shows in what passes next.
+		target = math.Max(target, downstreamStep*c.rate)
+	}
+	// Upstream, only a decision that decreases keeps its capacity: one
+	// that does not reads a queue already draining, whose slope
+	// flattens as it empties (read as a capacity lower than the one
+	// the decrease found). Downstream the capacity is what passed.
+	if target < c.rate || c.cfg.Downstream {
+		c.capacity = capacity
+	}
+	if target < c.rate {
+		c.rate = target
+		c.lastChange = now
+	}
 }
 
 func clamp(x float64) float64 { return math.Min(math.Max(x, 0), 1) }

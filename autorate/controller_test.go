@@ -1,6 +1,7 @@
 package autorate
 
 import (
+	"fmt"
 	"math"
 	"slices"
 	"strings"
@@ -206,6 +207,30 @@ func TestStepDown(t *testing.T) {
 	}
 }
 
+// After a drop, once the queue drained, the rate closes in on the
+// capacity the decreases found: at a 5 ms threshold (the lab's
+// variable-rate scenario), 20 -> 8 Mbit/s, 90% of it within 3 s of the
+// drop (2.75 s here; decisions on the emptying queue, whose slope
+// flattens as it empties, read as a capacity of 4.9 Mbit/s and held the
+// rate under 5 for seconds more before).
+func TestBackAfterADrop(t *testing.T) {
+	c := newController(t, Config{Min: mbit(4), Base: mbit(12), Max: mbit(20), DelayThreshold: 5 * time.Millisecond})
+	l := &link{capacity: steps(10*time.Second, 20, 8), path: time.Millisecond, buffer: 500 * time.Millisecond}
+	var tr trace
+	run(t, c, l, 0, 16*time.Second, &tr)
+	back := time.Duration(-1)
+	for i, at := range tr.at {
+		if at >= 10*time.Second && tr.rate[i] >= 0.9*8e6 && tr.queue[i] == 0 {
+			back = at - 10*time.Second
+			break
+		}
+	}
+	t.Logf("back to 90%% of the capacity %v after the drop", back)
+	if back < 0 || back > 3*time.Second {
+		t.Errorf("after 20 -> 8 Mbit/s the rate was back to 90%% of the capacity after %v; want within 3 s", back)
+	}
+}
+
 // A step up: a busy link with a low delay grows its rate to the new
 // capacity (at least 85% of it within 6 s: slowly at first, near the
 // capacity it knew), and never past max.
@@ -256,6 +281,64 @@ func TestIdleDecaysToBase(t *testing.T) {
 	run(t, c, idle, 31*time.Second, 300*time.Second, nil)
 	if c.Rate() != lte.Base {
 		t.Errorf("after 5 minutes idle the rate is %s; want base %s", c.Rate(), lte.Base)
+	}
+}
+
+// The load ending while the modem's buffer still holds a queue is no
+// news of the capacity: the queue drains by itself, and the decisions
+// its last samples still call bufferbloat hold the rate (only the idle
+// drift moves it), whatever the shaper sends meanwhile. The load ends
+// at the first decrease that leaves the rate below the capacity (the
+// queue still there, the window still bloated) after a steady part and
+// after a step down, both directions. (While the rate is above the
+// capacity, the probes that joined the growing queue call for the
+// decrease they would with the load on.) Before the rule: down 5 to 24%
+// at once.
+func TestLoadEndingHoldsTheRate(t *testing.T) {
+	for _, tt := range []struct {
+		name     string
+		capacity func(time.Duration) float64
+		from     time.Duration
+	}{
+		{"steady", steps(time.Hour, 40), 20 * time.Second},
+		{"after a drop", steps(20*time.Second, 40, 20), 20 * time.Second},
+	} {
+		for _, downstream := range []bool{false, true} {
+			for _, idle := range []float64{0, 0.5e6, 3e6} {
+				name := fmt.Sprintf("%s, downstream %v, then %.1f Mbit/s", tt.name, downstream, idle/1e6)
+				cfg := lte
+				cfg.Downstream = downstream
+				c := newController(t, cfg)
+				busy := &link{capacity: tt.capacity, path: 10 * time.Millisecond, buffer: time.Second}
+				run(t, c, busy, 0, tt.from, nil)
+				end := tt.from
+				for ; end < tt.from+10*time.Second; end += 50 * time.Millisecond {
+					before := c.Rate()
+					var tr trace
+					run(t, c, busy, end, 50*time.Millisecond, &tr)
+					if c.Rate() < before && c.Rate().BitsFloat() < tt.capacity(end) && busy.queue > 0 {
+						end += 50 * time.Millisecond
+						break
+					}
+				}
+				at := c.Rate().BitsFloat()
+				quiet := &link{capacity: tt.capacity, demand: func(time.Duration) float64 { return idle }, path: 10 * time.Millisecond,
+					buffer: time.Second, queue: busy.queue, inFlight: busy.inFlight, passed: busy.passed}
+				var tr trace
+				run(t, c, quiet, end, 3*time.Second, &tr)
+				// The steepest single step down: the drift's is 1%.
+				prev, step := at, 0.0
+				for _, r := range tr.rate {
+					step, prev = math.Max(step, 1-r/prev), r
+				}
+				t.Logf("%s: the load ended at %v, rate %.2f Mbit/s, %.2f 3 s later, steepest step down %.1f%%",
+					name, end, at/1e6, c.Rate().BitsFloat()/1e6, 100*step)
+				if step > 0.0101 {
+					t.Errorf("%s: the rate stepped down %.1f%% at once after the load ended (%.2f Mbit/s at its end); want only the drift, 1%%",
+						name, 100*step, at/1e6)
+				}
+			}
+		}
 	}
 }
 

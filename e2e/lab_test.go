@@ -1095,6 +1095,52 @@ expect:
 	}
 }
 
+// The modem's bucket follows its rate, 10 ms of it, never below the
+// senders' GSO packets, which the first change caps at 8 KB: 100 ->
+// 20 -> 5 -> 100 Mbit/s down gives 125, 25, 8 and 125 KB. (It never
+// shrank before: 125 KB at 20 Mbit/s is 50 ms of the line at once.)
+// TestModemRateChangesByPhase carries bulk TCP through such changes.
+func TestModemBucketFollowsTheRate(t *testing.T) {
+	testutil.RequireRoot(t)
+	b, err := lab.Up(strings.TrimPrefix(testutil.Unique("bk"), testutil.Prefix), lab.Topology{Modem: lab.Modem{Down: "100mbit", Buffer: "100ms"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Down() })
+	burst := func() int {
+		t.Helper()
+		out := testutil.NS(t, b.Modem, "tc", "-j", "qdisc", "show", "dev", "router", "root")
+		var q []struct {
+			Kind    string `json:"kind"`
+			Options struct {
+				Burst int `json:"burst"`
+			} `json:"options"`
+		}
+		if err := json.Unmarshal([]byte(out), &q); err != nil || len(q) != 1 || q[0].Kind != "tbf" {
+			t.Fatalf("the modem's root qdisc: %v\n%s", err, out)
+		}
+		return q[0].Options.Burst
+	}
+	for _, step := range []struct {
+		rate string
+		want int
+	}{{"100mbit", 125000}, {"20mbit", 25000}, {"5mbit", 8192}, {"100mbit", 125000}} {
+		if err := b.SetModemRate("down", step.rate); err != nil {
+			t.Fatal(err)
+		}
+		// tc prints the bucket from its time at the rate: within a byte
+		// or two of what was set.
+		if got := burst(); got < step.want-64 || got > step.want+64 {
+			t.Errorf("at %s the modem's bucket is %d bytes; want %d", step.rate, got, step.want)
+		}
+	}
+	for _, d := range []struct{ ns, dev string }{{b.Clients[0], "eth0"}, {b.Server, "isp"}, {b.Router, "wan"}} {
+		if out := testutil.NS(t, d.ns, "ip", "-d", "link", "show", d.dev); !strings.Contains(out, "gso_max_size 8192 ") {
+			t.Errorf("%s in %s: want gso_max_size 8192:\n%s", d.dev, d.ns, out)
+		}
+	}
+}
+
 // labRunFile writes a scenario to a file of its own and runs it with
 // its report beside it, on a bed named after tag.
 func labRunFile(t *testing.T, tag, src string) (dir, file string, r result) {

@@ -113,10 +113,11 @@ type Bed struct {
 	Wire  string
 
 	delay *delayLine
-	// modemBursts is the largest bucket each direction of the modem has
-	// had (SetModemRate).
+	// modemBursts is each direction's bucket, and gsoCapped whether
+	// the senders' GSO size is capped (SetModemRate).
 	mu          sync.Mutex
 	modemBursts map[string]uint32
+	gsoCapped   bool
 }
 
 // Names of a bed's namespaces.
@@ -538,18 +539,35 @@ func (b *Bed) SetModemRate(dir, rate string) error {
 	if err != nil {
 		return err
 	}
-	// The bucket never shrinks: tbf sends a queued packet only when the
+	// The bucket follows the rate, 10 ms of it, but never drops below a
+	// packet the tbf may hold: tbf sends a queued packet only when the
 	// bucket holds its length, and does not split what it queued before,
-	// so a packet (a GSO segment) queued under a larger bucket would wait
-	// forever (a bulk TCP flow stalled for good at 20 -> 5 Mbit/s with
-	// the bucket cut to 10 ms of the new rate, Linux 6.18; iproute2's
-	// `tc qdisc change` the same).
+	// so a packet (a GSO segment) queued under a larger bucket would
+	// wait forever (a bulk TCP flow stalled for good at 20 -> 5 Mbit/s
+	// with the bucket cut to 10 ms of the new rate, Linux 6.18;
+	// iproute2's `tc qdisc change` the same). A tbf splits a larger GSO
+	// packet as it queues it, so what it holds is at most its bucket,
+	// and at most the senders' GSO size, which the first change caps at
+	// modemGSO (the lab's traffic starts after it). Before, the bucket
+	// never shrank: after 100 Mbit/s the modem at 20 let 125 KB through
+	// at once, 50 ms of its rate, and what passed over 200 ms read 12%
+	// above the line.
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.modemBursts == nil {
 		b.modemBursts = map[string]uint32{}
 	}
-	burst := max(b.modemBursts[dir], modemBurst(base), modemBurst(bps))
+	held := uint32(64 << 10) // a GSO packet queued before the cap
+	if b.gsoCapped {
+		held = modemGSO
+	} else if err := b.capGSO(); err != nil {
+		return err
+	}
+	cur := b.modemBursts[dir]
+	if cur == 0 {
+		cur = modemBurst(base)
+	}
+	burst := max(modemBurst(bps), min(cur, held))
 	b.modemBursts[dir] = burst
 	c, err := tc.Open(b.Modem)
 	if err != nil {
@@ -559,6 +577,33 @@ func (b *Bed) SetModemRate(dir, rate string) error {
 	if err := c.QdiscChange(modemTbf(dev, bps, burst, modemLimit(base, buf), stab)); err != nil {
 		return fmt.Errorf("modem tbf on %s to %s: %w", dev, rate, err)
 	}
+	return nil
+}
+
+// modemGSO is the senders' GSO size once the modem's rate changes: the
+// largest packet the modem's tbf may hold, so the least its bucket may
+// be (8 KB: 33 ms at the lane's 2 Mbit/s, under 10 ms from 6.6 Mbit/s).
+const modemGSO = 8 << 10
+
+// capGSO caps the GSO size of every device that sends toward the modem
+// (the clients', the router's, the server's) at modemGSO.
+func (b *Bed) capGSO() error {
+	devs := []struct{ ns, dev string }{{b.Router, "lan"}, {b.Router, "wan"}, {b.Server, "isp"}}
+	for _, c := range b.Clients {
+		devs = append(devs, struct{ ns, dev string }{c, "eth0"})
+	}
+	for _, d := range devs {
+		if err := InNetns(d.ns, func() error {
+			l, err := netlink.LinkByName(d.dev)
+			if err != nil {
+				return err
+			}
+			return netlink.LinkSetGSOMaxSize(l, modemGSO)
+		}); err != nil {
+			return fmt.Errorf("GSO size of %s in %s: %w", d.dev, d.ns, err)
+		}
+	}
+	b.gsoCapped = true
 	return nil
 }
 

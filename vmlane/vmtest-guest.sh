@@ -69,7 +69,7 @@ fi
 # (leaves, marks, netem, congestion controls) or that check kernel
 # semantics (classification, rollback, ownership, export), and the
 # package installed and its units started under systemd.
-e2e_default='^(TestFeaturesTheKernelMayLack|TestDoctorAgreesWithTC|TestPlanApplyShowReset|TestExportReproducesApply|TestExportBPFTreeAsU32|TestCraftedPacketsLandInTheirClass|TestBPF[A-Za-z]*|TestMarkedPacketsReachTheirClass|TestSharedClsactAndForeignFilters|TestReplacedRootIsForeign|TestMissingShardIsRepaired|TestDelayLine|TestNetemDelayAndLoss|TestMatrixSkipsMissingLeaves|TestEgressLimit20mbit|TestIngressLimit20mbit|TestCCMatrixFillsEveryRow|TestDemoOnStockKernel|TestEDT[A-Za-z]*|TestFairShareScenario|TestConformanceMatrix|TestDebUnitsStartUnderSystemd|TestImported[A-Za-z]*)$'
+e2e_default='^(TestFeaturesTheKernelMayLack|TestDoctorAgreesWithTC|TestPlanApplyShowReset|TestExportReproducesApply|TestExportBPFTreeAsU32|TestCraftedPacketsLandInTheirClass|TestBPF[A-Za-z]*|TestMarkedPacketsReachTheirClass|TestSharedClsactAndForeignFilters|TestReplacedRootIsForeign|TestMissingShardIsRepaired|TestDelayLine|TestNetemDelayAndLoss|TestMatrixSkipsMissingLeaves|TestEgressLimit20mbit|TestIngressLimit20mbit|TestCCMatrixFillsEveryRow|TestDemoOnStockKernel|TestEDT[A-Za-z]*|TestFairShareScenario|TestVariableRateScenario|TestConformanceMatrix|TestDebUnitsStartUnderSystemd|TestImported[A-Za-z]*)$'
 # SLUICE_VM_E2E_RUN (make vmtest VM_E2E_RUN=REGEXP) narrows it, to rerun
 # one test on a kernel.
 e2e_lane=${SLUICE_VM_E2E_RUN:-$e2e_default}

@@ -222,7 +222,7 @@ func TestVariableRateScenario(t *testing.T) {
 	dir := t.TempDir()
 	scenario, variants, want, scale := "variable-rate", "auto", 14, 1.0
 	if os.Getenv("SLUICE_EMULATED") == "1" {
-		scenario, variants, want, scale = "testdata/variable-rate-lane.yaml", "unshaped,auto", 16, 0.2
+		scenario, variants, want, scale = "testdata/variable-rate-lane.yaml", "unshaped,auto", 15, 0.2
 	}
 	r := sluice(t, "lab", "run", scenario, "--variant", variants, "--out", dir, "--name", strings.TrimPrefix(testutil.Unique("vr"), testutil.Prefix))
 	t.Logf("%s", r.stdout)

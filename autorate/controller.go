@@ -53,9 +53,9 @@ type Config struct {
 	// above it (the link grew), growing with the square of the
 	// distance in between. 0.05, 0.5, 0.2.
 	ProbeGrowth, GrowthMax, ProbeSpan float64
-	// DecreaseMargin: a downstream decrease leaves at most this much
-	// below the capacity it found (what passed over a second reads a
-	// little above the line: a cut that lands above it drains
+	// DecreaseMargin: a downstream decrease sets the rate at least this
+	// fraction below the capacity it found (what passed over a second
+	// reads a little above the line: a cut that lands above it drains
 	// nothing). 0.05.
 	DecreaseMargin float64
 	// HighLoad: the link is busy when what the shaper passed is at least
@@ -512,9 +512,6 @@ func (c *Controller) Decide(now time.Time) Decision {
 				}
 			}
 			capacity := sent / (1 + math.Min(math.Max(slope, -0.9), 10))
-			// What the shaper sent while those probes queued, both ways
-			// (what passed over the second lags the load's end).
-			load := sent
 			if c.cfg.Downstream && c.loaded {
 				// What the shaper passed is the capacity only while the
 				// shaper does not hold it back; while it does, the
@@ -545,14 +542,16 @@ func (c *Controller) Decide(now time.Time) Decision {
 			// A queue this deep that does not shrink is a full buffer
 			// dropping: its slope says nothing of the capacity.
 			full := depth >= float64(c.cfg.DrainTime) && slope > -0.05
-			// A queue that drains while the shaper sends less than its
-			// rate (the load ended, or paused) goes by itself, and what
-			// the shaper sends is no measure of the capacity: hold. So
+			// A queue that drains while the shaper sent less than its
+			// rate as those probes queued (the load ended, or paused;
+			// both ways, since what passed over the second lags the
+			// load's end) goes by itself, and what the shaper sends is
+			// no measure of the capacity: hold. So
 			// does one that drained below the threshold (the window's
 			// older samples are its past): its slope flattens as it
 			// empties, and would read as a capacity lower than it is.
 			drained := depth < float64(c.cfg.DelayThreshold)
-			if full || slope > 0 || load >= c.cfg.HighLoad*c.rate && !drained {
+			if full || slope > 0 || sent >= c.cfg.HighLoad*c.rate && !drained {
 				c.decrease(now, capacity, depth, full)
 			}
 		}

@@ -134,8 +134,8 @@ func TestAgentAutoRate(t *testing.T) {
 
 	// Idle: the rate drifts back toward the base, 1% a second. Idle
 	// from 2 s after the load: the modem's queue has drained by then, and
-	// the samples that showed it have left the controller's window (one
-	// decision on them, at the load's end, is bufferbloat's, not idle's).
+	// the samples that showed it have left the controller's window (the
+	// decisions on them hold the rate: TestLoadEndingHoldsTheRate).
 	time.Sleep(2 * time.Second)
 	quiet := auto()
 	time.Sleep(5 * time.Second)

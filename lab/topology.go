@@ -588,9 +588,10 @@ const modemGSO = 8 << 10
 // capGSO caps the GSO size of every device that sends toward the modem
 // (the clients', the router's, the server's) at modemGSO.
 func (b *Bed) capGSO() error {
-	devs := []struct{ ns, dev string }{{b.Router, "lan"}, {b.Router, "wan"}, {b.Server, "isp"}}
+	type nsDev struct{ ns, dev string }
+	devs := []nsDev{{b.Router, "lan"}, {b.Router, "wan"}, {b.Server, "isp"}}
 	for _, c := range b.Clients {
-		devs = append(devs, struct{ ns, dev string }{c, "eth0"})
+		devs = append(devs, nsDev{c, "eth0"})
 	}
 	for _, d := range devs {
 		if err := InNetns(d.ns, func() error {

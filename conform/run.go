@@ -47,6 +47,13 @@ type Options struct {
 	// so that its rate is at most half of what the bed carries unshaped
 	// toward its device (measured first), 1 keeps the policy's rates.
 	Scale float64
+	// Parallel is how many runs share this machine's CPUs at once (0
+	// and 1: this one only). The automatic scale divides what the bed
+	// carries among them: a bed measured while another was between
+	// cells would otherwise run a tree at a rate the machine carries
+	// only alone (examples/isp.yaml's 1 Gbit/s beside a second bed:
+	// its lone flow 8% under its share).
+	Parallel int
 	// Hosts is how many hosts of each per_host class are driven.
 	Hosts int
 	// Trees, if set, names the trees to run ("eth0/egress").
@@ -438,11 +445,15 @@ func (r *runner) scale(ctx context.Context, trees []*tree) error {
 			r.rep.Capacity = append(r.rep.Capacity, DeviceCapacity{Device: tr.in.Name, Bps: c})
 			r.logf("the bed carries %s unshaped toward %s", units.Bits(c), tr.in.Name)
 		}
-		if need := 2 * bits(tr.t.RateBps); c > 0 && need > c {
-			f := niceScale(c / need)
+		share, ours := c/float64(max(r.opt.Parallel, 1)), "what the bed carries"
+		if r.opt.Parallel > 1 {
+			ours = fmt.Sprintf("its part (1/%d) of %s", r.opt.Parallel, ours)
+		}
+		if need := 2 * bits(tr.t.RateBps); share > 0 && need > share {
+			f := niceScale(share / need)
 			tr.t.ScaleRates(f)
 			tr.rep.Scale = f
-			r.logf("%s: rates x%g, so that the tree needs at most half of what the bed carries", tr.key, f)
+			r.logf("%s: rates x%g, so that the tree needs at most half of %s", tr.key, f, ours)
 		}
 	}
 	return nil

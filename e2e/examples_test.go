@@ -67,13 +67,14 @@ func TestExamplesConform(t *testing.T) {
 	if got := examplesMeasuredBy("conformance"); !slices.Equal(slices.Sorted(slices.Values(order)), got) {
 		t.Fatalf("order %v lists other examples than exampleRuns %v", order, got)
 	}
-	slots := make(chan struct{}, 2)
+	const parallel = 2
+	slots := make(chan struct{}, parallel)
 	for _, name := range order {
 		t.Run(strings.TrimSuffix(name, ".yaml"), func(t *testing.T) {
 			t.Parallel()
 			slots <- struct{}{}
 			defer func() { <-slots }()
-			conformExample(t, name, nil)
+			conformExample(t, name, parallel, nil)
 		})
 	}
 }
@@ -92,7 +93,7 @@ func TestEDTExamplesHoldTheirCaps(t *testing.T) {
 		return cells
 	}
 	for _, name := range examplesMeasuredBy("caps") {
-		t.Run(strings.TrimSuffix(name, ".yaml"), func(t *testing.T) { conformExample(t, name, alone) })
+		t.Run(strings.TrimSuffix(name, ".yaml"), func(t *testing.T) { conformExample(t, name, 1, alone) })
 	}
 }
 
@@ -109,7 +110,7 @@ func examplesMeasuredBy(how string) []string {
 
 // conformExample runs conformance on examples/NAME (cells: the default
 // demand patterns when nil) and fails the test unless every cell passed.
-func conformExample(t *testing.T, name string, cells func(string, []*conform.Subject) []conform.Cell) {
+func conformExample(t *testing.T, name string, parallel int, cells func(string, []*conform.Subject) []conform.Cell) {
 	t.Helper()
 	pol, err := conform.LoadPolicy("../examples/"+name, "")
 	if err != nil {
@@ -117,6 +118,7 @@ func conformExample(t *testing.T, name string, cells func(string, []*conform.Sub
 	}
 	r, err := conform.Run(context.Background(), pol, conform.Options{
 		Name: strings.TrimPrefix(testutil.Unique("ex"), testutil.Prefix), RTT: conform.DefaultRTT, Hosts: 4, Cells: cells,
+		Parallel: parallel,
 		// Shorter than the command's 2 s and 3 s, for nine examples;
 		// a share whose window would hold too few packets is measured
 		// longer (conform.Window).

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"regexp"
 	"sort"
 	"strings"
@@ -117,13 +118,22 @@ func (b *bed) apply(t *testing.T, pol *policy.Policy, force bool) (int, error) {
 func (b *bed) snapshot(t *testing.T) string {
 	t.Helper()
 	var out []string
-	links := testutil.NS(t, b.ns, "ip", "-o", "link", "show")
+	links := testutil.Run(t, "ip", "-n", b.ns, "-o", "link", "show")
 	for _, l := range strings.Split(strings.TrimSpace(links), "\n") {
 		f := strings.Fields(l)
 		dev := strings.TrimSuffix(strings.Split(f[1], "@")[0], ":")
 		out = append(out, "link "+dev)
-		for _, what := range [][]string{{"qdisc", "show", "dev", dev}, {"class", "show", "dev", dev}, {"filter", "show", "dev", dev, "ingress"}} {
-			out = append(out, normalize(testutil.NS(t, b.ns, "tc", what...))...)
+		// One tc for the device's three reads: the emulated lane starts
+		// a program in about 100 ms, and this runs after every fault of
+		// TestRollbackAtEveryStep.
+		cmd := exec.Command("tc", "-n", b.ns, "-batch", "-")
+		cmd.Stdin = strings.NewReader(fmt.Sprintf("qdisc show dev %[1]s\nclass show dev %[1]s\nfilter show dev %[1]s ingress\n", dev))
+		got, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("tc -batch on %s: %v\n%s", dev, err, got)
+		}
+		for _, l := range normalize(string(got)) {
+			out = append(out, dev+": "+l)
 		}
 		cls, err := b.k.Classes(dev, tc.MakeHandle(1, 0))
 		if err == nil {

@@ -374,6 +374,20 @@ func (c *Controller) slope(since time.Time) (slope, depth float64, n int) {
 	return (fn*sxy - sx*sy) / den, depth, n
 }
 
+// fromSlope is what the shaper sent (bytes per second) while the probes
+// since the last decrease queued, and the capacity that and the queue's
+// slope show: the link's buffer drains at the capacity, so the queue
+// grows by sent/capacity - 1 seconds a second.
+func (c *Controller) fromSlope(slope float64) (sent, capacity float64) {
+	sent = c.rate
+	if from, to := c.freshSpan(c.lastChange); to.After(from) {
+		if b, ok := c.sentBetween(from, to); ok {
+			sent = math.Min(b, c.rate)
+		}
+	}
+	return sent, sent / (1 + math.Min(math.Max(slope, -0.9), 10))
+}
+
 // freshSpan is the span of the recent samples enqueued after since.
 func (c *Controller) freshSpan(since time.Time) (from, to time.Time) {
 	for _, p := range c.recent {
@@ -505,13 +519,7 @@ func (c *Controller) Decide(now time.Time) Decision {
 		// effect: a deep queue returns them late), at least three.
 		slope, depth, n := c.slope(c.lastChange)
 		if now.Sub(c.lastChange) >= c.cfg.BloatEvery && n >= 3 {
-			sent := c.rate
-			if from, to := c.freshSpan(c.lastChange); to.After(from) {
-				if b, ok := c.sentBetween(from, to); ok {
-					sent = math.Min(b, c.rate)
-				}
-			}
-			capacity := sent / (1 + math.Min(math.Max(slope, -0.9), 10))
+			sent, capacity := c.fromSlope(slope)
 			if c.cfg.Downstream && c.loaded {
 				// What the shaper passed is the capacity only while the
 				// shaper does not hold it back; while it does, the
@@ -564,7 +572,31 @@ func (c *Controller) Decide(now time.Time) Decision {
 		// longer no bufferbloat answers (the link may have grown).
 		dt := math.Min(now.Sub(c.lastGrow).Seconds(), 0.2)
 		c.lastGrow = now
-		if _, depth, _ := c.slope(now); dt <= 0 || depth > float64(c.cfg.DelayThreshold)/2 || now.Sub(c.lastChange) < c.cfg.BloatEvery {
+		slope, depth, n := c.slope(c.lastChange)
+		if dt <= 0 || now.Sub(c.lastChange) < c.cfg.BloatEvery {
+			break
+		}
+		if depth > float64(c.cfg.DelayThreshold)/2 {
+			// A queue: the growth stops. One that still grows answers
+			// the probe, before it reaches the threshold and
+			// bufferbloat would: the link carries what the slope shows
+			// (downstream, what passed), or the capacity last found
+			// where that is less (a drop is bufferbloat's to find, from
+			// more samples). The rate goes just under it, and the
+			// queue drains.
+			if sent, capacity := c.fromSlope(slope); c.capacity > 0 && slope > 0 && n >= 3 {
+				margin := c.cfg.Margin
+				if c.cfg.Downstream {
+					// What passed reads a little above the line, as
+					// in a decrease.
+					capacity, margin = sent, math.Max(margin, c.cfg.DecreaseMargin)
+				}
+				capacity = math.Max(capacity, c.capacity)
+				if back := capacity * (1 - margin); back < c.rate {
+					c.rate, c.capacity = back, capacity
+					c.lastChange = now
+				}
+			}
 			break
 		}
 		if target := c.capacity * (1 - c.cfg.Margin); c.rate < target*0.995 {

@@ -665,12 +665,16 @@ func (r *runner) runTree(ctx context.Context, tr *tree) error {
 			}
 			v = Judge(c, ideal, res.classes, res.bySubject, tr.rep.Efficiency)
 			cr = &CellReport{Cell: c, Verdict: v, FirstTotal: cr.Verdict.MeasuredTotal}
-		} else if !v.Pass && v.Worst <= 2*Tolerance {
-			// A share just past the tolerance in one window: one flow
-			// of many stalled for a moment (on the 6.1 lane's emulated
+		} else if !v.Pass {
+			// A share past the tolerance in one window: one flow of
+			// many stalled for a moment (on the 6.1 lane's emulated
 			// guest one host of eleven read 838 kbit/s for 909 once, in
-			// a cell that read 1.5 to 3% in other runs). Once more; the
-			// second must pass, and the report shows both.
+			// a cell that read 1.5 to 3% in other runs; on the host a
+			// shard's four hosts 1.53 Mbit/s each for 1.82 once, 11.2%,
+			// and a TCP flow through a policer half its rate once,
+			// 27%, in cells that read under 1% in every other run).
+			// Once more; the second must pass, and the report shows
+			// both. A shaper that shares wrongly does it twice.
 			r.logf("%s: %-40s %.1f%% from the reference: measuring it again", tr.key, c.Name, 100*v.Worst)
 			if res, err = r.drive(ctx, tr.in.Name, tr.t.Dir, ds, r.opt.Settle, measure, []string{tr.dev}); err != nil {
 				return err

@@ -344,8 +344,12 @@ func TestEDTConcurrentCPUs(t *testing.T) {
 		}
 		counts, _ := prog.Counts([]uint32{1})
 		passed := counts[1].Packets
-		if passed+st[1].Drops != workers*repeat {
-			t.Fatalf("horizon %d: %d passed + %d dropped, want %d runs", horizon, passed, st[1].Drops, workers*repeat)
+		// Every run is counted once, passed or dropped. A test run that
+		// a signal interrupts (the Go runtime's preemption) is started
+		// again from its first repetition (cilium/ebpf's Run), so there
+		// may be more runs than asked: 218,693 of 200,000 in a CI run.
+		if passed+st[1].Drops < workers*repeat {
+			t.Fatalf("horizon %d: %d passed + %d dropped, want at least %d runs", horizon, passed, st[1].Drops, workers*repeat)
 		}
 		if want := now + passed*uint64(len(f)); st[1].T_next != want {
 			t.Fatalf("horizon %d: t_next %d, want now + %d packets x %d ns = %d (lost updates: %d)",
@@ -354,7 +358,7 @@ func TestEDTConcurrentCPUs(t *testing.T) {
 		if horizon < 1e9 && (st[1].Drops == 0 || passed > horizon/uint64(len(f))+uint64(workers)) {
 			t.Fatalf("horizon %d ns: %d passed, %d dropped; at most %d fit", horizon, passed, st[1].Drops, horizon/uint64(len(f))+1)
 		}
-		t.Logf("horizon %d: %d runs on %d goroutines: %d passed, %d dropped, t_next exact", horizon, workers*repeat, workers, passed, st[1].Drops)
+		t.Logf("horizon %d: %d runs asked on %d goroutines (%d run): %d passed, %d dropped, t_next exact", horizon, workers*repeat, workers, passed+st[1].Drops, passed, st[1].Drops)
 		prog.Close()
 	}
 }

@@ -84,7 +84,9 @@ func (p *Program) Run(pkt Packet) (Result, error) {
 
 // RunRepeat runs the program repeat times on pkt inside the kernel, in
 // one call (for concurrency tests: several goroutines at once put the
-// runs on several CPUs).
+// runs on several CPUs). At least repeat times: a call a signal
+// interrupts is started again from its first repetition (cilium/ebpf's
+// Run), and the runs before the signal have left their counts.
 func (p *Program) RunRepeat(pkt Packet, repeat int) error {
 	in := pkt.context()
 	opts := &ebpf.RunOptions{Data: pkt.Frame, Context: in, Repeat: uint32(repeat)}

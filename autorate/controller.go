@@ -584,7 +584,8 @@ func (c *Controller) Decide(now time.Time) Decision {
 			// where that is less (a drop is bufferbloat's to find, from
 			// more samples). The rate goes just under it, and the
 			// queue drains.
-			if sent, capacity := c.fromSlope(slope); c.capacity > 0 && slope > 0 && n >= 3 {
+			if c.capacity > 0 && slope > 0 && n >= 3 {
+				sent, capacity := c.fromSlope(slope)
 				margin := c.cfg.Margin
 				if c.cfg.Downstream {
 					// What passed reads a little above the line, as

@@ -237,9 +237,19 @@ func edtClass(t *testing.T, s *stats.Sample) *stats.Class {
 // within its queue only; the program pins each flow to one queue by its
 // hash, so the senders' TCP_INFO shows no reordering seen and no
 // retransmission, while the aggregate holds its cap.
+//
+// The receiver steers every packet to one CPU (RPS). A veth hands each
+// packet to the backlog of the CPU that sent it, and one fq is dequeued
+// by whichever CPU runs it: two packets of one flow sent by two CPUs
+// could swap at the receiver whatever the shaper did (the lane's
+// 2-CPU guest saw reord_seen 1 once, with no retransmission).
 func TestEDTNoReordering(t *testing.T) {
 	needFq(t)
 	a, b := shardedPair(t, 8, 0)
+	testutil.NS(t, b, "sh", "-c", `for f in /sys/class/net/veth1/queues/rx-*/rps_cpus; do echo 1 > "$f"; done`)
+	if got := testutil.NS(t, b, "cat", "/sys/class/net/veth1/queues/rx-3/rps_cpus"); strings.Trim(strings.TrimSpace(got), "0,") != "1" {
+		t.Fatalf("rx-3 rps_cpus %q, want CPU 0 alone", got)
+	}
 	must(t, "--netns", a, "apply", "-q", writePolicy(t, "p.yaml", policyFor("veth0", "    egress:\n      backend: edt\n      rate: 40mbit\n")))
 	sink, err := testutil.TCPSink(b, "10.9.0.2", 5300)
 	if err != nil {

@@ -51,7 +51,7 @@ type seriesKey struct {
 
 type point struct {
 	key seriesKey
-	bps float64
+	v   float64 // in the unit of its kind
 }
 
 func newHistory(max int) *history { return &history{max: max} }
@@ -76,7 +76,7 @@ func (h *history) add(s *stats.Sample) {
 			} else {
 				n++
 			}
-			m = append(m, point{seriesKey{t.Interface, t.Direction, c.Name, ""}, c.Measured},
+			m = append(m, point{seriesKey{t.Interface, t.Direction, c.Name, ""}, float64(c.Measured)},
 				point{seriesKey{t.Interface, t.Direction, c.Name, "backlog"}, float64(c.Backlog)})
 			dk := seriesKey{t.Interface, t.Direction, c.Name, "drops"}
 			if d, ok := h.drops[dk]; ok && c.Drops >= d.n && s.At.After(d.at) {
@@ -92,9 +92,9 @@ func (h *history) add(s *stats.Sample) {
 			if sh.Applied {
 				limit = sh.Limit
 			}
-			m = append(m, point{seriesKey{t.Interface, t.Direction, sh.Class, "demand"}, sh.Demand},
-				point{seriesKey{t.Interface, t.Direction, sh.Class, "share"}, sh.Share},
-				point{seriesKey{t.Interface, t.Direction, sh.Class, "limit"}, limit})
+			m = append(m, point{seriesKey{t.Interface, t.Direction, sh.Class, "demand"}, float64(sh.Demand)},
+				point{seriesKey{t.Interface, t.Direction, sh.Class, "share"}, float64(sh.Share)},
+				point{seriesKey{t.Interface, t.Direction, sh.Class, "limit"}, float64(limit)})
 		}
 	}
 	for i := range m {
@@ -159,7 +159,7 @@ func (h *history) expire(now time.Time) bool {
 }
 
 // History is what /api/v1/history returns: the time of each pass (Unix
-// seconds) and, per class, its measured rate in bit/s at each (null
+// seconds) and, per class, its measured rate in bytes/s at each (null
 // where the class did not exist), its drops per second and its backlog
 // in bytes.
 type History struct {
@@ -167,16 +167,17 @@ type History struct {
 	Series []Series  `json:"series"`
 }
 
-// Series is one class's values over the history: its measured rate,
-// or (Kind) what a sharing controller counted as its demand, its share
-// and the limit it kept it at, all in bit/s (BPS); or its drops per
-// second or its backlog in bytes (Values).
+// Series is one class's values over the history, in Unit: its measured
+// rate, or (Kind) what a sharing controller counted as its demand, its
+// share and the limit it kept it at, all in bytes/s; or its drops per
+// second or its backlog in bytes. A rate's series also has BPS, the
+// same in bit/s (deprecated: docs/changelog.md).
 type Series struct {
 	Interface string     `json:"interface"`
 	Direction string     `json:"direction"`
 	Class     string     `json:"class"`
 	Kind      string     `json:"kind,omitempty"` // "", demand, share, limit; drops, backlog
-	Unit      string     `json:"unit"`           // bit/s, packets/s, bytes
+	Unit      string     `json:"unit"`           // bytes/s, packets/s, bytes
 	BPS       []*float64 `json:"bps,omitempty"`
 	Values    []*float64 `json:"values,omitempty"`
 }
@@ -189,7 +190,7 @@ func unit(kind string) string {
 	case "backlog":
 		return "bytes"
 	}
-	return "bit/s"
+	return "bytes/s"
 }
 
 func (h *history) snapshot() History {
@@ -206,18 +207,17 @@ func (h *history) snapshot() History {
 				j = len(out.Series)
 				index[k] = j
 				se := Series{Interface: k.Interface, Direction: k.Direction, Class: k.Class, Kind: k.Kind, Unit: unit(k.Kind)}
-				if se.Unit == "bit/s" {
+				se.Values = make([]*float64, len(h.at))
+				if se.Unit == "bytes/s" {
 					se.BPS = make([]*float64, len(h.at))
-				} else {
-					se.Values = make([]*float64, len(h.at))
 				}
 				out.Series = append(out.Series, se)
 			}
-			v := p.bps
+			v := p.v
+			out.Series[j].Values[i] = &v
 			if out.Series[j].BPS != nil {
-				out.Series[j].BPS[i] = &v
-			} else {
-				out.Series[j].Values[i] = &v
+				b := v * 8
+				out.Series[j].BPS[i] = &b
 			}
 		}
 	}

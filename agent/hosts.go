@@ -2,6 +2,7 @@ package agent
 
 import (
 	"cmp"
+	"encoding/json"
 	"fmt"
 	"net/url"
 	"slices"
@@ -9,6 +10,7 @@ import (
 	"strings"
 
 	"sluice/stats"
+	"sluice/units"
 )
 
 // Hosts is what /api/v1/hosts returns: the per-host classes of the last
@@ -30,18 +32,30 @@ type Hosts struct {
 // after its per_host class's) in one tree, with its limits and counters
 // as in a class of the reading (rates in bit/s).
 type HostRow struct {
-	Host      string  `json:"host"`
-	Class     string  `json:"class"`
-	Parent    string  `json:"parent"`
-	Interface string  `json:"interface"`
-	Direction string  `json:"direction"`
-	ID        string  `json:"id"`
-	Rate      uint64  `json:"rate_bps"`
-	Ceil      uint64  `json:"ceil_bps"`
-	Measured  float64 `json:"measured_bps"`
-	Bytes     uint64  `json:"bytes"`
-	Drops     uint32  `json:"drops"`
-	Backlog   uint32  `json:"backlog_bytes"`
+	Host      string     `json:"host"`
+	Class     string     `json:"class"`
+	Parent    string     `json:"parent"`
+	Interface string     `json:"interface"`
+	Direction string     `json:"direction"`
+	ID        string     `json:"id"`
+	Rate      units.Rate `json:"rate_bytes_per_second"`
+	Ceil      units.Rate `json:"ceil_bytes_per_second"`
+	Measured  units.Rate `json:"measured_bytes_per_second"`
+	Bytes     uint64     `json:"bytes"`
+	Drops     uint32     `json:"drops"`
+	Backlog   uint32     `json:"backlog_bytes"`
+}
+
+// MarshalJSON adds the rates in bits per second under their names
+// before base units (deprecated: docs/changelog.md).
+func (r HostRow) MarshalJSON() ([]byte, error) {
+	type fields HostRow
+	return json.Marshal(struct {
+		fields
+		Rate     uint64  `json:"rate_bps"`
+		Ceil     uint64  `json:"ceil_bps"`
+		Measured float64 `json:"measured_bps"`
+	}{fields(r), r.Rate.Bits(), r.Ceil.Bits(), r.Measured.BitsFloat()})
 }
 
 // hostQuery is a parsed /api/v1/hosts request.
@@ -143,7 +157,7 @@ func findHosts(s *stats.Sample, q hostQuery) Hosts {
 		case "backlog":
 			return float64(r.Backlog)
 		}
-		return r.Measured
+		return float64(r.Measured)
 	}
 	// The busiest first; ties by name, so that a page does not shuffle.
 	slices.SortStableFunc(out.Hosts, func(a, b HostRow) int {

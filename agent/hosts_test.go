@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"sluice/stats"
+	"sluice/units"
 )
 
 func TestParseHostQuery(t *testing.T) {
@@ -57,10 +58,10 @@ func hostsSample(n int) *stats.Sample {
 	eg := &stats.Tree{Interface: "eth0", Direction: "egress", Classes: []*stats.Class{{Name: "(root)", ID: "1:1"}, {Name: "subs", ID: "1:10"}}}
 	for i := 1; i <= n; i++ {
 		eg.Classes = append(eg.Classes, &stats.Class{Name: fmt.Sprintf("subs/10.0.0.%d", i), ID: fmt.Sprintf("1:%x", 0x100+i),
-			Rate: 1e6, Ceil: 1e7, Measured: float64(i) * 1e6, Bytes: uint64(n-i) * 1000, Drops: uint32(i % 3), Backlog: uint32(i * 10)})
+			Rate: 1e6 / 8, Ceil: 1e7 / 8, Measured: units.Rate(i) * 1e6 / 8, Bytes: uint64(n-i) * 1000, Drops: uint32(i % 3), Backlog: uint32(i * 10)})
 	}
 	in := &stats.Tree{Interface: "eth0", Direction: "ingress", Classes: []*stats.Class{{Name: "(root)", ID: "1:1"},
-		{Name: "down/10.0.0.2", ID: "1:102", Rate: 2e6, Ceil: 2e7, Measured: 5e5}}}
+		{Name: "down/10.0.0.2", ID: "1:102", Rate: 2e6 / 8, Ceil: 2e7 / 8, Measured: 5e5 / 8}}}
 	return &stats.Sample{At: time.Now(), Trees: []*stats.Tree{eg, in}}
 }
 
@@ -102,8 +103,8 @@ func TestFindHosts(t *testing.T) {
 		t.Errorf("no reading: %+v (want an empty list, not null)", h)
 	}
 	r := findHosts(s, hostQuery{host: "10.0.0.7", sort: "measured", limit: 1}).Hosts[0]
-	if r.Class != "subs/10.0.0.7" || r.Parent != "subs" || r.Interface != "eth0" || r.ID != "1:107" || r.Rate != 1e6 ||
-		r.Ceil != 1e7 || r.Measured != 7e6 || r.Drops != 1 || r.Backlog != 70 {
+	if r.Class != "subs/10.0.0.7" || r.Parent != "subs" || r.Interface != "eth0" || r.ID != "1:107" || r.Rate != 1e6/8 ||
+		r.Ceil != 1e7/8 || r.Measured != 7e6/8 || r.Drops != 1 || r.Backlog != 70 {
 		t.Errorf("row %+v", r)
 	}
 }
@@ -139,7 +140,7 @@ func TestHistoryWatchesHosts(t *testing.T) {
 	if d.Unit != "packets/s" || d.BPS != nil || len(d.Values) != 4 || d.Values[0] != nil || d.Values[1] != nil || *d.Values[2] != 10 || *d.Values[3] != 10 {
 		t.Errorf("drops series %+v: want null before the second watched pass, then 10/s", d)
 	}
-	if r := kinds["egress subs/10.0.0.2 "]; r.Unit != "bit/s" || *r.BPS[3] != 2e6 {
+	if r := kinds["egress subs/10.0.0.2 "]; r.Unit != "bytes/s" || *r.Values[3] != 2e6/8 || *r.BPS[3] != 2e6 {
 		t.Errorf("rate series %+v", r)
 	}
 	if b := kinds["egress subs/10.0.0.2 backlog"]; b.Unit != "bytes" || *b.Values[3] != 20 {
@@ -151,7 +152,7 @@ func TestHistoryWatchesHosts(t *testing.T) {
 	h.add(s)
 	snap := h.snapshot()
 	for _, se := range snap.Series {
-		if strings.Contains(se.Class, "/") && (se.BPS != nil && se.BPS[len(snap.At)-1] != nil) {
+		if strings.Contains(se.Class, "/") && (se.Values != nil && se.Values[len(snap.At)-1] != nil) {
 			t.Errorf("%s still charted after its page went away", se.Class)
 		}
 	}

@@ -3,7 +3,6 @@ package agent
 import (
 	"runtime"
 	"runtime/debug"
-	"sluice/units"
 
 	"sort"
 	"strings"
@@ -255,7 +254,7 @@ func (m *metrics) sums(s *stats.Sample) ([]string, map[string]*classSum) {
 			key := class + "\x00" + t.Interface + "\x00" + t.Direction + "\x00" + host
 			x := sums[key]
 			if x == nil {
-				x = &classSum{lv: lv, rate: float64(units.FromBits(float64(c.Rate))), ceil: float64(units.FromBits(float64(c.Ceil)))}
+				x = &classSum{lv: lv, rate: float64(c.Rate), ceil: float64(c.Ceil)}
 				sums[key] = x
 				order = append(order, key)
 			}
@@ -317,12 +316,12 @@ func (m *metrics) collectExtras(ch chan<- prometheus.Metric, s *stats.Sample) {
 			if sh.Applied {
 				limit = sh.Limit
 			}
-			ch <- prometheus.MustNewConstMetric(m.shareDemand, prometheus.GaugeValue, sh.Demand/8, lv...)
-			ch <- prometheus.MustNewConstMetric(m.shareShare, prometheus.GaugeValue, sh.Share/8, lv...)
-			ch <- prometheus.MustNewConstMetric(m.shareLimit, prometheus.GaugeValue, limit/8, lv...)
-			ch <- prometheus.MustNewConstMetric(m.oldDemand, prometheus.GaugeValue, sh.Demand, lv...)
-			ch <- prometheus.MustNewConstMetric(m.oldShare, prometheus.GaugeValue, sh.Share, lv...)
-			ch <- prometheus.MustNewConstMetric(m.oldLimit, prometheus.GaugeValue, limit, lv...)
+			ch <- prometheus.MustNewConstMetric(m.shareDemand, prometheus.GaugeValue, float64(sh.Demand), lv...)
+			ch <- prometheus.MustNewConstMetric(m.shareShare, prometheus.GaugeValue, float64(sh.Share), lv...)
+			ch <- prometheus.MustNewConstMetric(m.shareLimit, prometheus.GaugeValue, float64(limit), lv...)
+			ch <- prometheus.MustNewConstMetric(m.oldDemand, prometheus.GaugeValue, sh.Demand.BitsFloat(), lv...)
+			ch <- prometheus.MustNewConstMetric(m.oldShare, prometheus.GaugeValue, sh.Share.BitsFloat(), lv...)
+			ch <- prometheus.MustNewConstMetric(m.oldLimit, prometheus.GaugeValue, limit.BitsFloat(), lv...)
 		}
 		for _, d := range t.Delays {
 			lv := []string{t.Interface, t.Direction, d.Class}

@@ -17,11 +17,11 @@ import (
 func fakeAgent(n int, hostMetrics bool) *Agent {
 	a := &Agent{cfg: Config{HostMetrics: hostMetrics, History: 10}, hist: newHistory(10)}
 	t := &stats.Tree{Device: "eth0", Interface: "eth0", Direction: "egress", Classifier: "bpf"}
-	t.Classes = append(t.Classes, &stats.Class{Name: "(root)", ID: "1:1", Rate: 1e9, Ceil: 1e9, Bytes: 1e9})
-	t.Classes = append(t.Classes, &stats.Class{Name: "subs", ID: "1:10", Parent: "1:1", Rate: 8e8, Ceil: 1e9, Bytes: 9e8})
+	t.Classes = append(t.Classes, &stats.Class{Name: "(root)", ID: "1:1", Rate: 1e9 / 8, Ceil: 1e9 / 8, Bytes: 1e9})
+	t.Classes = append(t.Classes, &stats.Class{Name: "subs", ID: "1:10", Parent: "1:1", Rate: 8e8 / 8, Ceil: 1e9 / 8, Bytes: 9e8})
 	for i := 0; i < n; i++ {
 		t.Classes = append(t.Classes, &stats.Class{Name: fmt.Sprintf("subs/10.%d.%d.%d", i>>16, i>>8&0xff, i&0xff),
-			ID: fmt.Sprintf("1:%x", 0x100+i), Parent: "1:10", Depth: 2, Rate: 2e6, Ceil: 2e7,
+			ID: fmt.Sprintf("1:%x", 0x100+i), Parent: "1:10", Depth: 2, Rate: 2e6 / 8, Ceil: 2e7 / 8,
 			Bytes: uint64(i) * 1000, Packets: uint64(i), Drops: uint32(i % 7)})
 	}
 	t.Policers = []*stats.Policer{{Class: "guests", Green: stats.Count{Packets: 10}, Yellow: stats.Count{Packets: 2}, Red: stats.Count{Packets: 1}}}

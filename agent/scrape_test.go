@@ -61,7 +61,7 @@ func TestScrapeMatchesPromhttp(t *testing.T) {
 	a := fakeAgent(300, true)
 	// Names the text format must escape.
 	tr := a.sample.Trees[0]
-	tr.Classes = append(tr.Classes, &stats.Class{Name: `od"d\\cl` + "\n" + `/10.9.9.9`, ID: "1:fff", Parent: "1:10", Rate: 1e6, Ceil: 2e6, Bytes: 5, Packets: 1})
+	tr.Classes = append(tr.Classes, &stats.Class{Name: `od"d\\cl` + "\n" + `/10.9.9.9`, ID: "1:fff", Parent: "1:10", Rate: 1e6 / 8, Ceil: 2e6 / 8, Bytes: 5, Packets: 1})
 	ours := newScrapes(a.metrics, 2)
 	ref := promhttp.HandlerFor(a.metrics.gatherer, promhttp.HandlerOpts{})
 	for _, tt := range []struct {

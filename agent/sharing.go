@@ -2,7 +2,6 @@ package agent
 
 import (
 	"fmt"
-	"math"
 	"reflect"
 	"time"
 
@@ -135,17 +134,16 @@ func (a *Agent) runControllers(p *engine.Prepared, pl *plan.Plan, k *kernel.Kern
 // written, the share shows them.
 type written struct {
 	share      *stats.Share
-	rate, ceil float64
+	rate, ceil units.Rate
 }
 
 func newController(d *plan.Device, cfg plan.Controller) *controller {
 	ctl := &controller{dev: d.Name, cfg: cfg, drops: map[string]uint64{},
 		packets: map[string]uint64{}, held: map[string]uint64{},
-		c: &share.Controller{Capacity: units.Rate(cfg.Capacity).BitsFloat(), ApplyAbove: cfg.ApplyAbove, Assure: cfg.Assure, Hard: cfg.Shards}}
+		c: &share.Controller{Capacity: cfg.Capacity, ApplyAbove: cfg.ApplyAbove, Assure: cfg.Assure, Hard: cfg.Shards}}
 	for _, ch := range cfg.Children {
 		ctl.c.Children = append(ctl.c.Children, share.Child{Name: ch.Name, Weight: ch.Weight,
-			Rate: ch.Rate.BitsFloat(), Ceil: ch.Ceil.BitsFloat(), Prod: ch.Prod, Capped: ch.Capped,
-			Standby: ch.Standby.BitsFloat()})
+			Rate: ch.Rate, Ceil: ch.Ceil, Prod: ch.Prod, Capped: ch.Capped, Standby: ch.Standby})
 	}
 	return ctl
 }
@@ -176,7 +174,7 @@ func (a *Agent) step(k *kernel.Kernel, dev *plan.Device, ctl *controller, tree *
 	bytes := make([]uint64, n)
 	backlog := make([]uint64, n)
 	drops := make([]uint64, n)
-	liveRate, liveCeil := make([]float64, n), make([]float64, n)
+	liveRate, liveCeil := make([]units.Rate, n), make([]units.Rate, n)
 	found := make([]bool, n)
 	// A child's bytes are its leaves' (itself, if it is one): the
 	// kernel's HTB counts an inner class's bytes in bursts, a second
@@ -200,7 +198,7 @@ func (a *Agent) step(k *kernel.Kernel, dev *plan.Device, ctl *controller, tree *
 				continue
 			}
 			if x == c {
-				liveRate[i], liveCeil[i], found[i] = float64(c.Rate), float64(c.Ceil), true
+				liveRate[i], liveCeil[i], found[i] = c.Rate, c.Ceil, true
 			}
 			if !isParent[c.ID] {
 				bytes[i] += c.Bytes
@@ -260,7 +258,7 @@ func (a *Agent) step(k *kernel.Kernel, dev *plan.Device, ctl *controller, tree *
 		}
 		for i, ch := range ctl.cfg.Children {
 			if int(ch.Target) < len(targets) {
-				liveCeil[i] = units.Rate(targets[ch.Target].Rate).BitsFloat()
+				liveCeil[i] = units.Rate(targets[ch.Target].Rate)
 			}
 		}
 	}
@@ -294,17 +292,17 @@ func (a *Agent) step(k *kernel.Kernel, dev *plan.Device, ctl *controller, tree *
 		if ch.Prod {
 			continue
 		}
-		want := units.FromBits(d.Ceil)
+		want := d.Ceil
 		if edt {
 			if int(ch.Target) >= len(targets) {
 				continue
 			}
 			// The engine holds a cap at most the planned one (the child's ceil).
 			ctl.limits[plan.TargetLimit(hook, ch.Target)] = plan.Limit{Ceil: want}
-			out = append(out, written{sh, liveRate[i], min(max(want, 1), ch.Ceil).BitsFloat()})
-			if !same(want, liveCeil[i]) {
+			out = append(out, written{sh, liveRate[i], min(max(want, 1), ch.Ceil)})
+			if want != liveCeil[i] {
 				a.log.Debug("sharing: aggregate", "device", ctl.dev, "class", ch.Name, "cap_bps", want.BitsFloat(),
-					"usage_bps", d.Usage, "share_bps", d.Share, "applied", d.Applied)
+					"usage_bps", d.Usage.BitsFloat(), "share_bps", d.Share.BitsFloat(), "applied", d.Applied)
 			}
 			continue
 		}
@@ -314,31 +312,25 @@ func (a *Agent) step(k *kernel.Kernel, dev *plan.Device, ctl *controller, tree *
 		}
 		// plan.WithLimits holds them between the planned rate and ceil;
 		// the share shows what it will hold.
-		lim := plan.Limit{Rate: units.FromBits(d.Rate), Ceil: want}
+		lim := plan.Limit{Rate: d.Rate, Ceil: want}
 		ctl.limits[plan.ClassLimit(pc)] = lim
 		rate, ceil := dev.Held(pc, lim) // what the engine will hold
-		out = append(out, written{sh, rate.BitsFloat(), ceil.BitsFloat()})
+		out = append(out, written{sh, rate, ceil})
 		// A balanced shard's copies of the other classes get their part
 		// of its share as rates (plan.Scaled).
-		if part := d.Rate / ctl.c.Capacity; len(ch.Scaled) > 0 && ctl.c.Capacity > 0 {
+		if part := float64(d.Rate) / float64(ctl.c.Capacity); len(ch.Scaled) > 0 && ctl.c.Capacity > 0 {
 			for _, sc := range ch.Scaled {
 				if rc := planned[sc.Handle]; rc != nil {
 					ctl.limits[plan.ClassLimit(rc)] = plan.Limit{Rate: units.Rate(float64(sc.Rate) * part), Ceil: rc.Ceil}
 				}
 			}
 		}
-		if !same(rate, liveRate[i]) || !same(ceil, liveCeil[i]) {
+		if rate != liveRate[i] || ceil != liveCeil[i] {
 			a.log.Debug("sharing: class", "device", ctl.dev, "class", ch.Name, "rate_bps", rate.BitsFloat(), "ceil_bps", ceil.BitsFloat(),
-				"usage_bps", d.Usage, "share_bps", d.Share, "applied", d.Applied)
+				"usage_bps", d.Usage.BitsFloat(), "share_bps", d.Share.BitsFloat(), "applied", d.Applied)
 		}
 	}
 	return out
-}
-
-// same: a planned rate and a live one read back in bits/s agree (the
-// kernel keeps bytes/s).
-func same(r units.Rate, live float64) bool {
-	return math.Abs(float64(r)-float64(units.FromBits(live))) < 1
 }
 
 func byName(cs []plan.Controlled, name string) (int, bool) {

@@ -127,7 +127,7 @@ func writeMunin(w io.Writer, s *stats.Sample, config bool) {
 				fmt.Fprintf(w, "%s.label %s\n", f, name)
 				fmt.Fprintf(w, "%s.type DERIVE\n", f)
 				fmt.Fprintf(w, "%s.min 0\n", f)
-				fmt.Fprintf(w, "%s.info class %s, rate %d bit/s, ceil %d bit/s\n", f, c.ID, c.Rate, c.Ceil)
+				fmt.Fprintf(w, "%s.info class %s, rate %d bit/s, ceil %d bit/s\n", f, c.ID, c.Rate.Bits(), c.Ceil.Bits())
 				continue
 			}
 			fmt.Fprintf(w, "%s.value %d\n", f, units.BitsOf(sum[name]))

@@ -20,8 +20,8 @@ import (
 // rates (the ceils stay the policy's); with one, as their ceils.
 func TestAgentSharingController(t *testing.T) {
 	for _, tc := range []struct{ name, sharing, field string }{
-		{"rates", "{mode: controller, quantum: 500ms}", "rate_bps"},
-		{"ceils", "{mode: controller, quantum: 500ms, cap: 20mbit}", "ceil_bps"},
+		{"rates", "{mode: controller, quantum: 500ms}", "rate_bytes_per_second"},
+		{"ceils", "{mode: controller, quantum: 500ms, cap: 20mbit}", "ceil_bytes_per_second"},
 	} {
 		t.Run(tc.name, func(t *testing.T) { testSharingController(t, tc.sharing, tc.field) })
 	}
@@ -47,8 +47,8 @@ func testSharingController(t *testing.T, sharing, field string) {
 			Trees []struct {
 				Classes []struct {
 					Name string  `json:"name"`
-					Rate float64 `json:"rate_bps"`
-					Ceil float64 `json:"ceil_bps"`
+					Rate float64 `json:"rate_bytes_per_second"`
+					Ceil float64 `json:"ceil_bytes_per_second"`
 				} `json:"classes"`
 			} `json:"trees"`
 		}
@@ -57,25 +57,25 @@ func testSharingController(t *testing.T, sharing, field string) {
 		}
 		m := map[string][2]float64{}
 		for _, c := range s.Trees[0].Classes {
-			m[c.Name] = [2]float64{c.Rate, c.Ceil}
+			m[c.Name] = [2]float64{c.Rate * 8, c.Ceil * 8} // bits, as the policy's
 		}
 		return m
 	}
 	// held is the field the controller writes; the other stays the
 	// policy's.
 	held := func(c [2]float64) float64 {
-		if field == "rate_bps" {
+		if field == "rate_bytes_per_second" {
 			return c[0]
 		}
 		return c[1]
 	}
 	other := func(c [2]float64) float64 {
-		if field == "rate_bps" {
+		if field == "rate_bytes_per_second" {
 			return c[1]
 		}
 		return c[0]
 	}
-	policyOther := map[bool]float64{true: 20e6, false: 100e3}[field == "rate_bps"]
+	policyOther := map[bool]float64{true: 20e6, false: 100e3}[field == "rate_bytes_per_second"]
 	// The reference's split: each class's 100kbit rate, and the other
 	// 19.8mbit by the weights 1:3.
 	took, ok := within(8*time.Second, func() bool {
@@ -93,7 +93,7 @@ func testSharingController(t *testing.T, sharing, field string) {
 	st := a.status()
 	var shares []string
 	for _, sh := range st.Sample.Trees[0].Sharing {
-		shares = append(shares, fmt.Sprintf("%s:%v:%.0f:%.0f:%v", sh.Class, sh.Weight, sh.Share, sh.Limit, sh.Applied))
+		shares = append(shares, fmt.Sprintf("%s:%v:%.0f:%.0f:%v", sh.Class, sh.Weight, sh.Share.BitsFloat(), sh.Limit.BitsFloat(), sh.Applied))
 	}
 	if got := strings.Join(shares, " "); got != "a:1:5050000:5050000:true b:3:14950000:14950000:true" {
 		t.Errorf("status sharing %q", got)
@@ -122,7 +122,7 @@ func testSharingController(t *testing.T, sharing, field string) {
 	if v, _ := a.metric("sluice_drift_repairs_total"); v != 0 {
 		t.Errorf("the agent repaired its own writes %v times", v)
 	}
-	what := map[bool]string{true: "writing their rates", false: "writing their ceils"}[field == "rate_bps"]
+	what := map[bool]string{true: "writing their rates", false: "writing their ceils"}[field == "rate_bytes_per_second"]
 	if r := sluice(t, "--netns", p.A, "plan", pol); r.code != 0 || !strings.Contains(r.stdout, "no changes") || !strings.Contains(r.stderr, what) {
 		t.Errorf("plan while the controller runs (want no changes, and a note %q): exit %d\n%s%s", what, r.code, r.stdout, r.stderr)
 	}

@@ -184,11 +184,14 @@ func TestPlanApplyShowReset(t *testing.T) {
 		Trees []struct {
 			Device  string `json:"device"`
 			Classes []struct {
-				Name  string `json:"name"`
-				ID    string `json:"id"`
-				Rate  uint64 `json:"rate_bps"`
-				Ceil  uint64 `json:"ceil_bps"`
-				Depth int    `json:"depth"`
+				Name string `json:"name"`
+				ID   string `json:"id"`
+				Rate uint64 `json:"rate_bytes_per_second"`
+				Ceil uint64 `json:"ceil_bytes_per_second"`
+				// The names before base units, kept for one release.
+				OldRate uint64 `json:"rate_bps"`
+				OldCeil uint64 `json:"ceil_bps"`
+				Depth   int    `json:"depth"`
 			} `json:"classes"`
 		} `json:"trees"`
 	}
@@ -201,7 +204,8 @@ func TestPlanApplyShowReset(t *testing.T) {
 	depths := map[string]int{}
 	for _, tr := range sample.Trees {
 		for _, c := range tr.Classes {
-			if tr.Device == "eth0" && c.Name == "web" && c.ID == "1:11" && c.Rate == 8000000 && c.Ceil == 19000000 {
+			if tr.Device == "eth0" && c.Name == "web" && c.ID == "1:11" && c.Rate == 1000000 && c.Ceil == 2375000 &&
+				c.OldRate == 8000000 && c.OldCeil == 19000000 {
 				found = true
 			}
 			depths[tr.Device+" "+c.Name] = c.Depth

@@ -202,7 +202,7 @@ func TestEDTExemptionsAndHorizon(t *testing.T) {
 	if c1.Drops == 0 || c1.Drops <= c0.Drops {
 		t.Errorf("horizon drops %d -> %d under a flood of 1.5 times the cap", c0.Drops, c1.Drops)
 	}
-	t.Logf("aggregate passed %.2f Mbit/s (wire bytes), %d horizon drops in %.1f s, backlog %d then %d bytes", c1.Measured/1e6, c1.Drops-c0.Drops, during.At.Sub(before.At).Seconds(), c0.Backlog, c1.Backlog)
+	t.Logf("aggregate passed %.2f Mbit/s (wire bytes), %d horizon drops in %.1f s, backlog %d then %d bytes", c1.Measured.BitsFloat()/1e6, c1.Drops-c0.Drops, during.At.Sub(before.At).Seconds(), c0.Backlog, c1.Backlog)
 	// The backlog is the aggregate's clock ahead of now, at its cap:
 	// under a flood some of a horizon's worth (the aggregate's horizon:
 	// 100 ms, or at 4mbit the floor of a 64 KB packet and three frames,
@@ -219,8 +219,8 @@ func TestEDTExemptionsAndHorizon(t *testing.T) {
 	if os.Getenv("SLUICE_EMULATED") == "1" {
 		floor = 0.85
 	}
-	if c1.Measured < floor*cap || c1.Measured > 1.03*cap {
-		t.Errorf("the aggregate passed %.2f Mbit/s under a 4mbit cap", c1.Measured/1e6)
+	if m := c1.Measured.BitsFloat(); m < floor*cap || m > 1.03*cap {
+		t.Errorf("the aggregate passed %.2f Mbit/s under a 4mbit cap", c1.Measured.BitsFloat()/1e6)
 	}
 }
 
@@ -338,7 +338,7 @@ func TestEDTThousandHosts(t *testing.T) {
 	best := map[string]float64{}
 	for _, w := range windows {
 		for _, c := range w.Trees[0].Classes {
-			best[c.Name] = max(best[c.Name], c.Measured)
+			best[c.Name] = max(best[c.Name], c.Measured.BitsFloat())
 		}
 	}
 	if sum := best["subs"]; sum < 0.8*5*2e6 || sum > 1.05*5*2e6 {
@@ -349,7 +349,7 @@ func TestEDTThousandHosts(t *testing.T) {
 		for _, w := range windows {
 			for _, c := range w.Trees[0].Classes {
 				if c.Name == "subs/"+h {
-					ms = append(ms, fmt.Sprintf("%.3f", c.Measured/1e6))
+					ms = append(ms, fmt.Sprintf("%.3f", c.Measured.BitsFloat()/1e6))
 				}
 			}
 		}
@@ -585,7 +585,7 @@ func TestEDTSharingController(t *testing.T) {
 		m := map[string]float64{}
 		for _, sh := range ag.status().Sample.Trees[0].Sharing {
 			if sh.Applied {
-				m[sh.Class] = sh.Limit
+				m[sh.Class] = sh.Limit.BitsFloat()
 			}
 		}
 		return m

@@ -127,7 +127,7 @@ func TestEgressLimit20mbit(t *testing.T) {
 		Trees []struct {
 			Classes []struct {
 				Name     string  `json:"name"`
-				Measured float64 `json:"measured_bps"`
+				Measured float64 `json:"measured_bytes_per_second"`
 				Backlog  uint32  `json:"backlog_bytes"`
 				Over     uint32  `json:"overlimits"`
 			} `json:"classes"`
@@ -153,6 +153,7 @@ func TestEgressLimit20mbit(t *testing.T) {
 		floor = 0.90
 	}
 	for _, c := range sample.Trees[0].Classes {
+		c.Measured *= 8 // bits, as link20
 		t.Logf("show: %s measured %.2f Mbit/s, overlimits %d", c.Name, c.Measured/1e6, c.Over)
 		if c.Measured < floor*link20 || c.Measured > 1.03*link20 || c.Over == 0 {
 			t.Errorf("show: class %s measured %.2f Mbit/s, overlimits %d, while saturated at 20mbit", c.Name, c.Measured/1e6, c.Over)

@@ -579,7 +579,7 @@ func recordSharing(st agent.Status, byName map[string]*ClassSeries, i, nb int) {
 			if sh.Applied {
 				limit = sh.Limit
 			}
-			cs.Sharing.Demand[i], cs.Sharing.Share[i], cs.Sharing.Limit[i] = sh.Demand, sh.Share, limit
+			cs.Sharing.Demand[i], cs.Sharing.Share[i], cs.Sharing.Limit[i] = sh.Demand.BitsFloat(), sh.Share.BitsFloat(), limit.BitsFloat()
 		}
 	}
 }

@@ -4,6 +4,8 @@ import (
 	"math"
 	"slices"
 	"time"
+
+	"sluice/units"
 )
 
 // DefaultApplyAbove is seed 000's delayed-limit threshold, used when a
@@ -15,16 +17,15 @@ const DefaultApplyAbove = 0.8
 // below the held-back threshold.
 const hardHeadroom = 1.5
 
-// Child is a class under a controller, as the policy gives it. Rates are
-// bits per second.
+// Child is a class under a controller, as the policy gives it.
 type Child struct {
 	Name   string
 	Weight float64
 	// Rate is the class's guarantee: a limit never goes below it.
-	Rate float64
+	Rate units.Rate
 	// Ceil is the most the policy lets it use: the limit when none is
 	// applied, and the bound of every limit.
-	Ceil float64
+	Ceil units.Rate
 	// Prod marks a prio 0 class: never limited; what it uses comes off
 	// the capacity the others share.
 	Prod bool
@@ -43,7 +44,7 @@ type Child struct {
 	// queued for seconds in their leaves, backed off, and had not
 	// recovered two seconds after the shard got its share (measured:
 	// its hosts 15% under the reference, every run).
-	Standby float64
+	Standby units.Rate
 }
 
 // Reading is a child's counters at one instant.
@@ -60,14 +61,14 @@ type Reading struct {
 type Decision struct {
 	Name string
 	// Usage is the rate the child sent at over the quantum.
-	Usage float64
+	Usage units.Rate
 	// Demand is what the step counted it as wanting: its usage, or its
 	// ceil when it was held back (Hungry).
-	Demand float64
+	Demand units.Rate
 	Hungry bool
 	// Share is its weighted max-min share of the capacity; Limit that
 	// share kept between its rate and ceil.
-	Share, Limit float64
+	Share, Limit units.Rate
 	// Applied: the limit is in force (the child used at least
 	// ApplyAbove of it); otherwise the child may use up to its ceil.
 	Applied bool
@@ -75,7 +76,7 @@ type Decision struct {
 	// limiting controller holds an applied Limit as the ceil; an
 	// assuring one (Controller.Assure) gives it as the rate and leaves
 	// the ceil the policy's. Otherwise both are the policy's.
-	Rate, Ceil float64
+	Rate, Ceil units.Rate
 }
 
 // Controller runs seed 000's loop for one parent's children: every
@@ -96,9 +97,9 @@ type Decision struct {
 // its share.
 type Controller struct {
 	Children []Child
-	// Capacity is what the children share, in bits/s, before prod's use
-	// is taken off.
-	Capacity   float64
+	// Capacity is what the children share, before prod's use is taken
+	// off.
+	Capacity   units.Rate
 	ApplyAbove float64
 	// Assure: a child's share is given as its guaranteed rate (HTB's
 	// rate), not as a cap (its ceil). The others then borrow what a
@@ -155,44 +156,46 @@ func (c *Controller) Step(now time.Time, rs []Reading) []Decision {
 	if above <= 0 || above > 1 {
 		above = DefaultApplyAbove
 	}
-	ds := make([]Decision, len(c.Children))
-	capacity := c.Capacity
+	// The arithmetic is in bytes per second, as floats: shares are
+	// fractions of the capacity, rounded once, in the decisions.
+	ds := make([]step, len(c.Children))
+	capacity := float64(c.Capacity)
 	var ms []Member
 	var floors []float64
 	var idx []int
 	for i, ch := range c.Children {
 		d := &ds[i]
-		d.Name = ch.Name
+		rate, ceil := float64(ch.Rate), float64(ch.Ceil)
 		if !first && rs[i].Bytes >= c.last[i].Bytes {
-			d.Usage = float64(rs[i].Bytes-c.last[i].Bytes) * 8 / dt
+			d.usage = float64(rs[i].Bytes-c.last[i].Bytes) / dt
 		}
 		if ch.Prod {
 			if c.Assure {
-				capacity -= max(d.Usage, ch.Rate) // its rate is its at any instant
+				capacity -= max(d.usage, rate) // its rate is its at any instant
 			} else {
-				capacity -= d.Usage
+				capacity -= d.usage
 			}
-			d.Demand, d.Share, d.Limit, d.Rate, d.Ceil = d.Usage, d.Usage, ch.Ceil, ch.Rate, ch.Ceil
+			d.demand, d.share, d.limit, d.rate, d.ceil = d.usage, d.usage, ceil, rate, ceil
 			continue
 		}
 		// An assured child may borrow past its rate, so only a queue
 		// says it is held back.
-		d.Hungry = first || rs[i].Queued || (!c.Assure || c.Hard) && c.applied[i] > 0 && d.Usage >= above*c.applied[i]
-		d.Demand = d.Usage
+		d.hungry = first || rs[i].Queued || (!c.Assure || c.Hard) && c.applied[i] > 0 && d.usage >= above*c.applied[i]
+		d.demand = d.usage
 		if c.Hard {
 			// Room to grow without a queue: a child using less than
 			// ApplyAbove of its cap stays below it, and is not held.
-			d.Demand = d.Usage * hardHeadroom
+			d.demand = d.usage * hardHeadroom
 		}
-		if d.Hungry {
-			d.Demand = ch.Ceil
+		if d.hungry {
+			d.demand = ceil
 		}
-		want := min(d.Demand, ch.Ceil)
+		want := min(d.demand, ceil)
 		if c.Assure {
-			want = max(want, ch.Rate)
+			want = max(want, rate)
 		}
 		ms = append(ms, Member{Weight: ch.Weight, Demand: want})
-		floors = append(floors, ch.Rate)
+		floors = append(floors, rate)
 		idx = append(idx, i)
 	}
 	// Rates first, then the rest by weight: HTB's split, and the
@@ -213,16 +216,17 @@ func (c *Controller) Step(now time.Time, rs []Reading) []Decision {
 	if c.Assure && slices.ContainsFunc(c.Children, func(ch Child) bool { return ch.Capped }) {
 		wants := make([]Member, len(ms))
 		for k, i := range idx {
-			wants[k] = Member{Weight: ms[k].Weight, Demand: min(ds[i].Demand, c.Children[i].Ceil)}
+			wants[k] = Member{Weight: ms[k].Weight, Demand: min(ds[i].demand, float64(c.Children[i].Ceil))}
 		}
 		open = split(max(capacity, 0), wants)
 	}
 	for k, i := range idx {
 		ch, d := c.Children[i], &ds[i]
-		d.Share = shares[k]
-		d.Limit = math.Min(math.Max(d.Share, ch.Rate), ch.Ceil)
-		if c.Hard && !d.Hungry && d.Usage == 0 && ch.Standby > d.Limit {
-			d.Limit = math.Min(ch.Standby, ch.Ceil)
+		rate, ceil := float64(ch.Rate), float64(ch.Ceil)
+		d.share = shares[k]
+		d.limit = math.Min(math.Max(d.share, rate), ceil)
+		if c.Hard && !d.hungry && d.usage == 0 && float64(ch.Standby) > d.limit {
+			d.limit = math.Min(float64(ch.Standby), ceil)
 		}
 		// Only a child that wants more than its share is held to it:
 		// one whose whole demand fits has a share equal to its usage
@@ -232,8 +236,8 @@ func (c *Controller) Step(now time.Time, rs []Reading) []Decision {
 		// held back gets it at once (its usage right after a cut is
 		// TCP backing off, not a lower demand: measured, limits applied
 		// on usage alone flapped every other quantum).
-		d.Applied = d.Limit < ch.Ceil && d.Demand > d.Share && (d.Hungry || d.Usage >= above*d.Limit)
-		d.Rate, d.Ceil = ch.Rate, ch.Ceil
+		d.applied = d.limit < ceil && d.demand > d.share && (d.hungry || d.usage >= above*d.limit)
+		d.rate, d.ceil = rate, ceil
 		c.applied[i] = 0
 		switch {
 		case c.Assure:
@@ -243,18 +247,37 @@ func (c *Controller) Step(now time.Time, rs []Reading) []Decision {
 			// capacity (measured: a child under its share then got a
 			// third of what was left). The shares add up to the
 			// capacity, so a rate nobody uses is borrowed, never idle.
-			d.Applied, d.Rate = true, d.Limit
-			c.applied[i] = d.Limit
-			if ch.Capped && open != nil && d.Demand > d.Share {
-				d.Ceil = min(max(open[k], d.Rate), ch.Ceil)
+			d.applied, d.rate = true, d.limit
+			c.applied[i] = d.limit
+			if ch.Capped && open != nil && d.demand > d.share {
+				d.ceil = min(max(open[k], d.rate), ceil)
 			}
-		case d.Applied:
-			d.Ceil = d.Limit
-			c.applied[i] = d.Limit
+		case d.applied:
+			d.ceil = d.limit
+			c.applied[i] = d.limit
 		}
 	}
 	c.last, c.lastAt = append(c.last[:0], rs...), now
-	return ds
+	out := make([]Decision, len(ds))
+	for i, d := range ds {
+		out[i] = Decision{Name: c.Children[i].Name, Usage: rate(d.usage), Demand: rate(d.demand), Hungry: d.hungry,
+			Share: rate(d.share), Limit: rate(d.limit), Applied: d.applied, Rate: rate(d.rate), Ceil: rate(d.ceil)}
+	}
+	return out
+}
+
+// step is a Decision as Step works it out, in bytes per second.
+type step struct {
+	usage, demand, share, limit, rate, ceil float64
+	hungry, applied                         bool
+}
+
+// rate rounds x bytes per second to a Rate.
+func rate(x float64) units.Rate {
+	if !(x > 0) {
+		return 0
+	}
+	return units.Rate(math.Round(x))
 }
 
 // Reset forgets the measurements and limits (the classes were made

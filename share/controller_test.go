@@ -6,6 +6,8 @@ import (
 	"math/rand"
 	"testing"
 	"time"
+
+	"sluice/units"
 )
 
 // link is a fluid model of an HTB parent for the controller's tests: the
@@ -45,6 +47,11 @@ func maxMinNoRest(capacity float64, ms []Member) []float64 {
 
 const mbit = 1e6
 
+// The models here work in bits per second, as the measurements they
+// stand for do; toRate and bitsOf cross to the controller's Rates.
+func toRate(bits float64) units.Rate { return units.Rate(math.Round(bits / 8)) }
+func bitsOf(r units.Rate) float64    { return r.BitsFloat() }
+
 // driver steps a controller against the model; ceils follow the
 // decisions, as the agent writes them.
 type driver struct {
@@ -56,9 +63,9 @@ type driver struct {
 }
 
 func newDriver(t *testing.T, c *Controller, want ...float64) *driver {
-	d := &driver{t: t, c: c, l: &link{capacity: c.Capacity, want: want, bytes: make([]uint64, len(want))}, now: time.Unix(1000, 0)}
+	d := &driver{t: t, c: c, l: &link{capacity: bitsOf(c.Capacity), want: want, bytes: make([]uint64, len(want))}, now: time.Unix(1000, 0)}
 	for _, ch := range c.Children {
-		d.ceils = append(d.ceils, ch.Ceil)
+		d.ceils = append(d.ceils, bitsOf(ch.Ceil))
 	}
 	if c.Step(d.now, d.l.run(c, 0, d.ceils)) != nil {
 		t.Fatal("the first step decided without a quantum measured")
@@ -70,7 +77,7 @@ func (d *driver) step() []Decision {
 	d.now = d.now.Add(time.Second)
 	ds := d.c.Step(d.now, d.l.run(d.c, time.Second, d.ceils))
 	for i, x := range ds {
-		d.ceils[i] = x.Ceil
+		d.ceils[i] = bitsOf(x.Ceil)
 	}
 	return ds
 }
@@ -78,7 +85,7 @@ func (d *driver) step() []Decision {
 func usages(ds []Decision) []float64 {
 	out := make([]float64, len(ds))
 	for i, d := range ds {
-		out[i] = math.Round(d.Usage/1e5) / 10 // Mbit/s, one decimal
+		out[i] = math.Round(bitsOf(d.Usage)/1e5) / 10 // Mbit/s, one decimal
 	}
 	return out
 }
@@ -86,7 +93,7 @@ func usages(ds []Decision) []float64 {
 func tenants(weights ...float64) []Child {
 	var cs []Child
 	for i, w := range weights {
-		cs = append(cs, Child{Name: string(rune('a' + i)), Weight: w, Rate: 0.1 * mbit, Ceil: 30 * mbit})
+		cs = append(cs, Child{Name: string(rune('a' + i)), Weight: w, Rate: toRate(0.1 * mbit), Ceil: toRate(30 * mbit)})
 	}
 	return cs
 }
@@ -96,7 +103,7 @@ func tenants(weights ...float64) []Child {
 // tenant's 0.1 Mbit/s rate, and the other 29.7 by the weights 1:2:3,
 // 5.05, 10 and 14.95.
 func TestControllerWeights(t *testing.T) {
-	c := &Controller{Children: tenants(1, 2, 3), Capacity: 30 * mbit, ApplyAbove: 0.8}
+	c := &Controller{Children: tenants(1, 2, 3), Capacity: toRate(30 * mbit), ApplyAbove: 0.8}
 	d := newDriver(t, c, 100*mbit, 100*mbit, 100*mbit)
 	first := d.step()
 	if u := usages(first); u[0] != 10 || u[1] != 10 || u[2] != 10 {
@@ -107,7 +114,7 @@ func TestControllerWeights(t *testing.T) {
 			t.Errorf("%s queues behind the others but is not counted hungry", x.Name)
 		}
 	}
-	if s := first[2]; !s.Applied || math.Abs(s.Ceil-14.95*mbit) > 1 {
+	if s := first[2]; !s.Applied || math.Abs(bitsOf(s.Ceil)-14.95*mbit) > 1 {
 		t.Errorf("c is held back (it queues) at 10 of its 15: its limit must apply at once, %+v", s)
 	}
 	for q := 2; q <= 5; q++ {
@@ -121,7 +128,7 @@ func TestControllerWeights(t *testing.T) {
 // One tenant goes idle and comes back: the others take its share within
 // two quanta, and it gets its own back within two quanta of returning.
 func TestControllerDemandShift(t *testing.T) {
-	c := &Controller{Children: tenants(1, 1, 1), Capacity: 30 * mbit}
+	c := &Controller{Children: tenants(1, 1, 1), Capacity: toRate(30 * mbit)}
 	d := newDriver(t, c, 100*mbit, 100*mbit, 100*mbit)
 	for q := 0; q < 3; q++ {
 		d.step()
@@ -150,18 +157,18 @@ func TestControllerDemandShift(t *testing.T) {
 // Delayed limits: a tenant using under ApplyAbove of its limit is not
 // held to it, so a jump in its demand meets its ceil, not its old share.
 func TestControllerDelayedLimits(t *testing.T) {
-	c := &Controller{Children: tenants(1, 1), Capacity: 30 * mbit, ApplyAbove: 0.8}
+	c := &Controller{Children: tenants(1, 1), Capacity: toRate(30 * mbit), ApplyAbove: 0.8}
 	d := newDriver(t, c, 2*mbit, 100*mbit)
 	var ds []Decision
 	for q := 0; q < 3; q++ {
 		ds = d.step()
 	}
 	a, b := ds[0], ds[1]
-	if a.Applied || a.Ceil != 30*mbit || a.Hungry {
-		t.Errorf("a uses 2 of a %.1f Mbit/s share: %+v, want no limit", a.Share/mbit, a)
+	if a.Applied || bitsOf(a.Ceil) != 30*mbit || a.Hungry {
+		t.Errorf("a uses 2 of a %.1f Mbit/s share: %+v, want no limit", bitsOf(a.Share)/mbit, a)
 	}
-	if !b.Applied || math.Abs(b.Limit-28*mbit) > 1e3 || math.Abs(a.Share-2*mbit) > 1e3 {
-		t.Errorf("b: %+v (a's share %.2f), want 28 Mbit/s applied", b, a.Share/mbit)
+	if !b.Applied || math.Abs(bitsOf(b.Limit)-28*mbit) > 1e3 || math.Abs(bitsOf(a.Share)-2*mbit) > 1e3 {
+		t.Errorf("b: %+v (a's share %.2f), want 28 Mbit/s applied", b, bitsOf(a.Share)/mbit)
 	}
 	d.l.want[0] = 100 * mbit // a's demand jumps
 	u := usages(d.step())
@@ -177,19 +184,19 @@ func TestControllerDelayedLimits(t *testing.T) {
 // Prod (prio 0) is never limited and what it uses comes off the capacity;
 // a cap of 80% of a 30 Mbit/s link leaves 24 minus prod to the others.
 func TestControllerProdAndCap(t *testing.T) {
-	cs := append([]Child{{Name: "prod", Weight: 1, Rate: 1 * mbit, Ceil: 30 * mbit, Prod: true}}, tenants(1, 3)...)
-	c := &Controller{Children: cs, Capacity: 24 * mbit}
+	cs := append([]Child{{Name: "prod", Weight: 1, Rate: toRate(1 * mbit), Ceil: toRate(30 * mbit), Prod: true}}, tenants(1, 3)...)
+	c := &Controller{Children: cs, Capacity: toRate(24 * mbit)}
 	d := newDriver(t, c, 4*mbit, 100*mbit, 100*mbit)
 	var ds []Decision
 	for q := 0; q < 4; q++ {
 		ds = d.step()
 	}
-	if ds[0].Applied || ds[0].Ceil != 30*mbit {
+	if ds[0].Applied || bitsOf(ds[0].Ceil) != 30*mbit {
 		t.Errorf("prod limited: %+v", ds[0])
 	}
 	// 24 less prod's 4: each tenant's 0.1 rate, the other 19.8 by 1:3.
-	if math.Abs(ds[1].Limit-5.05*mbit) > 1e3 || math.Abs(ds[2].Limit-14.95*mbit) > 1e3 {
-		t.Errorf("limits %.2f and %.2f Mbit/s, want 5.05 and 14.95 (0.1 each, and 24 - 4 - 0.2 by 1:3)", ds[1].Limit/mbit, ds[2].Limit/mbit)
+	if math.Abs(bitsOf(ds[1].Limit)-5.05*mbit) > 1e3 || math.Abs(bitsOf(ds[2].Limit)-14.95*mbit) > 1e3 {
+		t.Errorf("limits %.2f and %.2f Mbit/s, want 5.05 and 14.95 (0.1 each, and 24 - 4 - 0.2 by 1:3)", bitsOf(ds[1].Limit)/mbit, bitsOf(ds[2].Limit)/mbit)
 	}
 }
 
@@ -197,13 +204,13 @@ func TestControllerProdAndCap(t *testing.T) {
 // backwards (the class was made again) read as no usage, not a wrap;
 // a step without time passing decides nothing.
 func TestControllerBounds(t *testing.T) {
-	c := &Controller{Children: []Child{{Name: "a", Weight: 1, Rate: 8 * mbit, Ceil: 30 * mbit}, {Name: "b", Weight: 9, Rate: 1 * mbit, Ceil: 12 * mbit}}, Capacity: 30 * mbit}
+	c := &Controller{Children: []Child{{Name: "a", Weight: 1, Rate: toRate(8 * mbit), Ceil: toRate(30 * mbit)}, {Name: "b", Weight: 9, Rate: toRate(1 * mbit), Ceil: toRate(12 * mbit)}}, Capacity: toRate(30 * mbit)}
 	now := time.Unix(0, 0)
 	c.Step(now, []Reading{{Bytes: 0}, {Bytes: 0}})
 	now = now.Add(time.Second)
 	ds := c.Step(now, []Reading{{Bytes: 2e6, Queued: true}, {Bytes: 1.5e6, Queued: true}})
-	if ds[0].Limit != 18*mbit || ds[1].Limit != 12*mbit {
-		t.Errorf("limits %.1f %.1f, want a 18 (30 less b's ceil) and b 12 (its ceil)", ds[0].Limit/mbit, ds[1].Limit/mbit)
+	if bitsOf(ds[0].Limit) != 18*mbit || bitsOf(ds[1].Limit) != 12*mbit {
+		t.Errorf("limits %.1f %.1f, want a 18 (30 less b's ceil) and b 12 (its ceil)", bitsOf(ds[0].Limit)/mbit, bitsOf(ds[1].Limit)/mbit)
 	}
 	if ds[1].Applied {
 		t.Errorf("a limit at the ceil is no limit: %+v", ds[1])
@@ -212,8 +219,8 @@ func TestControllerBounds(t *testing.T) {
 		t.Error("a step at the same instant decided")
 	}
 	ds = c.Step(now.Add(time.Second), []Reading{{Bytes: 10}, {Bytes: 2e6}})
-	if ds[0].Usage != 0 {
-		t.Errorf("a counter reset read as usage %.0f", ds[0].Usage)
+	if bitsOf(ds[0].Usage) != 0 {
+		t.Errorf("a counter reset read as usage %.0f", bitsOf(ds[0].Usage))
 	}
 	if c.Step(now, []Reading{{}}) != nil {
 		t.Error("readings of the wrong length decided")
@@ -229,13 +236,13 @@ func TestControllerApplyAbove(t *testing.T) {
 		above   float64
 		applied bool
 	}{{0.8, true}, {0.95, false}} {
-		c := &Controller{Children: []Child{{Name: "x", Weight: 1, Rate: 10 * mbit, Ceil: 30 * mbit}, {Name: "y", Weight: 1, Rate: 10 * mbit, Ceil: 30 * mbit}},
-			Capacity: 12 * mbit, ApplyAbove: tc.above}
+		c := &Controller{Children: []Child{{Name: "x", Weight: 1, Rate: toRate(10 * mbit), Ceil: toRate(30 * mbit)}, {Name: "y", Weight: 1, Rate: toRate(10 * mbit), Ceil: toRate(30 * mbit)}},
+			Capacity: toRate(12 * mbit), ApplyAbove: tc.above}
 		now := time.Unix(0, 0)
 		c.Step(now, []Reading{{}, {}})
 		ds := c.Step(now.Add(time.Second), []Reading{{Bytes: 9e6 / 8}, {Bytes: 3e6 / 8, Queued: true}})
 		x := ds[0]
-		if x.Hungry || x.Share != 6*mbit || x.Limit != 10*mbit || x.Applied != tc.applied {
+		if x.Hungry || bitsOf(x.Share) != 6*mbit || bitsOf(x.Limit) != 10*mbit || x.Applied != tc.applied {
 			t.Errorf("apply_above %.2f: x %+v, want share 6, limit 10, applied %v", tc.above, x, tc.applied)
 		}
 	}
@@ -269,9 +276,9 @@ func htbRates(capacity float64, want, rates, ceils []float64) []float64 {
 // hold them), and its rates never add up to more than the capacity: an
 // idle child's own rate, and prod's, stay reserved.
 func TestControllerAssure(t *testing.T) {
-	cs := append([]Child{{Name: "prod", Weight: 1, Rate: 3 * mbit, Ceil: 30 * mbit, Prod: true}}, tenants(1, 2, 3)...)
-	cs[1].Rate = 2 * mbit // a: an idle child's guarantee stays its own
-	c := &Controller{Children: cs, Capacity: 30 * mbit, Assure: true}
+	cs := append([]Child{{Name: "prod", Weight: 1, Rate: toRate(3 * mbit), Ceil: toRate(30 * mbit), Prod: true}}, tenants(1, 2, 3)...)
+	cs[1].Rate = toRate(2 * mbit) // a: an idle child's guarantee stays its own
+	c := &Controller{Children: cs, Capacity: toRate(30 * mbit), Assure: true}
 	want := []float64{1 * mbit, 100 * mbit, 100 * mbit, 100 * mbit}
 	now := time.Unix(0, 0)
 	var bytes [4]uint64
@@ -279,7 +286,7 @@ func TestControllerAssure(t *testing.T) {
 	read := func(ds []Decision) []Reading {
 		rates, ceils := make([]float64, len(cs)), make([]float64, len(cs))
 		for i, d := range ds {
-			rates[i], ceils[i] = d.Rate, d.Ceil
+			rates[i], ceils[i] = bitsOf(d.Rate), bitsOf(d.Ceil)
 		}
 		got = htbRates(30*mbit, want, rates, ceils)
 		rs := make([]Reading, len(cs))
@@ -293,9 +300,9 @@ func TestControllerAssure(t *testing.T) {
 		t.Helper()
 		sum := 0.0
 		for _, d := range ds {
-			sum += d.Rate
-			if d.Ceil != 30*mbit {
-				t.Errorf("%s: %s's ceil %.1f, want the policy's 30", when, d.Name, d.Ceil/mbit)
+			sum += bitsOf(d.Rate)
+			if bitsOf(d.Ceil) != 30*mbit {
+				t.Errorf("%s: %s's ceil %.1f, want the policy's 30", when, d.Name, bitsOf(d.Ceil)/mbit)
 			}
 		}
 		if sum > 30*mbit+1 {
@@ -310,8 +317,8 @@ func TestControllerAssure(t *testing.T) {
 	// 30 less prod's 3, as if everyone wanted its ceil: the rates (2,
 	// 0.1, 0.1) and the other 24.8 by 1:2:3.
 	for i, w := range []float64{3, 2 + 24.8/6, 0.1 + 24.8*2/6, 0.1 + 24.8*3/6} {
-		if math.Abs(ds[i].Rate-w*mbit) > 1e3 {
-			t.Errorf("first step: %s's rate %.2f, want %.2f", ds[i].Name, ds[i].Rate/mbit, w)
+		if math.Abs(bitsOf(ds[i].Rate)-w*mbit) > 1e3 {
+			t.Errorf("first step: %s's rate %.2f, want %.2f", ds[i].Name, bitsOf(ds[i].Rate)/mbit, w)
 		}
 	}
 	for q := 1; q <= 3; q++ {
@@ -331,8 +338,8 @@ func TestControllerAssure(t *testing.T) {
 			t.Errorf("a idle, quantum %d: the link carried %.2f of 30 Mbit/s", q, total/mbit)
 		}
 	}
-	if math.Abs(ds[1].Rate-2*mbit) > 1e3 || math.Abs(ds[2].Rate-(0.1+24.8*2/5)*mbit) > 1e3 || math.Abs(ds[3].Rate-(0.1+24.8*3/5)*mbit) > 1e3 {
-		t.Errorf("a idle: rates %.2f %.2f %.2f, want a its own 2, b and c 0.1 each and 24.8 by 2:3", ds[1].Rate/mbit, ds[2].Rate/mbit, ds[3].Rate/mbit)
+	if math.Abs(bitsOf(ds[1].Rate)-2*mbit) > 1e3 || math.Abs(bitsOf(ds[2].Rate)-(0.1+24.8*2/5)*mbit) > 1e3 || math.Abs(bitsOf(ds[3].Rate)-(0.1+24.8*3/5)*mbit) > 1e3 {
+		t.Errorf("a idle: rates %.2f %.2f %.2f, want a its own 2, b and c 0.1 each and 24.8 by 2:3", bitsOf(ds[1].Rate)/mbit, bitsOf(ds[2].Rate)/mbit, bitsOf(ds[3].Rate)/mbit)
 	}
 	// b wants only 4: a demand that fits keeps the link full through
 	// the step that finds it, and ends as b's rate.
@@ -359,13 +366,13 @@ func TestControllerAssure(t *testing.T) {
 func TestControllerAssureCapped(t *testing.T) {
 	cs := tenants(1, 2, 4)
 	for i := range cs {
-		cs[i].Rate = float64(i+1) * mbit
+		cs[i].Rate = toRate(float64(i+1) * mbit)
 	}
-	cs = append(cs, Child{Name: "d", Weight: 0.025, Rate: 0.025 * mbit, Ceil: 10.5 * mbit, Capped: true})
+	cs = append(cs, Child{Name: "d", Weight: 0.025, Rate: toRate(0.025 * mbit), Ceil: toRate(10.5 * mbit), Capped: true})
 	for i := range cs {
-		cs[i].Ceil = 10.5 * mbit
+		cs[i].Ceil = toRate(10.5 * mbit)
 	}
-	c := &Controller{Children: cs, Capacity: 10.5 * mbit, Assure: true}
+	c := &Controller{Children: cs, Capacity: toRate(10.5 * mbit), Assure: true}
 	want := []float64{100 * mbit, 100 * mbit, 100 * mbit, 100 * mbit}
 	now := time.Unix(0, 0)
 	var bytes [4]uint64
@@ -373,7 +380,7 @@ func TestControllerAssureCapped(t *testing.T) {
 	step := func(ds []Decision) []Decision {
 		rates, ceils := make([]float64, len(cs)), make([]float64, len(cs))
 		for i, d := range ds {
-			rates[i], ceils[i] = d.Rate, d.Ceil
+			rates[i], ceils[i] = bitsOf(d.Rate), bitsOf(d.Ceil)
 		}
 		got = htbRates(10.5*mbit, want, rates, ceils)
 		rs := make([]Reading, len(cs))
@@ -390,23 +397,23 @@ func TestControllerAssureCapped(t *testing.T) {
 	}
 	// Its rate, and by weight its part of what the rates (6.025) leave.
 	share := 0.025*mbit + (10.5-6.025)*mbit*0.025/7.025
-	if d := ds[3]; math.Abs(d.Ceil-share) > 1e3 || math.Abs(d.Rate-share) > 1e3 {
-		t.Errorf("all busy: d's rate %.0f and ceil %.0f, want its share %.0f in both", d.Rate, d.Ceil, share)
+	if d := ds[3]; math.Abs(bitsOf(d.Ceil)-share) > 1e3 || math.Abs(bitsOf(d.Rate)-share) > 1e3 {
+		t.Errorf("all busy: d's rate %.0f and ceil %.0f, want its share %.0f in both", bitsOf(d.Rate), bitsOf(d.Ceil), share)
 	}
 	if math.Abs(got[3]-share) > 1e3 {
 		t.Errorf("all busy: d got %.0f, want its share %.0f", got[3], share)
 	}
 	for _, d := range ds[:3] {
-		if d.Ceil != 10.5*mbit {
-			t.Errorf("all busy: %s's ceil %.2f, want the policy's 10.5", d.Name, d.Ceil/mbit)
+		if bitsOf(d.Ceil) != 10.5*mbit {
+			t.Errorf("all busy: %s's ceil %.2f, want the policy's 10.5", d.Name, bitsOf(d.Ceil)/mbit)
 		}
 	}
 	want[0], want[1], want[2] = 0, 0, 0
 	for q := 0; q < 3; q++ {
 		ds = step(ds)
 	}
-	if ds[3].Ceil < 10.5*mbit-1e3 || got[3] < 10.5*mbit-1e3 {
-		t.Errorf("alone: d's ceil %.2f, got %.2f, want the whole 10.5 Mbit/s", ds[3].Ceil/mbit, got[3]/mbit)
+	if bitsOf(ds[3].Ceil) < 10.5*mbit-1e3 || got[3] < 10.5*mbit-1e3 {
+		t.Errorf("alone: d's ceil %.2f, got %.2f, want the whole 10.5 Mbit/s", bitsOf(ds[3].Ceil)/mbit, got[3]/mbit)
 	}
 }
 
@@ -429,11 +436,11 @@ func TestControllerAgreesWithIdeal(t *testing.T) {
 			}
 			rates += rate
 			ceil := rate + (capacity-rate)*(0.2+0.8*r.Float64())
-			ch := Child{Name: fmt.Sprint("c", i), Weight: 0.5 + 10*r.Float64(), Rate: rate, Ceil: ceil}
+			ch := Child{Name: fmt.Sprint("c", i), Weight: 0.5 + 10*r.Float64(), Rate: toRate(rate), Ceil: toRate(ceil)}
 			cs = append(cs, ch)
 			root.Children = append(root.Children, leaf(ch.Name, rate, ceil, 1, ch.Weight, math.Inf(1)))
 		}
-		c := &Controller{Children: cs, Capacity: capacity}
+		c := &Controller{Children: cs, Capacity: toRate(capacity)}
 		now := time.Unix(0, 0)
 		rs := make([]Reading, len(cs))
 		c.Step(now, rs)
@@ -446,8 +453,8 @@ func TestControllerAgreesWithIdeal(t *testing.T) {
 			t.Fatal(err)
 		}
 		for i, d := range ds {
-			if want := ideal[cs[i].Name]; math.Abs(math.Min(d.Share, cs[i].Ceil)-want) > 1 {
-				t.Fatalf("case %d: %s (rate %.0f ceil %.0f weight %.2f): share %.0f, the reference %.0f", n, d.Name, cs[i].Rate, cs[i].Ceil, cs[i].Weight, d.Share, want)
+			if want := ideal[cs[i].Name]; math.Abs(math.Min(bitsOf(d.Share), bitsOf(cs[i].Ceil))-want) > 16 { // rate, ceil and share each rounded to whole bytes/s
+				t.Fatalf("case %d: %s (rate %.0f ceil %.0f weight %.2f): share %.0f, the reference %.0f", n, d.Name, bitsOf(cs[i].Rate), bitsOf(cs[i].Ceil), cs[i].Weight, bitsOf(d.Share), want)
 			}
 		}
 	}
@@ -461,9 +468,9 @@ func TestControllerShardStandby(t *testing.T) {
 	const capacity, floor, standby = 20 * mbit, 20 * mbit / 128, 20 * mbit / 16
 	var cs []Child
 	for i := range 4 {
-		cs = append(cs, Child{Name: fmt.Sprint("shard ", i), Weight: 1, Rate: floor, Ceil: capacity, Standby: standby})
+		cs = append(cs, Child{Name: fmt.Sprint("shard ", i), Weight: 1, Rate: toRate(floor), Ceil: toRate(capacity), Standby: toRate(standby)})
 	}
-	c := &Controller{Children: cs, Capacity: capacity, Assure: true, Hard: true}
+	c := &Controller{Children: cs, Capacity: toRate(capacity), Assure: true, Hard: true}
 	now := time.Unix(0, 0)
 	var bytes [4]uint64
 	rates := []float64{capacity / 4, capacity / 4, capacity / 4, capacity / 4}
@@ -481,15 +488,15 @@ func TestControllerShardStandby(t *testing.T) {
 		now = now.Add(time.Second)
 		ds := c.Step(now, rs)
 		for i, d := range ds {
-			rates[i] = d.Rate
+			rates[i] = bitsOf(d.Rate)
 		}
 		return ds
 	}
 	check := func(when string, ds []Decision, want ...float64) {
 		t.Helper()
 		for i, d := range ds {
-			if math.Abs(d.Rate-want[i]) > 1e-4*capacity {
-				t.Errorf("%s: %s's rate %.3f Mbit/s, want %.3f", when, d.Name, d.Rate/mbit, want[i]/mbit)
+			if math.Abs(bitsOf(d.Rate)-want[i]) > 1e-4*capacity {
+				t.Errorf("%s: %s's rate %.3f Mbit/s, want %.3f", when, d.Name, bitsOf(d.Rate)/mbit, want[i]/mbit)
 			}
 		}
 	}

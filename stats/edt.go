@@ -99,14 +99,14 @@ func readEDT(k *kernel.Kernel, t *Tree, dev string, rec *records.Tree) error {
 	listed := map[string]bool{}
 	for _, ci := range rec.Classes {
 		if ci.Counter == 0 {
-			groups[ci.Name] = &Class{Name: ci.Name, ID: "edt:" + ci.Name, Rate: ci.Rate.Bits(), Ceil: ci.Ceil.Bits(), Prio: ci.Prio}
+			groups[ci.Name] = &Class{Name: ci.Name, ID: "edt:" + ci.Name, Rate: ci.Rate, Ceil: ci.Ceil, Prio: ci.Prio}
 		}
 	}
 	for _, ci := range rec.Classes {
 		if ci.Counter == 0 {
 			continue
 		}
-		c := &Class{Name: ci.Name, ID: fmt.Sprintf("edt:%d", ci.Counter), Leaf: "edt", Rate: ci.Rate.Bits(), Ceil: ci.Ceil.Bits(), Prio: ci.Prio}
+		c := &Class{Name: ci.Name, ID: fmt.Sprintf("edt:%d", ci.Counter), Leaf: "edt", Rate: ci.Rate, Ceil: ci.Ceil, Prio: ci.Prio}
 		n := counts[ci.Counter]
 		c.Packets, c.Bytes = n.Packets, n.Bytes
 		pc := paces[ci.Counter]

@@ -51,8 +51,7 @@ type Tree struct {
 	HostClasses int `json:"host_classes_omitted,omitzero"`
 }
 
-// Share is a sharing controller's last decision for one class. Rates
-// are in bits per second.
+// Share is a sharing controller's last decision for one class.
 type Share struct {
 	Class string `json:"class"`
 	// Owner is the parent whose children share ("" for the top level).
@@ -66,43 +65,69 @@ type Share struct {
 	// between its rate and ceil, Applied when in force: as the class's
 	// rate when Assured, else as its ceil. Rate and Ceil are the class's
 	// now.
-	Usage   float64 `json:"usage_bps"`
-	Demand  float64 `json:"demand_bps"`
-	Hungry  bool    `json:"hungry,omitempty"`
-	Share   float64 `json:"share_bps"`
-	Limit   float64 `json:"limit_bps"`
-	Applied bool    `json:"applied"`
-	Assured bool    `json:"assured,omitempty"`
-	Rate    float64 `json:"rate_bps,omitempty"`
-	Ceil    float64 `json:"ceil_bps"`
+	Usage   units.Rate `json:"usage_bytes_per_second"`
+	Demand  units.Rate `json:"demand_bytes_per_second"`
+	Hungry  bool       `json:"hungry,omitempty"`
+	Share   units.Rate `json:"share_bytes_per_second"`
+	Limit   units.Rate `json:"limit_bytes_per_second"`
+	Applied bool       `json:"applied"`
+	Assured bool       `json:"assured,omitempty"`
+	Rate    units.Rate `json:"rate_bytes_per_second,omitempty"`
+	Ceil    units.Rate `json:"ceil_bytes_per_second"`
 }
 
-// Class is one class's configuration and counters. Rates are in bits
-// per second.
+// MarshalJSON adds the rates in bits per second under their names
+// before base units (deprecated: docs/changelog.md).
+func (sh Share) MarshalJSON() ([]byte, error) {
+	type fields Share
+	return json.Marshal(struct {
+		fields
+		Usage  float64 `json:"usage_bps"`
+		Demand float64 `json:"demand_bps"`
+		Share  float64 `json:"share_bps"`
+		Limit  float64 `json:"limit_bps"`
+		Rate   float64 `json:"rate_bps,omitempty"`
+		Ceil   float64 `json:"ceil_bps"`
+	}{fields(sh), sh.Usage.BitsFloat(), sh.Demand.BitsFloat(), sh.Share.BitsFloat(), sh.Limit.BitsFloat(), sh.Rate.BitsFloat(), sh.Ceil.BitsFloat()})
+}
+
+// Class is one class's configuration and counters.
 type Class struct {
-	handle     tc.Handle // ID's, where read from HTB (0: parse ID)
-	Name       string    `json:"name"`
-	ID         string    `json:"id"`
-	Parent     string    `json:"parent"`
-	Depth      int       `json:"depth"`
-	Leaf       string    `json:"leaf,omitempty"`
-	Rate       uint64    `json:"rate_bps"`
-	Ceil       uint64    `json:"ceil_bps"`
-	Prio       uint32    `json:"prio"`
-	Measured   float64   `json:"measured_bps"`
-	Bytes      uint64    `json:"bytes"`
-	Packets    uint64    `json:"packets"`
-	Drops      uint32    `json:"drops"`
-	Overlimits uint32    `json:"overlimits"`
-	Backlog    uint32    `json:"backlog_bytes"`
-	Qlen       uint32    `json:"backlog_packets"`
-	Borrowed   uint32    `json:"borrowed"`
-	Lent       uint32    `json:"lent"`
-	Tokens     int32     `json:"tokens"`
-	Ctokens    int32     `json:"ctokens"`
+	handle     tc.Handle  // ID's, where read from HTB (0: parse ID)
+	Name       string     `json:"name"`
+	ID         string     `json:"id"`
+	Parent     string     `json:"parent"`
+	Depth      int        `json:"depth"`
+	Leaf       string     `json:"leaf,omitempty"`
+	Rate       units.Rate `json:"rate_bytes_per_second"`
+	Ceil       units.Rate `json:"ceil_bytes_per_second"`
+	Prio       uint32     `json:"prio"`
+	Measured   units.Rate `json:"measured_bytes_per_second"`
+	Bytes      uint64     `json:"bytes"`
+	Packets    uint64     `json:"packets"`
+	Drops      uint32     `json:"drops"`
+	Overlimits uint32     `json:"overlimits"`
+	Backlog    uint32     `json:"backlog_bytes"`
+	Qlen       uint32     `json:"backlog_packets"`
+	Borrowed   uint32     `json:"borrowed"`
+	Lent       uint32     `json:"lent"`
+	Tokens     int32      `json:"tokens"`
+	Ctokens    int32      `json:"ctokens"`
 	// Classified counts what the BPF classifier sent to this class
 	// (before any policer), when it classifies.
 	Classified *Count `json:"classified,omitempty"`
+}
+
+// MarshalJSON adds the rates in bits per second under their names
+// before base units (deprecated: docs/changelog.md).
+func (c Class) MarshalJSON() ([]byte, error) {
+	type fields Class
+	return json.Marshal(struct {
+		fields
+		Rate     uint64  `json:"rate_bps"`
+		Ceil     uint64  `json:"ceil_bps"`
+		Measured float64 `json:"measured_bps"`
+	}{fields(c), c.Rate.Bits(), c.Ceil.Bits(), c.Measured.BitsFloat()})
 }
 
 // Count is a packet and byte counter.
@@ -336,7 +361,7 @@ func collect(k *kernel.Kernel, devs []string, classes map[string][]*tc.Class) (*
 				depth[h] = p + 1
 			}
 			out := &Class{handle: h, Name: names[h], ID: h.String(), Parent: c.Parent.String(), Depth: depth[h], Leaf: leaves[h],
-				Rate: c.Rate.Bits(), Ceil: c.Ceil.Bits(), Prio: c.Prio}
+				Rate: c.Rate, Ceil: c.Ceil, Prio: c.Prio}
 			if c.Stats != nil {
 				out.Bytes, out.Packets, out.Drops = c.Stats.Bytes, c.Stats.Packets, c.Stats.Drops
 				out.Overlimits, out.Backlog, out.Qlen = c.Stats.Overlimits, c.Stats.Backlog, c.Stats.Qlen
@@ -383,7 +408,7 @@ func Rates(prev, cur *Sample) {
 	for _, t := range cur.Trees {
 		for _, c := range t.Classes {
 			if b, ok := old[t.Device+"/"+c.ID]; ok && c.Bytes >= b {
-				c.Measured = units.BitsPerSecond(c.Bytes-b, dt)
+				c.Measured = units.PerSecond(c.Bytes-b, dt)
 			}
 		}
 	}
@@ -436,7 +461,7 @@ func (s *Sample) WriteText(w io.Writer) {
 					kind = "nonprod"
 				}
 				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%d\t\n", strings.Repeat("  ", c.Depth)+c.Name, configured(c.Rate), configured(c.Ceil), kind,
-					units.Bits(c.Measured), c.Packets, units.Size(c.Bytes), c.Drops)
+					units.Bits(c.Measured.BitsFloat()), c.Packets, units.Size(c.Bytes), c.Drops)
 			}
 			tw.Flush()
 			writeDelays(w, t.Delays)
@@ -451,7 +476,7 @@ func (s *Sample) WriteText(w io.Writer) {
 				prio = "-"
 			}
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%d\t%d\t%s\t%d\t\n", name, c.ID,
-				configured(c.Rate), configured(c.Ceil), prio, units.Bits(c.Measured),
+				configured(c.Rate), configured(c.Ceil), prio, units.Bits(c.Measured.BitsFloat()),
 				c.Packets, units.Size(c.Bytes), c.Drops, c.Overlimits, units.Size(uint64(c.Backlog)), c.Borrowed)
 		}
 		tw.Flush()
@@ -472,7 +497,7 @@ func writeSharing(w io.Writer, ss []*Share) {
 		if sh.Owner != "" {
 			name = sh.Owner + "/" + name
 		}
-		demand := units.Bits(sh.Demand)
+		demand := units.Bits(sh.Demand.BitsFloat())
 		if sh.Hungry {
 			demand += " (held back)"
 		}
@@ -481,15 +506,14 @@ func writeSharing(w io.Writer, ss []*Share) {
 		case sh.Prod:
 			name, limit = name+" (prod)", "never"
 		case sh.Applied && sh.Assured:
-			limit = units.Bits(sh.Limit) + " (rate)"
+			limit = units.Bits(sh.Limit.BitsFloat()) + " (rate)"
 		case sh.Applied:
-			limit = units.Bits(sh.Limit) + " (ceil)"
+			limit = units.Bits(sh.Limit.BitsFloat()) + " (ceil)"
 		}
-		fmt.Fprintf(tw, "%s\t%.4g\t%s\t%s\t%s\t%s\t\n", name, sh.Weight, units.Bits(sh.Usage), demand, units.Bits(sh.Share), limit)
+		fmt.Fprintf(tw, "%s\t%.4g\t%s\t%s\t%s\t%s\t\n", name, sh.Weight, units.Bits(sh.Usage.BitsFloat()), demand, units.Bits(sh.Share.BitsFloat()), limit)
 	}
 	tw.Flush()
 }
 
-// configured writes a class's configured rate (bits per second) as a
-// policy spells it.
-func configured(bits uint64) string { return units.FromBits(float64(bits)).String() }
+// configured writes a class's configured rate as a policy spells it.
+func configured(r units.Rate) string { return r.String() }

@@ -5,9 +5,11 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"sluice/units"
 )
 
-// Rates turns two readings into each class's rate in bits per second,
+// Rates turns two readings into each class's rate in bytes per second,
 // and gives none where the two cannot be compared.
 func TestRates(t *testing.T) {
 	t0 := time.Unix(1000, 0)
@@ -24,11 +26,11 @@ func TestRates(t *testing.T) {
 		dt         time.Duration
 		prevBytes  uint64
 		bytes      uint64
-		want       float64
-		wantAbsent bool // prev has no such class
+		want       units.Rate // bytes/s
+		wantAbsent bool       // prev has no such class
 	}{
-		{name: "1.25 MB in a second is 10 Mbit/s", prev: reading(t0, nil), dt: time.Second, prevBytes: 1_000, bytes: 1_251_000, want: 10e6},
-		{name: "the same over half a second is twice that", dt: 500 * time.Millisecond, prevBytes: 0, bytes: 1_250_000, want: 20e6},
+		{name: "1.25 MB in a second is 10 Mbit/s", prev: reading(t0, nil), dt: time.Second, prevBytes: 1_000, bytes: 1_251_000, want: 1_250_000},
+		{name: "the same over half a second is twice that", dt: 500 * time.Millisecond, prevBytes: 0, bytes: 1_250_000, want: 2_500_000},
 		{name: "idle", dt: time.Second, prevBytes: 500, bytes: 500, want: 0},
 		{name: "a counter that went back (class made again) gives no rate", dt: time.Second, prevBytes: 5_000, bytes: 100, want: 0},
 		{name: "readings at the same instant give no rate", dt: 0, prevBytes: 0, bytes: 1_000, want: 0},
@@ -42,7 +44,7 @@ func TestRates(t *testing.T) {
 			cur := reading(t0.Add(tc.dt), map[string]uint64{"1:10": tc.bytes})
 			Rates(prev, cur)
 			if got := cur.Trees[0].Classes[0].Measured; got != tc.want {
-				t.Errorf("measured %g bit/s; want %g", got, tc.want)
+				t.Errorf("measured %d bytes/s; want %d", got, tc.want)
 			}
 		})
 	}
@@ -106,8 +108,8 @@ func TestWriteText(t *testing.T) {
 		{"a missing tree", &Sample{Trees: []*Tree{{Device: "ifb-eth0", Interface: "eth0", Direction: "ingress", Missing: true}}},
 			[]string{"ifb-eth0 ingress of eth0", "missing: the kernel no longer has this tree; run apply or reset"}},
 		{"an HTB tree", &Sample{Trees: []*Tree{{Device: "eth0", Interface: "eth0", Direction: "egress", Classes: []*Class{
-			{Name: "root", ID: "1:1", Rate: 20e6, Ceil: 20e6},
-			{Name: "bulk", ID: "1:20", Depth: 1, Leaf: "fq_codel", Rate: 5e6, Ceil: 20e6, Prio: 4, Measured: 12.5e6, Bytes: 3 << 20, Drops: 7},
+			{Name: "root", ID: "1:1", Rate: 20e6 / 8, Ceil: 20e6 / 8},
+			{Name: "bulk", ID: "1:20", Depth: 1, Leaf: "fq_codel", Rate: 5e6 / 8, Ceil: 20e6 / 8, Prio: 4, Measured: 12.5e6 / 8, Bytes: 3 << 20, Drops: 7},
 		}}}}, []string{"eth0 egress\n", "CLASS", "  bulk", "1:20", "5mbit", "20mbit", "12.50 Mbit/s", "3.0M"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

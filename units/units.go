@@ -6,6 +6,7 @@
 package units
 
 import (
+	"math"
 	"math/bits"
 	"time"
 )
@@ -39,6 +40,15 @@ func (r Rate) BytesIn(d time.Duration) uint64 {
 
 // BitsOf is n bytes in bits (a byte counter shown as bits).
 func BitsOf(n uint64) uint64 { return n * 8 }
+
+// PerSecond is the rate of n bytes sent over d (rounded to whole bytes
+// per second).
+func PerSecond(n uint64, d time.Duration) Rate {
+	if d <= 0 {
+		return 0
+	}
+	return Rate(math.Round(float64(n) / d.Seconds()))
+}
 
 // BitsPerSecond is the rate in bits per second of n bytes sent over d.
 func BitsPerSecond(n uint64, d time.Duration) float64 {

@@ -13,6 +13,9 @@
 const charts = {};   // chart div id -> Dygraph
 let updates = 0;
 
+// bits is a rate in bytes/s (the API's unit) in bit/s, for display.
+const bits = x => x == null ? x : x * 8;
+
 function human(bps) {
   if (bps == null) return "";
   const units = [["Gbit", 1e9], ["Mbit", 1e6], ["kbit", 1e3]];
@@ -120,8 +123,8 @@ function drawTable(t, omitted) {
   const head = el("tr", {}, ...["class", "id", "rate", "ceil", "measured", "of rate | ceil", "sent", "drops", "overlimits", "backlog"].map(h => el("th", {}, h)));
   const rows = t.classes.map(c => el("tr", {"data-class": c.name},
     el("td", {class: "name"}, "  ".repeat(c.depth) + c.name),
-    el("td", {}, c.id), el("td", {}, human(c.rate_bps)), el("td", {}, human(c.ceil_bps)),
-    el("td", {class: "measured"}, human(c.measured_bps)), el("td", {}, meter(c.measured_bps, c.rate_bps, c.ceil_bps)), el("td", {}, bytes(c.bytes)),
+    el("td", {}, c.id), el("td", {}, human(bits(c.rate_bytes_per_second))), el("td", {}, human(bits(c.ceil_bytes_per_second))),
+    el("td", {class: "measured"}, human(bits(c.measured_bytes_per_second))), el("td", {}, meter(bits(c.measured_bytes_per_second), bits(c.rate_bytes_per_second), bits(c.ceil_bytes_per_second))), el("td", {}, bytes(c.bytes)),
     el("td", {class: c.drops ? "red" : ""}, String(c.drops)), el("td", {}, String(c.overlimits)),
     el("td", {}, bytes(c.backlog_bytes))));
   const table = el("table", {}, el("thead", {}, head), el("tbody", {}, ...rows));
@@ -150,10 +153,10 @@ function drawSharing(t) {
     el("tbody", {}, ...t.sharing.map(s => el("tr", {"data-class": s["class"]},
       el("td", {class: "name"}, (s.owner ? s.owner + " / " : "") + s["class"] + (s.prod ? " (prod)" : "")),
       el("td", {}, String(+s.weight.toPrecision(4))),
-      el("td", {}, human(s.usage_bps)),
-      el("td", {}, human(s.demand_bps) + (s.hungry ? " (held back)" : "")),
-      el("td", {}, human(s.share_bps)),
-      el("td", {class: s.applied ? "warn" : "muted"}, s.applied ? human(s.limit_bps) + (s.assured ? " (rate)" : " (ceil)") : "none (ceil " + human(s.ceil_bps) + ")"))))));
+      el("td", {}, human(bits(s.usage_bytes_per_second))),
+      el("td", {}, human(bits(s.demand_bytes_per_second)) + (s.hungry ? " (held back)" : "")),
+      el("td", {}, human(bits(s.share_bytes_per_second))),
+      el("td", {class: s.applied ? "warn" : "muted"}, s.applied ? human(bits(s.limit_bytes_per_second)) + (s.assured ? " (rate)" : " (ceil)") : "none (ceil " + human(bits(s.ceil_bytes_per_second)) + ")"))))));
 }
 
 // plot draws (or updates) a Dygraph in the div id from rows; it is
@@ -180,7 +183,7 @@ function plot(id, rows, labels, opts) {
 // constant each (reference lines: rate, ceil).
 function rows(hist, series, value, extra) {
   return hist.at.map((at, i) => [new Date(at * 1000),
-    ...series.map(s => { const v = (s.bps || s.values)[i]; return v == null ? null : value(v); }),
+    ...series.map(s => { const v = s.values[i]; return v == null ? null : value(v); }),
     ...(extra || [])]);
 }
 
@@ -199,14 +202,14 @@ function drawChart(t, hist) {
   const series = hist.series.filter(s => mine(s) && (!s.kind || s.kind === "limit"));
   if (!series.length || hist.at.length < 2) return;
   const root = (t.classes || []).find(c => c.name === "(root)");
-  const link = root && root.ceil_bps ? [root.ceil_bps / 1e6] : [];
+  const link = root && root.ceil_bytes_per_second ? [bits(root.ceil_bytes_per_second) / 1e6] : [];
   const labels = ["time", ...series.map(s => s.kind ? s.class + " " + s.kind : s.class), ...(link.length ? ["link rate"] : [])];
   // Rates orders of magnitude apart (a 160 kbit class beside 12 Mbit
   // ones) vanish on a linear axis: beyond 30:1 the axis is logarithmic.
-  const rates = (t.classes || []).filter(c => c.name !== "(root)" && c.rate_bps > 0).map(c => c.rate_bps);
+  const rates = (t.classes || []).filter(c => c.name !== "(root)" && bits(c.rate_bytes_per_second) > 0).map(c => bits(c.rate_bytes_per_second));
   const log = rates.length > 1 && Math.max(...rates) / Math.min(...rates) > 30;
   document.getElementById("chart-" + id).dataset.scale = log ? "log" : "linear";
-  plot("chart-" + id, rows(hist, series, v => v / 1e6, link), labels, {
+  plot("chart-" + id, rows(hist, series, v => v * 8 / 1e6, link), labels, {
     ylabel: log ? "Mbit/s (log)" : "Mbit/s", includeZero: !log, logscale: log,
     labelsDiv: document.getElementById("legend-" + id),
     series: {"link rate": {strokePattern: DASHED, color: "#888", strokeWidth: 1}},
@@ -246,8 +249,8 @@ function drawHosts(h) {
   box.replaceChildren(el("table", {id: "hosts-list"}, el("thead", {}, head), el("tbody", {}, ...h.hosts.map(r => el("tr", {"data-host": r.host},
     el("td", {}, el("a", {href: "#host=" + encodeURIComponent(r.host)}, r.host)),
     el("td", {class: "name"}, r.parent), el("td", {}, r.interface + " " + r.direction),
-    el("td", {}, human(r.rate_bps)), el("td", {}, human(r.ceil_bps)),
-    el("td", {class: "measured"}, human(r.measured_bps)), el("td", {}, meter(r.measured_bps, r.rate_bps, r.ceil_bps)),
+    el("td", {}, human(bits(r.rate_bytes_per_second))), el("td", {}, human(bits(r.ceil_bytes_per_second))),
+    el("td", {class: "measured"}, human(bits(r.measured_bytes_per_second))), el("td", {}, meter(bits(r.measured_bytes_per_second), bits(r.rate_bytes_per_second), bits(r.ceil_bytes_per_second))),
     el("td", {}, bytes(r.bytes)), el("td", {class: r.drops ? "red" : ""}, String(r.drops)), el("td", {}, bytes(r.backlog_bytes)))))));
 }
 
@@ -271,8 +274,8 @@ function drawHost(host, h, hist) {
     }
     document.getElementById("htable-" + id).replaceChildren(el("table", {},
       el("thead", {}, el("tr", {}, ...["rate", "ceil", "measured", "of rate | ceil", "sent", "drops", "backlog"].map(x => el("th", {}, x)))),
-      el("tbody", {}, el("tr", {}, el("td", {}, human(r.rate_bps)), el("td", {}, human(r.ceil_bps)),
-        el("td", {class: "measured"}, human(r.measured_bps)), el("td", {}, meter(r.measured_bps, r.rate_bps, r.ceil_bps)),
+      el("tbody", {}, el("tr", {}, el("td", {}, human(bits(r.rate_bytes_per_second))), el("td", {}, human(bits(r.ceil_bytes_per_second))),
+        el("td", {class: "measured"}, human(bits(r.measured_bytes_per_second))), el("td", {}, meter(bits(r.measured_bytes_per_second), bits(r.rate_bytes_per_second), bits(r.ceil_bytes_per_second))),
         el("td", {}, bytes(r.bytes)), el("td", {class: r.drops ? "red" : ""}, String(r.drops)), el("td", {}, bytes(r.backlog_bytes))))),
       el("p", {class: "muted"}, "Latency is not measured by the agent: sluice lab measures it under load (docs/lab.md)."));
     const mine = s => s.interface === r.interface && s.direction === r.direction && s["class"] === r["class"];
@@ -282,10 +285,10 @@ function drawHost(host, h, hist) {
       continue;
     }
     // Only the passes since the page asked: before, the host was not kept.
-    const first = rate[0].bps.findIndex(v => v != null);
+    const first = rate[0].values.findIndex(v => v != null);
     const cut = {at: hist.at.slice(first), series: hist.series.filter(mine).map(s => Object.assign({}, s,
-      s.bps ? {bps: s.bps.slice(first)} : {values: s.values.slice(first)}))};
-    plot("hchart-" + id, rows(cut, cut.series.filter(s => !s.kind), v => v / 1e6, [r.rate_bps / 1e6, r.ceil_bps / 1e6]),
+      {values: s.values.slice(first)}))};
+    plot("hchart-" + id, rows(cut, cut.series.filter(s => !s.kind), v => v * 8 / 1e6, [bits(r.rate_bytes_per_second) / 1e6, bits(r.ceil_bytes_per_second) / 1e6]),
       ["time", "measured", "rate", "ceil"], {
         ylabel: "Mbit/s", includeZero: true, labelsDiv: document.getElementById("hlegend-" + id),
         series: {rate: {strokePattern: DASHED, color: "#1a7f37", strokeWidth: 1}, ceil: {strokePattern: DASHED, color: "#cf222e", strokeWidth: 1}},

@@ -129,7 +129,7 @@ func sampled(t *testing.T, smp *stats.Sample, name string) (rate, ceil units.Rat
 	for _, tr := range smp.Trees {
 		for _, c := range tr.Classes {
 			if c.Name == name {
-				return units.FromBits(float64(c.Rate)), units.FromBits(float64(c.Ceil))
+				return c.Rate, c.Ceil
 			}
 		}
 	}

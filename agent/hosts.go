@@ -30,7 +30,7 @@ type Hosts struct {
 
 // HostRow is one per-host class: the host (the part of the class name
 // after its per_host class's) in one tree, with its limits and counters
-// as in a class of the reading (rates in bit/s).
+// as in a class of the reading.
 type HostRow struct {
 	Host      string     `json:"host"`
 	Class     string     `json:"class"`

@@ -324,10 +324,6 @@ const downstreamFloor = 0.85
 // rate.
 const downstreamStep = 0.5
 
-// drainingSlope is how fast (seconds of delay a second) a queue must
-// shrink to count as draining rather than standing.
-const drainingSlope = 0.02
-
 // point is one sample's excess delay (ns) at a time.
 type point struct {
 	at    time.Time
@@ -563,14 +559,7 @@ func (c *Controller) Decide(now time.Time) Decision {
 			// older samples are its past): its slope flattens as it
 			// empties, and would read as a capacity lower than it is.
 			drained := depth < float64(c.cfg.DelayThreshold)
-			// Downstream, a queue that drains while the shaper passes
-			// its rate drains because the rate is under the capacity:
-			// the capacity is above the rate, not at it, and a cut
-			// would only ratchet the rate down decision by decision
-			// (to the minimum, in the model) as the senders take
-			// their round trips to back off.
-			draining := c.cfg.Downstream && slope < -drainingSlope && !full
-			if !draining && (full || slope > 0 || sent >= c.cfg.HighLoad*c.rate && !drained) {
+			if full || slope > 0 || sent >= c.cfg.HighLoad*c.rate && !drained {
 				c.decrease(now, capacity, depth, full)
 			}
 		}

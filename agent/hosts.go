@@ -52,10 +52,8 @@ func (r HostRow) MarshalJSON() ([]byte, error) {
 	type fields HostRow
 	return json.Marshal(struct {
 		fields
-		Rate     uint64  `json:"rate_bps"`
-		Ceil     uint64  `json:"ceil_bps"`
-		Measured float64 `json:"measured_bps"`
-	}{fields(r), r.Rate.Bits(), r.Ceil.Bits(), r.Measured.BitsFloat()})
+		stats.OldRates
+	}{fields(r), stats.OldRatesOf(r.Rate, r.Ceil, r.Measured)})
 }
 
 // hostQuery is a parsed /api/v1/hosts request.

@@ -124,10 +124,22 @@ func (c Class) MarshalJSON() ([]byte, error) {
 	type fields Class
 	return json.Marshal(struct {
 		fields
-		Rate     uint64  `json:"rate_bps"`
-		Ceil     uint64  `json:"ceil_bps"`
-		Measured float64 `json:"measured_bps"`
-	}{fields(c), c.Rate.Bits(), c.Ceil.Bits(), c.Measured.BitsFloat()})
+		OldRates
+	}{fields(c), OldRatesOf(c.Rate, c.Ceil, c.Measured)})
+}
+
+// OldRates are a class's rates under their JSON names before base
+// units, in bits per second (deprecated: docs/changelog.md), for a
+// MarshalJSON to embed beside the new names.
+type OldRates struct {
+	Rate     uint64  `json:"rate_bps"`
+	Ceil     uint64  `json:"ceil_bps"`
+	Measured float64 `json:"measured_bps"`
+}
+
+// OldRatesOf is OldRates for a rate, ceil and measured rate.
+func OldRatesOf(rate, ceil, measured units.Rate) OldRates {
+	return OldRates{rate.Bits(), ceil.Bits(), measured.BitsFloat()}
 }
 
 // Count is a packet and byte counter.

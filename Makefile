@@ -2,7 +2,7 @@
 GO  ?= go
 BIN := bin/sluice
 
-.PHONY: build deps demo test test-host unit fuzz soak lint vmtest vmtest-all bpf bpf-check bench bench-utilization bench-classify bench-apply bench-agent bench-edt bench-edt-lane bench-probe clean install deb
+.PHONY: build deps demo test test-host test-kubernetes unit fuzz soak lint vmtest vmtest-all bpf bpf-check bench bench-utilization bench-classify bench-apply bench-agent bench-edt bench-edt-lane bench-probe clean install deb
 
 # The version `sluice version` and sluice_build_info say: the commit
 # (go's own VCS stamp is off where GOFLAGS has -buildvcs=false).
@@ -63,10 +63,18 @@ deps:
 # network namespaces, real traffic), then the stock-kernel lane (Debian's
 # 6.1 in qemu). Packages run one at a time so that traffic measurements
 # do not compete for the CPUs.
-test: test-host vmtest
+test: test-host test-kubernetes vmtest
 
 test-host: deps lint
 	GO=$(GO) ./scripts/gotest.sh -count=1 -p 1 -timeout 25m ./...
+
+# The agent against a real Kubernetes API server: kube-apiserver and
+# etcd built once per version by scripts/kubeapi.sh (about 5 minutes on
+# 2 cores, cached outside the repository), then TestKubernetesAgainstAPIServer
+# (about 45 s: caps with traffic, live edits, an API server restart,
+# 1,000 pods churning). The host suite skips it without the binaries.
+test-kubernetes: deps
+	SLUICE_KUBEAPI_BIN=$$(./scripts/kubeapi.sh) SLUICE_REQUIRE_KUBEAPI=1 $(GO) test -count=1 -run '^TestKubernetesAgainstAPIServer$$' -timeout 15m -v ./e2e
 
 # Unit tests only (no root needed), under the race detector.
 unit:

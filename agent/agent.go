@@ -36,6 +36,7 @@ import (
 
 	"sluice/engine"
 	"sluice/kernel"
+	"sluice/kube"
 	"sluice/plan"
 	"sluice/policy"
 	"sluice/records"
@@ -56,6 +57,10 @@ type Config struct {
 	Interval time.Duration
 	// ResetOnExit removes what the agent applied when it stops.
 	ResetOnExit bool
+	// Kubernetes, when set, lists this node's pods as the hosts of the
+	// policy's pods classes (per_host: {pods: ...}; docs/kubernetes.md).
+	// Its Log and Changed are the agent's.
+	Kubernetes *kube.Config
 	// HostMetrics labels per-host classes with `host` in the metrics;
 	// without it they are left out (their parent class counts them), to
 	// bound the number of series.
@@ -96,6 +101,11 @@ type Agent struct {
 	sess    *engine.Session
 	metrics *metrics
 	reload  chan bool // true: forced (SIGHUP)
+	// kick asks the loop to look at the files now (the pods files were
+	// written); kube writes them, stopKube ends its watch.
+	kick     chan struct{}
+	kube     *kube.Watcher
+	stopKube context.CancelFunc
 
 	// Owned by the loop.
 	pol      *policy.Policy
@@ -196,7 +206,7 @@ func New(cfg Config) (*Agent, error) {
 			return nil, &InputError{Err: fmt.Errorf("--netns: %w", err)}
 		}
 	}
-	a := &Agent{cfg: cfg, log: cfg.Log, reload: make(chan bool, 1), failures: map[string]failure{}, hist: newHistory(cfg.History), started: time.Now(),
+	a := &Agent{cfg: cfg, log: cfg.Log, reload: make(chan bool, 1), kick: make(chan struct{}, 1), failures: map[string]failure{}, hist: newHistory(cfg.History), started: time.Now(),
 		tick: cfg.Interval, autoEvents: make(chan autoEvent, 256)}
 	a.opts = engine.Options{Netns: cfg.Netns, Full: true, SkipMissing: true, LockTimeout: 30 * time.Second,
 		Warn: func(s string) { a.log.Warn(s) }}
@@ -205,16 +215,36 @@ func New(cfg Config) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
+	fail := func(err error) (*Agent, error) {
+		if a.stopKube != nil {
+			a.stopKube()
+		}
+		if a.lock != nil {
+			a.lock.Release()
+		}
+		return nil, err
+	}
+	if cfg.Kubernetes != nil {
+		// The lock first: the pods files are this agent's to write.
+		if a.lock, err = records.AcquireAgentLock(records.Dir(cfg.Netns)); err != nil {
+			return nil, err
+		}
+		if pol, err = a.startKube(pol); err != nil {
+			return fail(err)
+		}
+	}
 	if cfg.Transform != nil {
 		cfg.Transform(pol)
 	}
 	a.pol, a.base = pol, sourcesOf(pol)
 	if a.watched, err = a.watch(pol); err != nil {
-		return nil, &InputError{Err: err}
+		return fail(&InputError{Err: err})
 	}
 	a.watched = unseen(a.watched, a.base)
-	if a.lock, err = records.AcquireAgentLock(records.Dir(cfg.Netns)); err != nil {
-		return nil, err
+	if a.lock == nil {
+		if a.lock, err = records.AcquireAgentLock(records.Dir(cfg.Netns)); err != nil {
+			return nil, err
+		}
 	}
 	a.metrics = newMetrics(a)
 	a.hostNames = hostNames(cfg.AllowHosts)
@@ -345,6 +375,9 @@ func (a *Agent) Reload() {
 // releases the agent lock on return.
 func (a *Agent) Run(ctx context.Context) error {
 	defer a.lock.Release()
+	if a.stopKube != nil {
+		defer a.stopKube()
+	}
 	defer a.sess.Close()
 	dir := records.Dir(a.cfg.Netns)
 	var srv *http.Server
@@ -400,6 +433,10 @@ loop:
 		case <-tick.C:
 			a.pass("interval")
 		case <-watch.C:
+			if changed, now := a.filesChanged(); changed && !a.editHosts(now) {
+				a.reloadPolicy(false)
+			}
+		case <-a.kick:
 			if changed, now := a.filesChanged(); changed && !a.editHosts(now) {
 				a.reloadPolicy(false)
 			}
@@ -488,10 +525,9 @@ func (a *Agent) filesChanged() (bool, watched) {
 }
 
 // editHosts takes an edit of hosts_files that changes only hosts'
-// rates and ceils (policy.EditHosts) into the policy in force and the
-// kernel, writing only the host entries of EDT programs that change
-// (plan.PatchHosts, engine.Session.PatchHosts): with 100,000 hosts, microseconds
-// of writes instead of planning them all again. It reports false where
+// rates and ceils into the kernel and the policy and plan in force
+// (engine.Session.EditHosts): with 100,000 hosts, microseconds of
+// writes instead of planning them all again. It reports false where
 // the edit needs the full reload (anything else, or a kernel that does
 // not hold what the agent planned); a line Load would refuse is refused
 // here as the reload refuses it, and the policy in force stays.
@@ -501,37 +537,34 @@ func (a *Agent) editHosts(now watched) bool {
 	}
 	old := *a.base
 	// A file that could not be read (deleted) has no data: the full
-	// reload says why.
+	// reload says why. The policy file itself is files[0].
 	if a.inForce == nil || !slices.Equal(old.files, now.files) || len(now.data) != len(now.files) ||
 		slices.ContainsFunc(now.data, func(b []byte) bool { return b == nil }) ||
 		!bytes.Equal(old.data[0], now.data[0]) {
 		return false
 	}
 	start := time.Now()
-	var edits []policy.HostEdit
+	var changes []engine.HostsChange
 	for i := 1; i < len(now.files); i++ {
-		if bytes.Equal(old.data[i], now.data[i]) {
-			continue
-		}
-		e, ok, err := a.pol.EditHosts(now.files[i], old.data[i], now.data[i])
-		if err != nil {
-			a.watched = now // reported once, not every poll
-			var pe policy.Errors
-			if errors.As(err, &pe) {
-				err = fmt.Errorf("%s: %d problem(s):\n%w", a.cfg.Policy, len(pe), err)
-			}
-			a.refused(err)
-			return true
-		}
-		if !ok {
-			return false
-		}
-		edits = append(edits, e...)
+		changes = append(changes, engine.HostsChange{File: now.files[i], Old: old.data[i], New: now.data[i]})
 	}
-	if len(edits) == 0 {
+	ed, ok, err := a.sess.EditHosts(a.pol, a.inForce, changes)
+	var ie *engine.InputError
+	switch {
+	case errors.As(err, &ie):
+		a.watched = now // reported once, not every poll
+		a.refused(err)
+		return true
+	case err != nil:
+		a.log.Warn("hosts edit: writing in place failed; reloading in full", "err", err.Error())
+		return false
+	case !ok:
+		return false
+	}
+	a.watched, a.base = now, &now
+	if ed.Hosts() == 0 {
 		// The files hold what the policy in force was read from: put
 		// back after a refused edit or a deletion. Nothing to write.
-		a.watched, a.base = now, &now
 		a.log.Info("files are back as the policy in force read them; nothing changes", "policy", a.cfg.Policy)
 		a.mu.Lock()
 		a.gen++
@@ -539,23 +572,10 @@ func (a *Agent) editHosts(now watched) bool {
 		a.mu.Unlock()
 		return true
 	}
-	hp, ok := a.inForce.PatchHosts(edits)
-	if !ok {
-		return false
-	}
-	if _, err := a.sess.PatchHosts(hp.Writes); err != nil {
-		a.log.Warn("hosts edit: writing in place failed; reloading in full", "err", err.Error())
-		return false
-	}
-	for _, e := range edits {
-		e.Apply()
-	}
-	hp.Apply()
-	a.watched, a.base = now, &now
 	a.recorded = false // the next pass brings the records up to date
-	a.log.Info("hosts edited in place", "hosts", len(edits), "entries", hp.Entries(), "took", time.Since(start).String())
+	a.log.Info("hosts edited in place", "hosts", ed.Hosts(), "entries", ed.Entries(), "took", time.Since(start).String())
 	a.metrics.reloads.WithLabelValues("ok").Inc()
-	a.metrics.hostEdits.Add(float64(len(edits)))
+	a.metrics.hostEdits.Add(float64(ed.Hosts()))
 	a.mu.Lock()
 	a.gen++
 	a.health.LastReload, a.health.ReloadError = time.Now(), ""
@@ -580,6 +600,13 @@ func (a *Agent) reloadPolicy(forced bool) {
 	pol, err := engine.Load(a.cfg.Policy, a.opts)
 	if pol != nil && a.cfg.Transform != nil {
 		a.cfg.Transform(pol)
+	}
+	if pol != nil {
+		// Its pods files written before they are watched: a pods class
+		// new in this policy has none yet (loaded without pods; the
+		// watch then sees them come). The policy in force keeps its
+		// own until this one is.
+		a.kubeTargets(a.pol, pol)
 	}
 	w, werr := a.watch(pol)
 	if pol == nil || werr != nil {
@@ -617,6 +644,7 @@ func (a *Agent) reloadPolicy(forced bool) {
 	a.log.Info("policy reloaded", "policy", a.cfg.Policy, "forced", forced)
 	a.metrics.reloads.WithLabelValues("ok").Inc()
 	a.pol, a.recorded, a.inForce, a.base = pol, false, nil, sourcesOf(pol)
+	a.kubeTargets(pol)
 	a.watched = unseen(w, a.base)
 	a.mu.Lock()
 	a.gen++
@@ -828,6 +856,8 @@ type Status struct {
 	HostClasses int `json:"host_classes_omitted,omitzero"`
 	// Autorate is each rate: auto tree's controller.
 	Autorate []AutoStatus `json:"autorate,omitzero"`
+	// Kubernetes is the pods watch (agent --kubernetes).
+	Kubernetes *kube.Status `json:"kubernetes,omitzero"`
 }
 
 // Status returns the agent's health and its last reading; withHosts
@@ -836,6 +866,10 @@ func (a *Agent) Status(withHosts bool) Status {
 	a.mu.RLock()
 	defer a.mu.RUnlock()
 	st := Status{Health: a.health, Sample: a.sample, Autorate: a.auto}
+	if a.kube != nil {
+		ks := a.kube.Status()
+		st.Kubernetes = &ks
+	}
 	st.Health.Waiting = append([]string(nil), a.health.Waiting...)
 	if a.sample != nil && !withHosts {
 		cp := &stats.Sample{At: a.sample.At}

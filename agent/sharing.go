@@ -258,7 +258,7 @@ func (a *Agent) step(k *kernel.Kernel, dev *plan.Device, ctl *controller, tree *
 		}
 		for i, ch := range ctl.cfg.Children {
 			if int(ch.Target) < len(targets) {
-				liveCeil[i] = units.Rate(targets[ch.Target].Rate)
+				liveCeil[i] = targets[ch.Target].Rate
 			}
 		}
 	}

@@ -4,7 +4,10 @@ import (
 	"fmt"
 	"net/netip"
 	"strings"
+	"structs"
 	"time"
+
+	"sluice/units"
 )
 
 // Limits of the fixed-size maps (sluice.h).
@@ -66,11 +69,30 @@ const (
 type (
 	Rule    = ClassifierRule
 	Block   = ClassifierBlock
-	Target  = ClassifierTarget
 	HostKey = ClassifierLpmKey
 	Counter = ClassifierCounter
 	Pace    = ClassifierPace
 )
+
+// Target is what a class or a host resolves to (struct target in
+// sluice.h): bpf2go's ClassifierTarget with its rate a units.Rate. The
+// maps hold it as they would the generated type, whose layout it
+// repeats field for field (TestTargetLayout).
+type Target struct {
+	_       structs.HostLayout
+	Classid uint32 // HTB class (major:minor)
+	Counter uint32 // index in the counters (and paces: an EDT aggregate's state)
+	Queue   uint16 // 0 leaves the transmit queue alone; q+1 picks queue q
+	Policer uint16 // index in the policers; 0: none
+	// EDT: the aggregate's pacing.
+	Burst   uint32     // ns of idle credit: how far its clock may lag behind now
+	Rate    units.Rate // 0: not paced
+	Hist    uint16     // index in the delay histograms
+	Prod    uint8      // a prio 0 class: prod queues and priority
+	Pad     uint8
+	Weight  uint32 // the class's guaranteed rate in bytes/s, saturating: its share of spare capacity
+	Horizon uint64 // ns: the aggregate's horizon (0: the tree's)
+}
 
 // Policer is one meter's configuration: RFC 2697 srTCM (CIR, CBS, EBS)
 // or RFC 2698 trTCM (CIR, CBS, PIR, PBS in EBS). Rates are bytes per
@@ -140,7 +162,7 @@ type EDT struct {
 	// caps all aggregates together at PoolRate (bytes per second; 0:
 	// no shared cap) with a burst of PoolBurst ns.
 	Pool      uint32
-	PoolRate  uint64
+	PoolRate  units.Rate
 	PoolBurst uint64
 	// Link is what a packet costs on the link, for pacing (the counters
 	// keep its bytes).

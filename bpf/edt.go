@@ -3,6 +3,8 @@ package bpf
 import (
 	"fmt"
 	"math/bits"
+
+	"sluice/units"
 )
 
 // Clock is the Go reference of one EDT clock (an aggregate's or the
@@ -30,7 +32,7 @@ type Pacing struct {
 	Horizon uint64 // ns
 	// Pool is the direction's shared clock at PoolRate (nil: none).
 	Pool      *Clock
-	PoolRate  uint64
+	PoolRate  units.Rate
 	PoolBurst uint64
 }
 
@@ -41,7 +43,7 @@ type Pacing struct {
 // "at once": the program leaves skb->tstamp alone.
 //
 // horizon, when not 0, is the aggregate's own (Target.Horizon).
-func (p *Pacing) Stamp(now, ts uint64, n uint32, agg *Clock, rate, burst, horizon uint64, prod bool) (depart uint64, drop bool) {
+func (p *Pacing) Stamp(now, ts uint64, n uint32, agg *Clock, rate units.Rate, burst, horizon uint64, prod bool) (depart uint64, drop bool) {
 	if horizon == 0 {
 		horizon = p.Horizon
 	}
@@ -49,11 +51,11 @@ func (p *Pacing) Stamp(now, ts uint64, n uint32, agg *Clock, rate, burst, horizo
 	if rate == 0 {
 		return depart, false
 	}
-	delay := uint64(n) * 1e9 / rate
+	delay := uint64(n) * 1e9 / uint64(rate)
 	depart = max(depart, agg.reserve(now, burst, delay))
 	var pdelay uint64
 	if p.Pool != nil && p.PoolRate != 0 {
-		pdelay = uint64(n) * 1e9 / p.PoolRate
+		pdelay = uint64(n) * 1e9 / uint64(p.PoolRate)
 		if start := p.Pool.reserve(now, p.PoolBurst, pdelay); !prod {
 			depart = max(depart, start)
 		}

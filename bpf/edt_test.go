@@ -9,12 +9,13 @@ import (
 
 	"sluice/bpf"
 	"sluice/testutil"
+	"sluice/units"
 )
 
 // edtContent sorts UDP packets to aggregates by destination port: port
 // 1000+i goes to aggregate i (counter i+1, histogram i+1), anything else
 // to the default (index 0). Port 5000 and up is exempt by rule.
-func edtContent(rates []uint64, bursts []uint32, horizon uint64) *bpf.Content {
+func edtContent(rates []units.Rate, bursts []uint32, horizon uint64) *bpf.Content {
 	c := &bpf.Content{L2Len: 14, TestClock: true, EDT: &bpf.EDT{Horizon: horizon, Exempt: 2, Pool: 9,
 		Queues: [2]bpf.QueueRange{{First: 0, Count: 3}, {First: 3, Count: 1}}, Prio: true}}
 	for i := range rates {
@@ -48,7 +49,7 @@ func TestEDTAgreesWithReference(t *testing.T) {
 	testutil.RequireRoot(t)
 	rng := rand.New(rand.NewSource(20010))
 	const aggs = 3
-	prog, err := bpf.Load(edtContent(make([]uint64, aggs), make([]uint32, aggs), 1e9))
+	prog, err := bpf.Load(edtContent(make([]units.Rate, aggs), make([]uint32, aggs), 1e9))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,9 +64,9 @@ func TestEDTAgreesWithReference(t *testing.T) {
 	var wantSum [aggs + 1]uint64
 	drops, stamped, packets := 0, 0, 0
 	for seq := 0; seq < sequences; seq++ {
-		rates, bursts, horizons := make([]uint64, aggs), make([]uint32, aggs), make([]uint64, aggs)
+		rates, bursts, horizons := make([]units.Rate, aggs), make([]uint32, aggs), make([]uint64, aggs)
 		for i := range rates {
-			rates[i] = uint64(1000 + rng.Intn(200_000_000)) // 8 kbit/s to 1.6 Gbit/s
+			rates[i] = units.Rate(1000 + rng.Intn(200_000_000)) // 8 kbit/s to 1.6 Gbit/s
 			if rng.Intn(10) == 0 {
 				rates[i] = 0 // not paced
 			}
@@ -85,7 +86,7 @@ func TestEDTAgreesWithReference(t *testing.T) {
 			c.Targets[i].Horizon = horizons[i]
 		}
 		if rng.Intn(2) == 0 { // a shared cap over the three
-			c.EDT.PoolRate, c.EDT.PoolBurst = uint64(1000+rng.Intn(200_000_000)), uint64(rng.Intn(10_000_000))
+			c.EDT.PoolRate, c.EDT.PoolBurst = units.Rate(1000+rng.Intn(200_000_000)), uint64(rng.Intn(10_000_000))
 		}
 		if rng.Intn(2) == 0 { // a link layer
 			c.EDT.Link = bpf.Link{Overhead: int32(rng.Intn(321) - 64), MPU: uint16(rng.Intn(3) * 64), ATM: rng.Intn(2) == 0}
@@ -196,7 +197,7 @@ func TestEDTBurstThenPace(t *testing.T) {
 	testutil.RequireRoot(t)
 	const rate = 1_250_000 // 10 Mbit/s
 	const burst = 5_000_000
-	prog, err := bpf.Load(edtContent([]uint64{rate}, []uint32{burst}, 2e9))
+	prog, err := bpf.Load(edtContent([]units.Rate{rate}, []uint32{burst}, 2e9))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -230,7 +231,7 @@ func TestEDTBurstThenPace(t *testing.T) {
 // millisecond, and a GSO packet of 10 such segments takes 10 ms.
 func TestEDTCountsLinkBytes(t *testing.T) {
 	testutil.RequireRoot(t)
-	c := edtContent([]uint64{1_749_000}, []uint32{0}, 2e9)
+	c := edtContent([]units.Rate{1_749_000}, []uint32{0}, 2e9)
 	c.EDT.Link = bpf.Link{Overhead: 26, ATM: true}
 	prog, err := bpf.Load(c)
 	if err != nil {
@@ -266,7 +267,7 @@ func TestEDTCountsLinkBytes(t *testing.T) {
 // backlogged aggregate; they still count in their class.
 func TestEDTExemptions(t *testing.T) {
 	testutil.RequireRoot(t)
-	prog, err := bpf.Load(edtContent([]uint64{125_000}, []uint32{0}, 2e9)) // 1 Mbit/s
+	prog, err := bpf.Load(edtContent([]units.Rate{125_000}, []uint32{0}, 2e9)) // 1 Mbit/s
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -315,7 +316,7 @@ func TestEDTConcurrentCPUs(t *testing.T) {
 	testutil.RequireRoot(t)
 	const rate = 1_000_000_000 // 1 ns per byte
 	for _, horizon := range []uint64{1 << 62, 30e6} {
-		prog, err := bpf.Load(edtContent([]uint64{rate}, []uint32{0}, horizon))
+		prog, err := bpf.Load(edtContent([]units.Rate{rate}, []uint32{0}, horizon))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -369,7 +370,7 @@ func TestEDTConcurrentCPUs(t *testing.T) {
 // traffic.
 func TestSwapHosts(t *testing.T) {
 	testutil.RequireRoot(t)
-	c := edtContent([]uint64{125_000}, []uint32{0}, 2e9)
+	c := edtContent([]units.Rate{125_000}, []uint32{0}, 2e9)
 	c.Rules = append([]bpf.Rule{{Family: 4, Flags: bpf.RuleL4, SportHi: 0xffff, DportLo: 2000, DportHi: 2000, Kind: bpf.KindHosts, Target: 0}}, c.Rules...)
 	c.Blocks[0].Count++
 	c.Blocks[1].First++

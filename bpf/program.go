@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"github.com/cilium/ebpf"
+
+	"sluice/units"
 )
 
 // NamePrefix starts the cls_bpf filter name of every classifier sluice
@@ -155,7 +157,7 @@ func (c *Content) config() ClassifierConfig {
 			cfg.Flags |= cfgEDTArrival
 		}
 		cfg.Horizon, cfg.Exempt = e.Horizon, e.Exempt
-		cfg.Pool, cfg.PoolRate, cfg.PoolBurst = e.Pool, e.PoolRate, e.PoolBurst
+		cfg.Pool, cfg.PoolRate, cfg.PoolBurst = e.Pool, uint64(e.PoolRate), e.PoolBurst
 		cfg.Overhead, cfg.Mpu = e.Link.Overhead, e.Link.MPU
 		if e.Link.ATM {
 			cfg.Atm = 1
@@ -280,7 +282,7 @@ func (p *Program) Read() (*Content, error) {
 		Default: cfg.DefaultTarget, Shards: cfg.Shards, Hosts: map[HostKey]Target{}}
 	if cfg.Flags&cfgEDT != 0 {
 		c.EDT = &EDT{Horizon: cfg.Horizon, Exempt: cfg.Exempt, Prio: cfg.Flags&cfgEDTPrio != 0, FromIngress: cfg.Flags&cfgEDTArrival != 0,
-			Pool: cfg.Pool, PoolRate: cfg.PoolRate, PoolBurst: cfg.PoolBurst,
+			Pool: cfg.Pool, PoolRate: units.Rate(cfg.PoolRate), PoolBurst: cfg.PoolBurst,
 			Link: Link{Overhead: cfg.Overhead, MPU: cfg.Mpu, ATM: cfg.Atm != 0}}
 		for i := range c.EDT.Queues {
 			c.EDT.Queues[i] = QueueRange{First: cfg.Q_first[i], Count: cfg.Q_count[i]}

@@ -13,12 +13,15 @@ import (
 	"github.com/spf13/cobra"
 
 	"sluice/agent"
+	"sluice/kube"
 	"sluice/records"
 )
 
 func agentCmd(g *globals) *cobra.Command {
 	var cfg agent.Config
 	var logFormat, logLevel string
+	var kubernetes bool
+	var kubeconfig, node string
 	cmd := &cobra.Command{
 		Use:   "agent POLICY",
 		Short: "Keep POLICY applied, repair drift, reload edits; serve metrics and a live dashboard",
@@ -36,6 +39,12 @@ policy that does not validate is refused, its errors logged and shown at
 With --listen it serves Prometheus metrics at /metrics, its status as JSON
 at /api/v1/status (and the charts' data at /api/v1/history), /healthz,
 and a live dashboard at /. 'sluice show' asks a running agent.
+
+With --kubernetes it lists this node's pods (in the cluster, or with
+--kubeconfig) and makes each pod with a bandwidth annotation a host of
+the policy's pods classes (per_host: {pods: egress|ingress}): an
+annotation edited takes effect live, a pod deleted leaves. See
+docs/kubernetes.md.
 
 SIGTERM or SIGINT stops it within 2 s, leaving the shaping in place, or
 removing what it applied with --reset-on-exit. A second agent on the same
@@ -61,6 +70,20 @@ namespace is refused. See docs/agent.md.`,
 				return badInput(fmt.Errorf("--log-format %q: want text or json", logFormat))
 			}
 			cfg.Policy, cfg.Netns = args[0], g.netns
+			if !kubernetes && (kubeconfig != "" || node != "") {
+				return badInput(errors.New("--kubeconfig and --node go with --kubernetes"))
+			}
+			if kubernetes {
+				n, err := kube.NodeName(node)
+				if err != nil {
+					return badInput(err)
+				}
+				client, err := kube.Client(kubeconfig)
+				if err != nil {
+					return badInput(err)
+				}
+				cfg.Kubernetes = &kube.Config{Client: client, Node: n}
+			}
 			a, err := agent.New(cfg)
 			if err != nil {
 				if errors.Is(err, records.ErrAgentRunning) {
@@ -96,6 +119,9 @@ namespace is refused. See docs/agent.md.`,
 	f.DurationVar(&cfg.Interval, "interval", time.Second, "time between reconcile passes (100ms to 1h)")
 	f.BoolVar(&cfg.ResetOnExit, "reset-on-exit", false, "remove what the agent applied when it stops")
 	f.BoolVar(&cfg.HostMetrics, "host-metrics", false, "export per-host classes with a host label (one series per host)")
+	f.BoolVar(&kubernetes, "kubernetes", false, "take the hosts of pods classes from this node's pods and their bandwidth annotations")
+	f.StringVar(&kubeconfig, "kubeconfig", "", "with --kubernetes: the kubeconfig file (default: the pod's service account, in the cluster)")
+	f.StringVar(&node, "node", "", "with --kubernetes: this node's name (default: $NODE_NAME, else the host name)")
 	f.StringVar(&logFormat, "log-format", "text", "log format: text or json")
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	return cmd

@@ -134,13 +134,19 @@ func checked(file string, p *policy.Policy, warns policy.Errors, err error, opts
 		opts.warn("%s", w)
 	}
 	if err != nil {
-		var pe policy.Errors
-		if errors.As(err, &pe) {
-			return nil, input(fmt.Errorf("%s: %d problem(s):\n%w", file, len(pe), err))
-		}
-		return nil, input(err)
+		return nil, refused(file, err)
 	}
 	return p, nil
+}
+
+// refused is the bad input error of policy file for err, counting the
+// problems a policy.Errors holds.
+func refused(file string, err error) error {
+	var pe policy.Errors
+	if errors.As(err, &pe) {
+		return input(fmt.Errorf("%s: %d problem(s):\n%w", file, len(pe), err))
+	}
+	return input(err)
 }
 
 // Plan plans file against the kernel without changing anything (as

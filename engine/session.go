@@ -170,32 +170,6 @@ func (s *Session) unchanged(p *Prepared, l plan.Limits) {
 	}
 }
 
-// PatchHosts writes host entries in place (plan.HostWrite: an edit of
-// a hosts_file the plan in force takes without planning again), under
-// the namespace's lock, through the executor: an entry that does not
-// hold what the caller planned refuses the patch before anything is
-// written, and a refused write puts back those written before it.
-//
-// No record changes: the policy file already says what the kernel is
-// to hold, and the records' fingerprint of the classifier, which no
-// longer matches, sends the next apply to read it back. So a patch
-// killed at any write is completed by the next apply or agent start.
-func (s *Session) PatchHosts(writes []plan.HostWrite) (*kernel.Result, error) {
-	if len(writes) == 0 {
-		return &kernel.Result{}, nil
-	}
-	s.clean = nil // BPF map writes send no notification
-	k, err := kernel.OpenBare(s.opts.Netns)
-	if err != nil {
-		return nil, err
-	}
-	defer k.Close()
-	if err := k.Lock(s.opts.LockTimeout); err != nil {
-		return nil, err
-	}
-	return k.ApplyPatch(kernel.HostsDiff(writes))
-}
-
 // limitsDiffer reports whether two overlays of one planned object
 // differ in what limits set (a class's rate and ceil, the targets of a
 // classifier).

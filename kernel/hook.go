@@ -2,6 +2,7 @@ package kernel
 
 import (
 	"fmt"
+	"time"
 
 	"sluice/bpf"
 	"sluice/plan"
@@ -146,8 +147,34 @@ func (s *HostSwap) Describe() string {
 	return fmt.Sprintf("host entries of the bpf classifier on %s %s: %d", s.Hook.Dev, s.Hook.Direction(), len(s.New))
 }
 
-// HostsDiff is the change that writes writes.
-func HostsDiff(writes []plan.HostWrite) *Diff {
+// WriteHosts writes host entries in place in the programs of namespace
+// ns (plan.HostWrite: an edit of a hosts_file that the plan in force
+// takes without planning again), under the namespace's lock (waiting
+// at most timeout), through the executor: an entry that does not hold
+// what the caller planned refuses the patch before anything is
+// written, and a refused write puts back those written before it.
+//
+// No record changes: the policy file already says what the kernel is
+// to hold, and the records' fingerprint of the classifier, which no
+// longer matches, sends the next apply to read it back. So a patch
+// killed at any write is completed by the next apply or agent start.
+func WriteHosts(ns string, timeout time.Duration, writes []plan.HostWrite) (*Result, error) {
+	if len(writes) == 0 {
+		return &Result{}, nil
+	}
+	k, err := OpenBare(ns)
+	if err != nil {
+		return nil, err
+	}
+	defer k.Close()
+	if err := k.Lock(timeout); err != nil {
+		return nil, err
+	}
+	return k.ApplyPatch(hostsDiff(writes))
+}
+
+// hostsDiff is the change that writes writes.
+func hostsDiff(writes []plan.HostWrite) *Diff {
 	d := &Diff{}
 	for _, w := range writes {
 		s := &HostSwap{Hook: w.Hook, Old: w.Old, New: w.New}

@@ -489,7 +489,7 @@ func (hookKind) do(k *Kernel, op tc.Op) error {
 }
 
 // hostSwapKind is host entries changed in place (HostSwap): only ever
-// in a patch's diff (HostsDiff), never planned or read back.
+// in a patch's diff (WriteHosts), never planned or read back.
 type hostSwapKind struct{}
 
 func (hostSwapKind) rank(g *graph, o tc.Object, dev int) []int {

@@ -52,7 +52,7 @@ func (k *Kernel) ReadLimited(objs []tc.Object) ([]tc.Object, error) {
 }
 
 // ApplyPatch carries out d, a change of values in place (limits over
-// the objects ReadLimited read, host entries: HostsDiff), with Apply's
+// the objects ReadLimited read, host entries: WriteHosts), with Apply's
 // rollback. Under -tags faults, SLUICE_FAULTS=kill-at-patch-write=N
 // kills the process at its N-th write.
 func (k *Kernel) ApplyPatch(d *Diff) (*Result, error) {

@@ -24,8 +24,9 @@ var mayWrite = map[string]string{
 	"tc":     "where the writes are defined",
 	"bpf":    "where the program's writes are defined",
 	"lab":    "the lab's own test bed (its namespaces, veths, delay lines), never a policy's objects",
-	// The EDT maps benchmark still times the program's writes without
-	// a namespace (issue 23: to go through engine.Session.PatchHosts).
+	// The EDT maps benchmark times the agent's hosts edit
+	// (engine.PlanHostsEdit) with the program's writes made directly:
+	// the host kernel has no fq, so no EDT tree to find the program on.
 	"bench/apply/edtmaps.go": "the EDT maps benchmark's raw program writes",
 }
 

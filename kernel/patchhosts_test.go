@@ -7,13 +7,13 @@ import (
 	"time"
 
 	"sluice/bpf"
-	"sluice/engine"
+	"sluice/kernel"
 	"sluice/plan"
 	"sluice/records"
 )
 
-// A hosts patch (engine.Session.PatchHosts: HostsDiff through the
-// executor) writes a host's entry in the program on the device, under
+// A hosts patch (kernel.WriteHosts: the executor's change of host
+// entries, what engine.Session.EditHosts writes) writes a host's entry in the program on the device, under
 // the namespace's lock, only where the entry holds what the caller
 // planned; an entry changed behind its back, a lock held by another
 // sluice or a program gone are refused, and nothing is written. (The
@@ -49,8 +49,7 @@ func TestPatchHostsWritesInPlace(t *testing.T) {
 	new := old
 	new.Rate = 12345
 	write := func(old bpf.Target, timeout time.Duration) error {
-		s := engine.NewSession(engine.Options{Netns: b.ns, LockTimeout: timeout})
-		_, err := s.PatchHosts([]plan.HostWrite{{Hook: hook, Old: map[bpf.HostKey]bpf.Target{k: old}, New: map[bpf.HostKey]bpf.Target{k: new}}})
+		_, err := kernel.WriteHosts(b.ns, timeout, []plan.HostWrite{{Hook: hook, Old: map[bpf.HostKey]bpf.Target{k: old}, New: map[bpf.HostKey]bpf.Target{k: new}}})
 		return err
 	}
 	live := func() bpf.Target {

@@ -151,7 +151,7 @@ func buildEDT(d *policy.Diag, feats Features, in *policy.Interface, t *policy.Tr
 	}
 	groups(t.Classes)
 	if caps > t.RateBps {
-		e.Pool, e.PoolRate, e.PoolBurst = b.counter(poolName), uint64(t.RateBps), uint64(t.Burst.NS(t.RateBps))
+		e.Pool, e.PoolRate, e.PoolBurst = b.counter(poolName), t.RateBps, uint64(t.Burst.NS(t.RateBps))
 		if !hasSharing(t) {
 			dev.Notes = append(dev.Notes, fmt.Sprintf("edt: the aggregates' caps add up to more than the direction's %s: when it binds they share it as fq does, per flow, not by rate, weight or host, and no rate is guaranteed (sharing: controller shares it by weight; docs/sharing.md)",
 				t.RateBps.String()))
@@ -263,7 +263,7 @@ func (b *builder) pace(t *bpf.Target, name string, cl *policy.Class, rate, limit
 // setPace sets what paces an aggregate of tree at rate (its weight)
 // capped at limit, with burst.
 func setPace(t *bpf.Target, tree *policy.Tree, burst uint32, rate, limit units.Rate) {
-	t.Rate, t.Burst = uint64(limit), burst
+	t.Rate, t.Burst = limit, burst
 	t.Horizon = horizonFor(tree.Horizon, limit)
 	t.Weight = uint32(min(uint64(rate), 1<<32-1))
 }

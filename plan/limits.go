@@ -171,8 +171,8 @@ func limited(d *Device, o tc.Object, l Limits) tc.Object {
 				continue
 			}
 			planned := x.Content.Targets[t]
-			rate := uint64(min(max(lim.Ceil, 1), units.Rate(planned.Rate)))
-			horizon := HorizonFor(d.horizonOf(t), units.Rate(rate))
+			rate := min(max(lim.Ceil, 1), planned.Rate)
+			horizon := HorizonFor(d.horizonOf(t), rate)
 			if rate == planned.Rate && horizon == planned.Horizon {
 				continue
 			}

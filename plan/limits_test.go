@@ -111,10 +111,10 @@ func TestWithLimitsTargets(t *testing.T) {
 	for _, tt := range []struct {
 		name string
 		cap  units.Rate
-		want uint64
+		want units.Rate
 	}{
-		{"under", units.FromBits(4e6), uint64(units.FromBits(4e6))},
-		{"above the planned", units.Rate(planned.Rate) * 2, planned.Rate},
+		{"under", units.FromBits(4e6), units.FromBits(4e6)},
+		{"above the planned", planned.Rate * 2, planned.Rate},
 		{"zero", 0, 1},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -126,7 +126,7 @@ func TestWithLimitsTargets(t *testing.T) {
 				}
 			}
 			tg := got.Content.Targets[ta]
-			if tg.Rate != tt.want || tg.Horizon != HorizonFor(pl.Devices[0].Controllers[0].Horizon, units.Rate(tt.want)) {
+			if tg.Rate != tt.want || tg.Horizon != HorizonFor(pl.Devices[0].Controllers[0].Horizon, tt.want) {
 				t.Errorf("target rate %d horizon %d, want %d", tg.Rate, tg.Horizon, tt.want)
 			}
 			if hook.Content.Targets[ta] != planned {

@@ -270,7 +270,7 @@ func TestPlanEDTController(t *testing.T) {
 	var controlled []string
 	for _, ch := range c.Children {
 		tg := hook.Content.Targets[ch.Target]
-		if tg.Rate != uint64(ch.Ceil) || tg.Counter == 0 || ch.ID == "" {
+		if tg.Rate != ch.Ceil || tg.Counter == 0 || ch.ID == "" {
 			t.Errorf("%s: target %d %+v, child %+v", ch.Name, ch.Target, tg, ch)
 		}
 		if ch.Prod != (ch.Name == "prod") {

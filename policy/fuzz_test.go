@@ -100,7 +100,7 @@ func FuzzHostsCSV(f *testing.F) {
 	f.Add([]byte("name,addresses,rate,ceil\n# comment\nx,10.0.0.0/24,50%,\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		p := &parser{d: &Diag{File: "p.yaml"}}
-		out := p.hostsCSV("h.csv", data)
+		out := p.hostsCSV("h.csv", data, false)
 		names, addrs := map[string]bool{}, map[netip.Prefix]bool{}
 		for _, e := range out {
 			if !validName(e.Name) || names[e.Name] || len(e.Addrs) == 0 || e.File != "h.csv" || e.Line < 2 {

@@ -5,6 +5,7 @@ import (
 	"encoding/csv"
 	"errors"
 	"io"
+	"io/fs"
 	"net/netip"
 	"path/filepath"
 	"strings"
@@ -22,16 +23,23 @@ func (p *parser) hostsFile(ph *PerHost, what string) []*HostEntry {
 		file = filepath.Join(p.dir, file)
 	}
 	data, err := safefile.ReadRegular(file, "hosts file", MaxHostsFileBytes)
+	if ph.Pods != "" && errors.Is(err, fs.ErrNotExist) {
+		// Not written yet: no pods (the agent writes it before it
+		// applies, and watches it from then on).
+		p.sources[file] = []byte{}
+		return nil
+	}
 	if err != nil {
 		p.d.Errorf(ph.HostsFilePos, "%s.hosts_file: %v", what, err)
 		return nil
 	}
 	p.sources[file] = data
-	return p.hostsCSV(file, data)
+	return p.hostsCSV(file, data, ph.Pods != "")
 }
 
-// hostsCSV parses the content of hosts file file.
-func (p *parser) hostsCSV(file string, data []byte) []*HostEntry {
+// hostsCSV parses the content of hosts file file; mayBeEmpty lets it
+// list no host (a pods class on a node without such pods).
+func (p *parser) hostsCSV(file string, data []byte, mayBeEmpty bool) []*HostEntry {
 	// Spreadsheets save CSV with a byte order mark; it is not part of
 	// the header.
 	data = bytes.TrimPrefix(data, []byte("\xef\xbb\xbf"))
@@ -97,7 +105,7 @@ func (p *parser) hostsCSV(file string, data []byte) []*HostEntry {
 		}
 		out = append(out, e)
 	}
-	if len(out) == 0 && len(p.d.Errs) == 0 {
+	if len(out) == 0 && len(p.d.Errs) == 0 && !mayBeEmpty {
 		errAt(1, 1, "hosts file: lists no hosts")
 	}
 	return out

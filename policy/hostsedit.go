@@ -106,6 +106,9 @@ func (p *Policy) EditHosts(file string, old, data []byte) (edits []HostEdit, ok 
 				ed.CeilBps = abs(e.Ceil, c.CeilBps)
 			}
 			ed.RateBps = max(ed.RateBps, 1)
+			if ph.Pods != "" {
+				ed.RateBps = min(ed.RateBps, ed.CeilBps) // as hostRates holds it
+			}
 			if ed.CeilBps < ed.RateBps {
 				errAt(line, 1, "hosts file: host %s: ceil %s is below rate %s", e.Name, ed.CeilBps.String(), ed.RateBps.String())
 				continue

@@ -7,6 +7,7 @@ import (
 	"io"
 	"math"
 	"net/netip"
+	"os"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -523,8 +524,10 @@ func (p *parser) class(n *yaml.Node) *Class {
 func (p *parser) perHost(n *yaml.Node, label string) *PerHost {
 	ph := &PerHost{Pos: pos(n), By: "dst"}
 	what := label + ": per_host"
+	var byPos Pos
 	p.fields(n, what, map[string]func(*yaml.Node){
 		"by": func(v *yaml.Node) {
+			byPos = pos(v)
 			s, _ := p.str(v, what+".by")
 			if s != "src" && s != "dst" {
 				p.d.Errorf(pos(v), "%s.by: expected src or dst, found %q", what, s)
@@ -560,7 +563,18 @@ func (p *parser) perHost(n *yaml.Node, label string) *PerHost {
 			ph.HostsFile, _ = p.str(v, what+".hosts_file")
 			ph.HostsFilePos = pos(v)
 		},
+		"pods": func(v *yaml.Node) {
+			ph.Pods, _ = p.str(v, what+".pods")
+			ph.PodsPos = pos(v)
+			if ph.Pods != Egress && ph.Pods != Ingress {
+				p.d.Errorf(pos(v), "%s.pods: expected egress (what the pods send, by src) or ingress (what they receive, by dst), found %q", what, ph.Pods)
+				ph.Pods = ""
+			}
+		},
 	})
+	if ph.Pods != "" {
+		p.pods(ph, what, byPos)
+	}
 	if ph.HostsFile != "" {
 		ph.Entries = p.hostsFile(ph, what)
 	}
@@ -571,6 +585,41 @@ func (p *parser) perHost(n *yaml.Node, label string) *PerHost {
 		return nil
 	}
 	return ph
+}
+
+// pods checks a per_host class whose hosts are pods: they are told
+// apart by the address that is the pod's in that direction, and listed
+// in PodsFile unless hosts_file says where.
+func (p *parser) pods(ph *PerHost, what string, byPos Pos) {
+	want := "src"
+	if ph.Pods == Ingress {
+		want = "dst"
+	}
+	switch {
+	case byPos == (Pos{}):
+		ph.By = want
+	case ph.By != want:
+		p.d.Errorf(byPos, "%s: pods: %s caps what the pods %s, so the pod is the packet's %s: by: %s", what, ph.Pods,
+			map[string]string{Egress: "send", Ingress: "receive"}[ph.Pods], want, want)
+	}
+	if ph.CIDR.IsValid() {
+		p.d.Errorf(ph.CIDRPos, "%s: pods and cidr: the hosts are the pods, listed by the agent; leave cidr out", what)
+	}
+	if ph.HostsFile == "" {
+		ph.HostsFile, ph.HostsFilePos = PodsFile(ph.Pods), ph.PodsPos
+	}
+}
+
+// PodsFile is where `sluice agent --kubernetes` lists the pods of a
+// per_host class with pods: dir and no hosts_file: under the state
+// directory ($SLUICE_STATE_DIR, by default /run/sluice: records.Dir's,
+// which this package does not import).
+func PodsFile(dir string) string {
+	base := os.Getenv("SLUICE_STATE_DIR")
+	if base == "" {
+		base = "/run/sluice"
+	}
+	return filepath.Join(base, "pods", dir+".csv")
 }
 
 // Names accepted in match fields.

@@ -273,7 +273,14 @@ type PerHost struct {
 	// relative to the policy file; Entries holds what it lists.
 	HostsFile    string
 	HostsFilePos Pos
-	Entries      []*HostEntry
+	// Pods is "egress" or "ingress" where the hosts are this node's
+	// Kubernetes pods, each capped by its bandwidth annotation of that
+	// direction: HostsFile is the file `sluice agent --kubernetes`
+	// writes them to (PodsFile by default). Until it is written the
+	// class has no hosts.
+	Pods    string
+	PodsPos Pos
+	Entries []*HostEntry
 	// Prefix is the length that names one host: 32 (IPv4) or 128 (IPv6)
 	// by default; 64 gives one class per IPv6 /64.
 	Prefix    int

@@ -707,7 +707,9 @@ func checkLimit(d *Diag, leaf string, l *Limit, what string) {
 func validatePerHost(what string, t *Tree, c *Class, ph *PerHost, d *Diag) {
 	what += ": per_host"
 	if !ph.CIDR.IsValid() {
-		hostRates(what, c, ph, uint64(len(ph.Entries)), d)
+		// max: a pods class may have no pods yet (its share is then
+		// that of one).
+		hostRates(what, c, ph, max(uint64(len(ph.Entries)), 1), d)
 		return
 	}
 	bits := ph.CIDR.Addr().BitLen()
@@ -782,6 +784,11 @@ func hostRates(what string, c *Class, ph *PerHost, n uint64, d *Diag) {
 		}
 		if e.RateBps == 0 {
 			e.RateBps = 1
+		}
+		if ph.Pods != "" {
+			// A pod's annotation is a cap: what it is guaranteed cannot
+			// be more (and one bad pod must not refuse the node's policy).
+			e.RateBps = min(e.RateBps, e.CeilBps)
 		}
 		if e.CeilBps < e.RateBps {
 			d.ErrorIn(e.File, Pos{e.Line, 1}, "hosts file: host %s: ceil %s is below rate %s", e.Name, e.CeilBps.String(), e.RateBps.String())

@@ -12,6 +12,7 @@ import (
 	"sluice/bpf"
 	"sluice/kernel"
 	"sluice/records"
+	"sluice/units"
 )
 
 // Delays is an EDT delay histogram: how long the pacing program held
@@ -87,7 +88,7 @@ func readEDT(k *kernel.Kernel, t *Tree, dev string, rec *records.Tree) error {
 	if err != nil {
 		return err
 	}
-	caps := map[uint32]uint64{}
+	caps := map[uint32]units.Rate{}
 	for _, tg := range targets {
 		if tg.Counter != 0 {
 			caps[tg.Counter] = tg.Rate
@@ -113,7 +114,7 @@ func readEDT(k *kernel.Kernel, t *Tree, dev string, rec *records.Tree) error {
 		c.Drops = uint32(min(pc.Drops, 1<<32-1))
 		cp, ok := caps[ci.Counter]
 		if !ok {
-			cp = uint64(ci.Ceil)
+			cp = ci.Ceil
 		}
 		c.Backlog = edtBacklog(pc.T_next, now, cp)
 		if i := strings.LastIndexByte(ci.Name, '/'); i > 0 {
@@ -178,11 +179,11 @@ func delayHuman(ns uint64) string {
 // when it leaves: the bytes counted less the backlog are what left
 // (measured in the lane: a 37 kbit/s aggregate whose TCP flow filled
 // its 10 s horizon counted 70 kbit/s over 5 s).
-func edtBacklog(tnext, now, capBps uint64) uint32 {
-	if tnext <= now || capBps == 0 {
+func edtBacklog(tnext, now uint64, capacity units.Rate) uint32 {
+	if tnext <= now || capacity == 0 {
 		return 0
 	}
-	b := float64(tnext-now) * float64(capBps) / 1e9
+	b := float64(tnext-now) * float64(capacity) / 1e9
 	return uint32(min(b, 1<<32-1))
 }
 

@@ -1,11 +1,16 @@
 package stats
 
-import "testing"
+import (
+	"testing"
+
+	"sluice/units"
+)
 
 func TestEDTBacklog(t *testing.T) {
 	for _, c := range []struct {
-		tnext, now, cap uint64
-		want            uint32
+		tnext, now uint64
+		cap        units.Rate
+		want       uint32
 	}{
 		{0, 1e9, 1e6, 0},                     // idle since boot
 		{1e9, 2e9, 1e6, 0},                   // its clock behind now: nothing waits

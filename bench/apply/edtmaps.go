@@ -8,6 +8,7 @@ import (
 
 	"sluice/bench/internal/benchrun"
 	"sluice/bpf"
+	"sluice/engine"
 	"sluice/plan"
 	"sluice/policy"
 )
@@ -79,9 +80,12 @@ func measureEDTMaps(n int) result {
 	r.SluiceChanges = append([]float64(nil), changes...)
 	r.SluiceChangeM = median(changes)
 
-	// The agent's path (policy.EditHosts, plan.PatchHosts): the policy
-	// and plan in force kept, the new file read and compared line by
-	// line, the one changed host's entry written in place.
+	// The agent's path (engine.PlanHostsEdit, what Session.EditHosts
+	// works out): the policy and plan in force kept, the new file read
+	// and compared line by line, the one changed host's entry written in
+	// place. The write goes to the program directly, where the agent's
+	// goes through the executor (kernel.WriteHosts): without fq there
+	// is no EDT tree for it to find the program on.
 	p, _, err := policy.Load(pol)
 	if err != nil {
 		benchrun.Fail(err)
@@ -102,23 +106,16 @@ func measureEDTMaps(n int) result {
 		if err != nil {
 			benchrun.Fail(err)
 		}
-		ed, ok, err := p.EditHosts(hosts, old, data)
-		if err != nil || !ok {
+		ed, ok, err := engine.PlanHostsEdit(p, inForce, []engine.HostsChange{{File: hosts, Old: old, New: data}})
+		if err != nil || !ok || ed.Hosts() == 0 {
 			benchrun.Fail(fmt.Errorf("hosts edit not taken in place: ok %v, %v", ok, err))
 		}
-		hp, ok := inForce.PatchHosts(ed)
-		if !ok {
-			benchrun.Fail(fmt.Errorf("hosts edit not patched"))
-		}
-		for _, w := range hp.Writes {
+		for _, w := range ed.Writes() {
 			if err := prog.SwapHosts(w.Old, w.New, nil); err != nil {
 				benchrun.Fail(err)
 			}
 		}
-		for _, e := range ed {
-			e.Apply()
-		}
-		hp.Apply()
+		ed.Commit()
 		edits = append(edits, float64(time.Since(t0).Microseconds())/1000)
 		old = data
 	}

@@ -1,0 +1,214 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"sluice/agent"
+	"sluice/kube"
+	"sluice/kube/kubetest"
+	"sluice/testutil"
+)
+
+// The agent with --kubernetes shapes pods from their annotations, on
+// the kernel: each pod with an ingress-bandwidth annotation becomes a
+// class capped at it (traffic to the pod measured at the cap), an edit
+// of the annotation reaches the kernel within a second, and a deleted
+// pod's class goes. The API is client-go's fake (kube/kubetest): the
+// test against a real API server is issue 26's next step. The pods are
+// addresses of namespace B, behind veth0 of A, which the policy shapes
+// (as a node shapes cni0 toward its pods).
+func TestKubernetesPodsShaped(t *testing.T) {
+	testutil.RequireRoot(t)
+	p := testutil.NewPair(t)
+	testutil.AddAddr(t, p.B, p.DevB, "10.9.0.3")
+	t.Setenv("SLUICE_STATE_DIR", stateDir(t))
+	pol := writePolicy(t, "p.yaml", podsPolicy(p.DevA))
+	client := kubetest.Client(
+		kubetest.Pod("shop", "web", "node-a", map[string]string{kube.IngressBandwidth: "5M"}, testutil.AddrB),
+		kubetest.Pod("shop", "db", "node-a", map[string]string{kube.IngressBandwidth: "2M"}, "10.9.0.3"),
+		kubetest.Pod("shop", "other-node", "node-b", map[string]string{kube.IngressBandwidth: "1M"}, "10.9.0.4"),
+	)
+	a, err := agent.New(agent.Config{Policy: pol, Netns: p.A, Interval: 500 * time.Millisecond,
+		Log:        slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})),
+		Kubernetes: &kube.Config{Client: client, Node: "node-a"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+
+	waitFor := func(what string, d time.Duration, ok func(map[string]float64) bool) time.Duration {
+		t.Helper()
+		return waitPods(t, p.A, what, d, ok)
+	}
+	waitFor("the node's pods shaped", 10*time.Second, func(m map[string]float64) bool {
+		return len(m) == 2 && m["pods/shop.web"] == 5 && m["pods/shop.db"] == 2
+	})
+	waitClassifier(t, p.A, p.DevA)
+
+	// Traffic to the pods, each at its cap.
+	goodput := func(addr string, port int) float64 { return goodputTo(t, p, addr, port) }
+	for _, c := range []struct {
+		addr string
+		port int
+		cap  float64
+	}{{testutil.AddrB, 5401, 5}, {"10.9.0.3", 5402, 2}} {
+		g := goodput(c.addr, c.port)
+		t.Logf("to %s (cap %.0f Mbit/s): %.2f Mbit/s", c.addr, c.cap, g)
+		if g < 0.8*c.cap || g > 1.05*c.cap {
+			t.Errorf("to %s: %.2f Mbit/s of goodput through a %.0f Mbit/s cap", c.addr, g, c.cap)
+		}
+	}
+
+	// An annotation edited: live, within a second.
+	pods := client.Pods("shop")
+	web, err := pods.Get(ctx, "web", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	web.Annotations[kube.IngressBandwidth] = "10M"
+	if _, err := pods.Update(ctx, web, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	took := waitFor("an annotation edit", 3*time.Second, func(m map[string]float64) bool { return m["pods/shop.web"] == 10 })
+	t.Logf("annotation edit in the kernel after %v", took)
+	if took > time.Second {
+		t.Errorf("an annotation edit reached the kernel after %v, want under a second", took)
+	}
+	if g := goodput(testutil.AddrB, 5403); g < 8 || g > 10.5 {
+		t.Errorf("after the edit: %.2f Mbit/s through a 10 Mbit/s cap", g)
+	}
+
+	// A pod deleted: its class goes.
+	if err := pods.Delete(ctx, "db", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	took = waitFor("a deleted pod", 3*time.Second, func(m map[string]float64) bool {
+		_, has := m["pods/shop.db"]
+		return !has && len(m) == 1
+	})
+	t.Logf("deleted pod gone from the kernel after %v", took)
+	if st := a.Status(false); st.Kubernetes == nil || st.Kubernetes.Node != "node-a" || st.Kubernetes.Pods != 1 {
+		t.Errorf("status: %+v", st.Kubernetes)
+	}
+}
+
+// podCeils reads the pods' classes of namespace ns from the kernel (show
+// reads the records for the names and tc for the rates), in Mbit/s.
+func podCeils(t *testing.T, ns string) map[string]float64 {
+	t.Helper()
+	var sample struct {
+		Trees []struct {
+			Classes []struct {
+				Name string  `json:"name"`
+				Ceil float64 `json:"ceil_bytes_per_second"`
+			} `json:"classes"`
+		} `json:"trees"`
+	}
+	out := must(t, "--netns", ns, "show", "--json", "--local", "--interval", "0")
+	if err := json.Unmarshal([]byte(out), &sample); err != nil {
+		t.Fatal(err)
+	}
+	m := map[string]float64{}
+	for _, tr := range sample.Trees {
+		for _, c := range tr.Classes {
+			if strings.HasPrefix(c.Name, "pods/") {
+				m[c.Name] = c.Ceil * 8 / 1e6
+			}
+		}
+	}
+	return m
+}
+
+// goodputTo is the TCP goodput in Mbit/s of two flows from p.A to addr
+// (an address of p.B) over 3 s.
+func goodputTo(t *testing.T, p *testutil.Pair, addr string, port int) float64 {
+	t.Helper()
+	sink, err := testutil.TCPSink(p.B, addr, port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sink.Close()
+	const d = 3 * time.Second
+	flows, err := testutil.TCPSend(p.A, addr, port, 2, d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n uint64
+	for _, f := range flows {
+		n += f.BytesAcked
+	}
+	return float64(n) * 8 / d.Seconds() / 1e6
+}
+
+// waitPods waits until the pods' classes of ns satisfy ok, for at most
+// d, and says how long it took.
+func waitPods(t *testing.T, ns, what string, d time.Duration, ok func(map[string]float64) bool) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for {
+		m := podCeils(t, ns)
+		if ok(m) {
+			return time.Since(start)
+		}
+		if time.Since(start) > d {
+			t.Fatalf("%s: not within %s; the kernel has %d pods: %v", what, d, len(m), trimMap(m, 10))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// trimMap is at most n entries of m, for a message.
+func trimMap(m map[string]float64, n int) map[string]float64 {
+	out := map[string]float64{}
+	for k, v := range m {
+		if len(out) == n {
+			break
+		}
+		out[k] = v
+	}
+	return out
+}
+
+// podsPolicy shapes what leaves dev toward the pods (as a node shapes
+// cni0): each pod a host, capped at its ingress-bandwidth annotation.
+func podsPolicy(dev string) string {
+	return fmt.Sprintf(`interfaces:
+  - name: %s
+    egress:
+      rate: 100mbit
+      classifier: bpf
+      default: other
+      classes:
+        - {name: pods, rate: 80mbit, per_host: {pods: ingress, hosts_file: pods.csv}}
+        - {name: other, rate: 20mbit}
+`, dev)
+}
+
+// waitClassifier waits until sluice's classifier is on dev's egress:
+// show finds the classes of an apply in progress before it attaches the
+// program (packets sent meanwhile go to the tree's default class).
+func waitClassifier(t *testing.T, ns, dev string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(testutil.NS(t, ns, "tc", "filter", "show", "dev", dev, "egress"), "bpf") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no classifier on %s after 10 s", dev)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

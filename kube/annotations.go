@@ -1,0 +1,112 @@
+package kube
+
+import (
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	"sluice/policy"
+	"sluice/units"
+)
+
+// The annotations a pod's caps are read from. Kubernetes' own (read by
+// the CNI bandwidth plugin) and Calico's are Quantities in bit/s ("10M"
+// is 10^7, "1Gi" 2^30); kube-ovn's a number of Mbit/s.
+const (
+	IngressBandwidth = "kubernetes.io/ingress-bandwidth"
+	EgressBandwidth  = "kubernetes.io/egress-bandwidth"
+	CalicoIngress    = "qos.projectcalico.org/ingressBandwidth"
+	CalicoEgress     = "qos.projectcalico.org/egressBandwidth"
+	OVNIngress       = "ovn.kubernetes.io/ingress_rate"
+	OVNEgress        = "ovn.kubernetes.io/egress_rate"
+	// Class names a class of the pods class's tree to hang the pod
+	// below instead (its prio, its guarantee, its share of what is
+	// spare): `sluice.io/class: gold`.
+	Class = "sluice.io/class"
+)
+
+// capForm is one annotation that caps a direction.
+type capForm struct {
+	name string
+	mbit bool // kube-ovn's: a number of Mbit/s
+}
+
+var capForms = map[string][]capForm{
+	policy.Egress:  {{EgressBandwidth, false}, {CalicoEgress, false}, {OVNEgress, true}},
+	policy.Ingress: {{IngressBandwidth, false}, {CalicoIngress, false}, {OVNIngress, true}},
+}
+
+// The bounds kubelet holds the bandwidth annotations to, in bit/s.
+const minCap, maxCap = 1e3, 1e15
+
+// Problem is an annotation a pod carries that cannot be used: the pod
+// stays a host, without it.
+type Problem struct {
+	Annotation, Value, Why string
+}
+
+func (p Problem) String() string {
+	return fmt.Sprintf("annotation %s: %q: %s", p.Annotation, p.Value, p.Why)
+}
+
+// Wants is what a pod's annotations ask in one direction.
+type Wants struct {
+	Cap   units.Rate // 0: none (the pods class's ceil)
+	Class string     // "": the pods class itself
+}
+
+// Read reads the annotations of direction dir (policy.Egress: what the
+// pod sends; policy.Ingress: what it receives). Where a pod carries more
+// than one form of cap, the smallest holds: each CNI that reads one
+// would enforce it. ok is false where none applies to dir: the pod is
+// then no host of a pods class of that direction.
+func Read(ann map[string]string, dir string) (w Wants, ok bool, problems []Problem) {
+	for _, f := range capForms[dir] {
+		v, set := ann[f.name]
+		if !set {
+			continue
+		}
+		ok = true
+		bits, err := capOf(v, f.mbit)
+		if err != nil {
+			problems = append(problems, Problem{f.name, v, err.Error()})
+			continue
+		}
+		if r := units.FromBits(bits); w.Cap == 0 || r < w.Cap {
+			w.Cap = r
+		}
+	}
+	if v, set := ann[Class]; set {
+		ok = true
+		w.Class = strings.TrimSpace(v)
+	}
+	return w, ok, problems
+}
+
+// capOf reads a cap in bit/s.
+func capOf(v string, mbit bool) (float64, error) {
+	var bits float64
+	if mbit {
+		x, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+		if err != nil || math.IsNaN(x) || math.IsInf(x, 0) {
+			return 0, fmt.Errorf("not a number of Mbit/s")
+		}
+		bits = x * 1e6
+	} else {
+		q, err := resource.ParseQuantity(strings.TrimSpace(v))
+		if err != nil {
+			return 0, fmt.Errorf("not a quantity of bit/s like 10M (%v)", err)
+		}
+		bits = q.AsApproximateFloat64()
+	}
+	if bits < minCap || bits > maxCap {
+		return 0, fmt.Errorf("%s bit/s is outside 1k to 1P, the range Kubernetes allows", strconv.FormatFloat(bits, 'g', -1, 64))
+	}
+	if units.FromBits(bits) > policy.MaxRateBps {
+		return 0, fmt.Errorf("above %s, the most sluice shapes", policy.MaxRateBps.String())
+	}
+	return bits, nil
+}

@@ -1,0 +1,255 @@
+package kube
+
+import (
+	"context"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	corefake "k8s.io/client-go/kubernetes/typed/core/v1/fake"
+	clienttesting "k8s.io/client-go/testing"
+
+	"sluice/kube/kubetest"
+	"sluice/policy"
+	"sluice/units"
+)
+
+// Each form of cap reads as the bit/s it means; where a pod carries
+// several, the smallest holds; what cannot be read is a problem that
+// names the annotation, and the pod stays a host.
+func TestRead(t *testing.T) {
+	mbit := func(x float64) units.Rate { return units.FromBits(x * 1e6) }
+	cases := []struct {
+		name     string
+		ann      map[string]string
+		dir      string
+		want     Wants
+		ok       bool
+		problems []string
+	}{
+		{name: "none", ann: map[string]string{"other": "1"}, dir: policy.Egress},
+		{name: "kubernetes, decimal", ann: map[string]string{EgressBandwidth: "10M"}, dir: policy.Egress, want: Wants{Cap: mbit(10)}, ok: true},
+		{name: "kubernetes, binary", ann: map[string]string{IngressBandwidth: "1Gi"}, dir: policy.Ingress, want: Wants{Cap: units.FromBits(1 << 30)}, ok: true},
+		{name: "the other direction only", ann: map[string]string{IngressBandwidth: "10M"}, dir: policy.Egress},
+		{name: "calico", ann: map[string]string{CalicoEgress: "2.5M"}, dir: policy.Egress, want: Wants{Cap: mbit(2.5)}, ok: true},
+		{name: "kube-ovn, Mbit/s", ann: map[string]string{OVNIngress: "20"}, dir: policy.Ingress, want: Wants{Cap: mbit(20)}, ok: true},
+		{name: "several: the smallest", ann: map[string]string{EgressBandwidth: "50M", CalicoEgress: "30M", OVNEgress: "40"}, dir: policy.Egress, want: Wants{Cap: mbit(30)}, ok: true},
+		{name: "a class alone", ann: map[string]string{Class: " gold "}, dir: policy.Ingress, want: Wants{Class: "gold"}, ok: true},
+		{name: "not a quantity", ann: map[string]string{EgressBandwidth: "ten"}, dir: policy.Egress, ok: true, problems: []string{EgressBandwidth + `: "ten": not a quantity`}},
+		{name: "below 1k", ann: map[string]string{EgressBandwidth: "999"}, dir: policy.Egress, ok: true, problems: []string{"outside 1k to 1P"}},
+		{name: "negative Mbit/s", ann: map[string]string{OVNEgress: "-5"}, dir: policy.Egress, ok: true, problems: []string{"outside 1k to 1P"}},
+		{name: "not a number of Mbit/s", ann: map[string]string{OVNEgress: "5M"}, dir: policy.Egress, ok: true, problems: []string{"not a number of Mbit/s"}},
+		{name: "a bad form beside a good", ann: map[string]string{EgressBandwidth: "x", CalicoEgress: "8M"}, dir: policy.Egress, want: Wants{Cap: mbit(8)}, ok: true, problems: []string{"not a quantity"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			w, ok, problems := Read(c.ann, c.dir)
+			if w != c.want || ok != c.ok || len(problems) != len(c.problems) {
+				t.Fatalf("Read = %+v %v %v, want %+v %v %v", w, ok, problems, c.want, c.ok, c.problems)
+			}
+			for i, p := range problems {
+				if !strings.Contains("annotation "+p.String(), c.problems[i]) && !strings.Contains(p.String(), c.problems[i]) {
+					t.Errorf("problem %q, want it to say %q", p, c.problems[i])
+				}
+			}
+		})
+	}
+}
+
+// Which pods are hosts: those with an annotation for the direction and
+// an address, not on the host's network, not finished or going.
+func TestHostOf(t *testing.T) {
+	cap10 := map[string]string{EgressBandwidth: "10M"}
+	done := kubetest.Pod("a", "done", "n", cap10, "10.0.0.5")
+	done.Status.Phase = corev1.PodSucceeded
+	hostNet := kubetest.Pod("a", "hn", "n", cap10, "192.168.1.1")
+	hostNet.Spec.HostNetwork = true
+	going := kubetest.Pod("a", "going", "n", cap10, "10.0.0.6")
+	going.DeletionTimestamp = &metav1.Time{Time: time.Now()}
+	legacy := kubetest.Pod("a", "legacy", "n", cap10)
+	legacy.Status.PodIP = "10.0.0.7"
+	long := kubetest.Pod("a-namespace-with-a-long-name", strings.Repeat("web-", 20)+"x", "n", cap10, "10.0.0.8")
+	for _, c := range []struct {
+		p     *corev1.Pod
+		ok    bool
+		name  string
+		addrs int
+	}{
+		{kubetest.Pod("a", "web", "n", cap10, "10.0.0.2", "fd00::2"), true, "a.web", 2},
+		{kubetest.Pod("a", "pending", "n", cap10), false, "", 0},
+		{kubetest.Pod("a", "plain", "n", nil, "10.0.0.3"), false, "", 0},
+		{kubetest.Pod("a", "mapped", "n", cap10, "::ffff:10.0.0.4"), true, "a.mapped", 1},
+		{done, false, "", 0}, {hostNet, false, "", 0}, {going, false, "", 0},
+		{legacy, true, "a.legacy", 1},
+		{long, true, "", 1},
+	} {
+		h, ok := HostOf(c.p, policy.Egress)
+		if ok != c.ok || ok && (c.name != "" && h.Name != c.name || len(h.Addrs) != c.addrs || len(h.Name) > 64) {
+			t.Errorf("%s/%s: %+v %v, want ok %v name %q with %d addresses", c.p.Namespace, c.p.Name, h, ok, c.ok, c.name, c.addrs)
+		}
+		if ok && h.Addrs[0] != h.Addrs[0].Unmap() {
+			t.Errorf("%s: address %v kept mapped", h.Name, h.Addrs[0])
+		}
+	}
+	a, _ := HostOf(long, policy.Egress)
+	b, _ := HostOf(kubetest.Pod(long.Namespace, long.Name+"y", "n", cap10, "10.0.0.9"), policy.Egress)
+	if a.Name == b.Name || !strings.HasPrefix(a.Name, "a-namespace-with-a-long-name.web-") {
+		t.Errorf("long names %q and %q", a.Name, b.Name)
+	}
+}
+
+// The file is the hosts_file the policy reads: sorted by name, a pod's
+// address listed once, an unknown class left out, caps exact.
+func TestRender(t *testing.T) {
+	addr := netip.MustParseAddr
+	hosts := []Host{
+		{Name: "b.web", Addrs: []netip.Addr{addr("10.0.0.3")}, Wants: Wants{Cap: units.FromBits(2.5e6), Class: "gold"}},
+		{Name: "a.db", Addrs: []netip.Addr{addr("10.0.0.2"), addr("fd00::2")}, Wants: Wants{Cap: units.FromBits(1e9)}},
+		{Name: "c.stale", Addrs: []netip.Addr{addr("10.0.0.2")}, Wants: Wants{Cap: units.FromBits(1e6)}},
+		{Name: "d.odd", Addrs: []netip.Addr{addr("10.0.0.4")}, Wants: Wants{Cap: units.FromBits(1234568), Class: "silver"}},
+		{Name: "e.free", Addrs: []netip.Addr{addr("10.0.0.5")}},
+	}
+	got, dropped := Render(hosts, []string{"pods", "gold"})
+	want := "name,addresses,rate,ceil,parent\n" +
+		"a.db,10.0.0.2 fd00::2,,1gbit,\n" +
+		"b.web,10.0.0.3,,2500kbit,gold\n" +
+		"d.odd,10.0.0.4,,1234568bit,\n" +
+		"e.free,10.0.0.5,,,\n"
+	if string(got) != want {
+		t.Errorf("file:\n%s\nwant:\n%s", got, want)
+	}
+	if len(dropped) != 2 || !strings.Contains(dropped["c.stale"][0], "10.0.0.2 is pod a.db's") || !strings.Contains(dropped["d.odd"][0], `"silver" names no class`) {
+		t.Errorf("dropped %v", dropped)
+	}
+	// The file loads as the policy's hosts.
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "pods.csv"), got, 0o644)
+	file := filepath.Join(dir, "p.yaml")
+	os.WriteFile(file, []byte(`interfaces:
+  - name: eth0
+    egress:
+      rate: 10gbit
+      default: rest
+      classes:
+        - {name: pods, rate: 5gbit, per_host: {pods: egress, hosts_file: pods.csv}}
+        - {name: gold, rate: 1gbit}
+        - {name: rest, rate: 1gbit}
+`), 0o644)
+	pol, _, err := policy.Load(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := Targets(pol)
+	if len(ts) != 1 || ts[0].File != filepath.Join(dir, "pods.csv") || ts[0].Dir != policy.Egress || strings.Join(ts[0].Classes, ",") != "pods,gold,rest" {
+		t.Errorf("targets %+v", ts)
+	}
+	if n := len(pol.Interfaces[0].Egress.Classes[0].PerHost.Entries); n != 4 {
+		t.Errorf("%d pods loaded, want 4", n)
+	}
+}
+
+// The watcher keeps the pods file as the API says this node's pods
+// are: an annotation edited, a pod deleted, a pod added show in the
+// file and tell the agent; a bad annotation is an Event on its pod.
+func TestWatcherKeepsTheFile(t *testing.T) {
+	client := kubetest.Client(
+		kubetest.Pod("shop", "web", "node-a", map[string]string{EgressBandwidth: "10M"}, "10.1.0.2"),
+		kubetest.Pod("shop", "db", "node-a", map[string]string{EgressBandwidth: "ten", Class: "gold"}, "10.1.0.3"),
+		kubetest.Pod("shop", "cache", "node-a", nil, "10.1.0.4"),
+		kubetest.Pod("shop", "elsewhere", "node-b", map[string]string{EgressBandwidth: "1M"}, "10.1.9.9"),
+	)
+	changed := make(chan struct{}, 16)
+	w := New(Config{Client: client, Node: "node-a", Changed: func() { changed <- struct{}{} }})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := w.Start(ctx, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), "pods", "egress.csv")
+	if err := w.SetTargets([]Target{{File: file, Dir: policy.Egress, Classes: []string{"pods", "gold"}}}); err != nil {
+		t.Fatal(err)
+	}
+	read := func() string {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	const header = "name,addresses,rate,ceil,parent\n"
+	if got := read(); got != header+"shop.db,10.1.0.3,,,gold\nshop.web,10.1.0.2,,10mbit,\n" {
+		t.Fatalf("first list:\n%s", got)
+	}
+	wait := func(want string) {
+		t.Helper()
+		deadline := time.After(5 * time.Second)
+		for {
+			select {
+			case <-changed:
+				if read() == want {
+					return
+				}
+			case <-deadline:
+				t.Fatalf("file:\n%s\nwant:\n%s", read(), want)
+			}
+		}
+	}
+	pods := client.Pods("shop")
+	web, _ := pods.Get(ctx, "web", metav1.GetOptions{})
+	web.Annotations[EgressBandwidth] = "20M"
+	if _, err := pods.Update(ctx, web, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	wait(header + "shop.db,10.1.0.3,,,gold\nshop.web,10.1.0.2,,20mbit,\n")
+	if err := pods.Delete(ctx, "db", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	wait(header + "shop.web,10.1.0.2,,20mbit,\n")
+	if _, err := pods.Create(ctx, kubetest.Pod("shop", "api", "node-a", map[string]string{OVNEgress: "5"}, "10.1.0.5"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	wait(header + "shop.api,10.1.0.5,,5mbit,\nshop.web,10.1.0.2,,20mbit,\n")
+
+	// The bad annotation: one Event on its pod, whatever the writes.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		evs, err := client.Events("shop").List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(evs.Items) == 1 {
+			e := evs.Items[0]
+			if e.InvolvedObject.Name != "db" || e.Type != corev1.EventTypeWarning || !strings.Contains(e.Message, EgressBandwidth) {
+				t.Errorf("event %+v", e)
+			}
+			break
+		}
+		if len(evs.Items) > 1 || time.Now().After(deadline) {
+			t.Fatalf("%d events, want 1: %+v", len(evs.Items), evs.Items)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if s := w.Status(); s.Node != "node-a" || s.Pods != 3 || len(s.Files) != 1 || s.Writes < 4 {
+		t.Errorf("status %+v", s)
+	}
+}
+
+// No API server within the wait: Start says so, and nothing is written.
+func TestWatcherWithoutAPI(t *testing.T) {
+	f := &clienttesting.Fake{}
+	f.AddReactor("list", "pods", func(clienttesting.Action) (bool, runtime.Object, error) {
+		return true, nil, context.DeadlineExceeded
+	})
+	w := New(Config{Client: &corefake.FakeCoreV1{Fake: f}, Node: "n"})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := w.Start(ctx, 300*time.Millisecond); err == nil || !strings.Contains(err.Error(), "could not be listed") {
+		t.Fatalf("Start: %v", err)
+	}
+}

@@ -1,0 +1,62 @@
+package kube
+
+import (
+	"path/filepath"
+	"slices"
+
+	"sluice/policy"
+)
+
+// Target is a pods file to keep: the hosts of a pods class
+// (per_host: {pods: egress|ingress}).
+type Target struct {
+	File string // absolute, as policy.Files names it
+	Dir  string // policy.Egress or policy.Ingress
+	// Classes are those a pod's sluice.io/class may name: the pods
+	// class and the plain classes of its tree (a hosts_file's parent).
+	Classes []string
+}
+
+// Targets lists pol's pods classes, one per file.
+func Targets(pol *policy.Policy) []Target {
+	var out []Target
+	seen := map[string]int{}
+	for _, in := range pol.Interfaces {
+		for _, t := range []*policy.Tree{in.Egress, in.Ingress} {
+			if t == nil {
+				continue
+			}
+			var plain []string
+			var pods []*policy.Class
+			var walk func(cs []*policy.Class)
+			walk = func(cs []*policy.Class) {
+				for _, c := range cs {
+					switch {
+					case c.PerHost != nil && c.PerHost.Pods != "":
+						pods = append(pods, c)
+					case len(c.Match) == 0 && c.PerHost == nil && len(c.Classes) == 0:
+						plain = append(plain, c.Name)
+					}
+					walk(c.Classes)
+				}
+			}
+			walk(t.Classes)
+			for _, c := range pods {
+				f := c.PerHost.HostsFile
+				if !filepath.IsAbs(f) {
+					f = filepath.Join(filepath.Dir(pol.File), f)
+				}
+				classes := append([]string{c.Name}, plain...)
+				if i, ok := seen[f]; ok {
+					// One file listing the pods of several classes: a
+					// class a pod names must be one in each tree.
+					out[i].Classes = slices.DeleteFunc(out[i].Classes, func(n string) bool { return !slices.Contains(classes, n) })
+					continue
+				}
+				seen[f] = len(out)
+				out = append(out, Target{File: f, Dir: c.PerHost.Pods, Classes: classes})
+			}
+		}
+	}
+	return out
+}

@@ -1,0 +1,285 @@
+package kube
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+
+	"sluice/safefile"
+)
+
+// Config is what a Watcher watches and whom it tells.
+type Config struct {
+	// Client reaches the API server (kubernetes.NewForConfig's CoreV1,
+	// or a fake in tests).
+	Client corev1client.CoreV1Interface
+	// Node is this node's name: only its pods are listed and watched
+	// (a field selector on spec.nodeName).
+	Node string
+	Log  *slog.Logger
+	// Changed is called after pods files were written, so that the
+	// agent takes them at once rather than at its next poll.
+	Changed func()
+	// Settle is how long a change waits for others to write them
+	// together (default 20 ms: 1,000 pods created at once are a few
+	// writes, not a thousand).
+	Settle time.Duration
+}
+
+// Watcher keeps the pods files of a policy's pods classes as the API
+// server says this node's pods are. It writes files and Events; it
+// never touches the kernel (the agent applies the files).
+type Watcher struct {
+	cfg      Config
+	informer cache.SharedIndexInformer
+	kick     chan struct{}
+
+	mu      sync.Mutex
+	targets []Target
+	written map[string][]byte // what each file was last written with
+	told    map[string]bool   // Events sent: pod UID + problem
+	writes  int
+	lastErr error
+}
+
+// New makes a watcher; Start runs it.
+func New(cfg Config) *Watcher {
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	if cfg.Settle == 0 {
+		cfg.Settle = 20 * time.Millisecond
+	}
+	// client-go logs through klog: into the agent's log instead.
+	klog.SetSlogLogger(cfg.Log)
+	sel := fields.OneTermEqualSelector("spec.nodeName", cfg.Node).String()
+	pods := cfg.Client.Pods(metav1.NamespaceAll)
+	lw := cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			o.FieldSelector = sel
+			return pods.List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.FieldSelector = sel
+			return pods.Watch(ctx, o)
+		},
+	}, cfg.Client)
+	w := &Watcher{cfg: cfg, kick: make(chan struct{}, 1), written: map[string][]byte{}, told: map[string]bool{}}
+	w.informer = cache.NewSharedIndexInformerWithOptions(lw, &corev1.Pod{}, cache.SharedIndexInformerOptions{})
+	poke := func(any) { w.poke() }
+	w.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    poke,
+		UpdateFunc: func(_, n any) { poke(n) },
+		DeleteFunc: poke,
+	})
+	return w
+}
+
+func (w *Watcher) poke() {
+	select {
+	case w.kick <- struct{}{}:
+	default:
+	}
+}
+
+// SetTargets sets the files to keep (those of the policy in force:
+// Targets), and writes them from what the watcher knows.
+func (w *Watcher) SetTargets(ts []Target) error {
+	w.mu.Lock()
+	w.targets = slices.Clone(ts)
+	w.mu.Unlock()
+	_, err := w.write()
+	return err
+}
+
+// Start lists this node's pods, writes the files, and keeps them
+// current until ctx ends. It returns once the first list is in, or
+// with an error if it is not within wait.
+func (w *Watcher) Start(ctx context.Context, wait time.Duration) error {
+	go w.informer.RunWithContext(ctx)
+	wctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	if !cache.WaitForCacheSync(wctx.Done(), w.informer.HasSynced) {
+		return fmt.Errorf("kubernetes: the pods of node %s could not be listed within %s: %w", w.cfg.Node, wait, cmpErr(wctx.Err()))
+	}
+	if _, err := w.write(); err != nil {
+		return err
+	}
+	go w.loop(ctx)
+	return nil
+}
+
+func cmpErr(err error) error {
+	if err == nil {
+		return errors.New("the watch ended")
+	}
+	return err
+}
+
+func (w *Watcher) loop(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-w.kick:
+		}
+		// What comes within Settle is written with it.
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(w.cfg.Settle):
+		}
+		changed, err := w.write()
+		if err != nil {
+			w.cfg.Log.Error("kubernetes: writing the pods files failed; retrying at the next change", "err", err.Error())
+			continue
+		}
+		if changed && w.cfg.Changed != nil {
+			w.cfg.Changed()
+		}
+	}
+}
+
+// Pods lists the node's pods as the watcher knows them.
+func (w *Watcher) Pods() []*corev1.Pod {
+	var out []*corev1.Pod
+	for _, o := range w.informer.GetStore().List() {
+		if p, ok := o.(*corev1.Pod); ok && p.Spec.NodeName == w.cfg.Node {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// write renders every target from the pods known and writes those that
+// changed, reporting whether any did.
+func (w *Watcher) write() (changed bool, err error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	pods := w.Pods()
+	for _, t := range w.targets {
+		var hosts []Host
+		for _, p := range pods {
+			h, ok := HostOf(p, t.Dir)
+			if !ok {
+				continue
+			}
+			hosts = append(hosts, h)
+			for _, pr := range h.Problems {
+				w.tell(p, pr.String())
+			}
+		}
+		data, dropped := Render(hosts, t.Classes)
+		for name, whys := range dropped {
+			for _, p := range pods {
+				if hostName(p.Namespace, p.Name) == name {
+					for _, why := range whys {
+						w.tell(p, why)
+					}
+				}
+			}
+		}
+		if old, ok := w.written[t.File]; ok && bytes.Equal(old, data) {
+			continue
+		}
+		if err := writeFile(t.File, data); err != nil {
+			w.lastErr = err
+			return changed, err
+		}
+		w.written[t.File], changed = data, true
+		w.writes++
+		w.cfg.Log.Debug("kubernetes: pods file written", "file", t.File, "pods", bytes.Count(data, []byte{'\n'})-1)
+	}
+	w.lastErr = nil
+	// Forget what was told of pods that are gone (1,000 churning).
+	live := map[string]bool{}
+	for _, p := range pods {
+		live[string(p.UID)] = true
+	}
+	for k := range w.told {
+		if uid, _, _ := strings.Cut(k, "\x00"); !live[uid] {
+			delete(w.told, k)
+		}
+	}
+	return changed, nil
+}
+
+// writeFile replaces file with data: atomically, in a directory only
+// root may write, never through a link.
+func writeFile(file string, data []byte) error {
+	d, err := safefile.OpenDir(filepath.Dir(file), true)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.WriteAtomic(filepath.Base(file), data)
+}
+
+// tell reports a problem with a pod's annotations once: a log line and
+// a Warning Event on the pod. The pod stays a host without them.
+func (w *Watcher) tell(p *corev1.Pod, why string) {
+	key := string(p.UID) + "\x00" + why
+	if w.told[key] {
+		return
+	}
+	w.told[key] = true
+	w.cfg.Log.Warn("kubernetes: pod annotation not used", "pod", p.Namespace+"/"+p.Name, "why", why)
+	now := metav1.Now()
+	ev := &corev1.Event{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: p.Name + ".sluice.", Namespace: p.Namespace},
+		InvolvedObject: corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: p.Namespace, Name: p.Name,
+			UID: p.UID, ResourceVersion: p.ResourceVersion},
+		Reason: "BadBandwidthAnnotation", Message: "sluice: " + why, Type: corev1.EventTypeWarning,
+		Source:         corev1.EventSource{Component: "sluice-agent", Host: w.cfg.Node},
+		FirstTimestamp: now, LastTimestamp: now, Count: 1,
+	}
+	// Not under the caller's context: an Event is best effort, and a
+	// slow API server must not hold the files back.
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if _, err := w.cfg.Client.Events(p.Namespace).Create(ctx, ev, metav1.CreateOptions{}); err != nil {
+			w.cfg.Log.Debug("kubernetes: event not sent", "pod", p.Namespace+"/"+p.Name, "err", err.Error())
+		}
+	}()
+}
+
+// Status is what the watcher says of itself (the agent's status).
+type Status struct {
+	Node   string   `json:"node"`
+	Pods   int      `json:"pods"`
+	Files  []string `json:"files"`
+	Writes int      `json:"writes"`
+	Error  string   `json:"error,omitempty"`
+}
+
+// Status reports the node, the pods known, the files kept and how often
+// they were written.
+func (w *Watcher) Status() Status {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	s := Status{Node: w.cfg.Node, Pods: len(w.Pods()), Writes: w.writes}
+	for _, t := range w.targets {
+		s.Files = append(s.Files, t.File)
+	}
+	if w.lastErr != nil {
+		s.Error = w.lastErr.Error()
+	}
+	return s
+}

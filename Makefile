@@ -135,8 +135,11 @@ bench-classify:
 bench-apply:
 	$(GO) run ./bench/apply
 
+# The agent on a large tree; then with --kubernetes on a node of 1,000
+# pods against a real API server (scripts/kubeapi.sh builds it once).
 bench-agent:
 	$(GO) run ./bench/agent
+	SLUICE_KUBEAPI_BIN=$$(./scripts/kubeapi.sh) $(GO) run ./bench/kube
 
 bench-probe:
 	$(GO) run ./bench/probe

@@ -142,7 +142,9 @@ func TestKubernetesAgainstAPIServer(t *testing.T) {
 	if m := podCeils(t, p.A); len(m) != 2 || m["pods/shop.web"] != 10 {
 		t.Errorf("while the API server is down: %v", m)
 	}
-	api.Start()
+	if err := api.Start(); err != nil {
+		t.Fatal(err)
+	}
 	edit("web", "7M")
 	waitPods(t, p.A, "an edit after the API server's restart", 30*time.Second, func(m map[string]float64) bool { return m["pods/shop.web"] == 7 && len(m) == 2 })
 

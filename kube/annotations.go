@@ -26,7 +26,15 @@ const (
 	// below instead (its prio, its guarantee, its share of what is
 	// spare): `sluice.io/class: gold`.
 	Class = "sluice.io/class"
+	// Weight is a pod's share of its pods class against the other pods
+	// of the file (1 by default): its guarantee, and so its share of
+	// what is spare, `sluice.io/weight: "3"`.
+	Weight = "sluice.io/weight"
 )
+
+// MaxWeight bounds sluice.io/weight: a share a million times another's
+// is as much as a weight can mean.
+const MaxWeight = 1e6
 
 // capForm is one annotation that caps a direction.
 type capForm struct {
@@ -54,8 +62,9 @@ func (p Problem) String() string {
 
 // Wants is what a pod's annotations ask in one direction.
 type Wants struct {
-	Cap   units.Rate // 0: none (the pods class's ceil)
-	Class string     // "": the pods class itself
+	Cap    units.Rate // 0: none (the pods class's ceil)
+	Class  string     // "": the pods class itself
+	Weight float64    // 0: none (1)
 }
 
 // Read reads the annotations of direction dir (policy.Egress: what the
@@ -82,6 +91,18 @@ func Read(ann map[string]string, dir string) (w Wants, ok bool, problems []Probl
 	if v, set := ann[Class]; set {
 		ok = true
 		w.Class = strings.TrimSpace(v)
+	}
+	if v, set := ann[Weight]; set {
+		ok = true
+		x, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+		switch {
+		case err != nil || math.IsNaN(x):
+			problems = append(problems, Problem{Weight, v, "not a number"})
+		case x <= 0 || x > MaxWeight:
+			problems = append(problems, Problem{Weight, v, fmt.Sprintf("a weight is more than 0 and at most %g", MaxWeight)})
+		default:
+			w.Weight = x
+		}
 	}
 	return w, ok, problems
 }

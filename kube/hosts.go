@@ -2,10 +2,12 @@ package kube
 
 import (
 	"bytes"
+	"cmp"
 	"fmt"
 	"hash/fnv"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -63,41 +65,59 @@ func hostName(ns, pod string) string {
 
 // Render is the pods file that lists hosts (a hosts_file: name,
 // addresses, rate, ceil, parent), sorted by name, so that a changed cap
-// changes its line in place. A pod's class that is not among classes
-// is left out (the pod hangs below the pods class), as is an address
-// listed by a pod before it (a stale pod's, not yet gone); dropped says
-// which, by host.
+// changes its line in place. Where a pod has a weight, every pod's rate
+// is its weight's part of the pods class (a percentage; 1 for a pod
+// without); otherwise each takes the class's default share. A pod's
+// class that is not among classes is left out (the pod hangs below the
+// pods class), as is an address listed by a pod before it (a stale
+// pod's, not yet gone); dropped says which, by host.
 func Render(hosts []Host, classes []string) (file []byte, dropped map[string][]string) {
 	hosts = slices.Clone(hosts)
 	slices.SortFunc(hosts, func(a, b Host) int { return strings.Compare(a.Name, b.Name) })
-	var b bytes.Buffer
-	b.WriteString("name,addresses,rate,ceil,parent\n")
-	seen := map[netip.Addr]string{}
 	drop := func(h, why string) {
 		if dropped == nil {
 			dropped = map[string][]string{}
 		}
 		dropped[h] = append(dropped[h], why)
 	}
+	type row struct {
+		h     Host
+		addrs []string
+		class string
+	}
+	var rows []row
+	seen := map[netip.Addr]string{}
+	var total float64
+	weighted := false
 	for _, h := range hosts {
-		var addrs []string
+		r := row{h: h, class: h.Class}
 		for _, a := range h.Addrs {
 			if other, dup := seen[a]; dup {
 				drop(h.Name, fmt.Sprintf("address %s is pod %s's", a, other))
 				continue
 			}
 			seen[a] = h.Name
-			addrs = append(addrs, a.String())
+			r.addrs = append(r.addrs, a.String())
 		}
-		if len(addrs) == 0 {
+		if len(r.addrs) == 0 {
 			continue
 		}
-		class := h.Class
-		if class != "" && !slices.Contains(classes, class) {
-			drop(h.Name, fmt.Sprintf("%s %q names no class of its tree (%s)", Class, class, strings.Join(classes, ", ")))
-			class = ""
+		if r.class != "" && !slices.Contains(classes, r.class) {
+			drop(h.Name, fmt.Sprintf("%s %q names no class of its tree (%s)", Class, r.class, strings.Join(classes, ", ")))
+			r.class = ""
 		}
-		fmt.Fprintf(&b, "%s,%s,,%s,%s\n", h.Name, strings.Join(addrs, " "), capText(h.Cap), class)
+		rows = append(rows, r)
+		total += cmp.Or(h.Weight, 1)
+		weighted = weighted || h.Weight > 0
+	}
+	var b bytes.Buffer
+	b.WriteString("name,addresses,rate,ceil,parent\n")
+	for _, r := range rows {
+		rate := ""
+		if weighted {
+			rate = strconv.FormatFloat(100*cmp.Or(r.h.Weight, 1)/total, 'g', 6, 64) + "%"
+		}
+		fmt.Fprintf(&b, "%s,%s,%s,%s,%s\n", r.h.Name, strings.Join(r.addrs, " "), rate, capText(r.h.Cap), r.class)
 	}
 	return b.Bytes(), dropped
 }

@@ -45,6 +45,9 @@ func TestRead(t *testing.T) {
 		{name: "below 1k", ann: map[string]string{EgressBandwidth: "999"}, dir: policy.Egress, ok: true, problems: []string{"outside 1k to 1P"}},
 		{name: "negative Mbit/s", ann: map[string]string{OVNEgress: "-5"}, dir: policy.Egress, ok: true, problems: []string{"outside 1k to 1P"}},
 		{name: "not a number of Mbit/s", ann: map[string]string{OVNEgress: "5M"}, dir: policy.Egress, ok: true, problems: []string{"not a number of Mbit/s"}},
+		{name: "a weight", ann: map[string]string{Weight: "2.5"}, dir: policy.Ingress, want: Wants{Weight: 2.5}, ok: true},
+		{name: "a weight of 0", ann: map[string]string{Weight: "0", EgressBandwidth: "1M"}, dir: policy.Egress, want: Wants{Cap: mbit(1)}, ok: true, problems: []string{"more than 0"}},
+		{name: "a weight that is not a number", ann: map[string]string{Weight: "high"}, dir: policy.Egress, ok: true, problems: []string{"not a number"}},
 		{name: "a bad form beside a good", ann: map[string]string{EgressBandwidth: "x", CalicoEgress: "8M"}, dir: policy.Egress, want: Wants{Cap: mbit(8)}, ok: true, problems: []string{"not a quantity"}},
 	}
 	for _, c := range cases {
@@ -251,5 +254,47 @@ func TestWatcherWithoutAPI(t *testing.T) {
 	defer cancel()
 	if err := w.Start(ctx, 300*time.Millisecond); err == nil || !strings.Contains(err.Error(), "could not be listed") {
 		t.Fatalf("Start: %v", err)
+	}
+}
+
+// Where a pod has a weight, every pod's rate is its weight's part of
+// the pods class (1 where unset), and the policy resolves it so: the
+// class's rate shared 3:1:1, each held at its cap.
+func TestRenderWeights(t *testing.T) {
+	addr := netip.MustParseAddr
+	got, _ := Render([]Host{
+		{Name: "a.heavy", Addrs: []netip.Addr{addr("10.0.0.2")}, Wants: Wants{Weight: 3}},
+		{Name: "b.plain", Addrs: []netip.Addr{addr("10.0.0.3")}},
+		{Name: "c.capped", Addrs: []netip.Addr{addr("10.0.0.4")}, Wants: Wants{Weight: 1, Cap: units.FromBits(50e6)}},
+	}, []string{"pods"})
+	want := "name,addresses,rate,ceil,parent\n" +
+		"a.heavy,10.0.0.2,60%,,\n" +
+		"b.plain,10.0.0.3,20%,,\n" +
+		"c.capped,10.0.0.4,20%,50mbit,\n"
+	if string(got) != want {
+		t.Fatalf("file:\n%s\nwant:\n%s", got, want)
+	}
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "pods.csv"), got, 0o644)
+	file := filepath.Join(dir, "p.yaml")
+	os.WriteFile(file, []byte(`interfaces:
+  - name: eth0
+    egress:
+      rate: 1gbit
+      default: rest
+      classes:
+        - {name: pods, rate: 500mbit, per_host: {pods: egress, hosts_file: pods.csv}}
+        - {name: rest, rate: 100mbit}
+`), 0o644)
+	pol, _, err := policy.Load(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rates []float64
+	for _, e := range pol.Interfaces[0].Egress.Classes[0].PerHost.Entries {
+		rates = append(rates, e.RateBps.BitsFloat()/1e6)
+	}
+	if len(rates) != 3 || rates[0] != 300 || rates[1] != 100 || rates[2] != 50 {
+		t.Errorf("rates %v Mbit/s, want 300, 100 and 50 (100 held at its 50 cap)", rates)
 	}
 }

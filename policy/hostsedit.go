@@ -97,7 +97,7 @@ func (p *Policy) EditHosts(file string, old, data []byte) (edits []HostEdit, ok 
 			ed := HostEdit{Entry: was, Rate: e.Rate, Ceil: e.Ceil, RateBps: ph.RateBps, CeilBps: ph.CeilBps}
 			c := was.Owner
 			if e.Rate != nil {
-				if ed.RateBps = abs(e.Rate, c.RateBps); ed.RateBps == 0 {
+				if ed.RateBps = abs(e.Rate, c.RateBps); ed.RateBps == 0 && ph.Pods == "" {
 					errAt(line, 1, "hosts file: host %s: rate %s comes to less than 1 byte/s", e.Name, e.Rate.Text)
 					continue
 				}

@@ -775,7 +775,9 @@ func hostRates(what string, c *Class, ph *PerHost, n uint64, d *Diag) {
 	for _, e := range ph.Entries {
 		e.RateBps, e.CeilBps = ph.RateBps, ph.CeilBps
 		if e.Rate != nil {
-			if e.RateBps = e.Rate.Resolve(c.RateBps); e.RateBps == 0 {
+			// A pod's weight is its part of the class: held at 1 byte/s
+			// where it comes to less, as a default share is.
+			if e.RateBps = e.Rate.Resolve(c.RateBps); e.RateBps == 0 && ph.Pods == "" {
 				d.ErrorIn(e.File, Pos{e.Line, 1}, "hosts file: host %s: rate %s comes to less than 1 byte/s", e.Name, e.Rate.Text)
 			}
 		}

@@ -16,27 +16,25 @@ import (
 	"time"
 )
 
-// KubeAPI is a real Kubernetes API server with its etcd, on loopback,
-// for one test: kube-apiserver and etcd built by scripts/kubeapi.sh
-// (SLUICE_KUBEAPI_BIN names their directory). It authenticates one
-// admin by token and admits pods without a service account (no
+// KubeAPI is a real Kubernetes API server with its etcd, on loopback:
+// kube-apiserver and etcd built by scripts/kubeapi.sh. It authenticates
+// one admin by token and admits pods without a service account (no
 // controller manager makes them).
 type KubeAPI struct {
 	// Kubeconfig is a file that reaches it as the admin.
 	Kubeconfig string
 	URL        string
-	t          testing.TB
 	bin, dir   string
 	port       int
 	etcdURL    string
-	api        *exec.Cmd
+	etcd, api  *exec.Cmd
 	exited     chan struct{} // closed when api has exited
 }
 
 const kubeToken = "sluice-e2e-admin-token"
 
-// StartKubeAPI starts etcd and kube-apiserver, and stops them when the
-// test ends. Without SLUICE_KUBEAPI_BIN it skips, unless
+// StartKubeAPI starts etcd and kube-apiserver for a test, and stops
+// them when it ends. Without SLUICE_KUBEAPI_BIN it skips, unless
 // SLUICE_REQUIRE_KUBEAPI=1 (CI), where that is a failure.
 func StartKubeAPI(t testing.TB) *KubeAPI {
 	t.Helper()
@@ -47,35 +45,69 @@ func StartKubeAPI(t testing.TB) *KubeAPI {
 		}
 		t.Skip("no API server: export SLUICE_KUBEAPI_BIN=$(scripts/kubeapi.sh) to run it")
 	}
-	dir := t.TempDir()
-	k := &KubeAPI{t: t, bin: bin, dir: dir}
-	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	k, err := NewKubeAPI(bin, t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
-	pub, _ := x509.MarshalPKIXPublicKey(&key.PublicKey)
-	os.WriteFile(filepath.Join(dir, "sa.key"), pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(key)}), 0o600)
-	os.WriteFile(filepath.Join(dir, "sa.pub"), pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pub}), 0o644)
-	os.WriteFile(filepath.Join(dir, "tokens.csv"), []byte(kubeToken+",admin,admin,system:masters\n"), 0o600)
+	t.Cleanup(k.Close)
+	return k
+}
 
-	client, peer := freePort(t), freePort(t)
-	k.etcdURL = fmt.Sprintf("http://127.0.0.1:%d", client)
-	etcd := exec.Command(filepath.Join(bin, "etcd"), "--name", "e2e", "--data-dir", filepath.Join(dir, "etcd"),
-		"--listen-client-urls", k.etcdURL, "--advertise-client-urls", k.etcdURL,
-		"--listen-peer-urls", fmt.Sprintf("http://127.0.0.1:%d", peer), "--initial-advertise-peer-urls", fmt.Sprintf("http://127.0.0.1:%d", peer),
-		"--initial-cluster", fmt.Sprintf("e2e=http://127.0.0.1:%d", peer), "--log-level", "error")
-	etcd.Stdout, etcd.Stderr = logFile(t, dir, "etcd.log"), logFile(t, dir, "etcd.log")
-	if err := etcd.Start(); err != nil {
-		t.Fatal(err)
+// NewKubeAPI starts etcd and kube-apiserver from the binaries in bin,
+// keeping their state and logs in dir; Close stops them.
+func NewKubeAPI(bin, dir string) (*KubeAPI, error) {
+	k := &KubeAPI{bin: bin, dir: dir}
+	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		return nil, err
 	}
-	t.Cleanup(func() { etcd.Process.Kill(); etcd.Wait() })
-
-	k.port = freePort(t)
+	pub, _ := x509.MarshalPKIXPublicKey(&key.PublicKey)
+	for _, f := range []struct {
+		name string
+		data []byte
+	}{
+		{"sa.key", pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(key)})},
+		{"sa.pub", pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pub})},
+		{"tokens.csv", []byte(kubeToken + ",admin,admin,system:masters\n")},
+	} {
+		if err := os.WriteFile(filepath.Join(dir, f.name), f.data, 0o600); err != nil {
+			return nil, err
+		}
+	}
+	client, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	peer, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	k.etcdURL = fmt.Sprintf("http://127.0.0.1:%d", client)
+	peerURL := fmt.Sprintf("http://127.0.0.1:%d", peer)
+	k.etcd = exec.Command(filepath.Join(bin, "etcd"), "--name", "e2e", "--data-dir", filepath.Join(dir, "etcd"),
+		"--listen-client-urls", k.etcdURL, "--advertise-client-urls", k.etcdURL,
+		"--listen-peer-urls", peerURL, "--initial-advertise-peer-urls", peerURL,
+		"--initial-cluster", "e2e="+peerURL, "--log-level", "error")
+	log, err := os.OpenFile(filepath.Join(dir, "etcd.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	defer log.Close()
+	k.etcd.Stdout, k.etcd.Stderr = log, log
+	if err := k.etcd.Start(); err != nil {
+		return nil, err
+	}
+	if k.port, err = freePort(); err != nil {
+		k.Close()
+		return nil, err
+	}
 	k.URL = fmt.Sprintf("https://127.0.0.1:%d", k.port)
-	k.Start()
-	t.Cleanup(k.Stop)
+	if err := k.Start(); err != nil {
+		k.Close()
+		return nil, err
+	}
 	k.Kubeconfig = filepath.Join(dir, "kubeconfig")
-	os.WriteFile(k.Kubeconfig, []byte(fmt.Sprintf(`apiVersion: v1
+	err = os.WriteFile(k.Kubeconfig, []byte(fmt.Sprintf(`apiVersion: v1
 kind: Config
 clusters:
 - name: e2e
@@ -88,13 +120,16 @@ contexts:
   context: {cluster: e2e, user: admin}
 current-context: e2e
 `, k.URL, kubeToken)), 0o600)
-	return k
+	if err != nil {
+		k.Close()
+		return nil, err
+	}
+	return k, nil
 }
 
 // Start starts kube-apiserver (again, after Stop: on the same port and
 // etcd, so that clients see a restart) and waits until it is ready.
-func (k *KubeAPI) Start() {
-	k.t.Helper()
+func (k *KubeAPI) Start() error {
 	k.api = exec.Command(filepath.Join(k.bin, "kube-apiserver"),
 		"--etcd-servers", k.etcdURL, "--bind-address", "127.0.0.1", "--advertise-address", "127.0.0.1",
 		"--secure-port", fmt.Sprint(k.port), "--cert-dir", filepath.Join(k.dir, "certs"),
@@ -102,10 +137,15 @@ func (k *KubeAPI) Start() {
 		"--service-account-issuer", "https://kubernetes.default.svc", "--service-account-key-file", filepath.Join(k.dir, "sa.pub"),
 		"--service-account-signing-key-file", filepath.Join(k.dir, "sa.key"), "--service-cluster-ip-range", "10.96.0.0/16",
 		"--disable-admission-plugins", "ServiceAccount", "--endpoint-reconciler-type", "none", "--v", "0")
-	log := logFile(k.t, k.dir, "kube-apiserver.log")
+	logName := filepath.Join(k.dir, "kube-apiserver.log")
+	log, err := os.OpenFile(logName, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	defer log.Close()
 	k.api.Stdout, k.api.Stderr = log, log
 	if err := k.api.Start(); err != nil {
-		k.t.Fatal(err)
+		return err
 	}
 	exited := make(chan struct{})
 	k.exited = exited
@@ -118,18 +158,19 @@ func (k *KubeAPI) Start() {
 		if r, err := hc.Do(req); err == nil {
 			r.Body.Close()
 			if r.StatusCode == http.StatusOK {
-				return
+				return nil
 			}
 		}
 		select {
 		case <-exited:
-			b, _ := os.ReadFile(filepath.Join(k.dir, "kube-apiserver.log"))
-			k.t.Fatalf("kube-apiserver exited:\n%s", tail(b, 3000))
+			b, _ := os.ReadFile(logName)
+			return fmt.Errorf("kube-apiserver exited:\n%s", tail(b, 3000))
 		default:
 		}
 		if time.Now().After(deadline) {
-			b, _ := os.ReadFile(filepath.Join(k.dir, "kube-apiserver.log"))
-			k.t.Fatalf("kube-apiserver not ready in 90 s:\n%s", tail(b, 3000))
+			b, _ := os.ReadFile(logName)
+			k.Stop()
+			return fmt.Errorf("kube-apiserver not ready in 90 s:\n%s", tail(b, 3000))
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
@@ -144,22 +185,23 @@ func (k *KubeAPI) Stop() {
 	}
 }
 
-func freePort(t testing.TB) int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+// Close stops kube-apiserver and etcd.
+func (k *KubeAPI) Close() {
+	k.Stop()
+	if k.etcd != nil && k.etcd.Process != nil {
+		k.etcd.Process.Kill()
+		k.etcd.Wait()
+		k.etcd = nil
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
-func logFile(t testing.TB, dir, name string) *os.File {
-	f, err := os.OpenFile(filepath.Join(dir, name), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		t.Fatal(err)
+		return 0, err
 	}
-	t.Cleanup(func() { f.Close() })
-	return f
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 func tail(b []byte, n int) []byte {

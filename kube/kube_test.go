@@ -5,6 +5,8 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -48,12 +50,15 @@ func TestRead(t *testing.T) {
 		{name: "a weight", ann: map[string]string{Weight: "2.5"}, dir: policy.Ingress, want: Wants{Weight: 2.5}, ok: true},
 		{name: "a weight of 0", ann: map[string]string{Weight: "0", EgressBandwidth: "1M"}, dir: policy.Egress, want: Wants{Cap: mbit(1)}, ok: true, problems: []string{"more than 0"}},
 		{name: "a weight that is not a number", ann: map[string]string{Weight: "high"}, dir: policy.Egress, ok: true, problems: []string{"not a number"}},
+		{name: "a priority", ann: map[string]string{Priority: " 0 "}, dir: policy.Egress, want: Wants{Prio: ptr(0)}, ok: true},
+		{name: "a priority of 8", ann: map[string]string{Priority: "8", EgressBandwidth: "1M"}, dir: policy.Egress, want: Wants{Cap: mbit(1)}, ok: true, problems: []string{Priority + `: "8": a prio is a number from 0 (served first) to 7`}},
+		{name: "a priority by name", ann: map[string]string{Priority: "high"}, dir: policy.Egress, ok: true, problems: []string{"a prio is a number"}},
 		{name: "a bad form beside a good", ann: map[string]string{EgressBandwidth: "x", CalicoEgress: "8M"}, dir: policy.Egress, want: Wants{Cap: mbit(8)}, ok: true, problems: []string{"not a quantity"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			w, ok, problems := Read(c.ann, c.dir)
-			if w != c.want || ok != c.ok || len(problems) != len(c.problems) {
+			if !reflect.DeepEqual(w, c.want) || ok != c.ok || len(problems) != len(c.problems) {
 				t.Fatalf("Read = %+v %v %v, want %+v %v %v", w, ok, problems, c.want, c.ok, c.problems)
 			}
 			for i, p := range problems {
@@ -64,6 +69,8 @@ func TestRead(t *testing.T) {
 		})
 	}
 }
+
+func ptr(n int) *int { return &n }
 
 // Which pods are hosts: those with an annotation for the direction and
 // an address, not on the host's network, not finished or going.
@@ -131,10 +138,7 @@ func TestRender(t *testing.T) {
 		t.Errorf("dropped %v", dropped)
 	}
 	// The file loads as the policy's hosts.
-	dir := t.TempDir()
-	os.WriteFile(filepath.Join(dir, "pods.csv"), got, 0o644)
-	file := filepath.Join(dir, "p.yaml")
-	os.WriteFile(file, []byte(`interfaces:
+	pol, dir := loadWithPods(t, got, `interfaces:
   - name: eth0
     egress:
       rate: 10gbit
@@ -143,11 +147,7 @@ func TestRender(t *testing.T) {
         - {name: pods, rate: 5gbit, per_host: {pods: egress, hosts_file: pods.csv}}
         - {name: gold, rate: 1gbit}
         - {name: rest, rate: 1gbit}
-`), 0o644)
-	pol, _, err := policy.Load(file)
-	if err != nil {
-		t.Fatal(err)
-	}
+`)
 	ts := Targets(pol)
 	if len(ts) != 1 || ts[0].File != filepath.Join(dir, "pods.csv") || ts[0].Dir != policy.Egress || strings.Join(ts[0].Classes, ",") != "pods,gold,rest" {
 		t.Errorf("targets %+v", ts)
@@ -243,6 +243,45 @@ func TestWatcherKeepsTheFile(t *testing.T) {
 	}
 }
 
+// A pods file that cannot be written (here its directory is a file;
+// a full disk alike) is written once it can be, with no pod changing.
+func TestWatcherRetriesAFailedWrite(t *testing.T) {
+	client := kubetest.Client(kubetest.Pod("shop", "web", "node-a", map[string]string{EgressBandwidth: "10M"}, "10.1.0.2"))
+	changed := make(chan struct{}, 16)
+	w := New(Config{Client: client, Node: "node-a", Retry: 20 * time.Millisecond, Changed: func() { changed <- struct{}{} }})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := w.Start(ctx, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(t.TempDir(), "pods")
+	if err := os.WriteFile(dir, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(dir, "egress.csv")
+	if err := w.SetTargets([]Target{{File: file, Dir: policy.Egress, Classes: []string{"pods"}}}); err == nil {
+		t.Fatal("SetTargets wrote below a file")
+	}
+	if s := w.Status(); s.Error == "" || s.Writes != 0 {
+		t.Errorf("status %+v, want the error and no write", s)
+	}
+	time.Sleep(100 * time.Millisecond) // a few failed retries
+	if err := os.Remove(dir); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-changed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the file was not written once it could be")
+	}
+	if b, err := os.ReadFile(file); err != nil || string(b) != "name,addresses,rate,ceil,parent\nshop.web,10.1.0.2,,10mbit,\n" {
+		t.Errorf("file %q, %v", b, err)
+	}
+	if s := w.Status(); s.Error != "" || s.Writes != 1 {
+		t.Errorf("status %+v, want one write and no error", s)
+	}
+}
+
 // No API server within the wait: Start says so, and nothing is written.
 func TestWatcherWithoutAPI(t *testing.T) {
 	f := &clienttesting.Fake{}
@@ -274,10 +313,7 @@ func TestRenderWeights(t *testing.T) {
 	if string(got) != want {
 		t.Fatalf("file:\n%s\nwant:\n%s", got, want)
 	}
-	dir := t.TempDir()
-	os.WriteFile(filepath.Join(dir, "pods.csv"), got, 0o644)
-	file := filepath.Join(dir, "p.yaml")
-	os.WriteFile(file, []byte(`interfaces:
+	pol, _ := loadWithPods(t, got, `interfaces:
   - name: eth0
     egress:
       rate: 1gbit
@@ -285,16 +321,72 @@ func TestRenderWeights(t *testing.T) {
       classes:
         - {name: pods, rate: 500mbit, per_host: {pods: egress, hosts_file: pods.csv}}
         - {name: rest, rate: 100mbit}
-`), 0o644)
-	pol, _, err := policy.Load(file)
-	if err != nil {
-		t.Fatal(err)
-	}
+`)
 	var rates []float64
 	for _, e := range pol.Interfaces[0].Egress.Classes[0].PerHost.Entries {
 		rates = append(rates, e.RateBps.BitsFloat()/1e6)
 	}
 	if len(rates) != 3 || rates[0] != 300 || rates[1] != 100 || rates[2] != 50 {
 		t.Errorf("rates %v Mbit/s, want 300, 100 and 50 (100 held at its 50 cap)", rates)
+	}
+}
+
+// loadWithPods loads policyYAML with pods as its pods.csv, both in a
+// new directory, which it returns with the policy.
+func loadWithPods(t *testing.T, pods []byte, policyYAML string) (*policy.Policy, string) {
+	t.Helper()
+	dir := t.TempDir()
+	file := filepath.Join(dir, "p.yaml")
+	for name, data := range map[string][]byte{"pods.csv": pods, "p.yaml": []byte(policyYAML)} {
+		if err := os.WriteFile(filepath.Join(dir, name), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pol, _, err := policy.Load(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pol, dir
+}
+
+// A pod's priority is the file's prio column, written only where a pod
+// has one (other files keep their header), and loads as its host's.
+func TestRenderPrio(t *testing.T) {
+	addr := netip.MustParseAddr
+	plain, _ := Render([]Host{{Name: "a.x", Addrs: []netip.Addr{addr("10.0.0.2")}}}, []string{"pods"})
+	if string(plain) != "name,addresses,rate,ceil,parent\na.x,10.0.0.2,,,\n" {
+		t.Errorf("without priorities:\n%s", plain)
+	}
+	got, _ := Render([]Host{
+		{Name: "a.voice", Addrs: []netip.Addr{addr("10.0.0.2")}, Wants: Wants{Prio: ptr(0)}},
+		{Name: "b.batch", Addrs: []netip.Addr{addr("10.0.0.3")}, Wants: Wants{Prio: ptr(6), Cap: units.FromBits(1e6)}},
+		{Name: "c.plain", Addrs: []netip.Addr{addr("10.0.0.4")}},
+	}, []string{"pods"})
+	want := "name,addresses,rate,ceil,parent,prio\n" +
+		"a.voice,10.0.0.2,,,,0\n" +
+		"b.batch,10.0.0.3,,1mbit,,6\n" +
+		"c.plain,10.0.0.4,,,,\n"
+	if string(got) != want {
+		t.Fatalf("file:\n%s\nwant:\n%s", got, want)
+	}
+	pol, _ := loadWithPods(t, got, `interfaces:
+  - name: eth0
+    egress:
+      rate: 1gbit
+      default: rest
+      classes:
+        - {name: pods, rate: 500mbit, prio: 2, per_host: {pods: egress, hosts_file: pods.csv}}
+        - {name: rest, rate: 100mbit}
+`)
+	var prios []string
+	for _, e := range pol.Interfaces[0].Egress.Classes[0].PerHost.Entries {
+		if e.Prio == nil {
+			prios = append(prios, "-")
+		} else {
+			prios = append(prios, strconv.Itoa(*e.Prio))
+		}
+	}
+	if strings.Join(prios, " ") != "0 6 -" {
+		t.Errorf("prios %v, want 0 6 -", prios)
 	}
 }

@@ -40,6 +40,9 @@ type Config struct {
 	// together (default 20 ms: 1,000 pods created at once are a few
 	// writes, not a thousand).
 	Settle time.Duration
+	// Retry is the first wait before a failed write is tried again
+	// (default 1 s, doubling to 30 s).
+	Retry time.Duration
 }
 
 // Watcher keeps the pods files of a policy's pods classes as the API
@@ -65,6 +68,9 @@ func New(cfg Config) *Watcher {
 	}
 	if cfg.Settle == 0 {
 		cfg.Settle = 20 * time.Millisecond
+	}
+	if cfg.Retry == 0 {
+		cfg.Retry = time.Second
 	}
 	// client-go logs through klog: into the agent's log instead.
 	klog.SetSlogLogger(cfg.Log)
@@ -105,6 +111,9 @@ func (w *Watcher) SetTargets(ts []Target) error {
 	w.targets = slices.Clone(ts)
 	w.mu.Unlock()
 	_, err := w.write()
+	if err != nil {
+		w.poke() // the loop retries it
+	}
 	return err
 }
 
@@ -133,6 +142,9 @@ func cmpErr(err error) error {
 }
 
 func (w *Watcher) loop(ctx context.Context) {
+	// A failed write (a full disk) is retried without waiting for the
+	// next pod change, backing off from a second to half a minute.
+	var retry time.Duration
 	for {
 		select {
 		case <-ctx.Done():
@@ -147,9 +159,12 @@ func (w *Watcher) loop(ctx context.Context) {
 		}
 		changed, err := w.write()
 		if err != nil {
-			w.cfg.Log.Error("kubernetes: writing the pods files failed; retrying at the next change", "err", err.Error())
+			retry = min(max(2*retry, w.cfg.Retry), 30*time.Second)
+			w.cfg.Log.Error("kubernetes: writing the pods files failed", "err", err.Error(), "retry_in", retry.String())
+			time.AfterFunc(retry, w.poke)
 			continue
 		}
+		retry = 0
 		if changed && w.cfg.Changed != nil {
 			w.cfg.Changed()
 		}

@@ -30,6 +30,10 @@ const (
 	// of the file (1 by default): its guarantee, and so its share of
 	// what is spare, `sluice.io/weight: "3"`.
 	Weight = "sluice.io/weight"
+	// Priority is a pod's prio, 0 (served first, and on EDT trees in
+	// the prod queues) to 7, in place of its class's:
+	// `sluice.io/priority: "0"`.
+	Priority = "sluice.io/priority"
 )
 
 // MaxWeight bounds sluice.io/weight: a share a million times another's
@@ -65,6 +69,7 @@ type Wants struct {
 	Cap    units.Rate // 0: none (the pods class's ceil)
 	Class  string     // "": the pods class itself
 	Weight float64    // 0: none (1)
+	Prio   *int       // nil: its class's
 }
 
 // Read reads the annotations of direction dir (policy.Egress: what the
@@ -102,6 +107,15 @@ func Read(ann map[string]string, dir string) (w Wants, ok bool, problems []Probl
 			problems = append(problems, Problem{Weight, v, fmt.Sprintf("a weight is more than 0 and at most %g", MaxWeight)})
 		default:
 			w.Weight = x
+		}
+	}
+	if v, set := ann[Priority]; set {
+		ok = true
+		n, err := strconv.Atoi(strings.TrimSpace(v))
+		if err != nil || n < 0 || n > policy.MaxPrio {
+			problems = append(problems, Problem{Priority, v, fmt.Sprintf("a prio is a number from 0 (served first) to %d", policy.MaxPrio)})
+		} else {
+			w.Prio = &n
 		}
 	}
 	return w, ok, problems

@@ -3,10 +3,12 @@ package kube
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -95,5 +97,52 @@ func TestDeployManifest(t *testing.T) {
 	// use (the one the DaemonSet keeps on the node).
 	if d := filepath.Dir(filepath.Dir(policy.PodsFile(policy.Egress))); d != records.Dir("") {
 		t.Errorf("pods files under %s, records under %s", d, records.Dir(""))
+	}
+}
+
+// The example pods' annotations read as their comments say, with no
+// problem.
+func TestExamplePods(t *testing.T) {
+	b, err := os.ReadFile("../deploy/kubernetes/example-pods.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	type deployment struct {
+		Metadata struct{ Name string }
+		Spec     struct {
+			Template struct {
+				Metadata struct{ Annotations map[string]string }
+			}
+		}
+	}
+	got := map[string]string{}
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	for {
+		var d deployment
+		if err := dec.Decode(&d); errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		for _, dir := range []string{policy.Egress, policy.Ingress} {
+			w, ok, problems := Read(d.Spec.Template.Metadata.Annotations, dir)
+			if len(problems) > 0 {
+				t.Errorf("%s %s: %v", d.Metadata.Name, dir, problems)
+			}
+			prio := "-"
+			if w.Prio != nil {
+				prio = strconv.Itoa(*w.Prio)
+			}
+			got[d.Metadata.Name+" "+dir] = fmt.Sprintf("%v cap %s prio %s weight %g", ok, capText(w.Cap), prio, w.Weight)
+		}
+	}
+	want := map[string]string{
+		"voice-gateway egress":  "true cap 20mbit prio 0 weight 4",
+		"voice-gateway ingress": "true cap 20mbit prio 0 weight 4",
+		"backup egress":         "true cap 200mbit prio 7 weight 0",
+		"backup ingress":        "true cap  prio 7 weight 0", // a host, uncapped, last
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("read %v\nwant %v", got, want)
 	}
 }

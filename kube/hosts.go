@@ -64,7 +64,8 @@ func hostName(ns, pod string) string {
 }
 
 // Render is the pods file that lists hosts (a hosts_file: name,
-// addresses, rate, ceil, parent), sorted by name, so that a changed cap
+// addresses, rate, ceil, parent, and prio where a pod has one), sorted
+// by name, so that a changed cap
 // changes its line in place. Where a pod has a weight, every pod's rate
 // is its weight's part of the pods class (a percentage; 1 for a pod
 // without); otherwise each takes the class's default share. A pod's
@@ -88,7 +89,7 @@ func Render(hosts []Host, classes []string) (file []byte, dropped map[string][]s
 	var rows []row
 	seen := map[netip.Addr]string{}
 	var total float64
-	weighted := false
+	weighted, prios := false, false
 	for _, h := range hosts {
 		r := row{h: h, class: h.Class}
 		for _, a := range h.Addrs {
@@ -109,15 +110,27 @@ func Render(hosts []Host, classes []string) (file []byte, dropped map[string][]s
 		rows = append(rows, r)
 		total += cmp.Or(h.Weight, 1)
 		weighted = weighted || h.Weight > 0
+		prios = prios || h.Prio != nil
 	}
 	var b bytes.Buffer
-	b.WriteString("name,addresses,rate,ceil,parent\n")
+	b.WriteString("name,addresses,rate,ceil,parent")
+	if prios {
+		b.WriteString(",prio") // only where a pod has one: most files never change header
+	}
+	b.WriteByte('\n')
 	for _, r := range rows {
 		rate := ""
 		if weighted {
 			rate = strconv.FormatFloat(100*cmp.Or(r.h.Weight, 1)/total, 'g', 6, 64) + "%"
 		}
-		fmt.Fprintf(&b, "%s,%s,%s,%s,%s\n", r.h.Name, strings.Join(r.addrs, " "), rate, capText(r.h.Cap), r.class)
+		fmt.Fprintf(&b, "%s,%s,%s,%s,%s", r.h.Name, strings.Join(r.addrs, " "), rate, capText(r.h.Cap), r.class)
+		if prios {
+			b.WriteByte(',')
+			if r.h.Prio != nil {
+				b.WriteString(strconv.Itoa(*r.h.Prio))
+			}
+		}
+		b.WriteByte('\n')
 	}
 	return b.Bytes(), dropped
 }

@@ -55,7 +55,7 @@ func (b *builder) bpfHook() *bpf.Hook {
 		cl := b.byName[name]
 		t := bpf.Target{Classid: uint32(id), Counter: b.counterOf(name, id), Policer: policer(cl)}
 		if b.edt != nil {
-			b.pace(&t, name, cl, cl.RateBps, cl.CeilBps, false)
+			b.pace(&t, name, cl, cl.RateBps, cl.CeilBps, false, uint32(cl.Prio))
 		}
 		c.Targets = append(c.Targets, t)
 		targets[name] = i
@@ -166,7 +166,7 @@ func hostKeys(cs []*policy.Class) int {
 // hostTable fills table n with the host classes of per_host class cl.
 func (b *builder) hostTable(c *bpf.Content, cl *policy.Class, n uint32, policer func(*policy.Class) uint16) {
 	ph := cl.PerHost
-	add := func(name string, rate, ceil units.Rate, prefixes ...netip.Prefix) {
+	add := func(name string, rate, ceil units.Rate, prio uint32, prefixes ...netip.Prefix) {
 		var t bpf.Target
 		if r, ok := b.refs[name]; ok {
 			t = bpf.Target{Classid: uint32(tc.MakeHandle(shardMajor(int(r.shard)), r.minor)), Counter: r.counter,
@@ -176,17 +176,17 @@ func (b *builder) hostTable(c *bpf.Content, cl *policy.Class, n uint32, policer 
 			t = bpf.Target{Classid: uint32(id), Counter: b.counterOf(name, id)}
 		}
 		if b.edt != nil {
-			b.pace(&t, name, cl, rate, ceil, true)
+			b.pace(&t, name, cl, rate, ceil, true, prio)
 		}
 		for _, p := range prefixes {
 			c.Hosts[bpf.HostKeyOf(n, p)] = t
 		}
 	}
 	for _, h := range ph.Hosts() {
-		add(hostName(cl, h), ph.RateBps, ph.CeilBps, h)
+		add(hostName(cl, h), ph.RateBps, ph.CeilBps, hostPrio(cl), h)
 	}
 	for _, e := range ph.Entries {
-		add(entryName(cl, e), e.RateBps, e.CeilBps, e.Addrs...)
+		add(entryName(cl, e), e.RateBps, e.CeilBps, entryPrio(e), e.Addrs...)
 	}
 }
 

@@ -182,14 +182,14 @@ func (b *builder) edtControllers(hook *bpf.Hook) {
 		ctl := Controller{Owner: owner, Quantum: sh.Quantum, ApplyAbove: sh.ApplyAbove, Capacity: sh.CapBps, Horizon: t.Horizon}
 		prios := map[bool]bool{}
 		for _, c := range cs {
-			prios[isProd(c, nil)] = true
+			prios[c.Prio == 0] = true
 		}
 		for _, c := range cs {
 			i, ok := target[c.Name]
 			if !ok {
 				continue
 			}
-			prod := len(prios) > 1 && isProd(c, nil)
+			prod := len(prios) > 1 && c.Prio == 0
 			if !prod {
 				hook.Controlled = append(hook.Controlled, i)
 			}

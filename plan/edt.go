@@ -140,7 +140,7 @@ func buildEDT(d *policy.Diag, feats Features, in *policy.Interface, t *policy.Tr
 		for _, cl := range cs {
 			if cl.PerHost != nil {
 				prio := uint32(1)
-				if b.edt.split && isProd(cl, nil) {
+				if b.edt.split && cl.Prio == 0 {
 					prio = 0
 				}
 				hist, _ := b.edt.hists.get(cl.Name)
@@ -213,15 +213,21 @@ func HorizonFor(h time.Duration, limit units.Rate) uint64 {
 	return min(ns, uint64(policy.MaxHorizon))
 }
 
-// kinds reports whether the tree has prod (prio 0) and nonprod leaves.
+// kinds reports whether the tree has prod (prio 0) and nonprod leaves
+// (hosts included: a hosts file's prio column).
 func kinds(cs []*policy.Class) (prod, non bool) {
+	see := func(prio uint32) {
+		prod, non = prod || prio == 0, non || prio != 0
+	}
 	for _, c := range cs {
-		if c.IsLeaf() || c.PerHost != nil {
-			if isProd(c, c.PerHost) {
-				prod = true
-			} else {
-				non = true
+		switch ph := c.PerHost; {
+		case ph != nil:
+			see(hostPrio(c)) // the class's, kept as pods come and go
+			for _, e := range ph.Entries {
+				see(entryPrio(e))
 			}
+		case c.IsLeaf():
+			see(uint32(c.Prio))
 		}
 		p, n := kinds(c.Classes)
 		prod, non = prod || p, non || n
@@ -229,30 +235,19 @@ func kinds(cs []*policy.Class) (prod, non bool) {
 	return prod, non
 }
 
-func isProd(c *policy.Class, ph *policy.PerHost) bool {
-	if ph != nil && ph.Prio != nil {
-		return *ph.Prio == 0
-	}
-	return c.Prio == 0
-}
-
 // pace fills in the EDT part of target t of an aggregate (class cl, or
-// a host of per_host class cl) capped at limit, and records it for show.
-func (b *builder) pace(t *bpf.Target, name string, cl *policy.Class, rate, limit units.Rate, host bool) {
+// a host of per_host class cl) of prio prio capped at limit, and
+// records it for show.
+func (b *builder) pace(t *bpf.Target, name string, cl *policy.Class, rate, limit units.Rate, host bool, prio uint32) {
 	hist, _ := b.edt.hists.get(cl.Name)
 	burst := b.tree.Burst.NS(limit)
 	if cl.Burst != nil && !host {
 		burst = (&policy.Burst{Bytes: cl.Burst.Bytes}).NS(limit)
 	}
-	var ph *policy.PerHost
-	if host {
-		ph = cl.PerHost
-	}
-	prod := b.edt.split && isProd(cl, ph)
+	prod := b.edt.split && prio == 0
 	t.Classid, t.Hist = 0, hist
 	setPace(t, b.tree, burst, rate, limit)
-	t.Prod = 0
-	prio := uint32(1)
+	t.Prod, prio = 0, 1
 	if prod {
 		t.Prod, prio = 1, 0
 	}

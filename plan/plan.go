@@ -496,11 +496,11 @@ func (b *builder) classTree(cs []*policy.Class, parent tc.Handle, leaves *[]tc.O
 		}
 		if c.PerHost != nil {
 			for _, h := range b.hostsOf(c)[b.shard] {
-				b.hostClass(c, h.name, id, h.rate, h.ceil, leaves)
+				b.hostClass(c, h, id, leaves)
 			}
 		}
 		for _, e := range c.Hosts { // hosts_file entries whose parent column names c
-			b.hostClass(e.Owner, entryName(e.Owner, e), id, e.RateBps, e.CeilBps, leaves)
+			b.hostClass(e.Owner, hostItem{entryName(e.Owner, e), e.RateBps, e.CeilBps, entryPrio(e)}, id, leaves)
 		}
 		b.classTree(c.Classes, id, leaves)
 	}
@@ -1009,6 +1009,7 @@ func bitsAt(a netip.Addr, end, n int) uint32 {
 type hostItem struct {
 	name       string
 	rate, ceil units.Rate
+	prio       uint32
 }
 
 // hostsOf lists per_host class c's hosts by shard (all in shard 0 when
@@ -1039,11 +1040,11 @@ func (b *builder) hostsOf(c *policy.Class) [][]hostItem {
 	}
 	ph := c.PerHost
 	for _, h := range ph.Hosts() {
-		put(hostItem{hostName(c, h), ph.RateBps, ph.CeilBps})
+		put(hostItem{hostName(c, h), ph.RateBps, ph.CeilBps, hostPrio(c)})
 	}
 	for _, e := range ph.Entries {
 		if e.ParentCls == c {
-			put(hostItem{entryName(c, e), e.RateBps, e.CeilBps})
+			put(hostItem{entryName(c, e), e.RateBps, e.CeilBps, entryPrio(e)})
 		}
 	}
 	if b.hostLists == nil {
@@ -1053,18 +1054,15 @@ func (b *builder) hostsOf(c *policy.Class) [][]hostItem {
 	return hs
 }
 
-// hostClass emits one host's class (of per_host class owner) below
+// hostClass emits host h's class (of per_host class owner) below
 // parent, with its leaf.
-func (b *builder) hostClass(owner *policy.Class, name string, parent tc.Handle, rate, ceil units.Rate, leaves *[]tc.Object) {
+func (b *builder) hostClass(owner *policy.Class, h hostItem, parent tc.Handle, leaves *[]tc.Object) {
+	name, rate, ceil, prio := h.name, h.rate, h.ceil, h.prio
 	r, sharded := b.refs[name]
 	if sharded && int(r.shard) != b.shard {
 		return // the host lives in another shard
 	}
 	ph := owner.PerHost
-	prio := uint32(owner.Prio)
-	if ph.Prio != nil {
-		prio = uint32(*ph.Prio)
-	}
 	id, counter := tc.MakeHandle(shardMajor(int(r.shard)), r.minor), r.counter
 	if !sharded {
 		id, counter = b.classID(name), b.counter(name)

@@ -1,6 +1,7 @@
 package plan
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -34,6 +35,48 @@ func TestPodsClassWithoutPods(t *testing.T) {
 		}
 		if len(pl.Devices) != 1 || len(pl.Devices[0].Objects) == 0 {
 			t.Fatalf("%q: %d devices", tree, len(pl.Devices))
+		}
+	}
+}
+
+// A hosts file's prio column (a pod's sluice.io/priority) is its host's
+// prio: the HTB class's on an HTB tree, prod or not on an EDT tree;
+// a host without one takes its class's.
+func TestHostsPrioColumn(t *testing.T) {
+	for _, tree := range []string{"", "classifier: bpf", "backend: edt"} {
+		dir := t.TempDir()
+		file := filepath.Join(dir, "p.yaml")
+		os.WriteFile(filepath.Join(dir, "hosts.csv"), []byte("name,addresses,rate,ceil,prio\na,10.0.0.2,,,0\nb,10.0.0.3,,,\nc,10.0.0.4,,,5\n"), 0o644)
+		os.WriteFile(file, []byte(`interfaces:
+  - name: eth0
+    egress:
+      rate: 1gbit
+      `+tree+`
+      default: rest
+      classes:
+        - {name: subs, rate: 500mbit, prio: 3, per_host: {by: dst, hosts_file: hosts.csv}}
+        - {name: rest, rate: 100mbit, prio: 3}
+`), 0o644)
+		p, _, err := policy.Load(file)
+		if err != nil {
+			t.Fatalf("%q: %v", tree, err)
+		}
+		pl, err := Build(p, Everything, nil)
+		if err != nil {
+			t.Fatalf("%q: %v", tree, err)
+		}
+		want := map[string]uint32{"subs/a": 0, "subs/b": 3, "subs/c": 5}
+		if tree == "backend: edt" {
+			want = map[string]uint32{"subs/a": 0, "subs/b": 1, "subs/c": 1} // prod or not
+		}
+		got := map[string]uint32{}
+		for _, c := range pl.Devices[0].Classes {
+			if _, ok := want[c.Name]; ok {
+				got[c.Name] = c.Prio
+			}
+		}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("%q: prios %v, want %v", tree, got, want)
 		}
 	}
 }

@@ -160,13 +160,12 @@ func (b *builder) shareGroup(owner *policy.Class, cs []*policy.Class, turn uint3
 	}
 	if owner != nil {
 		if ph := owner.PerHost; ph != nil {
-			prio := hostPrio(owner)
 			for _, h := range b.hostsOf(owner)[b.shard] {
-				sibs = append(sibs, sibling{name: h.name, rate: h.rate, weight: float64(h.rate), prio: prio, leaf: b.leafKind(ph.Leaf), bounded: h.ceil <= h.rate})
+				sibs = append(sibs, sibling{name: h.name, rate: h.rate, weight: float64(h.rate), prio: h.prio, leaf: b.leafKind(ph.Leaf), bounded: h.ceil <= h.rate})
 			}
 		}
 		for _, e := range owner.Hosts {
-			sibs = append(sibs, sibling{name: entryName(e.Owner, e), rate: e.RateBps, weight: float64(e.RateBps), prio: hostPrio(e.Owner),
+			sibs = append(sibs, sibling{name: entryName(e.Owner, e), rate: e.RateBps, weight: float64(e.RateBps), prio: entryPrio(e),
 				leaf: b.leafKind(e.Owner.PerHost.Leaf), bounded: e.CeilBps <= e.RateBps})
 		}
 	}
@@ -233,4 +232,13 @@ func hostPrio(c *policy.Class) uint32 {
 		return uint32(*ph.Prio)
 	}
 	return uint32(c.Prio)
+}
+
+// entryPrio is the prio of hosts_file entry e: its prio column's, else
+// its per_host class's hosts'.
+func entryPrio(e *policy.HostEntry) uint32 {
+	if e.Prio != nil {
+		return uint32(*e.Prio)
+	}
+	return hostPrio(e.Owner)
 }

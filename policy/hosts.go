@@ -4,17 +4,19 @@ import (
 	"bytes"
 	"encoding/csv"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"net/netip"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"sluice/safefile"
 )
 
 // hostsFile reads a per_host hosts_file: a CSV whose header is
-// name,addresses,rate,ceil with an optional parent column. Addresses are
+// name,addresses,rate,ceil with optional parent and prio columns. Addresses are
 // separated by spaces: IPv4 and IPv6 addresses and CIDRs. Problems are
 // reported at the CSV's own line and column.
 func (p *parser) hostsFile(ph *PerHost, what string) []*HostEntry {
@@ -42,7 +44,7 @@ func (p *parser) hostsFile(ph *PerHost, what string) []*HostEntry {
 func (p *parser) hostsCSV(file string, data []byte, mayBeEmpty bool) []*HostEntry {
 	// Spreadsheets save CSV with a byte order mark; it is not part of
 	// the header.
-	data = bytes.TrimPrefix(data, []byte("\xef\xbb\xbf"))
+	data = bytes.TrimPrefix(data, []byte(bom))
 	r := csv.NewReader(bytes.NewReader(data))
 	r.ReuseRecord = true
 	r.FieldsPerRecord = -1
@@ -58,19 +60,13 @@ func (p *parser) hostsCSV(file string, data []byte, mayBeEmpty bool) []*HostEntr
 		if errors.As(err, &pe) {
 			line, col = pe.Line, max(pe.Column, 1)
 		}
-		errAt(line, col, "hosts file: %v; expected the header name,addresses,rate,ceil[,parent]", csvErr(err))
+		errAt(line, col, "hosts file: %v; expected the header %s", csvErr(err), hostsHeaderText)
 		return nil
 	}
-	want := []string{"name", "addresses", "rate", "ceil"}
-	if len(header) < 4 || len(header) > 5 || (len(header) == 5 && strings.TrimSpace(header[4]) != "parent") {
-		errAt(1, 1, "hosts file: header %q: expected name,addresses,rate,ceil and optionally parent", strings.Join(header, ","))
+	cols, herr := hostsHeader(header)
+	if herr != "" {
+		errAt(1, 1, "hosts file: %s", herr)
 		return nil
-	}
-	for i, h := range want {
-		if strings.TrimSpace(header[i]) != h {
-			errAt(1, 1, "hosts file: column %d of the header is %q, expected %q (header: name,addresses,rate,ceil[,parent])", i+1, header[i], h)
-			return nil
-		}
 	}
 	// Sized for one host per line; a rate's text is parsed once per
 	// file (10,000 hosts tend to share a few plans).
@@ -99,7 +95,7 @@ func (p *parser) hostsCSV(file string, data []byte, mayBeEmpty bool) []*HostEntr
 			errAt(line, 1, "hosts file: %d fields, the header has %d", len(rec), len(header))
 			continue
 		}
-		e := hostRecord(rec, file, line, col, names, addrs, rates, errAt)
+		e := hostRecord(rec, cols, file, line, col, names, addrs, rates, errAt)
 		if e == nil {
 			continue
 		}
@@ -111,11 +107,53 @@ func (p *parser) hostsCSV(file string, data []byte, mayBeEmpty bool) []*HostEntr
 	return out
 }
 
+// bom is the UTF-8 byte order mark.
+const bom = "\xef\xbb\xbf"
+
+// hostsHeaderText is the header a hosts file may have.
+const hostsHeaderText = "name,addresses,rate,ceil[,parent][,prio]"
+
+// hostsColumns says where a hosts file's optional columns are (-1:
+// absent).
+type hostsColumns struct{ parent, prio int }
+
+// hostsHeader reads a hosts file's header: the four columns every file
+// has, then parent and prio, each at most once, in either order. It
+// returns why not where it is not such a header.
+func hostsHeader(header []string) (hostsColumns, string) {
+	cols := hostsColumns{parent: -1, prio: -1}
+	want := []string{"name", "addresses", "rate", "ceil"}
+	if len(header) < len(want) {
+		return cols, fmt.Sprintf("header %q: expected %s", strings.Join(header, ","), hostsHeaderText)
+	}
+	for i, h := range want {
+		if strings.TrimSpace(header[i]) != h {
+			return cols, fmt.Sprintf("column %d of the header is %q, expected %q (header: %s)", i+1, header[i], h, hostsHeaderText)
+		}
+	}
+	for i := len(want); i < len(header); i++ {
+		var at *int
+		switch strings.TrimSpace(header[i]) {
+		case "parent":
+			at = &cols.parent
+		case "prio":
+			at = &cols.prio
+		default:
+			return cols, fmt.Sprintf("column %d of the header is %q: the optional columns are parent and prio (header: %s)", i+1, header[i], hostsHeaderText)
+		}
+		if *at >= 0 {
+			return cols, fmt.Sprintf("column %d of the header repeats %q", i+1, header[i])
+		}
+		*at = i
+	}
+	return cols, ""
+}
+
 // hostRecord parses one record of hosts file file (at line; col gives
-// each field's column) into an entry, or reports why not and returns
-// nil. names and addrs, where given, hold the lines of the names and
+// each field's column; cols where the optional ones are) into an entry,
+// or reports why not and returns nil. names and addrs, where given, hold the lines of the names and
 // addresses seen so far, to refuse repeats; rates caches parsed rates.
-func hostRecord(rec []string, file string, line int, col func(int) int, names map[string]int, addrs map[netip.Prefix]int,
+func hostRecord(rec []string, cols hostsColumns, file string, line int, col func(int) int, names map[string]int, addrs map[netip.Prefix]int,
 	rates map[string]*Rate, errAt func(line, col int, format string, args ...any)) *HostEntry {
 	e := &HostEntry{Name: strings.TrimSpace(rec[0]), File: file, Line: line}
 	switch {
@@ -176,8 +214,18 @@ func hostRecord(rec []string, file string, line int, col func(int) int, names ma
 	if e.Ceil, ok = rate(3, "ceil"); !ok {
 		return nil
 	}
-	if len(rec) == 5 {
-		e.Parent = strings.TrimSpace(rec[4])
+	if cols.parent >= 0 {
+		e.Parent = strings.TrimSpace(rec[cols.parent])
+	}
+	if i := cols.prio; i >= 0 {
+		if s := strings.TrimSpace(rec[i]); s != "" {
+			n, err := strconv.Atoi(s)
+			if err != nil || n < 0 || n > MaxPrio {
+				errAt(line, col(i), "hosts file: host %s: prio %q: a number from 0 (served first) to %d", e.Name, s, MaxPrio)
+				return nil
+			}
+			e.Prio = &n
+		}
 	}
 	return e
 }

@@ -126,6 +126,49 @@ func TestHostsFileEdgeCases(t *testing.T) {
 	}
 }
 
+// The header's optional columns, parent and prio, come in either order,
+// each once; a prio is 0 to 7 or empty (the per_host's).
+func TestHostsFilePrioColumn(t *testing.T) {
+	for _, c := range []struct {
+		name, csv string
+		prios     []int // -1: none
+		err       string
+	}{
+		{"prio", "name,addresses,rate,ceil,prio\na,10.1.0.1,,,0\nb,10.1.0.2,,,\nc,10.1.0.3,,,7\n", []int{0, -1, 7}, ""},
+		{"both, prio first", "name,addresses,rate,ceil,prio,parent\na,10.1.0.1,,,2,gold\n", []int{2}, ""},
+		{"both, parent first", "name,addresses,rate,ceil,parent,prio\na,10.1.0.1,,,gold,2\n", []int{2}, ""},
+		{"prio too high", "name,addresses,rate,ceil,prio\na,10.1.0.1,,,8\n", nil, `hosts.csv:2:14: hosts file: host a: prio "8": a number from 0 (served first) to 7`},
+		{"prio not a number", "name,addresses,rate,ceil,prio\na,10.1.0.1,,,high\n", nil, `prio "high"`},
+		{"unknown column", "name,addresses,rate,ceil,weight\na,10.1.0.1,,,1\n", nil, `hosts.csv:1:1: hosts file: column 5 of the header is "weight": the optional columns are parent and prio`},
+		{"repeated column", "name,addresses,rate,ceil,prio,prio\na,10.1.0.1,,,1,1\n", nil, `column 6 of the header repeats "prio"`},
+		{"short header", "name,addresses,rate\na,10.1.0.1,\n", nil, `expected name,addresses,rate,ceil[,parent][,prio]`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			p, _, err := loadWithHosts(t, c.csv, "", "        - {name: gold, rate: 100mbit}\n")
+			if c.err != "" {
+				if err == nil || !strings.Contains(err.Error(), c.err) {
+					t.Fatalf("err %v, want %q", err, c.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []int
+			for _, e := range p.Interfaces[0].Egress.Classes[0].PerHost.Entries {
+				if e.Prio == nil {
+					got = append(got, -1)
+				} else {
+					got = append(got, *e.Prio)
+				}
+			}
+			if fmt.Sprint(got) != fmt.Sprint(c.prios) {
+				t.Errorf("prios %v, want %v", got, c.prios)
+			}
+		})
+	}
+}
+
 // How many host classes a tree holds is known, and checked, at validate.
 func TestHostCountsAtValidate(t *testing.T) {
 	many := func(n int) string {

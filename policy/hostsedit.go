@@ -34,7 +34,7 @@ func (e HostEdit) Apply() {
 // hosts again takes tens of milliseconds.
 //
 // ok is false for anything else (lines added, removed or moved; a name,
-// address or parent column changed; a comment, blank line or quote in
+// address, parent or prio column changed; a comment, blank line or quote in
 // the edit; more than MaxHostEdits lines), which needs a full Load. A
 // changed line that Load would refuse is an error, reported as Load
 // reports it. p is not changed: Apply each edit.
@@ -50,7 +50,17 @@ func (p *Policy) EditHosts(file string, old, data []byte) (edits []HostEdit, ok 
 	if len(oldLines) != len(newLines) || first < 2 {
 		return nil, false, nil
 	}
-	header := bytes.Count(firstLine(data), []byte{','}) + 1
+	hr := csv.NewReader(bytes.NewReader(bytes.TrimPrefix(firstLine(data), []byte(bom))))
+	hr.TrimLeadingSpace = true
+	hrec, herr := hr.Read()
+	if herr != nil {
+		return nil, false, nil
+	}
+	cols, bad := hostsHeader(hrec)
+	if bad != "" {
+		return nil, false, nil // Load says what is wrong
+	}
+	header := len(hrec)
 	d := &Diag{File: file}
 	errAt := func(line, col int, format string, args ...any) { d.ErrorIn(file, Pos{line, col}, format, args...) }
 	rates := map[string]*Rate{}
@@ -74,7 +84,7 @@ func (p *Policy) EditHosts(file string, old, data []byte) (edits []HostEdit, ok 
 			continue
 		}
 		col := func(i int) int { _, c := r.FieldPos(i); return c }
-		e := hostRecord(rec, file, line, col, nil, nil, rates, errAt)
+		e := hostRecord(rec, cols, file, line, col, nil, nil, rates, errAt)
 		if e == nil {
 			continue
 		}
@@ -88,7 +98,7 @@ func (p *Policy) EditHosts(file string, old, data []byte) (edits []HostEdit, ok 
 				return ph.scaled(r.Bps)
 			}
 			was := ph.entryAt(line)
-			if was == nil || was.Name != e.Name || was.Parent != e.Parent || !slices.Equal(was.Addrs, e.Addrs) {
+			if was == nil || was.Name != e.Name || was.Parent != e.Parent || !slices.Equal(was.Addrs, e.Addrs) || !sameInt(was.Prio, e.Prio) {
 				return nil, false, nil
 			}
 			if was.ParentCls != was.Owner {
@@ -125,6 +135,8 @@ func (p *Policy) EditHosts(file string, old, data []byte) (edits []HostEdit, ok 
 }
 
 func sameRate(a, b *Rate) bool { return a == b || a != nil && b != nil && *a == *b }
+
+func sameInt(a, b *int) bool { return a == b || a != nil && b != nil && *a == *b }
 
 // hostsFileOwners lists the per_host classes whose hosts come from
 // file (a path as Files gives it).

@@ -193,3 +193,27 @@ func TestSourceIsWhatWasRead(t *testing.T) {
 		t.Errorf("Files() = %v, want the policy and %s", files, hf)
 	}
 }
+
+// A hosts file with a prio column: a rate edit is taken in place, a
+// prio edit needs a full load (a host's class changes its prio).
+func TestEditHostsPrioColumn(t *testing.T) {
+	const base = "name,addresses,rate,ceil,prio,parent\na,10.0.0.1,1mbit,10mbit,0,\nb,10.0.0.2,1mbit,10mbit,,\n"
+	for _, c := range []struct {
+		name, after string
+		ok          bool
+		edits       int
+	}{
+		{"a rate", strings.Replace(base, "a,10.0.0.1,1mbit", "a,10.0.0.1,2mbit", 1), true, 1},
+		{"a prio", strings.Replace(base, "10mbit,0,", "10mbit,3,", 1), false, 0},
+		{"a prio set", strings.Replace(base, "b,10.0.0.2,1mbit,10mbit,,", "b,10.0.0.2,1mbit,10mbit,2,", 1), false, 0},
+		{"the same prio", strings.Replace(base, "10mbit,0,", "10mbit, 0,", 1), true, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			p, hf := loadEdit(t, base)
+			edits, ok, err := p.EditHosts(hf, []byte(base), []byte(c.after))
+			if err != nil || ok != c.ok || len(edits) != 2*c.edits {
+				t.Fatalf("ok %v (want %v), %d edits (want %d), err %v", ok, c.ok, len(edits), 2*c.edits, err)
+			}
+		})
+	}
+}

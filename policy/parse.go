@@ -498,7 +498,7 @@ func (p *parser) class(n *yaml.Node) *Class {
 		"name":    func(*yaml.Node) {},
 		"rate":    func(v *yaml.Node) { c.Rate = p.rate(v, label()+": rate") },
 		"ceil":    func(v *yaml.Node) { c.Ceil = p.rate(v, label()+": ceil") },
-		"prio":    func(v *yaml.Node) { c.Prio, _ = p.intIn(v, label()+": prio", 0, 7); c.PrioPos = pos(v) },
+		"prio":    func(v *yaml.Node) { c.Prio, _ = p.intIn(v, label()+": prio", 0, MaxPrio); c.PrioPos = pos(v) },
 		"burst":   func(v *yaml.Node) { c.Burst = p.size(v, label()+": burst") },
 		"cburst":  func(v *yaml.Node) { c.Cburst = p.size(v, label()+": cburst") },
 		"quantum": func(v *yaml.Node) { c.Quantum = p.size(v, label()+": quantum") },
@@ -553,7 +553,7 @@ func (p *parser) perHost(n *yaml.Node, label string) *PerHost {
 		"rate": func(v *yaml.Node) { ph.Rate = p.rate(v, what+".rate") },
 		"ceil": func(v *yaml.Node) { ph.Ceil = p.rate(v, what+".ceil") },
 		"prio": func(v *yaml.Node) {
-			if x, ok := p.intIn(v, what+".prio", 0, 7); ok {
+			if x, ok := p.intIn(v, what+".prio", 0, MaxPrio); ok {
 				ph.Prio = &x
 			}
 		},

@@ -123,6 +123,10 @@ type Tree struct {
 	ClassCount, Hosts int
 }
 
+// MaxPrio is the highest (last served) prio of a class or host: HTB
+// has eight.
+const MaxPrio = 7
+
 // Class is a node of the tree. It is a leaf unless it has Classes or
 // PerHost children.
 type Class struct {
@@ -316,6 +320,7 @@ type HostEntry struct {
 	Rate      *Rate
 	Ceil      *Rate
 	Parent    string // a class of the tree to hang the host's class below
+	Prio      *int   // the prio column: nil takes the per_host's
 	File      string
 	Line      int
 	RateBps   units.Rate

@@ -105,6 +105,59 @@ func TestKubernetesPodsShaped(t *testing.T) {
 	if st := a.Status(false); st.Kubernetes == nil || st.Kubernetes.Node != "node-a" || st.Kubernetes.Pods != 1 {
 		t.Errorf("status: %+v", st.Kubernetes)
 	}
+
+	// A priority: the pod's HTB class takes it, as tc reads it back.
+	if got := classPrio(t, p.A, p.DevA, "pods/shop.web"); got != "0" {
+		t.Fatalf("before sluice.io/priority: prio %s, want the class's 0", got)
+	}
+	web, err = pods.Get(ctx, "web", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	web.Annotations[kube.Priority] = "5"
+	if _, err := pods.Update(ctx, web, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for classPrio(t, p.A, p.DevA, "pods/shop.web") != "5" {
+		if time.Now().After(deadline) {
+			t.Fatalf("sluice.io/priority 5 not in the kernel within 5 s: prio %s", classPrio(t, p.A, p.DevA, "pods/shop.web"))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if m := podCeils(t, p.A); m["pods/shop.web"] != 10 {
+		t.Errorf("after the priority: %v, want the 10 Mbit/s cap kept", m)
+	}
+}
+
+// classPrio is the prio tc reads back of sluice's class name on dev of
+// namespace ns (its id from show).
+func classPrio(t *testing.T, ns, dev, name string) string {
+	t.Helper()
+	var sample struct {
+		Trees []struct {
+			Classes []struct{ Name, ID string } `json:"classes"`
+		} `json:"trees"`
+	}
+	if err := json.Unmarshal([]byte(must(t, "--netns", ns, "show", "--json", "--local", "--interval", "0")), &sample); err != nil {
+		t.Fatal(err)
+	}
+	for _, tr := range sample.Trees {
+		for _, c := range tr.Classes {
+			if c.Name != name {
+				continue
+			}
+			f := strings.Fields(testutil.NS(t, ns, "tc", "class", "show", "dev", dev, "classid", c.ID))
+			for i := 0; i+1 < len(f); i++ {
+				if f[i] == "prio" {
+					return f[i+1]
+				}
+			}
+			t.Fatalf("tc shows no prio for class %s (%s): %v", name, c.ID, f)
+		}
+	}
+	t.Fatalf("no class %s", name)
+	return ""
 }
 
 // podCeils reads the pods' classes of namespace ns from the kernel (show

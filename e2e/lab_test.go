@@ -664,7 +664,7 @@ expect:
 // only for a qdisc the kernel lacks (and in the stock-kernel lane, which
 // has them all, none is).
 func TestCCMatrixFillsEveryRow(t *testing.T) {
-	testutil.RequireRoot(t)
+	slowLink(t) // 10 Mbit/s
 	dir := t.TempDir()
 	name := strings.TrimPrefix(testutil.Unique("cc"), testutil.Prefix)
 	r := sluice(t, "lab", "run", "cc-matrix", "--out", dir, "--name", name)
@@ -1059,7 +1059,7 @@ func TestEmulatedAloneExcuse(t *testing.T) {
 // it (20 -> 5 -> 20 Mbit/s, unshaped), the report says the rate of each
 // phase, and the next variant starts from the topology's rate again.
 func TestModemRateChangesByPhase(t *testing.T) {
-	testutil.RequireRoot(t)
+	slowLink(t)
 	src := `name: variable
 topology:
   clients: 1

@@ -66,7 +66,7 @@ func TestLinkLayerApply(t *testing.T) {
 // bytes the modem's buffer fills (ping's median over 100 ms); counting
 // cells (linklayer atm, overhead 26) it never queues, both ways.
 func TestLinkLayerATM(t *testing.T) {
-	testutil.RequireRoot(t)
+	slowLink(t)
 	dir := t.TempDir()
 	r := sluice(t, "lab", "run", "dsl", "--out", dir, "--name", strings.TrimPrefix(testutil.Unique("dsl"), testutil.Prefix))
 	if r.code != 0 {

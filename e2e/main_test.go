@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"sluice/testutil"
@@ -71,10 +72,26 @@ func runSluice(t *testing.T, binary string, env []string, args ...string) result
 	return r
 }
 
-var stateDirs = map[string]string{}
+// slowLink marks a test whose traffic is a slow link's (an ADSL line,
+// 10 to 40 Mbit/s): it waits on the clock, not the CPU, so it runs
+// beside others of its kind. Go runs such tests together after the rest
+// of the package, up to -parallel at once (make test-host: 3).
+func slowLink(t *testing.T) {
+	testutil.RequireRoot(t)
+	t.Parallel()
+}
+
+// stateDirs holds each top-level test's state directory (tests that
+// run in parallel ask at once).
+var (
+	stateDirsMu sync.Mutex
+	stateDirs   = map[string]string{}
+)
 
 func stateDir(t *testing.T) string {
 	name := strings.Split(t.Name(), "/")[0]
+	stateDirsMu.Lock()
+	defer stateDirsMu.Unlock()
 	if d, ok := stateDirs[name]; ok {
 		return d
 	}

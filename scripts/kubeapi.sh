@@ -10,9 +10,15 @@ set -euo pipefail
 cd "$(dirname "$0")/../testutil/kubeapi"
 k8s=$(go list -m -f '{{.Version}}' k8s.io/kubernetes)
 etcd=$(go list -m -f '{{.Version}}' go.etcd.io/etcd/server/v3)
-dir="${SLUICE_KUBEAPI_CACHE:-$HOME/.cache/sluice/kubeapi}/$k8s-etcd$etcd"
+cache="${SLUICE_KUBEAPI_CACHE:-$HOME/.cache/sluice/kubeapi}"
+dir="$cache/$k8s-etcd$etcd"
+# One build at a time: CI starts one in the background (.ci/run), and
+# `make test-kubernetes` waits for it rather than building beside it.
+mkdir -p "$cache"
+exec 9>"$cache/.lock"
+flock 9
 if [[ ! -x "$dir/kube-apiserver" || ! -x "$dir/etcd" ]]; then
-	mkdir -p "$dir.tmp"
+	rm -rf "$dir.tmp" && mkdir -p "$dir.tmp"
 	echo "kubeapi: building kube-apiserver $k8s and etcd $etcd (minutes, once)" >&2
 	go build -o "$dir.tmp/kube-apiserver" k8s.io/kubernetes/cmd/kube-apiserver
 	go build -o "$dir.tmp/etcd" go.etcd.io/etcd/server/v3

@@ -1,12 +1,14 @@
 package agent
 
 import (
+	"bytes"
 	"compress/gzip"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	dto "github.com/prometheus/client_model/go"
@@ -94,8 +96,44 @@ func TestScrapeMatchesPromhttp(t *testing.T) {
 	}
 	first, _ := ours.classes(scrapeKey{expfmt.Negotiate(http.Header{}), false})
 	again, _ := ours.classes(scrapeKey{expfmt.Negotiate(http.Header{}), false})
-	if len(first) == 0 || &first[0] != &again[0] {
+	if len(first.b) == 0 || first != again {
 		t.Error("a second scrape of one reading encoded the classes again")
+	}
+}
+
+// A body a response is still writing is never written over; once the
+// last response releases it, after a newer reading replaced it, its
+// buffer takes the next reading's body, which reads as a fresh one.
+func TestScrapeBodiesReused(t *testing.T) {
+	a := fakeAgent(50, true)
+	s := newScrapes(a.metrics, 2)
+	newReading := func() {
+		a.mu.Lock()
+		a.sample = &stats.Sample{At: time.Now(), Trees: a.sample.Trees}
+		a.mu.Unlock()
+	}
+	for _, zip := range []bool{false, true} {
+		k := scrapeKey{expfmt.Negotiate(http.Header{}), zip}
+		held, _ := s.classes(k) // a response in flight
+		was, at := string(held.b), &held.b[0]
+		newReading()
+		next, _ := s.classes(k)
+		if string(held.b) != was || &next.b[0] == at {
+			t.Fatalf("gzip %v: a new reading wrote into a body still being written", zip)
+		}
+		at2 := &next.b[0]
+		s.release(k, next)
+		s.release(k, held) // the last one out: its buffer may be kept
+		newReading()
+		third, _ := s.classes(k)
+		if p := &third.b[0]; p != at && p != at2 {
+			t.Errorf("gzip %v: neither released buffer was reused", zip)
+		}
+		fresh, _ := newScrapes(a.metrics, 2).classes(k)
+		if !bytes.Equal(third.b, fresh.b) {
+			t.Errorf("gzip %v: a body in a reused buffer differs from a fresh one", zip)
+		}
+		s.release(k, third)
 	}
 }
 

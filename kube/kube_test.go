@@ -306,10 +306,24 @@ func TestRenderWeights(t *testing.T) {
 		{Name: "b.plain", Addrs: []netip.Addr{addr("10.0.0.3")}},
 		{Name: "c.capped", Addrs: []netip.Addr{addr("10.0.0.4")}, Wants: Wants{Weight: 1, Cap: units.FromBits(50e6)}},
 	}, []string{"pods"})
-	want := "name,addresses,rate,ceil,parent\n" +
-		"a.heavy,10.0.0.2,60%,,\n" +
-		"b.plain,10.0.0.3,20%,,\n" +
-		"c.capped,10.0.0.4,20%,50mbit,\n"
+	entries := fileLoads(t, got, "name,addresses,rate,ceil,parent\n"+
+		"a.heavy,10.0.0.2,60%,,\n"+
+		"b.plain,10.0.0.3,20%,,\n"+
+		"c.capped,10.0.0.4,20%,50mbit,\n", "")
+	var rates []float64
+	for _, e := range entries {
+		rates = append(rates, e.RateBps.BitsFloat()/1e6)
+	}
+	if len(rates) != 3 || rates[0] != 300 || rates[1] != 100 || rates[2] != 50 {
+		t.Errorf("rates %v Mbit/s, want 300, 100 and 50 (100 held at its 50 cap)", rates)
+	}
+}
+
+// fileLoads fails the test unless got is want, then loads it as the
+// hosts of a pods class (with extra keys, e.g. "prio: 2, ") of a 1gbit
+// tree and returns them.
+func fileLoads(t *testing.T, got []byte, want, extra string) []*policy.HostEntry {
+	t.Helper()
 	if string(got) != want {
 		t.Fatalf("file:\n%s\nwant:\n%s", got, want)
 	}
@@ -319,16 +333,10 @@ func TestRenderWeights(t *testing.T) {
       rate: 1gbit
       default: rest
       classes:
-        - {name: pods, rate: 500mbit, per_host: {pods: egress, hosts_file: pods.csv}}
+        - {name: pods, rate: 500mbit, `+extra+`per_host: {pods: egress, hosts_file: pods.csv}}
         - {name: rest, rate: 100mbit}
 `)
-	var rates []float64
-	for _, e := range pol.Interfaces[0].Egress.Classes[0].PerHost.Entries {
-		rates = append(rates, e.RateBps.BitsFloat()/1e6)
-	}
-	if len(rates) != 3 || rates[0] != 300 || rates[1] != 100 || rates[2] != 50 {
-		t.Errorf("rates %v Mbit/s, want 300, 100 and 50 (100 held at its 50 cap)", rates)
-	}
+	return pol.Interfaces[0].Egress.Classes[0].PerHost.Entries
 }
 
 // loadWithPods loads policyYAML with pods as its pods.csv, both in a
@@ -362,24 +370,12 @@ func TestRenderPrio(t *testing.T) {
 		{Name: "b.batch", Addrs: []netip.Addr{addr("10.0.0.3")}, Wants: Wants{Prio: ptr(6), Cap: units.FromBits(1e6)}},
 		{Name: "c.plain", Addrs: []netip.Addr{addr("10.0.0.4")}},
 	}, []string{"pods"})
-	want := "name,addresses,rate,ceil,parent,prio\n" +
-		"a.voice,10.0.0.2,,,,0\n" +
-		"b.batch,10.0.0.3,,1mbit,,6\n" +
-		"c.plain,10.0.0.4,,,,\n"
-	if string(got) != want {
-		t.Fatalf("file:\n%s\nwant:\n%s", got, want)
-	}
-	pol, _ := loadWithPods(t, got, `interfaces:
-  - name: eth0
-    egress:
-      rate: 1gbit
-      default: rest
-      classes:
-        - {name: pods, rate: 500mbit, prio: 2, per_host: {pods: egress, hosts_file: pods.csv}}
-        - {name: rest, rate: 100mbit}
-`)
+	entries := fileLoads(t, got, "name,addresses,rate,ceil,parent,prio\n"+
+		"a.voice,10.0.0.2,,,,0\n"+
+		"b.batch,10.0.0.3,,1mbit,,6\n"+
+		"c.plain,10.0.0.4,,,,\n", "prio: 2, ")
 	var prios []string
-	for _, e := range pol.Interfaces[0].Egress.Classes[0].PerHost.Entries {
+	for _, e := range entries {
 		if e.Prio == nil {
 			prios = append(prios, "-")
 		} else {

@@ -244,14 +244,14 @@ func (b *builder) pace(t *bpf.Target, name string, cl *policy.Class, rate, limit
 	if cl.Burst != nil && !host {
 		burst = (&policy.Burst{Bytes: cl.Burst.Bytes}).NS(limit)
 	}
-	prod := b.edt.split && prio == 0
 	t.Classid, t.Hist = 0, hist
 	setPace(t, b.tree, burst, rate, limit)
-	t.Prod, prio = 0, 1
-	if prod {
-		t.Prod, prio = 1, 0
+	shown := uint32(1) // show's prio: 0 prod, 1 nonprod
+	t.Prod = 0
+	if b.edt.split && prio == 0 {
+		t.Prod, shown = 1, 0
 	}
-	b.dev.Classes = append(b.dev.Classes, ClassInfo{Name: name, Rate: rate, Ceil: limit, Prio: prio, Leaf: "edt",
+	b.dev.Classes = append(b.dev.Classes, ClassInfo{Name: name, Rate: rate, Ceil: limit, Prio: shown, Leaf: "edt",
 		Counter: t.Counter, Default: name == b.tree.Default, Hist: hist})
 }
 

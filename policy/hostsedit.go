@@ -98,7 +98,7 @@ func (p *Policy) EditHosts(file string, old, data []byte) (edits []HostEdit, ok 
 				return ph.scaled(r.Bps)
 			}
 			was := ph.entryAt(line)
-			if was == nil || was.Name != e.Name || was.Parent != e.Parent || !slices.Equal(was.Addrs, e.Addrs) || !sameInt(was.Prio, e.Prio) {
+			if was == nil || was.Name != e.Name || was.Parent != e.Parent || !slices.Equal(was.Addrs, e.Addrs) || !same(was.Prio, e.Prio) {
 				return nil, false, nil
 			}
 			if was.ParentCls != was.Owner {
@@ -123,7 +123,7 @@ func (p *Policy) EditHosts(file string, old, data []byte) (edits []HostEdit, ok 
 				errAt(line, 1, "hosts file: host %s: ceil %s is below rate %s", e.Name, ed.CeilBps.String(), ed.RateBps.String())
 				continue
 			}
-			if ed.RateBps != was.RateBps || ed.CeilBps != was.CeilBps || !sameRate(ed.Rate, was.Rate) || !sameRate(ed.Ceil, was.Ceil) {
+			if ed.RateBps != was.RateBps || ed.CeilBps != was.CeilBps || !same(ed.Rate, was.Rate) || !same(ed.Ceil, was.Ceil) {
 				edits = append(edits, ed)
 			}
 		}
@@ -134,9 +134,9 @@ func (p *Policy) EditHosts(file string, old, data []byte) (edits []HostEdit, ok 
 	return edits, true, nil
 }
 
-func sameRate(a, b *Rate) bool { return a == b || a != nil && b != nil && *a == *b }
-
-func sameInt(a, b *int) bool { return a == b || a != nil && b != nil && *a == *b }
+// same reports whether two optional values are equal (both unset, or
+// set to the same).
+func same[T comparable](a, b *T) bool { return a == b || a != nil && b != nil && *a == *b }
 
 // hostsFileOwners lists the per_host classes whose hosts come from
 // file (a path as Files gives it).

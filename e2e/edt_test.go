@@ -758,3 +758,61 @@ func TestEDTAgentEditsHostsInPlace(t *testing.T) {
 		t.Errorf("host edits %v, want 1", v)
 	}
 }
+
+// TestEDTHostsPrioColumn: a hosts file's prio column on an EDT tree
+// (what a pod's sluice.io/priority becomes): a host at prio 0 is prod,
+// the others nonprod, as applied and read back (a second plan finds
+// nothing to change); a prio edited in the file is a change the next
+// plan shows and apply makes.
+func TestEDTHostsPrioColumn(t *testing.T) {
+	needFq(t)
+	a, _ := shardedPair(t, 8, 0)
+	dir := t.TempDir()
+	hosts := filepath.Join(dir, "hosts.csv")
+	write := func(csv string) {
+		if err := os.WriteFile(hosts, []byte(csv), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("name,addresses,rate,ceil,prio\nvoice,10.9.0.10,10mbit,20mbit,0\nbulk,10.9.0.11,10mbit,50mbit,\n")
+	pol := filepath.Join(dir, "p.yaml")
+	if err := os.WriteFile(pol, []byte(policyFor("veth0", `    egress:
+      backend: edt
+      rate: 100mbit
+      default: rest
+      classes:
+        - {name: subs, rate: 80mbit, prio: 3, per_host: {by: dst, hosts_file: hosts.csv}}
+        - {name: rest, rate: 20mbit, prio: 3}
+`)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	prios := func() map[string]uint32 {
+		m := map[string]uint32{}
+		for _, tr := range showJSON(t, a).Trees {
+			for _, c := range tr.Classes {
+				if strings.HasPrefix(c.Name, "subs/") {
+					m[c.Name] = c.Prio
+				}
+			}
+		}
+		return m
+	}
+	must(t, "--netns", a, "apply", "-q", pol)
+	if out := must(t, "--netns", a, "plan", pol); strings.TrimSpace(out) != "no changes" {
+		t.Fatalf("second plan: %s", out)
+	}
+	if got := fmt.Sprint(prios()); got != "map[subs/bulk:1 subs/voice:0]" {
+		t.Fatalf("prios %s, want voice prod (0), bulk nonprod (1)", got)
+	}
+	write("name,addresses,rate,ceil,prio\nvoice,10.9.0.10,10mbit,20mbit,0\nbulk,10.9.0.11,10mbit,50mbit,0\n")
+	if out := must(t, "--netns", a, "plan", pol); strings.TrimSpace(out) == "no changes" {
+		t.Fatal("a prio edited: the plan finds nothing to change")
+	}
+	must(t, "--netns", a, "apply", "-q", pol)
+	if out := must(t, "--netns", a, "plan", pol); strings.TrimSpace(out) != "no changes" {
+		t.Fatalf("plan after the edit: %s", out)
+	}
+	if got := fmt.Sprint(prios()); got != "map[subs/bulk:0 subs/voice:0]" {
+		t.Fatalf("after the edit: prios %s, want both prod", got)
+	}
+}

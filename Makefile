@@ -60,18 +60,23 @@ deps:
 	./scripts/install-deps.sh
 
 # Everything: on this kernel the unit, kernel and end-to-end tests (root,
-# network namespaces, real traffic), then the stock-kernel lane (Debian's
-# 6.1 in qemu). Packages run one at a time so that traffic measurements
-# do not compete for the CPUs; only the tests of slow links (ADSL, a
-# small office: they wait on the clock) run three at once, at the end.
-# The API server and etcd for test-kubernetes build (about 10 CPU-minutes,
-# once per version) at the lowest priority beside the host suite, whose
-# traffic mostly waits on the clock: nice 19 takes only what the tests
-# leave, and test-kubernetes waits for it (scripts/kubeapi.sh locks).
+# network namespaces, real traffic), the unit tests under the race
+# detector, the fuzz targets, the agent against a Kubernetes API server,
+# then the stock-kernel lane (Debian's 6.1 in qemu). Packages run one at
+# a time so that traffic measurements do not compete for the CPUs; only
+# the tests of slow links (ADSL, a small office: they wait on the clock)
+# run three at once, at the end. The work with no clock to keep (the API
+# server's build, about 10 CPU-minutes once per version; the race
+# builds; fuzzing) runs beside the host suite at the lowest priority
+# (scripts/beside.sh): its traffic mostly waits on the clock, and nice 19
+# takes only what the tests leave. The race tests then run in the
+# foreground, their builds done.
+TEST_FUZZTIME ?= 10s
 test: deps
-	@mkdir -p out
-	nice -n 19 ionice -c 3 ./scripts/kubeapi.sh >out/kubeapi-build.log 2>&1 &
-	$(MAKE) test-host test-kubernetes vmtest
+	FUZZTIME=$(TEST_FUZZTIME) GO=$(GO) ./scripts/beside.sh start
+	$(MAKE) test-host || { ./scripts/beside.sh stop; exit 1; }
+	./scripts/beside.sh wait
+	$(MAKE) unit test-kubernetes vmtest
 
 test-host: deps lint
 	GO=$(GO) ./scripts/gotest.sh -count=1 -p 1 -parallel 3 -timeout 25m ./...

@@ -12,8 +12,9 @@ k8s=$(go list -m -f '{{.Version}}' k8s.io/kubernetes)
 etcd=$(go list -m -f '{{.Version}}' go.etcd.io/etcd/server/v3)
 cache="${SLUICE_KUBEAPI_CACHE:-$HOME/.cache/sluice/kubeapi}"
 dir="$cache/$k8s-etcd$etcd"
-# One build at a time: CI starts one in the background (.ci/run), and
-# `make test-kubernetes` waits for it rather than building beside it.
+# One build at a time: `make test` starts one in the background
+# (scripts/beside.sh), and `make test-kubernetes` waits for it rather
+# than building beside it.
 mkdir -p "$cache"
 exec 9>"$cache/.lock"
 flock 9

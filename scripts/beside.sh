@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# The CPU work of `make test` that has no clock to keep, run beside the
+# host suite at the lowest CPU and I/O priority: the host suite's traffic
+# mostly waits on the clock, and nice 19 takes only what it leaves.
+#
+#   beside.sh start   start the chain in the background and return
+#   beside.sh wait    wait for it; print each step's result; fail if one failed
+#   beside.sh stop    end it (the host suite failed: nothing more runs)
+#
+# The chain, one step at a time:
+#   kubeapi  the API server and etcd for test-kubernetes (scripts/kubeapi.sh);
+#   race     the unit tests' race-detector builds, so that `make unit`
+#            afterwards only links and runs them (a cold race build is
+#            most of its five minutes);
+#   fuzz     every fuzz target for FUZZTIME (default 10s). A fuzzer has no
+#            deadline to miss: starved, it only runs fewer inputs.
+# No test that measures time runs here: the unit tests run after the host
+# suite, in the foreground.
+#
+# Each step writes out/beside/STEP.log and STEP.rc. The chain holds a
+# lock on out/beside/.lock while it runs; wait takes it.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+dir=out/beside
+MAKE=${MAKE:-make}
+GO=${GO:-go}
+
+case ${1:-} in
+start)
+	mkdir -p "$dir"
+	exec 9>"$dir/.lock"
+	flock -n 9 || { echo "beside.sh: a chain is already running (out/beside/.lock)" >&2; exit 1; }
+	rm -f "$dir"/*.log "$dir"/*.rc "$dir/pid"
+	# The child inherits the locked descriptor: the lock lasts as long as
+	# the chain, whatever happens to this shell.
+	setsid nice -n 19 ionice -c 3 bash "$0" run 9>&9 </dev/null >"$dir/chain.log" 2>&1 &
+	echo $! >"$dir/pid"
+	echo "beside: kubeapi, race and fuzz started at low priority (out/beside/)"
+	;;
+run)
+	step() {
+		local name=$1 start=$SECONDS
+		shift
+		"$@" >"$dir/$name.log" 2>&1
+		local rc=$?
+		echo "$rc" >"$dir/$name.rc"
+		echo "$name: exit $rc after $((SECONDS - start))s"
+	}
+	step kubeapi ./scripts/kubeapi.sh
+	step race "$GO" test -race -short -count=1 -run '^$' ./...
+	step fuzz "$MAKE" --no-print-directory fuzz FUZZTIME="${FUZZTIME:-10s}" GO="$GO"
+	;;
+wait)
+	[[ -f $dir/pid ]] || { echo "beside.sh: no chain was started" >&2; exit 1; }
+	exec 9>"$dir/.lock"
+	start=$SECONDS
+	flock 9
+	echo "beside: waited $((SECONDS - start))s for the chain"
+	rc=0
+	for s in kubeapi race fuzz; do
+		r=$(cat "$dir/$s.rc" 2>/dev/null || echo missing)
+		echo "beside: $s: $([[ $r == 0 ]] && echo ok || echo "FAILED ($r)")"
+		if [[ $r != 0 ]]; then
+			rc=1
+			echo "--- the end of out/beside/$s.log:"
+			tail -n 60 "$dir/$s.log" 2>/dev/null
+		fi
+	done
+	exit $rc
+	;;
+stop)
+	pid=$(cat "$dir/pid" 2>/dev/null) || exit 0
+	kill -- -"$pid" 2>/dev/null || true
+	;;
+*)
+	echo "usage: beside.sh start|wait|stop" >&2
+	exit 2
+	;;
+esac

@@ -200,8 +200,11 @@ func refTree(t *policy.Tree, ss []*Subject, demand map[string]float64) *share.Cl
 				Weight: max(c.ShareWeight(), 1e-9), Demand: demand[c.Name]}
 			n.Prod = sh != nil && c.Prio == 0 && len(prios) > 1
 			for _, h := range hostsUnder[c] {
+				// A host weighs its rate in the units a class's weight
+				// is (ShareWeight: bytes/s), as the plan's quanta weigh
+				// them: a groups_file's groups are siblings of hosts.
 				n.Children = append(n.Children, &share.Class{Name: h.Name, Rate: h.Rate, Ceil: h.Ceil, Prio: h.Prio,
-					Weight: max(h.Rate, 1e-9), Demand: demand[h.Name]})
+					Weight: max(h.Rate/8, 1e-9), Demand: demand[h.Name]})
 			}
 			build(n, c.Classes, c.Sharing)
 			parent.Children = append(parent.Children, n)

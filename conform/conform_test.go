@@ -272,6 +272,47 @@ func TestReferenceWeights(t *testing.T) {
 	}
 }
 
+// A groups_file's groups are classes beside the per_host class's own
+// hosts, each weighed by its rate in one unit (as HTB's quanta weigh
+// them): with a capped group (4mbit, ceil 6) full, another group of
+// 4mbit and two 1mbit hosts share the rest 4:1:1 beyond their rates.
+func TestReferenceGroups(t *testing.T) {
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "h.csv"), []byte("name,addresses,rate,ceil,parent\na1,10.0.0.2,,,acme\na2,10.0.0.3,,,acme\nb1,10.0.0.5,,,beta\nc1,10.0.0.6,,,\nc2,10.0.0.7,,,\n"), 0o644)
+	os.WriteFile(filepath.Join(dir, "g.csv"), []byte("name,rate,ceil\nacme,4mbit,6mbit\nbeta,4mbit,\n"), 0o644)
+	file := filepath.Join(dir, "p.yaml")
+	os.WriteFile(file, []byte(`interfaces:
+  - name: eth0
+    egress:
+      rate: 20mbit
+      default: rest
+      classes:
+        - {name: users, rate: 19mbit, per_host: {by: dst, hosts_file: h.csv, groups_file: g.csv, rate: 1mbit}}
+        - {name: rest, rate: 1mbit}
+`), 0o644)
+	p, _, err := policy.Load(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := p.Interfaces[0].Egress
+	ss := subjects(tr, 8)
+	var all Cell
+	for _, n := range []string{"users/a1", "users/a2", "users/b1", "users/c1", "users/c2"} {
+		all.Demands = append(all.Demands, Demand{Subject: n, Proto: "tcp"})
+	}
+	ideal, err := Reference(tr, ss, all)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// users takes the link (20): acme its cap (6: 3 each); the other 14
+	// go 4, 1, 1 by rate and the 8 beyond by weight 4:1:1.
+	for name, want := range map[string]float64{"users/a1": 3e6, "users/a2": 3e6, "users/b1": 4e6 + 8e6*4/6, "users/c1": 1e6 + 8e6/6, "users/c2": 1e6 + 8e6/6} {
+		if math.Abs(ideal[name]-want) > 1e3 {
+			t.Errorf("%s: %.0f, want %.0f", name, ideal[name], want)
+		}
+	}
+}
+
 func TestJudge(t *testing.T) {
 	c := Cell{Demands: []Demand{{Subject: "a", Proto: "tcp", Flows: 1}, {Subject: "b", Proto: "tcp", Flows: 1}, {Subject: "tiny", Proto: "tcp", Flows: 1}}}
 	ideal := map[string]float64{"a": 6e6, "b": 12e6, "tiny": 0.2e6}

@@ -28,10 +28,15 @@ import (
 //     the lightest, four flows each; then the default class busy too.
 //   - h0: 8 hosts of a per_host class, one with 8 flows; one host alone.
 //   - p0: a class of prio 0 under load beside a bulk class.
+//   - g0: hosts of a hosts_file, three of them in a group (a groups_file:
+//     a Kubernetes namespace's aggregate) with a guarantee and a cap,
+//     one in another group, two on their own; all busy, then the
+//     capped group's hosts alone, one with 8 flows.
 //   - s0 (sharded plane only): hosts of a /24 with ceils of rate/4 on a
 //     4-queue device; one active host against ten on other shards.
 type matrixShape struct {
 	dev, policy string
+	files       map[string]string // written beside the policy
 	cells       func(ss []*conform.Subject) []conform.Cell
 	limits      map[string]string // cell -> the plan note that explains its deviation
 }
@@ -109,6 +114,30 @@ var matrixShapes = map[string]matrixShape{
 `, cells: func(ss []*conform.Subject) []conform.Cell {
 		return []conform.Cell{{Name: "prio 0 under load", Demands: tcpDemands(ss, 2, "rt", "bulk")}}
 	}},
+	"groups": {dev: "g0", policy: `
+  - name: g0
+    egress:
+      rate: 20mbit
+      default: other{{opts}}
+      classes:
+        - name: users
+          rate: 19mbit
+          per_host: {by: dst, hosts_file: g0-hosts.csv, groups_file: g0-groups.csv, rate: 1mbit}
+        - name: other
+          rate: 1mbit
+`, files: map[string]string{
+		"g0-hosts.csv": "name,addresses,rate,ceil,parent\na1,10.22.0.2,,,acme\na2,10.22.0.3,,,acme\na3,10.22.0.4,,,acme\nb1,10.22.0.5,,,beta\nc1,10.22.0.6,,,\nc2,10.22.0.7,,,\n",
+		// acme: a namespace guaranteed 4 Mbit/s, capped at 6; beta
+		// guaranteed 4, uncapped.
+		"g0-groups.csv": "name,rate,ceil\nacme,4mbit,6mbit\nbeta,4mbit,\n",
+	}, cells: func(ss []*conform.Subject) []conform.Cell {
+		acme := tcpDemands(ss, 1, "users/a1", "users/a2", "users/a3")
+		acme[0].Flows = 8
+		return []conform.Cell{
+			{Name: "groups and hosts, 1 flow each", Demands: tcpDemands(ss, 1, hostNames(ss, "users/")...)},
+			{Name: "a capped group alone, one host with 8 flows", Demands: acme},
+		}
+	}},
 	"shards": {dev: "s0", policy: `
   - name: s0
     egress:
@@ -167,7 +196,7 @@ func TestConformanceMatrix(t *testing.T) {
 		queues        int
 	}
 	planes := []plane{
-		{"htb", "htb", []string{"auto", "bfifo", "fq_codel", "cake"}, []string{"weights", "hosts", "prio"}, 1},
+		{"htb", "htb", []string{"auto", "bfifo", "fq_codel", "cake"}, []string{"weights", "hosts", "prio", "groups"}, 1},
 		{"htb sharded", "htb", []string{"auto", "bfifo", "fq_codel", "cake"}, []string{"shards"}, 4},
 		{"htb controller", "htb", []string{"auto"}, []string{"weights"}, 1},
 		{"edt", "edt", []string{""}, []string{"weights", "hosts", "prio"}, 4},
@@ -244,6 +273,13 @@ func TestConformanceMatrix(t *testing.T) {
 					byTree[s.dev+"/egress"] = s
 				}
 				file := writePolicy(t, "matrix.yaml", src.String())
+				for _, sh := range pl.shapes {
+					for name, data := range matrixShapes[sh].files {
+						if err := os.WriteFile(filepath.Join(filepath.Dir(file), name), []byte(data), 0o644); err != nil {
+							t.Fatal(err)
+						}
+					}
+				}
 				pol, err := conform.LoadPolicy(file, "")
 				if err != nil {
 					t.Fatalf("%v\n%s", err, src.String())

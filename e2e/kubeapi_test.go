@@ -24,7 +24,9 @@ import (
 // node whose pods are addresses of namespace B, behind veth0 of A. Caps
 // hold with traffic; an annotation edit reaches the kernel within a
 // second; a deleted pod leaves; a malformed annotation is an Event on
-// its pod; the API server restarted, the watch relists and loses
+// its pod; a namespace's annotations make its pods one aggregate, and
+// a malformed one is an Event on the namespace; the API server
+// restarted, the watch relists and loses
 // nothing; 1,000 pods created and deleted at 50 a second leave the
 // kernel's classes exactly the API's pods.
 func TestKubernetesAgainstAPIServer(t *testing.T) {
@@ -134,6 +136,46 @@ func TestKubernetesAgainstAPIServer(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+
+	// A namespace's aggregate: annotated, the namespace's pods hang below
+	// one class at its cap (the agent lists and watches namespaces); a
+	// malformed value is an Event on the namespace (in default); the
+	// annotations removed, the class goes.
+	annotateNS := func(ann map[string]string) {
+		t.Helper()
+		ns, err := client.Namespaces().Get(ctx, "shop", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ns.Annotations = ann
+		if _, err := client.Namespaces().Update(ctx, ns, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	annotateNS(map[string]string{kube.IngressCap: "8M", kube.IngressGuarantee: "lots"})
+	took = waitPods(t, p.A, "a namespace's aggregate", 5*time.Second, func(m map[string]float64) bool {
+		return len(m) == 3 && m["pods:shop"] == 8 && m["pods/shop.web"] == 10
+	})
+	t.Logf("namespace annotated: its aggregate in the kernel after %v", took)
+	deadline = time.Now().Add(5 * time.Second)
+	for {
+		evs, err := client.Events(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.kind=Namespace,involvedObject.name=shop"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(evs.Items) > 0 {
+			if e := evs.Items[0]; e.Reason != "BadBandwidthAnnotation" || !strings.Contains(e.Message, kube.IngressGuarantee) {
+				t.Errorf("event %s: %s", e.Reason, e.Message)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no Event on the namespace with a malformed annotation")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	annotateNS(nil)
+	waitPods(t, p.A, "the aggregate removed", 5*time.Second, func(m map[string]float64) bool { _, has := m["pods:shop"]; return !has && len(m) == 2 })
 
 	// The API server restarted: the shaping stays meanwhile, and the
 	// watch, relisted, takes the next edit.

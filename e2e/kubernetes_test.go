@@ -28,28 +28,13 @@ import (
 // (as a node shapes cni0 toward its pods).
 func TestKubernetesPodsShaped(t *testing.T) {
 	testutil.RequireRoot(t)
-	p := testutil.NewPair(t)
-	testutil.AddAddr(t, p.B, p.DevB, "10.9.0.3")
-	t.Setenv("SLUICE_STATE_DIR", stateDir(t))
-	pol := writePolicy(t, "p.yaml", podsPolicy(p.DevA))
 	client := kubetest.Client(
 		kubetest.Pod("shop", "web", "node-a", map[string]string{kube.IngressBandwidth: "5M"}, testutil.AddrB),
 		kubetest.Pod("shop", "db", "node-a", map[string]string{kube.IngressBandwidth: "2M"}, "10.9.0.3"),
 		kubetest.Pod("shop", "other-node", "node-b", map[string]string{kube.IngressBandwidth: "1M"}, "10.9.0.4"),
 	)
-	a, err := agent.New(agent.Config{Policy: pol, Netns: p.A, Interval: 500 * time.Millisecond,
-		Log:        slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})),
-		Kubernetes: &kube.Config{Client: client, Node: "node-a"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-	})
+	p, a := podsAgent(t, client)
+	ctx := context.Background()
 
 	waitFor := func(what string, d time.Duration, ok func(map[string]float64) bool) time.Duration {
 		t.Helper()
@@ -130,9 +115,132 @@ func TestKubernetesPodsShaped(t *testing.T) {
 	}
 }
 
+// A namespace's aggregate (its sluice.io/ingress-cap) caps what its pods
+// receive together, on the kernel, each pod still below its own cap and
+// the two sharing the aggregate evenly; removed, the pods hang below the
+// pods class again, each at its own cap.
+func TestKubernetesNamespaceAggregate(t *testing.T) {
+	testutil.RequireRoot(t)
+	client := kubetest.Client(
+		kubetest.Namespace("shop", map[string]string{kube.IngressGuarantee: "2M", kube.IngressCap: "6M"}),
+		kubetest.Pod("shop", "web", "node-a", map[string]string{kube.IngressBandwidth: "10M"}, testutil.AddrB),
+		kubetest.Pod("shop", "db", "node-a", nil, "10.9.0.3"), // no cap of its own: in the aggregate
+	)
+	p, _ := podsAgent(t, client)
+	ctx := context.Background()
+	waitPods(t, p.A, "the namespace's aggregate", 10*time.Second, func(m map[string]float64) bool {
+		return len(m) == 3 && m["pods:shop"] == 6 && m["pods/shop.web"] == 10 && m["pods/shop.db"] >= 80
+	})
+	waitClassifier(t, p.A, p.DevA)
+	if got := classParent(t, p.A, p.DevA, "pods/shop.db"); got != classID(t, p.A, p.DevA, "pods:shop") {
+		t.Fatalf("pods/shop.db's parent is %s, want pods/shop's class", got)
+	}
+
+	// Both pods at once: 6 Mbit/s between them, evenly.
+	type result struct {
+		addr string
+		mbit float64
+	}
+	res := make(chan result, 2)
+	for i, addr := range []string{testutil.AddrB, "10.9.0.3"} {
+		sink, err := testutil.TCPSink(p.B, addr, 5411+i)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sink.Close()
+		go func() {
+			const d = 4 * time.Second
+			flows, err := testutil.TCPSend(p.A, addr, 5411+i, 2, d)
+			var n uint64
+			for _, f := range flows {
+				n += f.BytesAcked
+			}
+			if err != nil {
+				n = 0
+			}
+			res <- result{addr, float64(n) * 8 / d.Seconds() / 1e6}
+		}()
+	}
+	var total float64
+	for range 2 {
+		r := <-res
+		t.Logf("to %s: %.2f Mbit/s", r.addr, r.mbit)
+		total += r.mbit
+		if r.mbit < 2.2 || r.mbit > 3.8 {
+			t.Errorf("to %s: %.2f Mbit/s, want about half the aggregate's 6", r.addr, r.mbit)
+		}
+	}
+	if total < 0.85*6 || total > 1.05*6 {
+		t.Errorf("the namespace's pods got %.2f Mbit/s together through its 6 Mbit/s cap", total)
+	}
+
+	// The annotations removed: the pods are the pods class's again, db
+	// (no annotation of its own) no host at all.
+	nss := client.Namespaces()
+	ns, err := nss.Get(ctx, "shop", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns.Annotations = nil
+	if _, err := nss.Update(ctx, ns, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitPods(t, p.A, "the aggregate removed", 5*time.Second, func(m map[string]float64) bool {
+		return len(m) == 1 && m["pods/shop.web"] == 10
+	})
+	if got := classParent(t, p.A, p.DevA, "pods/shop.web"); got != classID(t, p.A, p.DevA, "pods") {
+		t.Errorf("pods/shop.web's parent is %s, want the pods class's", got)
+	}
+}
+
+// podsAgent runs the agent with --kubernetes against client, as node-a,
+// on veth0 of a new pair's A (podsPolicy), whose B has the pods'
+// addresses AddrB and 10.9.0.3; it stops when the test ends.
+func podsAgent(t *testing.T, client kubetest.Fake) (*testutil.Pair, *agent.Agent) {
+	t.Helper()
+	p := testutil.NewPair(t)
+	testutil.AddAddr(t, p.B, p.DevB, "10.9.0.3")
+	t.Setenv("SLUICE_STATE_DIR", stateDir(t))
+	pol := writePolicy(t, "p.yaml", podsPolicy(p.DevA))
+	a, err := agent.New(agent.Config{Policy: pol, Netns: p.A, Interval: 500 * time.Millisecond,
+		Log:        slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})),
+		Kubernetes: &kube.Config{Client: client, Node: "node-a"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	return p, a
+}
+
 // classPrio is the prio tc reads back of sluice's class name on dev of
-// namespace ns (its id from show).
+// namespace ns.
 func classPrio(t *testing.T, ns, dev, name string) string {
+	_, prio := tcClassWord(t, ns, dev, name, "prio")
+	return prio
+}
+
+// classParent is the id of the parent tc reads back of sluice's class
+// name on dev of namespace ns.
+func classParent(t *testing.T, ns, dev, name string) string {
+	_, parent := tcClassWord(t, ns, dev, name, "parent")
+	return parent
+}
+
+// classID is the id of sluice's class name on dev of namespace ns.
+func classID(t *testing.T, ns, dev, name string) string {
+	id, _ := tcClassWord(t, ns, dev, name, "class")
+	return id
+}
+
+// tcClassWord reads sluice's class name on dev of namespace ns back from
+// tc: its id (from show, which names it) and the word after field.
+func tcClassWord(t *testing.T, ns, dev, name, field string) (id, value string) {
 	t.Helper()
 	var sample struct {
 		Trees []struct {
@@ -149,19 +257,20 @@ func classPrio(t *testing.T, ns, dev, name string) string {
 			}
 			f := strings.Fields(testutil.NS(t, ns, "tc", "class", "show", "dev", dev, "classid", c.ID))
 			for i := 0; i+1 < len(f); i++ {
-				if f[i] == "prio" {
-					return f[i+1]
+				if f[i] == field {
+					return c.ID, f[i+1]
 				}
 			}
-			t.Fatalf("tc shows no prio for class %s (%s): %v", name, c.ID, f)
+			t.Fatalf("tc shows no %s for class %s (%s): %v", field, name, c.ID, f)
 		}
 	}
 	t.Fatalf("no class %s", name)
-	return ""
+	return "", ""
 }
 
-// podCeils reads the pods' classes of namespace ns from the kernel (show
-// reads the records for the names and tc for the rates), in Mbit/s.
+// podCeils reads the pods' classes and the namespaces' aggregates of
+// namespace ns from the kernel (show reads the records for the names and
+// tc for the rates), in Mbit/s.
 func podCeils(t *testing.T, ns string) map[string]float64 {
 	t.Helper()
 	var sample struct {
@@ -179,7 +288,7 @@ func podCeils(t *testing.T, ns string) map[string]float64 {
 	m := map[string]float64{}
 	for _, tr := range sample.Trees {
 		for _, c := range tr.Classes {
-			if strings.HasPrefix(c.Name, "pods/") {
+			if strings.HasPrefix(c.Name, "pods/") || strings.HasPrefix(c.Name, "pods:") { // a pod, a namespace's aggregate
 				m[c.Name] = c.Ceil * 8 / 1e6
 			}
 		}

@@ -14,13 +14,14 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"sluice/kube/kubetest"
 	"sluice/policy"
 	"sluice/records"
 )
 
 // The DaemonSet in deploy/kubernetes runs the agent as this package
 // expects: in the node's network, told its node by the downward API,
-// allowed to list pods and send Events; its policy loads and has a pods
+// allowed to list pods and namespaces and send Events; its policy loads and has a pods
 // class each way, in the default pods files.
 func TestDeployManifest(t *testing.T) {
 	t.Setenv("SLUICE_STATE_DIR", t.TempDir())
@@ -75,7 +76,7 @@ func TestDeployManifest(t *testing.T) {
 			}
 		}
 	}
-	for _, want := range []string{"pods:get", "pods:list", "pods:watch", "events:create"} {
+	for _, want := range []string{"pods:get", "pods:list", "pods:watch", "namespaces:list", "namespaces:watch", "events:create"} {
 		if !slices.Contains(rules, want) {
 			t.Errorf("ClusterRole lacks %s: %v", want, rules)
 		}
@@ -107,25 +108,42 @@ func TestExamplePods(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	type deployment struct {
-		Metadata struct{ Name string }
+	type meta struct {
+		Name, Namespace string
+		Annotations     map[string]string
+	}
+	type object struct {
+		Kind     string
+		Metadata meta
 		Spec     struct {
-			Template struct {
-				Metadata struct{ Annotations map[string]string }
-			}
+			Template struct{ Metadata meta }
 		}
 	}
 	got := map[string]string{}
+	groups := map[string]bool{}
 	dec := yaml.NewDecoder(bytes.NewReader(b))
 	for {
-		var d deployment
+		var d object
 		if err := dec.Decode(&d); errors.Is(err, io.EOF) {
 			break
 		} else if err != nil {
 			t.Fatal(err)
 		}
+		if d.Kind == "Namespace" {
+			for _, dir := range []string{policy.Egress, policy.Ingress} {
+				g, ok := GroupOf(kubetest.Namespace(d.Metadata.Name, d.Metadata.Annotations), dir)
+				if len(g.Problems) > 0 {
+					t.Errorf("namespace %s %s: %v", d.Metadata.Name, dir, g.Problems)
+				}
+				groups[d.Metadata.Name+" "+dir] = ok
+				got[d.Metadata.Name+" "+dir] = fmt.Sprintf("%v guarantee %s cap %s", ok, capText(g.Guarantee), capText(g.Cap))
+			}
+			continue
+		}
 		for _, dir := range []string{policy.Egress, policy.Ingress} {
-			w, ok, problems := Read(d.Spec.Template.Metadata.Annotations, dir)
+			pod := kubetest.Pod(d.Metadata.Namespace, d.Metadata.Name, "n", d.Spec.Template.Metadata.Annotations, "10.0.0.2")
+			h, ok := HostIn(pod, dir, groups[d.Metadata.Namespace+" "+dir])
+			w, problems := h.Wants, h.Problems
 			if len(problems) > 0 {
 				t.Errorf("%s %s: %v", d.Metadata.Name, dir, problems)
 			}
@@ -133,14 +151,16 @@ func TestExamplePods(t *testing.T) {
 			if w.Prio != nil {
 				prio = strconv.Itoa(*w.Prio)
 			}
-			got[d.Metadata.Name+" "+dir] = fmt.Sprintf("%v cap %s prio %s weight %g", ok, capText(w.Cap), prio, w.Weight)
+			got[d.Metadata.Name+" "+dir] = fmt.Sprintf("%v cap %s prio %s weight %g group %q", ok, capText(w.Cap), prio, w.Weight, h.Group)
 		}
 	}
 	want := map[string]string{
-		"voice-gateway egress":  "true cap 20mbit prio 0 weight 4",
-		"voice-gateway ingress": "true cap 20mbit prio 0 weight 4",
-		"backup egress":         "true cap 200mbit prio 7 weight 0",
-		"backup ingress":        "true cap  prio 7 weight 0", // a host, uncapped, last
+		"voice-gateway egress":  `true cap 20mbit prio 0 weight 4 group ""`,
+		"voice-gateway ingress": `true cap 20mbit prio 0 weight 4 group ""`,
+		"batch egress":          "true guarantee 50mbit cap 300mbit",
+		"batch ingress":         "true guarantee 50mbit cap 300mbit",
+		"backup egress":         `true cap 200mbit prio 7 weight 0 group "batch"`,
+		"backup ingress":        `true cap  prio 7 weight 0 group "batch"`, // uncapped itself, last, in batch's 300
 	}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("read %v\nwant %v", got, want)

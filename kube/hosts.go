@@ -22,6 +22,9 @@ type Host struct {
 	Name  string
 	Addrs []netip.Addr
 	Wants
+	// Group is the pod's namespace where it is an aggregate in the
+	// host's direction: the host hangs below it.
+	Group string
 	// Problems are the annotations it carries that cannot be used.
 	Problems []Problem
 }
@@ -30,15 +33,28 @@ type Host struct {
 // false where it is none: no annotation for dir, no address yet, on
 // the host's network (its traffic is the node's), or finished
 // (Succeeded or Failed: its address may already be another pod's).
-func HostOf(pod *corev1.Pod, dir string) (h Host, ok bool) {
+func HostOf(pod *corev1.Pod, dir string) (h Host, ok bool) { return HostIn(pod, dir, false) }
+
+// HostIn is HostOf for a pod whose namespace is an aggregate in dir
+// where grouped (GroupOf): such a pod is a host without annotations of
+// its own, below its namespace's group, where a sluice.io/class it
+// carries is not used (a pod cannot leave its namespace's cap).
+func HostIn(pod *corev1.Pod, dir string, grouped bool) (h Host, ok bool) {
 	if pod.Spec.HostNetwork || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed || pod.DeletionTimestamp != nil {
 		return h, false
 	}
 	w, ok, problems := Read(pod.Annotations, dir)
-	if !ok {
+	if !ok && !grouped {
 		return h, false
 	}
 	h = Host{Name: hostName(pod.Namespace, pod.Name), Wants: w, Problems: problems}
+	if grouped {
+		h.Group = pod.Namespace
+		if h.Class != "" {
+			h.Problems = append(h.Problems, Problem{Class, h.Class, groupNote(pod.Namespace, dir)})
+			h.Class = ""
+		}
+	}
 	ips := pod.Status.PodIPs
 	if len(ips) == 0 && pod.Status.PodIP != "" {
 		ips = []corev1.PodIP{{IP: pod.Status.PodIP}}
@@ -65,13 +81,14 @@ func hostName(ns, pod string) string {
 
 // Render is the pods file that lists hosts (a hosts_file: name,
 // addresses, rate, ceil, parent, and prio where a pod has one), sorted
-// by name, so that a changed cap
-// changes its line in place. Where a pod has a weight, every pod's rate
-// is its weight's part of the pods class (a percentage; 1 for a pod
-// without); otherwise each takes the class's default share. A pod's
-// class that is not among classes is left out (the pod hangs below the
-// pods class), as is an address listed by a pod before it (a stale
-// pod's, not yet gone); dropped says which, by host.
+// by name, so that a changed cap changes its line in place. A host of a
+// group (its namespace's aggregate: RenderGroups) names it as parent.
+// Where a pod has a weight, every pod's rate is its weight's part of
+// the pods class (a percentage; 1 for a pod without); otherwise each
+// takes the class's default share. A pod's class that is not among
+// classes, or that a group's name shadows, is left out (the pod hangs
+// below the pods class), as is an address listed by a pod before it (a
+// stale pod's, not yet gone); dropped says which, by host.
 func Render(hosts []Host, classes []string) (file []byte, dropped map[string][]string) {
 	hosts = slices.Clone(hosts)
 	slices.SortFunc(hosts, func(a, b Host) int { return strings.Compare(a.Name, b.Name) })
@@ -87,6 +104,12 @@ func Render(hosts []Host, classes []string) (file []byte, dropped map[string][]s
 		class string
 	}
 	var rows []row
+	groups := map[string]bool{}
+	for _, h := range hosts {
+		if h.Group != "" {
+			groups[h.Group] = true
+		}
+	}
 	seen := map[netip.Addr]string{}
 	var total float64
 	weighted, prios := false, false
@@ -103,8 +126,15 @@ func Render(hosts []Host, classes []string) (file []byte, dropped map[string][]s
 		if len(r.addrs) == 0 {
 			continue
 		}
-		if r.class != "" && !slices.Contains(classes, r.class) {
+		switch {
+		case h.Group != "":
+			r.class = h.Group
+		case r.class != "" && !slices.Contains(classes, r.class):
 			drop(h.Name, fmt.Sprintf("%s %q names no class of its tree (%s)", Class, r.class, strings.Join(classes, ", ")))
+			r.class = ""
+		case r.class != "" && groups[r.class]:
+			// The parent column names a group before a class.
+			drop(h.Name, fmt.Sprintf("%s %q: namespace %s is an aggregate on this node, and takes the name in the pods file", Class, r.class, r.class))
 			r.class = ""
 		}
 		rows = append(rows, r)

@@ -189,20 +189,7 @@ func TestWatcherKeepsTheFile(t *testing.T) {
 	if got := read(); got != header+"shop.db,10.1.0.3,,,gold\nshop.web,10.1.0.2,,10mbit,\n" {
 		t.Fatalf("first list:\n%s", got)
 	}
-	wait := func(want string) {
-		t.Helper()
-		deadline := time.After(5 * time.Second)
-		for {
-			select {
-			case <-changed:
-				if read() == want {
-					return
-				}
-			case <-deadline:
-				t.Fatalf("file:\n%s\nwant:\n%s", read(), want)
-			}
-		}
-	}
+	wait := func(want string) { t.Helper(); waitFiles(t, changed, read, want) }
 	pods := client.Pods("shop")
 	web, _ := pods.Get(ctx, "web", metav1.GetOptions{})
 	web.Annotations[EgressBandwidth] = "20M"
@@ -220,23 +207,8 @@ func TestWatcherKeepsTheFile(t *testing.T) {
 	wait(header + "shop.api,10.1.0.5,,5mbit,\nshop.web,10.1.0.2,,20mbit,\n")
 
 	// The bad annotation: one Event on its pod, whatever the writes.
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		evs, err := client.Events("shop").List(ctx, metav1.ListOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(evs.Items) == 1 {
-			e := evs.Items[0]
-			if e.InvolvedObject.Name != "db" || e.Type != corev1.EventTypeWarning || !strings.Contains(e.Message, EgressBandwidth) {
-				t.Errorf("event %+v", e)
-			}
-			break
-		}
-		if len(evs.Items) > 1 || time.Now().After(deadline) {
-			t.Fatalf("%d events, want 1: %+v", len(evs.Items), evs.Items)
-		}
-		time.Sleep(20 * time.Millisecond)
+	if e := oneEvent(t, client, "shop"); e.InvolvedObject.Name != "db" || e.Type != corev1.EventTypeWarning || !strings.Contains(e.Message, EgressBandwidth) {
+		t.Errorf("event %+v", e)
 	}
 	if s := w.Status(); s.Node != "node-a" || s.Pods != 3 || len(s.Files) != 1 || s.Writes < 4 {
 		t.Errorf("status %+v", s)
@@ -384,5 +356,42 @@ func TestRenderPrio(t *testing.T) {
 	}
 	if strings.Join(prios, " ") != "0 6 -" {
 		t.Errorf("prios %v, want 0 6 -", prios)
+	}
+}
+
+// waitFiles waits (5 s at most) until read gives want after a change the
+// watcher told of.
+func waitFiles(t *testing.T, changed <-chan struct{}, read func() string, want string) {
+	t.Helper()
+	deadline := time.After(5 * time.Second)
+	for {
+		select {
+		case <-changed:
+			if read() == want {
+				return
+			}
+		case <-deadline:
+			t.Fatalf("file:\n%s\nwant:\n%s", read(), want)
+		}
+	}
+}
+
+// oneEvent waits (5 s at most) for the Event the watcher sends in
+// namespace ns, and fails if there are more.
+func oneEvent(t *testing.T, client kubetest.Fake, ns string) corev1.Event {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		evs, err := client.Events(ns).List(context.Background(), metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(evs.Items) == 1 {
+			return evs.Items[0]
+		}
+		if len(evs.Items) > 1 || time.Now().After(deadline) {
+			t.Fatalf("%d events, want 1: %+v", len(evs.Items), evs.Items)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

@@ -15,6 +15,10 @@ type Target struct {
 	// Classes are those a pod's sluice.io/class may name: the pods
 	// class and the plain classes of its tree (a hosts_file's parent).
 	Classes []string
+	// Groups is the groups file of the namespaces' aggregates (absolute;
+	// "" on an EDT tree, whose aggregates are one level: its pods are
+	// capped one by one).
+	Groups string
 }
 
 // Targets lists pol's pods classes, one per file.
@@ -32,6 +36,7 @@ func Targets(pol *policy.Policy) []Target {
 			walk = func(cs []*policy.Class) {
 				for _, c := range cs {
 					switch {
+					case c.Group != "": // a namespace's aggregate: its pods name it
 					case c.PerHost != nil && c.PerHost.Pods != "":
 						pods = append(pods, c)
 					case len(c.Match) == 0 && c.PerHost == nil && len(c.Classes) == 0:
@@ -41,11 +46,14 @@ func Targets(pol *policy.Policy) []Target {
 				}
 			}
 			walk(t.Classes)
-			for _, c := range pods {
-				f := c.PerHost.HostsFile
-				if !filepath.IsAbs(f) {
+			abs := func(f string) string {
+				if f != "" && !filepath.IsAbs(f) {
 					f = filepath.Join(filepath.Dir(pol.File), f)
 				}
+				return f
+			}
+			for _, c := range pods {
+				f := abs(c.PerHost.HostsFile)
 				classes := append([]string{c.Name}, plain...)
 				if i, ok := seen[f]; ok {
 					// One file listing the pods of several classes: a
@@ -54,7 +62,11 @@ func Targets(pol *policy.Policy) []Target {
 					continue
 				}
 				seen[f] = len(out)
-				out = append(out, Target{File: f, Dir: c.PerHost.Pods, Classes: classes})
+				tg := Target{File: f, Dir: c.PerHost.Pods, Classes: classes}
+				if !t.EDT() {
+					tg.Groups = abs(c.PerHost.GroupsFile)
+				}
+				out = append(out, tg)
 			}
 		}
 	}

@@ -2,6 +2,7 @@ package kube
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -49,9 +50,10 @@ type Config struct {
 // server says this node's pods are. It writes files and Events; it
 // never touches the kernel (the agent applies the files).
 type Watcher struct {
-	cfg      Config
-	informer cache.SharedIndexInformer
-	kick     chan struct{}
+	cfg        Config
+	informer   cache.SharedIndexInformer
+	namespaces cache.SharedIndexInformer // their aggregates' annotations
+	kick       chan struct{}
 
 	mu      sync.Mutex
 	targets []Target
@@ -60,6 +62,9 @@ type Watcher struct {
 	writes  int
 	lastErr error
 }
+
+// klogOnce sets klog's logger once per process.
+var klogOnce sync.Once
 
 // New makes a watcher; Start runs it.
 func New(cfg Config) *Watcher {
@@ -72,8 +77,10 @@ func New(cfg Config) *Watcher {
 	if cfg.Retry == 0 {
 		cfg.Retry = time.Second
 	}
-	// client-go logs through klog: into the agent's log instead.
-	klog.SetSlogLogger(cfg.Log)
+	// client-go logs through klog: into the agent's log instead. klog's
+	// logger is global, read by every informer's goroutines: set once
+	// (the first watcher's), never while another watcher's run.
+	klogOnce.Do(func() { klog.SetSlogLogger(cfg.Log) })
 	sel := fields.OneTermEqualSelector("spec.nodeName", cfg.Node).String()
 	pods := cfg.Client.Pods(metav1.NamespaceAll)
 	lw := cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
@@ -88,14 +95,32 @@ func New(cfg Config) *Watcher {
 	}, cfg.Client)
 	w := &Watcher{cfg: cfg, kick: make(chan struct{}, 1), written: map[string][]byte{}, told: map[string]bool{}}
 	w.informer = cache.NewSharedIndexInformerWithOptions(lw, &corev1.Pod{}, cache.SharedIndexInformerOptions{})
+	nss := cfg.Client.Namespaces()
+	nlw := cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			return nss.List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			return nss.Watch(ctx, o)
+		},
+	}, cfg.Client)
+	w.namespaces = cache.NewSharedIndexInformerWithOptions(nlw, &corev1.Namespace{}, cache.SharedIndexInformerOptions{})
 	poke := func(any) { w.poke() }
-	w.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    poke,
-		UpdateFunc: func(_, n any) { poke(n) },
-		DeleteFunc: poke,
-	})
+	for _, inf := range []cache.SharedIndexInformer{w.informer, w.namespaces} {
+		inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc:    poke,
+			UpdateFunc: func(_, n any) { poke(n) },
+			DeleteFunc: poke,
+		})
+	}
 	return w
 }
+
+// namespaceWait is how long Start waits for the namespaces to be
+// listed before it writes the files without their aggregates (the
+// agent may not be allowed to list them: deploy/kubernetes has the
+// rule). They are written again once listed.
+const namespaceWait = 3 * time.Second
 
 func (w *Watcher) poke() {
 	select {
@@ -122,10 +147,17 @@ func (w *Watcher) SetTargets(ts []Target) error {
 // with an error if it is not within wait.
 func (w *Watcher) Start(ctx context.Context, wait time.Duration) error {
 	go w.informer.RunWithContext(ctx)
+	go w.namespaces.RunWithContext(ctx)
 	wctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	if !cache.WaitForCacheSync(wctx.Done(), w.informer.HasSynced) {
 		return fmt.Errorf("kubernetes: the pods of node %s could not be listed within %s: %w", w.cfg.Node, wait, cmpErr(wctx.Err()))
+	}
+	nctx, ncancel := context.WithTimeout(wctx, namespaceWait)
+	defer ncancel()
+	if !cache.WaitForCacheSync(nctx.Done(), w.namespaces.HasSynced) {
+		w.cfg.Log.Warn("kubernetes: the namespaces are not listed yet (is the agent allowed to list and watch them?): their aggregates wait for it",
+			"waited", namespaceWait.String())
 	}
 	if _, err := w.write(); err != nil {
 		return err
@@ -190,14 +222,29 @@ func (w *Watcher) write() (changed bool, err error) {
 	pods := w.Pods()
 	for _, t := range w.targets {
 		var hosts []Host
+		groups := map[string]Group{}
 		for _, p := range pods {
-			h, ok := HostOf(p, t.Dir)
+			g, grouped := Group{}, false
+			if t.Groups != "" {
+				g, grouped = GroupOf(w.namespace(p.Namespace), t.Dir)
+			}
+			h, ok := HostIn(p, t.Dir, grouped)
 			if !ok {
 				continue
 			}
 			hosts = append(hosts, h)
 			for _, pr := range h.Problems {
-				w.tell(p, pr.String())
+				w.tell(p, "Pod", pr.String())
+			}
+			if grouped {
+				groups[g.Name] = g
+			}
+		}
+		for _, g := range groups {
+			for _, pr := range g.Problems {
+				if ns := w.namespace(g.Name); ns != nil {
+					w.tell(ns, "Namespace", pr.String())
+				}
 			}
 		}
 		data, dropped := Render(hosts, t.Classes)
@@ -205,27 +252,47 @@ func (w *Watcher) write() (changed bool, err error) {
 			for _, p := range pods {
 				if hostName(p.Namespace, p.Name) == name {
 					for _, why := range whys {
-						w.tell(p, why)
+						w.tell(p, "Pod", why)
 					}
 				}
 			}
 		}
-		if old, ok := w.written[t.File]; ok && bytes.Equal(old, data) {
-			continue
+		// The groups before the pods that name them (and a reload
+		// between the two takes a pod of a group not yet listed as a
+		// pod of the pods class: policy.PodsGroupsFile).
+		type file struct {
+			name string
+			data []byte
 		}
-		if err := writeFile(t.File, data); err != nil {
-			w.lastErr = err
-			return changed, err
+		var files []file
+		if t.Groups != "" {
+			files = append(files, file{t.Groups, RenderGroups(hosts, groups)})
 		}
-		w.written[t.File], changed = data, true
-		w.writes++
-		w.cfg.Log.Debug("kubernetes: pods file written", "file", t.File, "pods", bytes.Count(data, []byte{'\n'})-1)
+		files = append(files, file{t.File, data})
+		for _, f := range files {
+			if old, ok := w.written[f.name]; ok && bytes.Equal(old, f.data) {
+				continue
+			}
+			if err := writeFile(f.name, f.data); err != nil {
+				w.lastErr = err
+				return changed, err
+			}
+			w.written[f.name], changed = f.data, true
+			w.writes++
+			w.cfg.Log.Debug("kubernetes: file written", "file", f.name, "lines", bytes.Count(f.data, []byte{'\n'})-1)
+		}
 	}
 	w.lastErr = nil
-	// Forget what was told of pods that are gone (1,000 churning).
+	// Forget what was told of pods and namespaces that are gone (1,000
+	// churning).
 	live := map[string]bool{}
 	for _, p := range pods {
 		live[string(p.UID)] = true
+	}
+	for _, o := range w.namespaces.GetStore().List() {
+		if ns, ok := o.(*corev1.Namespace); ok {
+			live[string(ns.UID)] = true
+		}
 	}
 	for k := range w.told {
 		if uid, _, _ := strings.Cut(k, "\x00"); !live[uid] {
@@ -246,20 +313,37 @@ func writeFile(file string, data []byte) error {
 	return d.WriteAtomic(filepath.Base(file), data)
 }
 
-// tell reports a problem with a pod's annotations once: a log line and
-// a Warning Event on the pod. The pod stays a host without them.
-func (w *Watcher) tell(p *corev1.Pod, why string) {
-	key := string(p.UID) + "\x00" + why
+// namespace is namespace name as the watcher knows it (nil: not listed).
+func (w *Watcher) namespace(name string) *corev1.Namespace {
+	o, ok, err := w.namespaces.GetStore().GetByKey(name)
+	if err != nil || !ok {
+		return nil
+	}
+	ns, _ := o.(*corev1.Namespace)
+	return ns
+}
+
+// tell reports a problem with the annotations of o (a Pod or a
+// Namespace: kind) once: a log line and a Warning Event on it. A pod
+// stays a host without them, a namespace an aggregate.
+func (w *Watcher) tell(o metav1.Object, kind, why string) {
+	key := string(o.GetUID()) + "\x00" + why
 	if w.told[key] {
 		return
 	}
 	w.told[key] = true
-	w.cfg.Log.Warn("kubernetes: pod annotation not used", "pod", p.Namespace+"/"+p.Name, "why", why)
+	who := o.GetName()
+	if o.GetNamespace() != "" {
+		who = o.GetNamespace() + "/" + who
+	}
+	w.cfg.Log.Warn("kubernetes: annotation not used", strings.ToLower(kind), who, "why", why)
+	// A namespace is cluster-scoped: its Events go in "default".
+	evNS := cmp.Or(o.GetNamespace(), metav1.NamespaceDefault)
 	now := metav1.Now()
 	ev := &corev1.Event{
-		ObjectMeta: metav1.ObjectMeta{GenerateName: p.Name + ".sluice.", Namespace: p.Namespace},
-		InvolvedObject: corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: p.Namespace, Name: p.Name,
-			UID: p.UID, ResourceVersion: p.ResourceVersion},
+		ObjectMeta: metav1.ObjectMeta{GenerateName: o.GetName() + ".sluice.", Namespace: evNS},
+		InvolvedObject: corev1.ObjectReference{Kind: kind, APIVersion: "v1", Namespace: o.GetNamespace(), Name: o.GetName(),
+			UID: o.GetUID(), ResourceVersion: o.GetResourceVersion()},
 		Reason: "BadBandwidthAnnotation", Message: "sluice: " + why, Type: corev1.EventTypeWarning,
 		Source:         corev1.EventSource{Component: "sluice-agent", Host: w.cfg.Node},
 		FirstTimestamp: now, LastTimestamp: now, Count: 1,
@@ -269,8 +353,8 @@ func (w *Watcher) tell(p *corev1.Pod, why string) {
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		if _, err := w.cfg.Client.Events(p.Namespace).Create(ctx, ev, metav1.CreateOptions{}); err != nil {
-			w.cfg.Log.Debug("kubernetes: event not sent", "pod", p.Namespace+"/"+p.Name, "err", err.Error())
+		if _, err := w.cfg.Client.Events(evNS).Create(ctx, ev, metav1.CreateOptions{}); err != nil {
+			w.cfg.Log.Debug("kubernetes: event not sent", strings.ToLower(kind), who, "err", err.Error())
 		}
 	}()
 }

@@ -323,15 +323,22 @@ func (t *Tree) resolveAt(rate units.Rate) {
 		}
 		return max(units.Rate(float64(r.Bps)*scale), 1)
 	}
-	var walk func(cs []*Class, pr, pc units.Rate)
-	walk = func(cs []*Class, pr, pc units.Rate) {
+	var walk func(cs []*Class, parent *Class, pr, pc units.Rate)
+	walk = func(cs []*Class, parent *Class, pr, pc units.Rate) {
 		for _, c := range cs {
-			c.RateBps = max(abs(c.Rate, pr), 1)
+			if c.Group != "" && c.Rate == nil {
+				c.RateBps = parent.PerHost.RateBps // groupRates' default: a host's
+			} else {
+				c.RateBps = max(abs(c.Rate, pr), 1)
+			}
 			c.CeilBps = pc
 			if c.Ceil != nil {
 				c.CeilBps = abs(c.Ceil, pc)
 			}
 			c.CeilBps = max(c.CeilBps, c.RateBps)
+			if c.Group != "" {
+				fitGroup(c, parent.PerHost.Pods != "")
+			}
 			if ph := c.PerHost; ph != nil {
 				n := uint64(len(ph.Entries))
 				if ph.CIDR.IsValid() {
@@ -358,10 +365,10 @@ func (t *Tree) resolveAt(rate units.Rate) {
 					e.CeilBps = max(e.CeilBps, e.RateBps)
 				}
 			}
-			walk(c.Classes, c.RateBps, c.CeilBps)
+			walk(c.Classes, c, c.RateBps, c.CeilBps)
 		}
 	}
-	walk(t.Classes, rate, rate)
+	walk(t.Classes, nil, rate, rate)
 	if sh := t.Sharing; sh != nil {
 		sh.CapBps = rate
 		if sh.Cap != nil {

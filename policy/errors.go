@@ -87,3 +87,9 @@ func (d *Diag) Err() error {
 func (d *Diag) ErrorIn(file string, pos Pos, format string, args ...any) {
 	d.Errs = append(d.Errs, &Error{File: file, Pos: pos, Msg: fmt.Sprintf(format, args...)})
 }
+
+// WarnIn records a warning located in another file than the policy (a
+// groups_file).
+func (d *Diag) WarnIn(file string, pos Pos, format string, args ...any) {
+	d.Warnings = append(d.Warnings, &Error{File: file, Pos: pos, Msg: fmt.Sprintf(format, args...), Warning: true})
+}

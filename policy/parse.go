@@ -563,6 +563,10 @@ func (p *parser) perHost(n *yaml.Node, label string) *PerHost {
 			ph.HostsFile, _ = p.str(v, what+".hosts_file")
 			ph.HostsFilePos = pos(v)
 		},
+		"groups_file": func(v *yaml.Node) {
+			ph.GroupsFile, _ = p.str(v, what+".groups_file")
+			ph.GroupsFilePos = pos(v)
+		},
 		"pods": func(v *yaml.Node) {
 			ph.Pods, _ = p.str(v, what+".pods")
 			ph.PodsPos = pos(v)
@@ -577,6 +581,12 @@ func (p *parser) perHost(n *yaml.Node, label string) *PerHost {
 	}
 	if ph.HostsFile != "" {
 		ph.Entries = p.hostsFile(ph, what)
+	}
+	switch {
+	case ph.GroupsFile != "" && ph.HostsFile == "":
+		p.d.Errorf(ph.GroupsFilePos, "%s.groups_file: groups are named by a hosts_file's parent column; give hosts_file too", what)
+	case ph.GroupsFile != "":
+		ph.Groups = p.groupsFile(ph, what)
 	}
 	if !ph.CIDR.IsValid() && ph.HostsFile == "" {
 		if len(p.d.Errs) == 0 {
@@ -608,6 +618,17 @@ func (p *parser) pods(ph *PerHost, what string, byPos Pos) {
 	if ph.HostsFile == "" {
 		ph.HostsFile, ph.HostsFilePos = PodsFile(ph.Pods), ph.PodsPos
 	}
+	if ph.GroupsFile == "" {
+		ph.GroupsFile = PodsGroupsFile(ph.HostsFile)
+	}
+}
+
+// PodsGroupsFile is where `sluice agent --kubernetes` lists the
+// namespaces' aggregates of the pods of hosts file hostsFile (a pods
+// class without groups_file): beside it, ".csv" replaced by
+// ".namespaces.csv".
+func PodsGroupsFile(hostsFile string) string {
+	return strings.TrimSuffix(hostsFile, ".csv") + ".namespaces.csv"
 }
 
 // PodsFile is where `sluice agent --kubernetes` lists the pods of a

@@ -159,6 +159,12 @@ type Class struct {
 	// Sharing runs the agent's sharing controller over the class's
 	// children.
 	Sharing *Sharing
+	// Group is set on a class read from a per_host groups_file: its name
+	// there (the class's Name is the per_host class's, ":", Group), and
+	// where (GroupFile, GroupLine).
+	Group     string
+	GroupFile string
+	GroupLine int
 
 	// Resolved by validation.
 	Parent *Class
@@ -285,6 +291,16 @@ type PerHost struct {
 	Pods    string
 	PodsPos Pos
 	Entries []*HostEntry
+	// GroupsFile names a CSV of groups (name,rate,ceil), relative to the
+	// policy file: each is a class below the per_host class that the
+	// hosts file's parent column may name, an aggregate of its hosts (a
+	// Kubernetes namespace's pods, one customer's sites). A pods class
+	// reads the agent's (PodsGroupsFile) unless it names one. Groups
+	// holds them; validation makes them the class's Classes (HTB only:
+	// an EDT tree's aggregates are one level).
+	GroupsFile    string
+	GroupsFilePos Pos
+	Groups        []*Class
 	// Prefix is the length that names one host: 32 (IPv4) or 128 (IPv6)
 	// by default; 64 gives one class per IPv6 /64.
 	Prefix    int
@@ -414,14 +430,19 @@ type Match struct {
 }
 
 // Files lists the files the policy was read from: the policy file, then
-// every hosts_file (resolved against the policy file's directory), each
-// once. A daemon watches them to reload.
+// every hosts_file and groups_file (resolved against the policy file's
+// directory), each once. A daemon watches them to reload.
 func (p *Policy) Files() []string {
 	out := []string{p.File}
 	seen := map[string]bool{p.File: true}
 	p.eachClass(func(c *Class) {
-		if c.PerHost != nil && c.PerHost.HostsFile != "" {
-			f := c.PerHost.HostsFile
+		if c.PerHost == nil {
+			return
+		}
+		for _, f := range []string{c.PerHost.HostsFile, c.PerHost.GroupsFile} {
+			if f == "" {
+				continue
+			}
 			if !filepath.IsAbs(f) {
 				f = filepath.Join(filepath.Dir(p.File), f)
 			}

@@ -219,17 +219,31 @@ func validateLink(where string, t *Tree, d *Diag) {
 }
 
 // resolveParents hangs hosts_file entries below the class their parent
-// column names.
-func resolveParents(where string, cs []*Class, byName map[string]*Class, d *Diag) {
+// column names: a group of their per_host class's groups_file, else a
+// plain class of the tree.
+func resolveParents(where string, t *Tree, cs []*Class, byName map[string]*Class, d *Diag) {
 	for _, c := range cs {
 		if ph := c.PerHost; ph != nil {
+			groups := groupsOf(where, t, c, d)
 			for _, e := range ph.Entries {
 				e.ParentCls, e.Owner, e.ClassName = c, c, c.Name+"/"+e.Name
 				if e.Parent == "" || e.Parent == c.Name {
 					continue
 				}
+				if g := groups[e.Parent]; g != nil {
+					e.ParentCls = g
+					g.Hosts = append(g.Hosts, e)
+					continue
+				}
 				pc := byName[e.Parent]
 				switch {
+				case pc == nil && ph.Pods != "":
+					// The agent writes the groups and the pods in two
+					// files: a reload between the writes may find a
+					// pod's namespace not yet listed. It is a pod
+					// below the pods class until the next.
+					d.WarnIn(e.File, Pos{e.Line, 1}, "hosts file: host %s: parent %q is no group or class of %s: the host hangs below %s", e.Name, e.Parent, where, c.Name)
+					continue
 				case pc == nil:
 					d.ErrorIn(e.File, Pos{e.Line, 1}, "hosts file: host %s: parent class %q does not exist in %s%s", e.Name, e.Parent, where, suggestClass(e.Parent, byName))
 					continue
@@ -241,7 +255,7 @@ func resolveParents(where string, cs []*Class, byName map[string]*Class, d *Diag
 				pc.Hosts = append(pc.Hosts, e)
 			}
 		}
-		resolveParents(where, c.Classes, byName, d)
+		resolveParents(where, t, c.Classes, byName, d)
 	}
 }
 
@@ -290,7 +304,7 @@ func validateTree(in *Interface, t *Tree, d *Diag) {
 	pre := map[string]*Class{}
 	hosts, police, hostsFile := scan(t.Classes, pre)
 	resolveClassifier(where, t, hosts, police, hostsFile, d)
-	resolveParents(where, t.Classes, pre, d)
+	resolveParents(where, t, t.Classes, pre, d)
 	byName := map[string]*Class{}
 	count := 0
 	var walk func(cs []*Class, parent *Class, parentRate, parentCeil units.Rate, depth int)
@@ -306,16 +320,24 @@ func validateTree(in *Interface, t *Tree, d *Diag) {
 			level := depth + 1
 			if c.PerHost != nil {
 				level++
+				if len(c.PerHost.Groups) > 0 {
+					level++ // the groups, then their hosts
+				}
 			}
 			if level+1 > MaxDepth && !t.EDT() { // +1: the root class
 				d.Errorf(c.Pos, "%s: class %s is nested too deep; HTB allows %d levels including the root", where, c.Name, MaxDepth)
 			}
 			if c.PerHost != nil {
 				n := c.PerHost.HostCount() + len(c.PerHost.Entries)
-				count += n
+				count += n + len(c.PerHost.Groups)
 				t.Hosts += n
 			}
 			walk(c.Classes, c, c.RateBps, c.CeilBps, depth+1)
+			if c.PerHost != nil && len(c.PerHost.Groups) > 0 {
+				// Validated as the file's lines (groupRates): from
+				// here on they are the class's children.
+				c.Classes = c.PerHost.Groups
+			}
 		}
 		checkWeights(where, cs, parent, d)
 		if sum > parentRate && len(cs) > 0 {
@@ -796,6 +818,7 @@ func hostRates(what string, c *Class, ph *PerHost, n uint64, d *Diag) {
 			d.ErrorIn(e.File, Pos{e.Line, 1}, "hosts file: host %s: ceil %s is below rate %s", e.Name, e.CeilBps.String(), e.RateBps.String())
 		}
 	}
+	groupRates(what, c, ph, d)
 }
 
 func families(ps []netip.Prefix) (v4, v6 bool) {

@@ -62,3 +62,8 @@ func Pod(ns, name, node string, ann map[string]string, ips ...string) *corev1.Po
 	}
 	return p
 }
+
+// Namespace is namespace name with annotations ann.
+func Namespace(name string, ann map[string]string) *corev1.Namespace {
+	return &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: ann, UID: types.UID("ns/" + name)}}
+}

@@ -156,8 +156,7 @@ func groupRates(what string, c *Class, ph *PerHost, d *Diag) {
 
 // fitGroup sets the rates of group g's hosts from the group's: a host
 // without a rate of its own gets an even part of it (at most its ceil),
-// and where their
-// rates add up to more, each is cut in proportion. HTB lets a class
+// and where their rates add up to more, each is cut in proportion. HTB lets a class
 // within its rate send whatever its parent's state, so hosts whose
 // rates added up to more than the group's would send past its ceil
 // (measured: a pod at its 40mbit default share under a namespace capped
@@ -186,8 +185,9 @@ func fitGroup(g *Class, pods bool) {
 }
 
 // groupsOf names per_host class c's groups (CLASS:GROUP: a name no
-// class of the policy has, and not a host's, whose names have a "/") and indexes
-// them by their name in the groups file, which the parent column uses.
+// class of the policy has, nor a host, whose names have a "/") and
+// indexes them by their name in the groups file, which the parent
+// column uses.
 // An EDT tree has no groups: a groups_file the policy names is refused,
 // a pods class's is left out with a warning (its pods are capped one by
 // one, as without it).

@@ -134,6 +134,10 @@ func conformExample(t *testing.T, name string, parallel int, cells func(string, 
 		ran += len(tr.Cells)
 	}
 	if !r.Pass || ran == 0 {
+		// Every subject of every cell, and a cell measured twice, so
+		// that a failure shows what each got (the brief table hides it).
+		out.Reset()
+		r.WriteText(&out, false)
 		t.Fatalf("examples/%s: %d cells, not every one within the reference:\n%s", name, ran, out.String())
 	}
 	t.Logf("\n%s", out.String())

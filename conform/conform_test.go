@@ -167,10 +167,7 @@ func TestSubjectsNotDriven(t *testing.T) {
 // Hosts from a hosts_file: in file order, each with its own rate, hung
 // below its parent column's class in the reference.
 func TestSubjectsHostsFile(t *testing.T) {
-	dir := t.TempDir()
-	os.WriteFile(filepath.Join(dir, "h.csv"), []byte("name,addresses,rate,ceil,parent\na,10.0.0.1,2mbit,20mbit,\nb,10.0.1.0/28,4mbit,20mbit,gold\nc,2001:db8::5,2mbit,20mbit,\n"), 0o644)
-	file := filepath.Join(dir, "p.yaml")
-	os.WriteFile(file, []byte(`interfaces:
+	p := loadFiles(t, `interfaces:
   - name: eth0
     egress:
       rate: 20mbit
@@ -179,11 +176,7 @@ func TestSubjectsHostsFile(t *testing.T) {
         - {name: subs, rate: 10mbit, per_host: {by: dst, hosts_file: h.csv}}
         - {name: gold, rate: 8mbit}
         - {name: rest, rate: 1mbit}
-`), 0o644)
-	p, _, err := policy.Load(file)
-	if err != nil {
-		t.Fatal(err)
-	}
+`, map[string]string{"h.csv": "name,addresses,rate,ceil,parent\na,10.0.0.1,2mbit,20mbit,\nb,10.0.1.0/28,4mbit,20mbit,gold\nc,2001:db8::5,2mbit,20mbit,\n"})
 	tr := p.Interfaces[0].Egress
 	ss := subjects(tr, 8)
 	m := byName(ss)
@@ -277,11 +270,7 @@ func TestReferenceWeights(t *testing.T) {
 // them): with a capped group (4mbit, ceil 6) full, another group of
 // 4mbit and two 1mbit hosts share the rest 4:1:1 beyond their rates.
 func TestReferenceGroups(t *testing.T) {
-	dir := t.TempDir()
-	os.WriteFile(filepath.Join(dir, "h.csv"), []byte("name,addresses,rate,ceil,parent\na1,10.0.0.2,,,acme\na2,10.0.0.3,,,acme\nb1,10.0.0.5,,,beta\nc1,10.0.0.6,,,\nc2,10.0.0.7,,,\n"), 0o644)
-	os.WriteFile(filepath.Join(dir, "g.csv"), []byte("name,rate,ceil\nacme,4mbit,6mbit\nbeta,4mbit,\n"), 0o644)
-	file := filepath.Join(dir, "p.yaml")
-	os.WriteFile(file, []byte(`interfaces:
+	p := loadFiles(t, `interfaces:
   - name: eth0
     egress:
       rate: 20mbit
@@ -289,11 +278,10 @@ func TestReferenceGroups(t *testing.T) {
       classes:
         - {name: users, rate: 19mbit, per_host: {by: dst, hosts_file: h.csv, groups_file: g.csv, rate: 1mbit}}
         - {name: rest, rate: 1mbit}
-`), 0o644)
-	p, _, err := policy.Load(file)
-	if err != nil {
-		t.Fatal(err)
-	}
+`, map[string]string{
+		"h.csv": "name,addresses,rate,ceil,parent\na1,10.0.0.2,,,acme\na2,10.0.0.3,,,acme\nb1,10.0.0.5,,,beta\nc1,10.0.0.6,,,\nc2,10.0.0.7,,,\n",
+		"g.csv": "name,rate,ceil\nacme,4mbit,6mbit\nbeta,4mbit,\n",
+	})
 	tr := p.Interfaces[0].Egress
 	ss := subjects(tr, 8)
 	var all Cell
@@ -485,4 +473,22 @@ func TestNothingMeasuredIsNoPass(t *testing.T) {
 	if !strings.Contains(b.String(), "verdict: NOTHING MEASURED") || strings.Contains(b.String(), "verdict: PASS") {
 		t.Errorf("report:\n%s", b.String())
 	}
+}
+
+// loadFiles loads policy src with files (name: content) beside it, all
+// in a new directory.
+func loadFiles(t *testing.T, src string, files map[string]string) *policy.Policy {
+	t.Helper()
+	dir := t.TempDir()
+	files["p.yaml"] = src
+	for name, data := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p, _, err := policy.Load(filepath.Join(dir, "p.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
 }

@@ -223,11 +223,18 @@ func (w *Watcher) write() (changed bool, err error) {
 	for _, t := range w.targets {
 		var hosts []Host
 		groups := map[string]Group{}
+		type nsGroup struct {
+			g  Group
+			ok bool
+		}
+		read := map[string]nsGroup{} // a namespace's annotations, read once per write
 		for _, p := range pods {
-			g, grouped := Group{}, false
-			if t.Groups != "" {
-				g, grouped = GroupOf(w.namespace(p.Namespace), t.Dir)
+			ng, seen := read[p.Namespace]
+			if !seen && t.Groups != "" {
+				ng.g, ng.ok = GroupOf(w.namespace(p.Namespace), t.Dir)
+				read[p.Namespace] = ng
 			}
+			g, grouped := ng.g, ng.ok
 			h, ok := HostIn(p, t.Dir, grouped)
 			if !ok {
 				continue

@@ -335,6 +335,9 @@ func (t *Tree) resolveAt(rate units.Rate) {
 			if c.Ceil != nil {
 				c.CeilBps = abs(c.Ceil, pc)
 			}
+			if c.Group != "" && parent.PerHost.Pods != "" {
+				c.RateBps = min(c.RateBps, c.CeilBps) // as groupRates holds a namespace's guarantee
+			}
 			c.CeilBps = max(c.CeilBps, c.RateBps)
 			if c.Group != "" {
 				fitGroup(c, parent.PerHost.Pods != "")

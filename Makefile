@@ -69,7 +69,8 @@ deps:
 # server's build, about 10 CPU-minutes once per version; the race
 # builds; fuzzing) runs beside the host suite at the lowest priority
 # (scripts/beside.sh): its traffic mostly waits on the clock, and nice 19
-# takes only what the tests leave. The race tests then run in the
+# (the chain's own and its session's autogroup's) takes only what the
+# tests leave. The race tests then run in the
 # foreground, their builds done.
 TEST_FUZZTIME ?= 10s
 test: deps

@@ -568,13 +568,15 @@ static __always_inline __u32 link_bytes(const struct config *cfg, __u32 len, __u
 
 // pace stamps a packet of len bytes with its earliest departure time,
 // for the fq qdisc on its transmit queue to hold it until then: the
-// start of its slot on its aggregate's clock and, when the direction's
-// rate is a shared cap (cfg->pool_rate), on the pool's. Prod
-// aggregates take their pool slot without waiting for it: nonprod
+// start of its slot on its aggregate's clock, on its group's when it is
+// a host of one (the group's cap binds its hosts together) and, when
+// the direction's rate is a shared cap (cfg->pool_rate), on the pool's.
+// Prod aggregates take their pool slot without waiting for it: nonprod
 // traffic yields the link to them but never delays them. A packet due
-// beyond the horizon is dropped and its slots given back.
+// beyond the horizon is dropped and its slots given back. *gcounter is
+// set to the group's counter, for the caller to count a packet passed.
 // Returns 0 to pass the packet, 1 to drop it.
-static __always_inline int pace(struct __sk_buff *skb, const struct config *cfg, const struct target *t, __u32 len)
+static __always_inline int pace(struct __sk_buff *skb, const struct config *cfg, const struct target *t, __u32 len, __u32 *gcounter)
 {
 	__u32 i = t->counter;
 	struct pace *st = bpf_map_lookup_elem(&paces, &i);
@@ -590,6 +592,28 @@ static __always_inline int pace(struct __sk_buff *skb, const struct config *cfg,
 	__u64 start = reserve(st, now, t->burst, delay);
 	if (start > depart)
 		depart = start;
+	__u64 horizon = t->horizon ? t->horizon : cfg->horizon;
+	struct pace *gst = 0;
+	__u64 gdelay = 0;
+	if (t->group) {
+		__u32 gi = t->group - 1;
+		const struct target *g = bpf_map_lookup_elem(&targets, &gi);
+		if (g && g->rate) {
+			__u32 gc = g->counter;
+			gst = bpf_map_lookup_elem(&paces, &gc);
+			if (gst) {
+				gdelay = (__u64)len * NS / g->rate;
+				__u64 gstart = reserve(gst, now, g->burst, gdelay);
+				if (gstart > depart)
+					depart = gstart;
+				// A group slower than its host queues longer: its own
+				// horizon's floor (a GSO packet at its cap) counts.
+				if (g->horizon > horizon)
+					horizon = g->horizon;
+				*gcounter = gc;
+			}
+		}
+	}
 	struct pace *pool = 0;
 	__u64 pdelay = 0;
 	if (cfg->pool_rate) {
@@ -602,9 +626,10 @@ static __always_inline int pace(struct __sk_buff *skb, const struct config *cfg,
 		if (!t->prod && pstart > depart)
 			depart = pstart;
 	}
-	__u64 horizon = t->horizon ? t->horizon : cfg->horizon;
 	if (depart > now + horizon) {
 		__sync_fetch_and_add(&st->t_next, -delay);
+		if (gst)
+			__sync_fetch_and_add(&gst->t_next, -gdelay);
 		if (pool)
 			__sync_fetch_and_add(&pool->t_next, -pdelay);
 		__sync_fetch_and_add(&st->drops, 1);
@@ -659,8 +684,11 @@ int sluice_classify(struct __sk_buff *skb)
 		if (qn)
 			queue = cfg->q_first[c & 1] + bpf_get_hash_recalc(skb) % qn + 1;
 		__u32 segs = skb->gso_segs > 1 ? skb->gso_segs : 1;
-		if (!exempt(cfg, &p) && pace(skb, cfg, t, link_bytes(cfg, len, segs)))
+		__u32 gcounter = 0;
+		if (!exempt(cfg, &p) && pace(skb, cfg, t, link_bytes(cfg, len, segs), &gcounter))
 			return TC_ACT_SHOT;
+		if (gcounter)
+			count(&counters, gcounter, len);
 	}
 	if (cfg->flags & CFG_SET_PRIORITY)
 		skb->priority = classid;

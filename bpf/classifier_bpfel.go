@@ -125,6 +125,8 @@ type ClassifierTarget struct {
 	Pad     uint8
 	Weight  uint32
 	Horizon uint64
+	Group   uint32
+	Pad2    uint32
 }
 
 // Names of all BPF objects in the ELF.

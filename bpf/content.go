@@ -92,6 +92,10 @@ type Target struct {
 	Pad     uint8
 	Weight  uint32 // the class's guaranteed rate in bytes/s, saturating: its share of spare capacity
 	Horizon uint64 // ns: the aggregate's horizon (0: the tree's)
+	// EDT: a host of a group takes a slot on the group's clock too: the
+	// group's index in Targets + 1 (0: none).
+	Group uint32
+	Pad2  uint32
 }
 
 // Policer is one meter's configuration: RFC 2697 srTCM (CIR, CBS, EBS)

@@ -306,6 +306,61 @@ func TestEDTExemptions(t *testing.T) {
 	}
 }
 
+// TestEDTGroupCapsItsHosts: two hosts capped at 10 Mbit/s in a group
+// capped at 1 Mbit/s (a namespace's pods) take slots on the group's
+// clock too, so together they leave at the group's cap; the group's
+// counter counts what passed. A packet beyond the horizon gives back its
+// slot on both clocks.
+func TestEDTGroupCapsItsHosts(t *testing.T) {
+	testutil.RequireRoot(t)
+	const hostRate, groupRate = 1_250_000, 125_000 // 10 and 1 Mbit/s
+	const horizon = 35e6                           // 3 packets queued at the group's cap, and a bit
+	c := edtContent([]units.Rate{hostRate, hostRate, hostRate, groupRate}, make([]uint32, 4), horizon)
+	c.Targets[1].Group, c.Targets[2].Group = 4, 4 // the group: target 3, + 1
+	c.Targets[1].Prod, c.Targets[2].Prod, c.Targets[3].Prod = 0, 0, 0
+	prog, err := bpf.Load(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer prog.Close()
+	now := uint64(20e9)
+	var departs []uint64
+	drops := 0
+	for i := 0; i < 6; i++ {
+		res, err := prog.Run(bpf.Packet{Frame: udpFrame(1250, 4000, uint16(1001+i%2)), Time: now}) // 10 ms at the group's cap
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Verdict != bpf.VerdictOK {
+			drops++
+			continue
+		}
+		departs = append(departs, max(res.Tstamp, now)-now)
+	}
+	// Slots at 0, 10, 20 and 30 ms fit the 35 ms horizon; the two after
+	// them would leave at 40 and 50 ms.
+	want := []uint64{0, 10e6, 20e6, 30e6}
+	if len(departs) != len(want) || drops != 2 {
+		t.Fatalf("departures %v ns after now, %d dropped; want %v and 2 dropped", departs, drops, want)
+	}
+	for i := range want {
+		if departs[i] != want[i] {
+			t.Fatalf("departures %v ns after now, want %v", departs, want)
+		}
+	}
+	paces, _ := prog.Paces([]uint32{2, 3, 4})
+	// Each host passed two 1 ms slots, the group four 10 ms ones: the
+	// dropped packets' slots were given back on both.
+	if paces[2].T_next != now+2e6 || paces[3].T_next != now+2e6 || paces[4].T_next != now+40e6 {
+		t.Fatalf("clocks after now: hosts %d and %d, group %d ns; want 2e6, 2e6 and 40e6",
+			paces[2].T_next-now, paces[3].T_next-now, paces[4].T_next-now)
+	}
+	counts, _ := prog.Counts([]uint32{2, 3, 4})
+	if counts[2].Packets != 2 || counts[3].Packets != 2 || counts[4].Packets != 4 {
+		t.Fatalf("counters: hosts %d and %d packets, group %d; want 2, 2 and 4", counts[2].Packets, counts[3].Packets, counts[4].Packets)
+	}
+}
+
 // TestEDTConcurrentCPUs runs the program on one aggregate from several
 // goroutines at once, thousands of times each inside the kernel, at one
 // instant: if t_next moved by a plain read-modify-write, concurrent

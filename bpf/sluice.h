@@ -109,6 +109,11 @@ struct target {
 	__u8 pad;
 	__u32 weight; // the class's guaranteed rate (bytes/s, saturating): its share of spare capacity
 	__u64 horizon; // ns: this aggregate's horizon (0: the tree's, config.horizon)
+	// A host of a group (a groups_file line: a namespace's pods): the
+	// group's target index + 1, whose clock it also takes a slot on; 0:
+	// none.
+	__u32 group;
+	__u32 pad2;
 };
 
 // An EDT aggregate's state, written by the program only.

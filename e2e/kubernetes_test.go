@@ -127,7 +127,6 @@ func TestKubernetesNamespaceAggregate(t *testing.T) {
 		kubetest.Pod("shop", "db", "node-a", nil, "10.9.0.3"), // no cap of its own: in the aggregate
 	)
 	p, _ := podsAgent(t, client)
-	ctx := context.Background()
 	waitPods(t, p.A, "the namespace's aggregate", 10*time.Second, func(m map[string]float64) bool {
 		return len(m) == 3 && m["pods:shop"] == 6 && m["pods/shop.web"] == 10 && m["pods/shop.db"] >= 80
 	})
@@ -137,6 +136,59 @@ func TestKubernetesNamespaceAggregate(t *testing.T) {
 	}
 
 	// Both pods at once: 6 Mbit/s between them, evenly.
+	for addr, mbit := range bothPods(t, p, 6) {
+		if mbit < 2.2 || mbit > 3.8 {
+			t.Errorf("to %s: %.2f Mbit/s, want about half the aggregate's 6", addr, mbit)
+		}
+	}
+	unannotate(t, client, "shop")
+	waitPods(t, p.A, "the aggregate removed", 5*time.Second, func(m map[string]float64) bool {
+		return len(m) == 1 && m["pods/shop.web"] == 10
+	})
+	if got := classParent(t, p.A, p.DevA, "pods/shop.web"); got != classID(t, p.A, p.DevA, "pods") {
+		t.Errorf("pods/shop.web's parent is %s, want the pods class's", got)
+	}
+}
+
+// On an EDT tree (Debian's kernels: the lane) a namespace's aggregate
+// is an aggregate of its own, a clock its pods take slots on too: a pod
+// capped at 10M and one without a cap, in a namespace capped at 6M, get
+// 6 Mbit/s together, and show counts what passed it. The annotations
+// removed, it goes.
+func TestEDTNamespaceAggregate(t *testing.T) {
+	needFq(t)
+	client := kubetest.Client(
+		kubetest.Namespace("shop", map[string]string{kube.IngressGuarantee: "2M", kube.IngressCap: "6M"}),
+		kubetest.Pod("shop", "web", "node-a", map[string]string{kube.IngressBandwidth: "10M"}, testutil.AddrB),
+		kubetest.Pod("shop", "db", "node-a", nil, "10.9.0.3"),
+	)
+	p, _ := podsAgentOn(t, client, func(dev string) string {
+		return strings.Replace(podsPolicy(dev), "classifier: bpf", "backend: edt", 1)
+	})
+	waitPods(t, p.A, "the namespace's aggregate", 10*time.Second, func(m map[string]float64) bool {
+		return len(m) == 3 && m["pods:shop"] == 6 && m["pods/shop.web"] == 10 && m["pods/shop.db"] >= 80
+	})
+	waitClassifier(t, p.A, p.DevA)
+	// Per flow within the aggregate, as fq shares (two flows each).
+	for addr, mbit := range bothPods(t, p, 6) {
+		if mbit < 1.5 || mbit > 4.5 {
+			t.Errorf("to %s: %.2f Mbit/s, want a fair part of the aggregate's 6", addr, mbit)
+		}
+	}
+	if b := classBytes(t, p.A, "pods:shop"); b < 6e6/8*4*0.8 {
+		t.Errorf("show: the aggregate counted %d bytes, want what its pods received", b)
+	}
+	unannotate(t, client, "shop")
+	waitPods(t, p.A, "the aggregate removed", 5*time.Second, func(m map[string]float64) bool {
+		return len(m) == 1 && m["pods/shop.web"] == 10
+	})
+}
+
+// bothPods sends two TCP flows from p.A to each of the pods' addresses
+// (AddrB, 10.9.0.3) at once for 4 s and returns each one's goodput in
+// Mbit/s, failing the test unless together they hold cap (Mbit/s).
+func bothPods(t *testing.T, p *testutil.Pair, cap float64) map[string]float64 {
+	t.Helper()
 	type result struct {
 		addr string
 		mbit float64
@@ -161,35 +213,33 @@ func TestKubernetesNamespaceAggregate(t *testing.T) {
 			res <- result{addr, float64(n) * 8 / d.Seconds() / 1e6}
 		}()
 	}
+	out := map[string]float64{}
 	var total float64
 	for range 2 {
 		r := <-res
 		t.Logf("to %s: %.2f Mbit/s", r.addr, r.mbit)
+		out[r.addr] = r.mbit
 		total += r.mbit
-		if r.mbit < 2.2 || r.mbit > 3.8 {
-			t.Errorf("to %s: %.2f Mbit/s, want about half the aggregate's 6", r.addr, r.mbit)
-		}
 	}
-	if total < 0.85*6 || total > 1.05*6 {
-		t.Errorf("the namespace's pods got %.2f Mbit/s together through its 6 Mbit/s cap", total)
+	if total < 0.85*cap || total > 1.05*cap {
+		t.Errorf("the namespace's pods got %.2f Mbit/s together through its %g Mbit/s cap", total, cap)
 	}
+	return out
+}
 
-	// The annotations removed: the pods are the pods class's again, db
-	// (no annotation of its own) no host at all.
+// unannotate removes namespace ns's annotations: its pods are the pods
+// class's again, a pod without an annotation of its own no host at all.
+func unannotate(t *testing.T, client kubetest.Fake, name string) {
+	t.Helper()
+	ctx := context.Background()
 	nss := client.Namespaces()
-	ns, err := nss.Get(ctx, "shop", metav1.GetOptions{})
+	ns, err := nss.Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ns.Annotations = nil
 	if _, err := nss.Update(ctx, ns, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
-	}
-	waitPods(t, p.A, "the aggregate removed", 5*time.Second, func(m map[string]float64) bool {
-		return len(m) == 1 && m["pods/shop.web"] == 10
-	})
-	if got := classParent(t, p.A, p.DevA, "pods/shop.web"); got != classID(t, p.A, p.DevA, "pods") {
-		t.Errorf("pods/shop.web's parent is %s, want the pods class's", got)
 	}
 }
 
@@ -198,10 +248,16 @@ func TestKubernetesNamespaceAggregate(t *testing.T) {
 // addresses AddrB and 10.9.0.3; it stops when the test ends.
 func podsAgent(t *testing.T, client kubetest.Fake) (*testutil.Pair, *agent.Agent) {
 	t.Helper()
+	return podsAgentOn(t, client, podsPolicy)
+}
+
+// podsAgentOn is podsAgent with the node's policy policy(veth0).
+func podsAgentOn(t *testing.T, client kubetest.Fake, policy func(dev string) string) (*testutil.Pair, *agent.Agent) {
+	t.Helper()
 	p := testutil.NewPair(t)
 	testutil.AddAddr(t, p.B, p.DevB, "10.9.0.3")
 	t.Setenv("SLUICE_STATE_DIR", stateDir(t))
-	pol := writePolicy(t, "p.yaml", podsPolicy(p.DevA))
+	pol := writePolicy(t, "p.yaml", policy(p.DevA))
 	a, err := agent.New(agent.Config{Policy: pol, Netns: p.A, Interval: 500 * time.Millisecond,
 		Log:        slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})),
 		Kubernetes: &kube.Config{Client: client, Node: "node-a"}})
@@ -294,6 +350,33 @@ func podCeils(t *testing.T, ns string) map[string]float64 {
 		}
 	}
 	return m
+}
+
+// classBytes is the bytes show counts for sluice's class name in
+// namespace ns.
+func classBytes(t *testing.T, ns, name string) uint64 {
+	t.Helper()
+	var sample struct {
+		Trees []struct {
+			Classes []struct {
+				Name  string `json:"name"`
+				Bytes uint64 `json:"bytes"`
+			} `json:"classes"`
+		} `json:"trees"`
+	}
+	out := must(t, "--netns", ns, "show", "--json", "--local", "--interval", "0")
+	if err := json.Unmarshal([]byte(out), &sample); err != nil {
+		t.Fatal(err)
+	}
+	for _, tr := range sample.Trees {
+		for _, c := range tr.Classes {
+			if c.Name == name {
+				return c.Bytes
+			}
+		}
+	}
+	t.Fatalf("show lists no class %s:\n%s", name, out)
+	return 0
 }
 
 // goodputTo is the TCP goodput in Mbit/s of two flows from p.A to addr

@@ -121,9 +121,22 @@ func TestRenderGroups(t *testing.T) {
 	if x := podsCls.PerHost.Entries[0]; x.Name != "lab.x" || x.ParentCls != podsCls {
 		t.Errorf("%s below %s", x.Name, x.ParentCls.Name)
 	}
-	// Targets: the groups file on an HTB tree, none on an EDT tree.
+	// Targets: the groups file, on an HTB tree as on an EDT tree.
 	if ts := Targets(pol); len(ts) != 1 || ts[0].Groups != policy.PodsGroupsFile(filepath.Join(dir, "pods.csv")) {
 		t.Errorf("targets %+v", ts)
+	}
+	edt, edtDir := loadWithPods(t, pods, `interfaces:
+  - name: eth0
+    egress:
+      rate: 1gbit
+      backend: edt
+      default: rest
+      classes:
+        - {name: pods, rate: 500mbit, per_host: {pods: egress, hosts_file: pods.csv}}
+        - {name: rest, rate: 100mbit}
+`)
+	if ts := Targets(edt); len(ts) != 1 || ts[0].Groups != policy.PodsGroupsFile(filepath.Join(edtDir, "pods.csv")) {
+		t.Errorf("EDT targets %+v", ts)
 	}
 }
 

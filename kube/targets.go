@@ -15,9 +15,7 @@ type Target struct {
 	// Classes are those a pod's sluice.io/class may name: the pods
 	// class and the plain classes of its tree (a hosts_file's parent).
 	Classes []string
-	// Groups is the groups file of the namespaces' aggregates (absolute;
-	// "" on an EDT tree, whose aggregates are one level: its pods are
-	// capped one by one).
+	// Groups is the groups file of the namespaces' aggregates (absolute).
 	Groups string
 }
 
@@ -62,11 +60,7 @@ func Targets(pol *policy.Policy) []Target {
 					continue
 				}
 				seen[f] = len(out)
-				tg := Target{File: f, Dir: c.PerHost.Pods, Classes: classes}
-				if !t.EDT() {
-					tg.Groups = abs(c.PerHost.GroupsFile)
-				}
-				out = append(out, tg)
+				out = append(out, Target{File: f, Dir: c.PerHost.Pods, Classes: classes, Groups: abs(c.PerHost.GroupsFile)})
 			}
 		}
 	}

@@ -55,7 +55,11 @@ func (b *builder) bpfHook() *bpf.Hook {
 		cl := b.byName[name]
 		t := bpf.Target{Classid: uint32(id), Counter: b.counterOf(name, id), Policer: policer(cl)}
 		if b.edt != nil {
-			b.pace(&t, name, cl, cl.RateBps, cl.CeilBps, false, uint32(cl.Prio))
+			prio := uint32(cl.Prio)
+			if cl.Group != "" { // a group is of its hosts' kind
+				prio = hostPrio(cl.Parent)
+			}
+			b.pace(&t, name, cl, cl.RateBps, cl.CeilBps, false, prio)
 		}
 		c.Targets = append(c.Targets, t)
 		targets[name] = i
@@ -111,7 +115,7 @@ func (b *builder) bpfHook() *bpf.Hook {
 					b.dev.hostTables = map[*policy.PerHost]uint32{}
 				}
 				b.dev.hostTables[ph] = target
-				b.hostTable(c, cl, target, policer)
+				b.hostTable(c, cl, target, targetOf)
 			case len(cl.Classes) > 0:
 				kind, target = bpf.KindGate, uint32(len(c.Blocks))
 				c.Blocks = append(c.Blocks, bpf.Block{})
@@ -164,9 +168,11 @@ func hostKeys(cs []*policy.Class) int {
 }
 
 // hostTable fills table n with the host classes of per_host class cl.
-func (b *builder) hostTable(c *bpf.Content, cl *policy.Class, n uint32, policer func(*policy.Class) uint16) {
+// On EDT a host of a group (groups_file) also names the group's target,
+// from targetOf, whose clock it takes slots on.
+func (b *builder) hostTable(c *bpf.Content, cl *policy.Class, n uint32, targetOf func(string) uint32) {
 	ph := cl.PerHost
-	add := func(name string, rate, ceil units.Rate, prio uint32, prefixes ...netip.Prefix) {
+	add := func(name string, rate, ceil units.Rate, prio uint32, group *policy.Class, prefixes ...netip.Prefix) {
 		var t bpf.Target
 		if r, ok := b.refs[name]; ok {
 			t = bpf.Target{Classid: uint32(tc.MakeHandle(shardMajor(int(r.shard)), r.minor)), Counter: r.counter,
@@ -177,16 +183,23 @@ func (b *builder) hostTable(c *bpf.Content, cl *policy.Class, n uint32, policer 
 		}
 		if b.edt != nil {
 			b.pace(&t, name, cl, rate, ceil, true, prio)
+			if group != nil {
+				t.Group = targetOf(group.Name) + 1
+			}
 		}
 		for _, p := range prefixes {
 			c.Hosts[bpf.HostKeyOf(n, p)] = t
 		}
 	}
 	for _, h := range ph.Hosts() {
-		add(hostName(cl, h), ph.RateBps, ph.CeilBps, hostPrio(cl), h)
+		add(hostName(cl, h), ph.RateBps, ph.CeilBps, hostPrio(cl), nil, h)
 	}
 	for _, e := range ph.Entries {
-		add(entryName(cl, e), e.RateBps, e.CeilBps, entryPrio(e), e.Addrs...)
+		var group *policy.Class
+		if e.ParentCls != nil && e.ParentCls.Group != "" {
+			group = e.ParentCls
+		}
+		add(entryName(cl, e), e.RateBps, e.CeilBps, entryPrio(e), group, e.Addrs...)
 	}
 }
 

@@ -150,6 +150,9 @@ func buildEDT(d *policy.Diag, feats Features, in *policy.Interface, t *policy.Tr
 		}
 	}
 	groups(t.Classes)
+	if n := groupCount(t.Classes); n > 0 {
+		dev.Notes = append(dev.Notes, fmt.Sprintf("edt: %d groups (groups_file) cap their hosts together, each with a clock of its own; within a group the hosts share its cap as fq does, per flow, and a group's rate is not guaranteed", n))
+	}
 	if caps > t.RateBps {
 		e.Pool, e.PoolRate, e.PoolBurst = b.counter(poolName), t.RateBps, uint64(t.Burst.NS(t.RateBps))
 		if !hasSharing(t) {
@@ -213,6 +216,19 @@ func HorizonFor(h time.Duration, limit units.Rate) uint64 {
 	return min(ns, uint64(policy.MaxHorizon))
 }
 
+// groupCount counts the groups (groups_file lines) of the per_host
+// classes in cs.
+func groupCount(cs []*policy.Class) int {
+	n := 0
+	for _, c := range cs {
+		if c.PerHost != nil {
+			n += len(c.PerHost.Groups)
+		}
+		n += groupCount(c.Classes)
+	}
+	return n
+}
+
 // kinds reports whether the tree has prod (prio 0) and nonprod leaves
 // (hosts included: a hosts file's prio column).
 func kinds(cs []*policy.Class) (prod, non bool) {
@@ -221,6 +237,7 @@ func kinds(cs []*policy.Class) (prod, non bool) {
 	}
 	for _, c := range cs {
 		switch ph := c.PerHost; {
+		case c.Group != "": // a groups_file's: its hosts are the aggregates
 		case ph != nil:
 			see(hostPrio(c)) // the class's, kept as pods come and go
 			for _, e := range ph.Entries {

@@ -3,6 +3,7 @@ package plan
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"sluice/policy"
@@ -51,5 +52,78 @@ func TestGroupsPlan(t *testing.T) {
 				t.Errorf("%q: %s below %v with leaf %q, want below %s", tree, name, c.Parent, c.Leaf, parent.Name)
 			}
 		}
+	}
+}
+
+// On EDT a group is an aggregate of its own, capped at its ceil, and
+// each of its hosts names it (Target.Group, its index + 1) to take slots
+// on its clock too; a host outside a group names none. A group is of
+// its hosts' kind: its default prio 0 makes no prod aggregate in a tree
+// of one prio.
+func TestGroupsPlanEDT(t *testing.T) {
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "hosts.csv"), []byte("name,addresses,rate,ceil,parent\na,10.0.0.2,,,acme\nb,10.0.0.3,,,acme\nd,10.0.0.5,,,\n"), 0o644)
+	os.WriteFile(filepath.Join(dir, "groups.csv"), []byte("name,rate,ceil\nacme,20mbit,50mbit\n"), 0o644)
+	file := filepath.Join(dir, "p.yaml")
+	os.WriteFile(file, []byte(`interfaces:
+  - name: eth0
+    egress:
+      rate: 1gbit
+      backend: edt
+      default: rest
+      classes:
+        - {name: subs, rate: 500mbit, prio: 2, per_host: {by: dst, hosts_file: hosts.csv, groups_file: groups.csv, rate: 10mbit, ceil: 100mbit}}
+        - {name: rest, rate: 100mbit, prio: 2}
+`), 0o644)
+	p, _, err := policy.Load(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	feats := Everything
+	feats.Qdiscs = map[string]bool{"fq": true, "clsact": true}
+	pl, err := Build(p, feats, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := pl.Devices[0]
+	hook, _ := edtOf(t, d)
+	c := hook.Content
+	counter := map[string]uint32{}
+	for _, ci := range d.Classes {
+		counter[ci.Name] = ci.Counter
+	}
+	group := -1
+	for i, tg := range c.Targets {
+		if tg.Counter == counter["subs:acme"] && tg.Counter != 0 {
+			group = i
+			if tg.Rate != units.FromBits(50e6) || tg.Prod != 0 {
+				t.Errorf("group target %+v, want capped at 50mbit, nonprod", tg)
+			}
+		}
+		if tg.Prod != 0 {
+			t.Errorf("target %d is prod in a tree of one prio", i)
+		}
+	}
+	if group < 0 {
+		t.Fatalf("no target for subs:acme (counter %d) in %+v", counter["subs:acme"], c.Targets)
+	}
+	for _, tg := range c.Hosts {
+		want := uint32(0)
+		if tg.Counter == counter["subs/a"] || tg.Counter == counter["subs/b"] {
+			want = uint32(group) + 1
+		}
+		if tg.Group != want || tg.Rate != units.FromBits(100e6) {
+			t.Errorf("host target %+v: group %d, want %d, capped at 100mbit", tg, tg.Group, want)
+		}
+	}
+	if len(c.Hosts) != 3 {
+		t.Errorf("%d host entries, want 3", len(c.Hosts))
+	}
+	noted := false
+	for _, n := range d.Notes {
+		noted = noted || strings.Contains(n, "edt: 1 groups (groups_file) cap their hosts together")
+	}
+	if !noted {
+		t.Errorf("notes %q: none says what a group does on EDT", d.Notes)
 	}
 }

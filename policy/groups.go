@@ -188,21 +188,9 @@ func fitGroup(g *Class, pods bool) {
 // class of the policy has, nor a host, whose names have a "/") and
 // indexes them by their name in the groups file, which the parent
 // column uses.
-// An EDT tree has no groups: a groups_file the policy names is refused,
-// a pods class's is left out with a warning (its pods are capped one by
-// one, as without it).
-func groupsOf(where string, t *Tree, c *Class, d *Diag) map[string]*Class {
+func groupsOf(c *Class, d *Diag) map[string]*Class {
 	ph := c.PerHost
 	if len(ph.Groups) == 0 {
-		return nil
-	}
-	if t.EDT() {
-		if ph.GroupsFilePos != (Pos{}) {
-			d.Errorf(ph.GroupsFilePos, "%s: class %s: groups_file needs an HTB tree: an EDT tree's aggregates are one level, a host's (docs/edt.md)", where, c.Name)
-		} else {
-			d.WarnIn(ph.Groups[0].GroupFile, Pos{1, 1}, "groups file: not used: %s is an EDT tree, whose aggregates are one level; class %s's pods are capped one by one", where, c.Name)
-		}
-		ph.Groups = nil
 		return nil
 	}
 	byName := make(map[string]*Class, len(ph.Groups))

@@ -122,7 +122,6 @@ func TestGroupsFileErrors(t *testing.T) {
 		{"a host's name", "", ", groups_file: groups.csv", groupsHosts + "acme,10.0.0.9,,,\n", "name,rate,ceil\nacme,,\nbeta,,\n", `groups.csv:2:1: groups file: group acme has the name of host acme`},
 		{"missing", "", ", groups_file: groups.csv", groupsHosts, "", "groups_file"},
 		{"without hosts_file", "", ", groups_file: groups.csv", groupsHosts, "name,rate,ceil\n", ""},
-		{"edt", "\n      backend: edt", ", groups_file: groups.csv", groupsHosts, "name,rate,ceil\nacme,,\nbeta,,\n", "groups_file needs an HTB tree"},
 		{"an unknown group", "", ", groups_file: groups.csv", groupsHosts, "name,rate,ceil\nacme,,\n", `hosts.csv:4:1: hosts file: host c: parent class "beta" does not exist`},
 	}
 	for _, c := range cases {
@@ -149,8 +148,7 @@ func TestGroupsFileErrors(t *testing.T) {
 }
 
 // A pods class reads the agent's groups file beside its pods file: none
-// is no groups; on an EDT tree it is left out with a warning (the pods
-// are capped one by one), never refusing the node's policy.
+// is no groups, never a refused policy; an EDT tree has them as HTB does.
 func TestPodsGroupsFile(t *testing.T) {
 	const pods = "name,addresses,rate,ceil,parent\nns1.a,10.0.0.2,,5mbit,ns1\nns2.b,10.0.0.3,,,\n"
 	if f := PodsGroupsFile("/run/sluice/pods/egress.csv"); f != "/run/sluice/pods/egress.namespaces.csv" {
@@ -162,7 +160,7 @@ func TestPodsGroupsFile(t *testing.T) {
 	}{
 		{"none written", "", "", `pods.csv:2:1: warning: hosts file: host ns1.a: parent "ns1" is no group or class of eth0 egress: the host hangs below subs`, 0},
 		{"one namespace", "", "name,rate,ceil\nns1,100mbit,50mbit\n", "", 1},
-		{"edt", "\n      backend: edt", "name,rate,ceil\nns1,100mbit,50mbit\n", "groups file: not used: eth0 egress is an EDT tree", 0},
+		{"edt", "\n      backend: edt", "name,rate,ceil\nns1,100mbit,50mbit\n", "", 1},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			dir := t.TempDir()

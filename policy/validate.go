@@ -224,7 +224,7 @@ func validateLink(where string, t *Tree, d *Diag) {
 func resolveParents(where string, t *Tree, cs []*Class, byName map[string]*Class, d *Diag) {
 	for _, c := range cs {
 		if ph := c.PerHost; ph != nil {
-			groups := groupsOf(where, t, c, d)
+			groups := groupsOf(c, d)
 			for _, e := range ph.Entries {
 				e.ParentCls, e.Owner, e.ClassName = c, c, c.Name+"/"+e.Name
 				if e.Parent == "" || e.Parent == c.Name {

@@ -238,9 +238,6 @@ func TestVariableRateScenario(t *testing.T) {
 			t.Errorf("%s", line)
 		}
 	}
-	if n := strings.Count(r.stdout, "PASS  "); n != want || r.code != 0 {
-		t.Fatalf("exit %d, %d expectations passed, want %d\n%s", r.code, n, want, r.stderr)
-	}
 	b, err := os.ReadFile(filepath.Join(dir, "report.json"))
 	if err != nil {
 		t.Fatal(err)
@@ -252,6 +249,9 @@ func TestVariableRateScenario(t *testing.T) {
 			Autorate []struct {
 				Device string    `json:"device"`
 				Rate   []float64 `json:"rate_bps"`
+				Passed []float64 `json:"passed_bps"`
+				Delay  []float64 `json:"delay_ms"`
+				State  []string  `json:"state"`
 			} `json:"autorate"`
 		} `json:"results"`
 	}
@@ -259,6 +259,29 @@ func TestVariableRateScenario(t *testing.T) {
 		t.Fatalf("report.json: %v", err)
 	}
 	res := rep.Results[len(rep.Results)-1]
+	if n := strings.Count(r.stdout, "PASS  "); n != want || r.code != 0 {
+		// What each controller did, a line a second, to tell a slow
+		// decision from a stall or a bed that lost time.
+		var tl strings.Builder
+		for _, a := range res.Autorate {
+			fmt.Fprintf(&tl, "%s: second, rate / passed Mbit/s, delay ms, state\n", a.Device)
+			step := max(int(1/max(res.Bucket, 1e-3)), 1)
+			for i := 0; i < len(a.Rate); i += step {
+				at := func(v []float64) float64 {
+					if i < len(v) {
+						return v[i]
+					}
+					return 0
+				}
+				st := ""
+				if i < len(a.State) {
+					st = a.State[i]
+				}
+				fmt.Fprintf(&tl, "  %3.0f  %6.1f / %6.1f  %6.1f  %s\n", float64(i)*res.Bucket, at(a.Rate)/1e6, at(a.Passed)/1e6, at(a.Delay), st)
+			}
+		}
+		t.Fatalf("exit %d, %d expectations passed, want %d\n%s\n%s", r.code, n, want, r.stderr, tl.String())
+	}
 	if res.Variant != "auto" {
 		t.Fatalf("the last variant is %q, want auto", res.Variant)
 	}

@@ -23,6 +23,7 @@ import (
 // of them silent, the rate holds. Status and metrics show each of it.
 func TestAgentAutoRate(t *testing.T) {
 	testutil.RequireRoot(t)
+	testutil.Quiet(t)
 	t.Setenv("SLUICE_STATE_DIR", stateDir(t))
 	name := strings.TrimPrefix(testutil.Unique("ar"), testutil.Prefix)
 	b, err := lab.Up(name, lab.Topology{Modem: lab.Modem{Up: "8mbit", Down: "100mbit", Buffer: "300ms"}})
@@ -226,6 +227,7 @@ func directPackets(t *testing.T, ns, dev string) int {
 // reference (testdata/variable-rate-lane.yaml).
 func TestVariableRateScenario(t *testing.T) {
 	testutil.RequireRoot(t)
+	testutil.Quiet(t)
 	dir := t.TempDir()
 	scenario, variants, want, scale := "variable-rate", "auto", 14, 1.0
 	if os.Getenv("SLUICE_EMULATED") == "1" {

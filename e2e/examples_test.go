@@ -112,6 +112,7 @@ func examplesMeasuredBy(how string) []string {
 // demand patterns when nil) and fails the test unless every cell passed.
 func conformExample(t *testing.T, name string, parallel int, cells func(string, []*conform.Subject) []conform.Cell) {
 	t.Helper()
+	testutil.Quiet(t)
 	pol, err := conform.LoadPolicy("../examples/"+name, "")
 	if err != nil {
 		t.Fatal(err)

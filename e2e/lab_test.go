@@ -963,6 +963,7 @@ func TestProdNonprodScenario(t *testing.T) {
 // the rates, where the guest has room, the leaves' byte floors made
 // the delays another experiment (240 ms), so the rates stay.
 func TestFairShareScenario(t *testing.T) {
+	testutil.Quiet(t)
 	runScenarioExcusing(t, "fair-share", 1, []string{"FIFO", "LIMIT", "PER-HOST"}, 4, emulatedAlone)
 }
 

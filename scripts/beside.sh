@@ -19,7 +19,11 @@
 #   fuzz     every fuzz target for FUZZTIME (default 10s). A fuzzer has no
 #            deadline to miss: starved, it only runs fewer inputs.
 # No test that measures time runs here: the unit tests run after the host
-# suite, in the foreground.
+# suite, in the foreground. The host suite's tests held to the tightest
+# references stop the chain (SIGSTOP to its process group, whose leader's
+# pid is out/beside/pid) while they measure, and continue it after
+# (testutil.Quiet); wait and stop continue it too, should a test binary
+# have died between the two.
 #
 # Each step writes out/beside/STEP.log and STEP.rc. The chain holds a
 # lock on out/beside/.lock while it runs; wait takes it.
@@ -75,6 +79,7 @@ run)
 	;;
 wait)
 	[[ -f $dir/pid ]] || { echo "beside.sh: no chain was started" >&2; exit 1; }
+	kill -CONT -- -"$(cat "$dir/pid")" 2>/dev/null || true
 	exec 9>"$dir/.lock"
 	start=$SECONDS
 	flock 9
@@ -94,6 +99,7 @@ wait)
 stop)
 	pid=$(cat "$dir/pid" 2>/dev/null) || exit 0
 	kill -- -"$pid" 2>/dev/null || true
+	kill -CONT -- -"$pid" 2>/dev/null || true # a stopped chain gets its TERM
 	;;
 *)
 	echo "usage: beside.sh start|wait|stop" >&2

@@ -329,53 +329,53 @@ func tcClassWord(t *testing.T, ns, dev, name, field string) (id, value string) {
 // tc for the rates), in Mbit/s.
 func podCeils(t *testing.T, ns string) map[string]float64 {
 	t.Helper()
+	m := map[string]float64{}
+	for _, c := range shownClasses(t, ns) {
+		if strings.HasPrefix(c.Name, "pods/") || strings.HasPrefix(c.Name, "pods:") { // a pod, a namespace's aggregate
+			m[c.Name] = c.Ceil * 8 / 1e6
+		}
+	}
+	return m
+}
+
+// shownClass is a class as show --json lists it.
+type shownClass struct {
+	Name  string  `json:"name"`
+	Ceil  float64 `json:"ceil_bytes_per_second"`
+	Bytes uint64  `json:"bytes"`
+}
+
+// shownClasses lists the classes of every tree in namespace ns, read by
+// show from the kernel.
+func shownClasses(t *testing.T, ns string) []shownClass {
+	t.Helper()
 	var sample struct {
 		Trees []struct {
-			Classes []struct {
-				Name string  `json:"name"`
-				Ceil float64 `json:"ceil_bytes_per_second"`
-			} `json:"classes"`
+			Classes []shownClass `json:"classes"`
 		} `json:"trees"`
 	}
 	out := must(t, "--netns", ns, "show", "--json", "--local", "--interval", "0")
 	if err := json.Unmarshal([]byte(out), &sample); err != nil {
 		t.Fatal(err)
 	}
-	m := map[string]float64{}
+	var cs []shownClass
 	for _, tr := range sample.Trees {
-		for _, c := range tr.Classes {
-			if strings.HasPrefix(c.Name, "pods/") || strings.HasPrefix(c.Name, "pods:") { // a pod, a namespace's aggregate
-				m[c.Name] = c.Ceil * 8 / 1e6
-			}
-		}
+		cs = append(cs, tr.Classes...)
 	}
-	return m
+	return cs
 }
 
 // classBytes is the bytes show counts for sluice's class name in
 // namespace ns.
 func classBytes(t *testing.T, ns, name string) uint64 {
 	t.Helper()
-	var sample struct {
-		Trees []struct {
-			Classes []struct {
-				Name  string `json:"name"`
-				Bytes uint64 `json:"bytes"`
-			} `json:"classes"`
-		} `json:"trees"`
-	}
-	out := must(t, "--netns", ns, "show", "--json", "--local", "--interval", "0")
-	if err := json.Unmarshal([]byte(out), &sample); err != nil {
-		t.Fatal(err)
-	}
-	for _, tr := range sample.Trees {
-		for _, c := range tr.Classes {
-			if c.Name == name {
-				return c.Bytes
-			}
+	cs := shownClasses(t, ns)
+	for _, c := range cs {
+		if c.Name == name {
+			return c.Bytes
 		}
 	}
-	t.Fatalf("show lists no class %s:\n%s", name, out)
+	t.Fatalf("show lists no class %s: %+v", name, cs)
 	return 0
 }
 

@@ -16,11 +16,7 @@ import (
 // group holds no packets of its own: no leaf, no filter.
 func TestGroupsPlan(t *testing.T) {
 	for _, tree := range []string{"", "classifier: bpf"} {
-		dir := t.TempDir()
-		os.WriteFile(filepath.Join(dir, "hosts.csv"), []byte("name,addresses,rate,ceil,parent\na,10.0.0.2,,,acme\nb,10.0.0.3,,,acme\nd,10.0.0.5,,,\n"), 0o644)
-		os.WriteFile(filepath.Join(dir, "groups.csv"), []byte("name,rate,ceil\nacme,20mbit,50mbit\n"), 0o644)
-		file := filepath.Join(dir, "p.yaml")
-		os.WriteFile(file, []byte(`interfaces:
+		p := loadGroups(t, `interfaces:
   - name: eth0
     egress:
       rate: 1gbit
@@ -29,11 +25,7 @@ func TestGroupsPlan(t *testing.T) {
       classes:
         - {name: subs, rate: 500mbit, per_host: {by: dst, hosts_file: hosts.csv, groups_file: groups.csv}}
         - {name: rest, rate: 100mbit}
-`), 0o644)
-		p, _, err := policy.Load(file)
-		if err != nil {
-			t.Fatal(err)
-		}
+`)
 		pl, err := Build(p, Everything, nil)
 		if err != nil {
 			t.Fatalf("%q: %v", tree, err)
@@ -61,11 +53,7 @@ func TestGroupsPlan(t *testing.T) {
 // its hosts' kind: its default prio 0 makes no prod aggregate in a tree
 // of one prio.
 func TestGroupsPlanEDT(t *testing.T) {
-	dir := t.TempDir()
-	os.WriteFile(filepath.Join(dir, "hosts.csv"), []byte("name,addresses,rate,ceil,parent\na,10.0.0.2,,,acme\nb,10.0.0.3,,,acme\nd,10.0.0.5,,,\n"), 0o644)
-	os.WriteFile(filepath.Join(dir, "groups.csv"), []byte("name,rate,ceil\nacme,20mbit,50mbit\n"), 0o644)
-	file := filepath.Join(dir, "p.yaml")
-	os.WriteFile(file, []byte(`interfaces:
+	p := loadGroups(t, `interfaces:
   - name: eth0
     egress:
       rate: 1gbit
@@ -74,11 +62,7 @@ func TestGroupsPlanEDT(t *testing.T) {
       classes:
         - {name: subs, rate: 500mbit, prio: 2, per_host: {by: dst, hosts_file: hosts.csv, groups_file: groups.csv, rate: 10mbit, ceil: 100mbit}}
         - {name: rest, rate: 100mbit, prio: 2}
-`), 0o644)
-	p, _, err := policy.Load(file)
-	if err != nil {
-		t.Fatal(err)
-	}
+`)
 	feats := Everything
 	feats.Qdiscs = map[string]bool{"fq": true, "clsact": true}
 	pl, err := Build(p, feats, nil)
@@ -126,4 +110,20 @@ func TestGroupsPlanEDT(t *testing.T) {
 	if !noted {
 		t.Errorf("notes %q: none says what a group does on EDT", d.Notes)
 	}
+}
+
+// loadGroups loads policy src beside hosts.csv (a and b in group acme,
+// d in none) and groups.csv (acme: rate 20mbit, ceil 50mbit).
+func loadGroups(t *testing.T, src string) *policy.Policy {
+	t.Helper()
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "hosts.csv"), []byte("name,addresses,rate,ceil,parent\na,10.0.0.2,,,acme\nb,10.0.0.3,,,acme\nd,10.0.0.5,,,\n"), 0o644)
+	os.WriteFile(filepath.Join(dir, "groups.csv"), []byte("name,rate,ceil\nacme,20mbit,50mbit\n"), 0o644)
+	file := filepath.Join(dir, "p.yaml")
+	os.WriteFile(file, []byte(src), 0o644)
+	p, _, err := policy.Load(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
 }

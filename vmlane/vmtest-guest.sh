@@ -79,10 +79,15 @@ fi
 # 12 of them in the checks; two at once, the checks took 7.5 min,
 # 2026-11-27.)
 e2e_imports='TestImported[A-Za-z]*'
+# Of the importers' tests, LibreQoS's holds each circuit's rate to its
+# original's, under six floods: beside the checks both trees fell short
+# alike (2.09 against 2.47 Mbit/s where HTB gives 2.5 to 3.2, once), so
+# it runs alone.
+e2e_imports_timed='TestImportedLibreQoSClassifiesAsTheOriginal'
 e2e_checks='TestFeaturesTheKernelMayLack|TestDoctorAgreesWithTC|TestPlanApplyShowReset|TestExportReproducesApply|TestExportBPFTreeAsU32|TestCraftedPacketsLandInTheirClass|TestBPFClassifierMatchesPolicy|TestBPFHostsFileAndMark|TestBPFOneHostChange|TestMarkedPacketsReachTheirClass|TestSharedClsactAndForeignFilters|TestReplacedRootIsForeign|TestMissingShardIsRepaired|TestEDTApplyPlanShowReset|TestEDTKilledApplyIsRecovered|TestEDTHostsPatchKilledAtEveryWrite'
 # The package's units run alone too: beside the other checks, systemd
 # SIGKILLed the agent as it stopped (its stop timeout is 5 s), once.
-e2e_timed='TestDebUnitsStartUnderSystemd|TestBPFIngressPolicer|TestDelayLine|TestNetemDelayAndLoss|TestMatrixSkipsMissingLeaves|TestEgressLimit20mbit|TestIngressLimit20mbit|TestCCMatrixFillsEveryRow|TestDemoOnStockKernel|TestEDT[A-Za-z]*|TestFairShareScenario|TestVariableRateScenario|TestConformanceMatrix'
+e2e_timed='TestDebUnitsStartUnderSystemd|'"$e2e_imports_timed"'|TestBPFIngressPolicer|TestDelayLine|TestNetemDelayAndLoss|TestMatrixSkipsMissingLeaves|TestEgressLimit20mbit|TestIngressLimit20mbit|TestCCMatrixFillsEveryRow|TestDemoOnStockKernel|TestEDT[A-Za-z]*|TestFairShareScenario|TestVariableRateScenario|TestConformanceMatrix'
 # A test named in both lists runs once, with the checks.
 e2e_default="^($e2e_imports|$e2e_checks|$e2e_timed)\$"
 # The delay line's loss runs on the host (its kernel lacks netem); here
@@ -105,7 +110,7 @@ if has e2e && [[ -z ${SLUICE_VM_E2E_RUN:-} ]]; then
   echo "guest: === two at once: $(for s in kernel bpf; do has $s && printf '%s, ' "$s"; done)the importers' tests | the other checks"
   (
     for s in kernel bpf; do has $s && run $s $s; done
-    run e2e-imports e2e -test.run "^($e2e_imports)\$"
+    run e2e-imports e2e -test.run "^($e2e_imports)\$" -test.skip "^($e2e_imports_timed)\$"
   ) &
   run e2e-checks e2e -test.run "^($e2e_checks)\$" &
   wait

@@ -118,14 +118,16 @@ func readEDT(k *kernel.Kernel, t *Tree, dev string, rec *records.Tree) error {
 		}
 		c.Backlog = edtBacklog(pc.T_next, now, cp)
 		// A group of a per_host class (CLASS:GROUP) counts what its hosts
-		// sent, which the class already sums: it is listed below it.
+		// sent, which the class already sums: it is listed below it, as
+		// an inner class (no leaf: its bytes are its hosts', never added
+		// to the tree's again).
 		if i := strings.LastIndexByte(ci.Name, ':'); i > 0 && !strings.Contains(ci.Name, "/") {
 			if g := groups[ci.Name[:i]]; g != nil {
 				if !listed[g.Name] {
 					t.Classes = append(t.Classes, g)
 					listed[g.Name] = true
 				}
-				c.Depth = 1
+				c.Depth, c.Leaf = 1, ""
 			}
 		}
 		if i := strings.LastIndexByte(ci.Name, '/'); i > 0 {

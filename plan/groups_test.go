@@ -121,9 +121,5 @@ func loadGroups(t *testing.T, src string) *policy.Policy {
 	os.WriteFile(filepath.Join(dir, "groups.csv"), []byte("name,rate,ceil\nacme,20mbit,50mbit\n"), 0o644)
 	file := filepath.Join(dir, "p.yaml")
 	os.WriteFile(file, []byte(src), 0o644)
-	p, _, err := policy.Load(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return p
+	return load(t, file)
 }

@@ -75,10 +75,10 @@ deps:
 # foreground, their builds done.
 TEST_FUZZTIME ?= 10s
 test: deps
-	FUZZTIME=$(TEST_FUZZTIME) GO=$(GO) ./scripts/beside.sh start
+	FUZZTIME=$(TEST_FUZZTIME) GO=$(GO) KERNEL=$(KERNEL) ./scripts/beside.sh start
 	SLUICE_BESIDE=$(CURDIR)/out/beside/pid $(MAKE) test-host || { ./scripts/beside.sh stop; exit 1; }
 	./scripts/beside.sh wait
-	$(MAKE) unit test-kubernetes vmtest
+	$(MAKE) unit test-kubernetes vmtest VM_PREBUILT=1
 
 test-host: deps lint
 	GO=$(GO) ./scripts/gotest.sh -count=1 -p 1 -parallel 3 -timeout 25m ./...
@@ -121,7 +121,7 @@ fuzz:
 # docs/kernels.md). vmtest-all runs both Debian kernels.
 KERNEL ?= 6.1
 vmtest:
-	./vmlane/vmtest.sh $(KERNEL)
+	VM_PREBUILT=$(VM_PREBUILT) ./vmlane/vmtest.sh $(KERNEL)
 
 vmtest-all:
 	./vmlane/vmtest.sh 6.1

@@ -16,6 +16,10 @@
 #   race     the unit tests' race-detector builds, so that `make unit`
 #            afterwards only links and runs them (a cold race build is
 #            most of its five minutes);
+#   lane     the stock-kernel lane's kernel, tools and test binaries
+#            (vmlane/vmtest.sh with VM_BUILD_ONLY=1, KERNEL as make's),
+#            which `make vmtest VM_PREBUILT=1` afterwards takes when the
+#            tree has not changed since;
 #   fuzz     every fuzz target for FUZZTIME (default 10s). A fuzzer has no
 #            deadline to miss: starved, it only runs fewer inputs.
 # No test that measures time runs here: the unit tests run after the host
@@ -54,7 +58,7 @@ start)
 		echo "beside.sh: the chain did not get the lowest priority (${prio:-no answer}): it would slow the timed tests" >&2
 		exit 1
 	fi
-	echo "beside: kubeapi, race and fuzz started at ${prio#priority: } (out/beside/)"
+	echo "beside: kubeapi, race, lane and fuzz started at ${prio#priority: } (out/beside/)"
 	;;
 run)
 	# setsid made this chain a session, so an autogroup of its own where
@@ -75,6 +79,7 @@ run)
 	}
 	step kubeapi ./scripts/kubeapi.sh
 	step race "$GO" test -race -short -count=1 -run '^$' ./...
+	step lane env VM_BUILD_ONLY=1 ./vmlane/vmtest.sh "${KERNEL:-6.1}"
 	step fuzz "$MAKE" --no-print-directory fuzz FUZZTIME="${FUZZTIME:-10s}" GO="$GO"
 	;;
 wait)
@@ -85,7 +90,7 @@ wait)
 	flock 9
 	echo "beside: waited $((SECONDS - start))s for the chain"
 	rc=0
-	for s in kubeapi race fuzz; do
+	for s in kubeapi race lane fuzz; do
 		r=$(cat "$dir/$s.rc" 2>/dev/null || echo missing)
 		echo "beside: $s: $([[ $r == 0 ]] && echo ok || echo "FAILED ($r)")"
 		if [[ $r != 0 ]]; then

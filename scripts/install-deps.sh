@@ -3,7 +3,7 @@
 # Debian or Ubuntu machine: iproute2 (tc, ip, ss), iperf3, ping, clang,
 # llvm and libbpf-dev (BPF objects), Chromium (the lab report's
 # rendering test), wondershaper and FireQOS (import's equivalence
-# tests). Go must
+# tests), qemu and its helpers (the stock-kernel lane). Go must
 # already be installed (https://go.dev/doc/install); modules come from
 # the Go module proxy. Idempotent: does nothing when all is present.
 set -euo pipefail
@@ -30,6 +30,15 @@ command -v nsenter >/dev/null 2>&1 || need+=(util-linux)
 [[ -x /usr/sbin/fireqos ]] || need+=(fireqos)
 # The lab's report test opens the HTML report in headless Chromium.
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
+# The stock-kernel lane (vmlane/vmtest.sh, which `make test` prepares
+# beside the host suite, where installing packages could race the
+# package tests' dpkg): qemu, kmod, file, busybox, and a Python venv
+# for virtme-ng.
+command -v qemu-system-x86_64 >/dev/null 2>&1 || need+=(qemu-system-x86)
+command -v depmod >/dev/null 2>&1 || need+=(kmod)
+command -v file >/dev/null 2>&1 || need+=(file)
+command -v busybox >/dev/null 2>&1 || need+=(busybox-static)
+python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || need+=(python3-venv)
 
 if ((${#need[@]})); then
   if [[ $(id -u) -ne 0 ]]; then

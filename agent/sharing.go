@@ -251,13 +251,22 @@ func (a *Agent) step(k *kernel.Kernel, dev *plan.Device, ctl *controller, tree *
 			return nil
 		}
 		targets, _, err = prog.Targets()
+		var hosts map[bpf.HostKey]bpf.Target
+		if err == nil {
+			hosts, err = prog.LookupHosts(hostKeys(ctl.cfg.Children))
+		}
 		prog.Close()
 		if err != nil {
 			a.logFailure("sharing: reading the EDT program failed", "sharing", err)
 			return nil
 		}
 		for i, ch := range ctl.cfg.Children {
-			if int(ch.Target) < len(targets) {
+			switch {
+			case len(ch.Hosts) > 0: // a group's host
+				if t, ok := hosts[ch.Hosts[0]]; ok {
+					liveCeil[i] = t.Rate
+				}
+			case int(ch.Target) < len(targets):
 				liveCeil[i] = targets[ch.Target].Rate
 			}
 		}
@@ -294,11 +303,15 @@ func (a *Agent) step(k *kernel.Kernel, dev *plan.Device, ctl *controller, tree *
 		}
 		want := d.Ceil
 		if edt {
-			if int(ch.Target) >= len(targets) {
+			// The engine holds a cap at most the planned one (the child's ceil).
+			switch {
+			case len(ch.Hosts) > 0:
+				ctl.limits[plan.HostLimit(hook, ch.Name)] = plan.Limit{Ceil: want}
+			case int(ch.Target) < len(targets):
+				ctl.limits[plan.TargetLimit(hook, ch.Target)] = plan.Limit{Ceil: want}
+			default:
 				continue
 			}
-			// The engine holds a cap at most the planned one (the child's ceil).
-			ctl.limits[plan.TargetLimit(hook, ch.Target)] = plan.Limit{Ceil: want}
 			out = append(out, written{sh, liveRate[i], min(max(want, 1), ch.Ceil)})
 			if want != liveCeil[i] {
 				a.log.Debug("sharing: aggregate", "device", ctl.dev, "class", ch.Name, "cap_bps", want.BitsFloat(),
@@ -329,6 +342,16 @@ func (a *Agent) step(k *kernel.Kernel, dev *plan.Device, ctl *controller, tree *
 			a.log.Debug("sharing: class", "device", ctl.dev, "class", ch.Name, "rate_bps", rate.BitsFloat(), "ceil_bps", ceil.BitsFloat(),
 				"usage_bps", d.Usage.BitsFloat(), "share_bps", d.Share.BitsFloat(), "applied", d.Applied)
 		}
+	}
+	return out
+}
+
+// hostKeys lists the host entries of the children that are hosts of
+// an EDT group.
+func hostKeys(cs []plan.Controlled) []bpf.HostKey {
+	var out []bpf.HostKey
+	for _, c := range cs {
+		out = append(out, c.Hosts...)
 	}
 	return out
 }

@@ -478,4 +478,13 @@ func TestSwapHosts(t *testing.T) {
 	if got, _ = prog.Read(); got.Hosts[ka] != fast || got.Hosts[kb] != slow || writes != 2 {
 		t.Fatalf("after a swap refused half way (%d writes tried): %+v", writes, got.Hosts)
 	}
+	// LookupHosts (a group's controller reading its hosts' caps): the
+	// entries asked for, a key the table lacks left out.
+	seen, err := prog.LookupHosts([]bpf.HostKey{ka, kc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(seen) != 1 || seen[ka] != fast {
+		t.Fatalf("LookupHosts(a, c) = %+v, want a's entry alone", seen)
+	}
 }

@@ -466,6 +466,24 @@ func hostKeyText(k HostKey) string {
 	return fmt.Sprintf("%s (table %d)", p, t)
 }
 
+// LookupHosts reads the host entries of keys; a key without one is
+// left out.
+func (p *Program) LookupHosts(keys []HostKey) (map[HostKey]Target, error) {
+	out := make(map[HostKey]Target, len(keys))
+	for _, k := range keys {
+		var t Target
+		err := p.objs.Hosts.Lookup(k, &t)
+		if errors.Is(err, ebpf.ErrKeyNotExist) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("bpf classifier: host %s: %w", hostKeyText(k), err)
+		}
+		out[k] = t
+	}
+	return out, nil
+}
+
 // Targets reads the class targets (not the hosts) and the number of
 // policers: enough to name each policer's class.
 func (p *Program) Targets() ([]Target, uint32, error) {

@@ -141,6 +141,7 @@ func TestKubernetesNamespaceAggregate(t *testing.T) {
 			t.Errorf("to %s: %.2f Mbit/s, want about half the aggregate's 6", addr, mbit)
 		}
 	}
+	weighedPods(t, client, p, 6)
 	unannotate(t, client, "shop")
 	waitPods(t, p.A, "the aggregate removed", 5*time.Second, func(m map[string]float64) bool {
 		return len(m) == 1 && m["pods/shop.web"] == 10
@@ -178,6 +179,9 @@ func TestEDTNamespaceAggregate(t *testing.T) {
 	if b := classBytes(t, p.A, "pods:shop"); b < 6e6/8*4*0.8 {
 		t.Errorf("show: the aggregate counted %d bytes, want what its pods received", b)
 	}
+	// By weight within it: the agent's sharing controller caps each pod
+	// at its part.
+	weighedPods(t, client, p, 6)
 	unannotate(t, client, "shop")
 	waitPods(t, p.A, "the aggregate removed", 5*time.Second, func(m map[string]float64) bool {
 		return len(m) == 1 && m["pods/shop.web"] == 10
@@ -225,6 +229,107 @@ func bothPods(t *testing.T, p *testutil.Pair, cap float64) map[string]float64 {
 		t.Errorf("the namespace's pods got %.2f Mbit/s together through its %g Mbit/s cap", total, cap)
 	}
 	return out
+}
+
+// weighedPods gives pod web of namespace shop three times db's weight
+// (sluice.io/weight 3 and 1), waits for their classes' rates to say so,
+// and sends two TCP flows to each for 10 s: over the last 5 (once the
+// shares have settled) web must get 3/4 of what the two get, and the
+// two together the namespace's cap (Mbit/s).
+func weighedPods(t *testing.T, client kubetest.Fake, p *testutil.Pair, cap float64) {
+	t.Helper()
+	ctx := context.Background()
+	pods := client.Pods("shop")
+	weigh := func(weights map[string]string) {
+		t.Helper()
+		for name, w := range weights {
+			pod, err := pods.Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if pod.Annotations == nil {
+				pod.Annotations = map[string]string{}
+			}
+			if w == "" {
+				delete(pod.Annotations, kube.Weight)
+			} else {
+				pod.Annotations[kube.Weight] = w
+			}
+			if _, err := pods.Update(ctx, pod, metav1.UpdateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	weigh(map[string]string{"web": "3", "db": "1"})
+	defer weigh(map[string]string{"web": "", "db": ""}) // a weight alone makes db a host
+	rates := func() (web, db float64) {
+		for _, c := range shownClasses(t, p.A) {
+			switch c.Name {
+			case "pods/shop.web":
+				web = c.Rate
+			case "pods/shop.db":
+				db = c.Rate
+			}
+		}
+		return web, db
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		web, db := rates()
+		if db > 0 && web/db > 2.9 && web/db < 3.1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the pods' rates are %.0f and %.0f bytes/s 5 s after their weights, want 3:1", web, db)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	const d = 10 * time.Second
+	done := make(chan error, 2)
+	for i, addr := range []string{testutil.AddrB, "10.9.0.3"} {
+		sink, err := testutil.TCPSink(p.B, addr, 5421+i)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sink.Close()
+		go func() {
+			_, err := testutil.TCPSend(p.A, addr, 5421+i, 2, d)
+			done <- err
+		}()
+	}
+	bytes := func() (web, db uint64) {
+		for _, c := range shownClasses(t, p.A) {
+			switch c.Name {
+			case "pods/shop.web":
+				web = c.Bytes
+			case "pods/shop.db":
+				db = c.Bytes
+			}
+		}
+		return web, db
+	}
+	time.Sleep(4 * time.Second)
+	web0, db0 := bytes()
+	start := time.Now()
+	time.Sleep(5 * time.Second)
+	web1, db1 := bytes()
+	secs := time.Since(start).Seconds()
+	for range 2 {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	web, db := float64(web1-web0)*8/secs/1e6, float64(db1-db0)*8/secs/1e6
+	share := web / (web + db)
+	t.Logf("by weight 3:1: web %.2f Mbit/s, db %.2f (web's share %.3f, the reference 0.750)", web, db, share)
+	if share < 0.68 || share > 0.82 {
+		t.Errorf("web got %.3f of the namespace's traffic (%.2f and %.2f Mbit/s), want 0.75 by its weight", share, web, db)
+	}
+	// The classes count what the shaper sent, headers included: the
+	// cap holds those bytes.
+	if total := web + db; total < 0.85*cap || total > 1.05*cap {
+		t.Errorf("the pods got %.2f Mbit/s together through the namespace's %g", total, cap)
+	}
 }
 
 // unannotate removes namespace ns's annotations: its pods are the pods
@@ -341,6 +446,7 @@ func podCeils(t *testing.T, ns string) map[string]float64 {
 // shownClass is a class as show --json lists it.
 type shownClass struct {
 	Name  string  `json:"name"`
+	Rate  float64 `json:"rate_bytes_per_second"`
 	Ceil  float64 `json:"ceil_bytes_per_second"`
 	Bytes uint64  `json:"bytes"`
 }

@@ -16,7 +16,7 @@ import (
 func limitsRecord(l plan.Limits, until time.Time, pending []string) *records.Limits {
 	entries := make([]records.Limit, 0, len(l))
 	for k, v := range l {
-		entries = append(entries, records.Limit{Object: k.Object, Target: k.Target, Rate: uint64(v.Rate), Ceil: uint64(v.Ceil)})
+		entries = append(entries, records.Limit{Object: k.Object, Target: k.Target, Host: k.Host, Rate: uint64(v.Rate), Ceil: uint64(v.Ceil)})
 	}
 	return records.NewLimits(entries, until, pending)
 }
@@ -29,7 +29,7 @@ func limitsInForce(r *records.Limits, now time.Time) plan.Limits {
 	}
 	l := make(plan.Limits, len(r.Limits))
 	for _, e := range r.Limits {
-		l[plan.LimitKey{Object: e.Object, Target: e.Target}] = plan.Limit{Rate: units.Rate(e.Rate), Ceil: units.Rate(e.Ceil)}
+		l[plan.LimitKey{Object: e.Object, Target: e.Target, Host: e.Host}] = plan.Limit{Rate: units.Rate(e.Rate), Ceil: units.Rate(e.Ceil)}
 	}
 	return l
 }

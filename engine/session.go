@@ -3,6 +3,7 @@ package engine
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"slices"
 	"time"
@@ -186,7 +187,9 @@ func limitsDiffer(a, b tc.Object) bool {
 		if x.Content == nil || y.Content == nil {
 			return x.Content != y.Content
 		}
-		return !slices.Equal(x.Content.Targets, y.Content.Targets)
+		// An aggregate's cap is in the targets, a group's host's in the
+		// hosts.
+		return !slices.Equal(x.Content.Targets, y.Content.Targets) || !maps.Equal(x.Content.Hosts, y.Content.Hosts)
 	}
 	return false
 }

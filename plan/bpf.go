@@ -185,10 +185,23 @@ func (b *builder) hostTable(c *bpf.Content, cl *policy.Class, n uint32, targetOf
 			b.pace(&t, name, cl, rate, ceil, true, prio)
 			if group != nil {
 				t.Group = targetOf(group.Name) + 1
+				// Its own delays tell its group's controller whether its
+				// cap or the group's holds it back.
+				if h, ok := b.edt.hists.get(name); ok {
+					t.Hist = h
+					b.dev.Classes[len(b.dev.Classes)-1].Hist = h
+				}
 			}
 		}
+		var keys []bpf.HostKey
 		for _, p := range prefixes {
-			c.Hosts[bpf.HostKeyOf(n, p)] = t
+			k := bpf.HostKeyOf(n, p)
+			c.Hosts[k] = t
+			keys = append(keys, k)
+		}
+		if b.edt != nil && group != nil {
+			b.edt.groupHost(group, Controlled{Name: name, ID: fmt.Sprintf("edt:%d", t.Counter), Hosts: keys,
+				Weight: float64(max(rate, 1)), Rate: rate, Ceil: ceil, Prod: t.Prod == 1})
 		}
 	}
 	for _, h := range ph.Hosts() {

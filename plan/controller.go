@@ -58,10 +58,13 @@ type Controlled struct {
 	ID     string    `json:"id"`
 	Handle tc.Handle `json:"handle,omitempty"`
 	// Target is an EDT aggregate's index in the program's targets.
-	Target uint32     `json:"target,omitempty"`
-	Weight float64    `json:"weight"`
-	Rate   units.Rate `json:"rate"`
-	Ceil   units.Rate `json:"ceil"`
+	Target uint32 `json:"target,omitempty"`
+	// Hosts are the host entries (one per address) of a host of an EDT
+	// group, whose cap its group's controller sets (plan.HostLimit).
+	Hosts  []bpf.HostKey `json:"hosts,omitempty"`
+	Weight float64       `json:"weight"`
+	Rate   units.Rate    `json:"rate"`
+	Ceil   units.Rate    `json:"ceil"`
 	// Prod children (prio 0 beside children of higher prios) are never
 	// limited; their use comes off the capacity.
 	Prod bool `json:"prod,omitempty"`

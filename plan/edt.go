@@ -43,6 +43,34 @@ type edtPlan struct {
 	// aggregates capped at 21mbit sent 63 Mbit/s through a 21mbit
 	// direction).
 	split bool
+	// groups are the groups (groups_file) with hosts, in plan order,
+	// and their hosts as their controllers' children.
+	groups     []*policy.Class
+	groupHosts map[*policy.Class][]Controlled
+}
+
+// groupHost adds host ch to group g's controller.
+func (e *edtPlan) groupHost(g *policy.Class, ch Controlled) {
+	if e.groupHosts == nil {
+		e.groupHosts = map[*policy.Class][]Controlled{}
+	}
+	if _, ok := e.groupHosts[g]; !ok {
+		e.groups = append(e.groups, g)
+	}
+	e.groupHosts[g] = append(e.groupHosts[g], ch)
+}
+
+// groupControllers plans a sharing controller for each group of the
+// tree's per_host classes: its hosts share the group's cap by weighted
+// max-min (their rates, which are their weights' parts of the group's),
+// each held at its share by its own cap. Without them the group's clock
+// alone shares it, per flow, as fq does. The agent runs them.
+func (b *builder) groupControllers() {
+	for _, g := range b.edt.groups {
+		ctl := Controller{Owner: g.Name, Quantum: policy.DefaultSharingQuantum, ApplyAbove: policy.DefaultApplyAbove,
+			Capacity: g.CeilBps, Horizon: b.tree.Horizon, Children: b.edt.groupHosts[g]}
+		b.dev.Controllers = append(b.dev.Controllers, ctl)
+	}
 }
 
 func buildEDT(d *policy.Diag, feats Features, in *policy.Interface, t *policy.Tree, devName string, prev *Alloc) *Device {
@@ -151,7 +179,7 @@ func buildEDT(d *policy.Diag, feats Features, in *policy.Interface, t *policy.Tr
 	}
 	groups(t.Classes)
 	if n := groupCount(t.Classes); n > 0 {
-		dev.Notes = append(dev.Notes, fmt.Sprintf("edt: %d groups (groups_file) cap their hosts together, each with a clock of its own; within a group the hosts share its cap as fq does, per flow, and a group's rate is not guaranteed", n))
+		dev.Notes = append(dev.Notes, fmt.Sprintf("edt: %d groups (groups_file) cap their hosts together, each with a clock of its own; within a group the agent's sharing controller divides its cap among the hosts by their rates (without an agent running they share it as fq does, per flow), and a group's rate is not guaranteed", n))
 	}
 	if caps > t.RateBps {
 		e.Pool, e.PoolRate, e.PoolBurst = b.counter(poolName), t.RateBps, uint64(t.Burst.NS(t.RateBps))
@@ -172,6 +200,7 @@ func buildEDT(d *policy.Diag, feats Features, in *policy.Interface, t *policy.Tr
 	}
 	c.EDT = e
 	b.edtControllers(hook)
+	b.groupControllers()
 	if err := c.Validate(); err != nil && len(d.Errs) == 0 {
 		d.Errorf(t.Pos, "%s: %v", where, err)
 	}

@@ -1,6 +1,7 @@
 package plan
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -109,6 +110,55 @@ func TestGroupsPlanEDT(t *testing.T) {
 	}
 	if !noted {
 		t.Errorf("notes %q: none says what a group does on EDT", d.Notes)
+	}
+
+	// The group's controller: its hosts share its cap by their rates,
+	// each seen through a delay histogram of its own.
+	var ctl *Controller
+	for i := range d.Controllers {
+		if d.Controllers[i].Owner == "subs:acme" {
+			ctl = &d.Controllers[i]
+		}
+	}
+	if ctl == nil || len(d.Controllers) != 1 {
+		t.Fatalf("controllers %+v, want one, for subs:acme", d.Controllers)
+	}
+	if ctl.Capacity != units.FromBits(50e6) || ctl.Assure || len(ctl.Children) != 2 {
+		t.Fatalf("controller %+v: want the group's 50mbit shared by its 2 hosts, as caps", ctl)
+	}
+	hists := map[uint16]string{}
+	for _, ch := range ctl.Children {
+		if len(ch.Hosts) != 1 || ch.Weight != float64(units.FromBits(10e6)) || ch.Ceil != units.FromBits(100e6) || ch.ID != fmt.Sprintf("edt:%d", counter[ch.Name]) {
+			t.Errorf("child %+v: want one host entry, weight its 10mbit rate, ceil 100mbit, edt:%d", ch, counter[ch.Name])
+		}
+		tg := c.Hosts[ch.Hosts[0]]
+		if tg.Counter != counter[ch.Name] {
+			t.Errorf("child %s's host entry is counter %d's", ch.Name, tg.Counter)
+		}
+		if other, dup := hists[tg.Hist]; dup || tg.Hist == 0 {
+			t.Errorf("host %s: delay histogram %d (also %q's): want one of its own", ch.Name, tg.Hist, other)
+		}
+		hists[tg.Hist] = ch.Name
+	}
+	if d.Alloc.Hists["subs/a"] == 0 || d.Alloc.Hists["subs/d"] != 0 {
+		t.Errorf("histograms %v: want subs/a's (grouped), not subs/d's", d.Alloc.Hists)
+	}
+
+	// A host limit caps that host's entries only, held at its planned
+	// cap, and leaves the plan as it was.
+	a := ctl.Children[0]
+	lim := pl.WithLimits(Limits{HostLimit(hook, a.Name): {Ceil: units.FromBits(5e6)},
+		HostLimit(hook, ctl.Children[1].Name): {Ceil: units.FromBits(900e6)}})
+	lh, _ := edtOf(t, lim.Devices[0])
+	got := lh.Content.Hosts[a.Hosts[0]]
+	if got.Rate != units.FromBits(5e6) || got.Horizon != HorizonFor(d.tree.Horizon, units.FromBits(5e6)) {
+		t.Errorf("limited host %+v: want capped at 5mbit with its horizon", got)
+	}
+	if b := lh.Content.Hosts[ctl.Children[1].Hosts[0]]; b.Rate != units.FromBits(100e6) {
+		t.Errorf("host b %+v: a limit above its cap must hold at 100mbit", b)
+	}
+	if c.Hosts[a.Hosts[0]].Rate != units.FromBits(100e6) {
+		t.Error("WithLimits changed the plan's own host entries")
 	}
 }
 

@@ -21,11 +21,13 @@ import (
 // own entries here.
 type Limits map[LimitKey]Limit
 
-// LimitKey names what a limit applies to: a class (its key, Target 0)
-// or an EDT aggregate (its hook's key and index in the targets).
+// LimitKey names what a limit applies to: a class (its key, Target 0),
+// an EDT aggregate (its hook's key and index in the targets) or a host
+// of an EDT group (its hook's key and the host's class name).
 type LimitKey struct {
 	Object string
 	Target uint32
+	Host   string
 }
 
 // Limit is a class's rate and ceil, or an aggregate's cap (Ceil; Rate
@@ -60,6 +62,10 @@ func ClassLimit(c *tc.Class) LimitKey { return LimitKey{Object: c.Key()} }
 
 // TargetLimit keys a limit on target t of hook h.
 func TargetLimit(h *bpf.Hook, t uint32) LimitKey { return LimitKey{Object: h.Key(), Target: t} }
+
+// HostLimit keys a limit on host (its class name) of hook h: a host of
+// an EDT group, whose cap the group's controller sets.
+func HostLimit(h *bpf.Hook, host string) LimitKey { return LimitKey{Object: h.Key(), Host: host} }
 
 // Equal reports whether l and m hold the same limits.
 func (l Limits) Equal(m Limits) bool { return maps.Equal(l, m) }
@@ -161,10 +167,18 @@ func limited(d *Device, o tc.Object, l Limits) tc.Object {
 		}
 		return &c
 	case *bpf.Hook:
-		if x.Content == nil || len(x.Controlled) == 0 {
+		if x.Content == nil {
 			return nil
 		}
 		var content *bpf.Content
+		edit := func() *bpf.Content {
+			if content == nil {
+				c := *x.Content
+				content = &c
+			}
+			return content
+		}
+		targetsCloned := false
 		for _, t := range x.Controlled {
 			lim, ok := l[TargetLimit(x, t)]
 			if !ok || int(t) >= len(x.Content.Targets) {
@@ -176,12 +190,40 @@ func limited(d *Device, o tc.Object, l Limits) tc.Object {
 			if rate == planned.Rate && horizon == planned.Horizon {
 				continue
 			}
-			if content == nil {
-				c := *x.Content
-				c.Targets = slices.Clone(c.Targets)
-				content = &c
+			if !targetsCloned {
+				edit().Targets = slices.Clone(x.Content.Targets)
+				targetsCloned = true
 			}
 			content.Targets[t].Rate, content.Targets[t].Horizon = rate, horizon
+		}
+		// A group's hosts: each host's entries (one per address) get its
+		// cap, held as an aggregate's is.
+		cloned := false
+		for _, ctl := range d.Controllers {
+			for _, ch := range ctl.Children {
+				lim, ok := l[HostLimit(x, ch.Name)]
+				if !ok || ch.Prod || len(ch.Hosts) == 0 {
+					continue
+				}
+				for _, k := range ch.Hosts {
+					planned, ok := x.Content.Hosts[k]
+					if !ok {
+						continue
+					}
+					rate := min(max(lim.Ceil, 1), planned.Rate)
+					horizon := HorizonFor(ctl.Horizon, rate)
+					if rate == planned.Rate && horizon == planned.Horizon {
+						continue
+					}
+					if !cloned {
+						edit().Hosts = maps.Clone(x.Content.Hosts)
+						cloned = true
+					}
+					t := planned
+					t.Rate, t.Horizon = rate, horizon
+					content.Hosts[k] = t
+				}
+			}
 		}
 		if content == nil {
 			return nil
@@ -198,7 +240,7 @@ func limited(d *Device, o tc.Object, l Limits) tc.Object {
 func (d *Device) horizonOf(t uint32) time.Duration {
 	for _, c := range d.Controllers {
 		for _, ch := range c.Children {
-			if !ch.Prod && ch.Target == t && ch.Handle == 0 {
+			if !ch.Prod && ch.Target == t && ch.Handle == 0 && len(ch.Hosts) == 0 {
 				return c.Horizon
 			}
 		}

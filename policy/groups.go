@@ -160,7 +160,11 @@ func groupRates(what string, c *Class, ph *PerHost, d *Diag) {
 // within its rate send whatever its parent's state, so hosts whose
 // rates added up to more than the group's would send past its ceil
 // (measured: a pod at its 40mbit default share under a namespace capped
-// at 6mbit carried 38). A pods class's host stays within its cap.
+// at 6mbit carried 38). A pods class's hosts always divide the group's
+// rate in proportion to theirs (their weights' parts, or even), and
+// only then is each held at its cap: held first, a capped pod's weight
+// would be its cap (web, weight 3 and capped at 10M, beside db, weight
+// 1 and uncapped, got a third of their namespace, not three quarters).
 func fitGroup(g *Class, pods bool) {
 	if len(g.Hosts) == 0 {
 		return
@@ -168,19 +172,26 @@ func fitGroup(g *Class, pods bool) {
 	even := max(g.RateBps/units.Rate(len(g.Hosts)), 1)
 	var sum units.Rate
 	for _, e := range g.Hosts {
-		if e.Rate == nil {
+		switch {
+		case e.Rate == nil && pods:
+			e.RateBps = even
+		case e.Rate == nil:
 			e.RateBps = max(min(even, e.CeilBps), 1)
-		}
-		if pods {
-			e.RateBps = min(e.RateBps, e.CeilBps)
+		case pods && e.Owner != nil:
+			// Its part before its cap held it (validate).
+			e.RateBps = max(e.Rate.Resolve(e.Owner.RateBps), 1)
 		}
 		sum += e.RateBps
 	}
-	if sum <= g.RateBps {
-		return
+	if sum > g.RateBps || pods && sum != g.RateBps {
+		for _, e := range g.Hosts {
+			e.RateBps = max(units.Rate(float64(e.RateBps)*float64(g.RateBps)/float64(sum)), 1)
+		}
 	}
-	for _, e := range g.Hosts {
-		e.RateBps = max(units.Rate(float64(e.RateBps)*float64(g.RateBps)/float64(sum)), 1)
+	if pods {
+		for _, e := range g.Hosts {
+			e.RateBps = max(min(e.RateBps, e.CeilBps), 1)
+		}
 	}
 }
 

@@ -200,3 +200,46 @@ func TestPodsGroupsFile(t *testing.T) {
 		})
 	}
 }
+
+// A pods group's hosts divide its guarantee by their weights' parts
+// (the pods file's percentages), each then held at its own cap; a pod
+// without a part gets an even one.
+func TestPodsGroupDividedByWeight(t *testing.T) {
+	for _, c := range []struct {
+		name, pods string
+		want       map[string]float64 // Mbit/s
+	}{
+		{"weights 3:1, the heavier capped above its part",
+			"name,addresses,rate,ceil,parent\nns1.web,10.0.0.2,75%,10mbit,ns1\nns1.db,10.0.0.3,25%,,ns1\n",
+			map[string]float64{"ns1.web": 1.5, "ns1.db": 0.5}},
+		{"weights 3:1, the heavier capped below its part",
+			"name,addresses,rate,ceil,parent\nns1.web,10.0.0.2,75%,1mbit,ns1\nns1.db,10.0.0.3,25%,,ns1\n",
+			map[string]float64{"ns1.web": 1, "ns1.db": 0.5}},
+		{"even",
+			"name,addresses,rate,ceil,parent\nns1.web,10.0.0.2,,10mbit,ns1\nns1.db,10.0.0.3,,,ns1\n",
+			map[string]float64{"ns1.web": 1, "ns1.db": 1}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			file := filepath.Join(dir, "p.yaml")
+			p := strings.Replace(groupsPolicy, "%s", "", 1)
+			p = strings.Replace(p, "by: dst, hosts_file: hosts.csv%s", "pods: egress, hosts_file: pods.csv", 1)
+			os.WriteFile(file, []byte(p), 0o644)
+			os.WriteFile(filepath.Join(dir, "pods.csv"), []byte(c.pods), 0o644)
+			os.WriteFile(filepath.Join(dir, "pods.namespaces.csv"), []byte("name,rate,ceil\nns1,2mbit,6mbit\n"), 0o644)
+			pol, _, err := Load(file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := map[string]float64{}
+			for _, e := range pol.Interfaces[0].Egress.Classes[0].PerHost.Entries {
+				got[e.Name] = e.RateBps.BitsFloat() / 1e6
+			}
+			for name, want := range c.want {
+				if got[name] < want*0.999 || got[name] > want*1.001 {
+					t.Errorf("%s: rate %.3f Mbit/s, want %.3f (all: %v)", name, got[name], want, got)
+				}
+			}
+		})
+	}
+}

@@ -45,10 +45,12 @@ type Limits struct {
 
 // Limit is one limit as recorded (bytes/s): the record's own type,
 // so that the planner's may change without changing the file. Target
-// is the BPF target index for an EDT aggregate (0 for an HTB class).
+// is the BPF target index for an EDT aggregate (0 for an HTB class),
+// Host the class name of a host of an EDT group.
 type Limit struct {
 	Object string `json:"object"`
 	Target uint32 `json:"target,omitempty"`
+	Host   string `json:"host,omitempty"`
 	Rate   uint64 `json:"rate_bytes_per_second,omitempty"`
 	Ceil   uint64 `json:"ceil_bytes_per_second"`
 }
@@ -63,7 +65,10 @@ func NewLimits(limits []Limit, until time.Time, pending []string) *Limits {
 		if c := strings.Compare(a.Object, b.Object); c != 0 {
 			return c
 		}
-		return cmp.Compare(a.Target, b.Target)
+		if c := cmp.Compare(a.Target, b.Target); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Host, b.Host)
 	})
 	slices.Sort(r.Pending)
 	r.Pending = slices.Compact(r.Pending)

@@ -262,25 +262,26 @@ func weighedPods(t *testing.T, client kubetest.Fake, p *testutil.Pair, cap float
 	}
 	weigh(map[string]string{"web": "3", "db": "1"})
 	defer weigh(map[string]string{"web": "", "db": ""}) // a weight alone makes db a host
-	rates := func() (web, db float64) {
+	// both are the two pods' classes as show reads them.
+	both := func() (web, db shownClass) {
 		for _, c := range shownClasses(t, p.A) {
 			switch c.Name {
 			case "pods/shop.web":
-				web = c.Rate
+				web = c
 			case "pods/shop.db":
-				db = c.Rate
+				db = c
 			}
 		}
 		return web, db
 	}
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		web, db := rates()
-		if db > 0 && web/db > 2.9 && web/db < 3.1 {
+		web, db := both()
+		if db.Rate > 0 && web.Rate/db.Rate > 2.9 && web.Rate/db.Rate < 3.1 {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the pods' rates are %.0f and %.0f bytes/s 5 s after their weights, want 3:1", web, db)
+			t.Fatalf("the pods' rates are %.0f and %.0f bytes/s 5 s after their weights, want 3:1", web.Rate, db.Rate)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -297,29 +298,18 @@ func weighedPods(t *testing.T, client kubetest.Fake, p *testutil.Pair, cap float
 			done <- err
 		}()
 	}
-	bytes := func() (web, db uint64) {
-		for _, c := range shownClasses(t, p.A) {
-			switch c.Name {
-			case "pods/shop.web":
-				web = c.Bytes
-			case "pods/shop.db":
-				db = c.Bytes
-			}
-		}
-		return web, db
-	}
 	time.Sleep(4 * time.Second)
-	web0, db0 := bytes()
+	web0, db0 := both()
 	start := time.Now()
 	time.Sleep(5 * time.Second)
-	web1, db1 := bytes()
+	web1, db1 := both()
 	secs := time.Since(start).Seconds()
 	for range 2 {
 		if err := <-done; err != nil {
 			t.Fatal(err)
 		}
 	}
-	web, db := float64(web1-web0)*8/secs/1e6, float64(db1-db0)*8/secs/1e6
+	web, db := float64(web1.Bytes-web0.Bytes)*8/secs/1e6, float64(db1.Bytes-db0.Bytes)*8/secs/1e6
 	share := web / (web + db)
 	t.Logf("by weight 3:1: web %.2f Mbit/s, db %.2f (web's share %.3f, the reference 0.750)", web, db, share)
 	if share < 0.68 || share > 0.82 {

@@ -364,8 +364,12 @@ func runTiny(t *testing.T, src string, during func(b *lab.Bed)) *lab.Result {
 }
 
 // Trust in the instrument: the built-in generator measures the same
-// goodput as iperf3 on the same shaped link.
+// goodput as iperf3 on the same shaped link. Two runs one after the
+// other held to 3%: the beside chain is stopped while they measure (in
+// a clean-clone run beside the API server's build, iperf3 read 18.50
+// Mbit/s after the generator's 19.16).
 func TestGeneratorAgreesWithIperf3(t *testing.T) {
+	testutil.Quiet(t)
 	src := `name: gen
 topology: {clients: 1}
 variants:

@@ -416,6 +416,45 @@ func TestReportShowsSecondMeasurements(t *testing.T) {
 	}
 }
 
+// A limit the caller names counts only where the tree's plan says it
+// (a tree that does not say it must be measured again like any other),
+// and the report names it under the cell.
+func TestKnownLimit(t *testing.T) {
+	r := &runner{opt: Options{Limit: func(tree, cell string) string {
+		if tree == "w0/egress" && cell == "with the default" {
+			return "less than 1/15 of the heaviest sibling's"
+		}
+		return ""
+	}}}
+	notes := []string{"under top, prio 0: the weight of d is less than 1/15 of the heaviest sibling's: while it borrows ..."}
+	for _, c := range []struct {
+		tree, cell string
+		notes      []string
+		want       bool
+	}{
+		{"w0/egress", "with the default", notes, true},
+		{"w0/egress", "with the default", nil, false},
+		{"w0/egress", "4 flows each", notes, false},
+		{"h0/egress", "with the default", notes, false},
+	} {
+		if got := r.knownLimit(c.tree, c.cell, c.notes) != ""; got != c.want {
+			t.Errorf("%s %q with %d notes: known %v, want %v", c.tree, c.cell, len(c.notes), got, c.want)
+		}
+	}
+	if (&runner{}).knownLimit("w0/egress", "with the default", notes) != "" {
+		t.Error("a limit without Options.Limit")
+	}
+	v := Verdict{Worst: 1.27, Why: "d: 8.3% of the total, the reference says 0.4%"}
+	rep := &Report{Trees: []*TreeReport{{Interface: "w0", Direction: "egress", Cells: []*CellReport{{Cell: Cell{Name: "with the default"}, Verdict: v, Limit: "less than 1/15"}}}}}
+	for quiet, want := range map[bool]string{false: "(a limit the plan notes: less than 1/15)", true: "FAIL: d: 8.3% of the total, the reference says 0.4% (a limit the plan notes)"} {
+		var b strings.Builder
+		rep.WriteText(&b, quiet)
+		if !strings.Contains(strings.Join(strings.Fields(b.String()), " "), want) {
+			t.Errorf("quiet %v: report lacks %q:\n%s", quiet, want, b.String())
+		}
+	}
+}
+
 // A cell's window holds 200 full-size packets of the smallest share it
 // judges, in whole seconds: the measure time at 100 Mbit/s, 5 s for two
 // shares of 500 kbit/s, 8 s for a 200 kbit/s class beside 3.8 Mbit/s

@@ -92,6 +92,9 @@ type CellReport struct {
 	// longer than the run's measure time: its smallest share would
 	// have sent too few packets to judge (Window).
 	Window float64 `json:"window_s,omitempty"`
+	// Limit, when set, is the plan's note that explains the cell's
+	// failure (Options.Limit): a limit of the data plane, measured once.
+	Limit string `json:"limit,omitempty"`
 }
 
 // Name is "eth0 egress".
@@ -184,6 +187,9 @@ func (r *Report) WriteText(w io.Writer, quiet bool) {
 				verdict = "FAIL: " + c.Verdict.Why
 			}
 			if quiet {
+				if c.Limit != "" {
+					verdict += " (a limit the plan notes)"
+				}
 				if c.Window > 0 {
 					verdict += fmt.Sprintf(" (measured %.0f s)", c.Window)
 				}
@@ -208,6 +214,9 @@ func (r *Report) WriteText(w io.Writer, quiet bool) {
 			}
 			if c.Window > 0 {
 				fmt.Fprintf(tw, "  \t\t\t\t\t\t\t\t(measured %.0f s: %d packets of its smallest share)\n", c.Window, minPackets)
+			}
+			if c.Limit != "" {
+				fmt.Fprintf(tw, "  \t\t\t\t\t\t\t\t(a limit the plan notes: %s)\n", c.Limit)
 			}
 		}
 		tw.Flush()

@@ -61,6 +61,13 @@ type Options struct {
 	// Cells, if set, gives a tree's demand patterns instead of the
 	// automatic ones (the conformance matrix uses it).
 	Cells func(tree string, ss []*Subject) []Cell
+	// Limit, if set, gives for a tree's cell the plan note that explains
+	// why the kernel cannot meet the reference there (a documented limit,
+	// docs/sharing.md; "" for none). A cell that fails where its tree's
+	// plan says that note is measured once, not again (a second look
+	// cannot change what the data plane does), and its report names the
+	// note (CellReport.Limit).
+	Limit func(tree, cell string) string
 	// Log receives progress lines (nil: none).
 	Log io.Writer
 	// Keep leaves the bed up after the run (lab down NAME removes it).
@@ -654,7 +661,9 @@ func (r *runner) runTree(ctx context.Context, tr *tree) error {
 		}
 		v := Judge(c, ideal, res.classes, res.bySubject, tr.rep.Efficiency)
 		cr := &CellReport{Cell: c, Verdict: v}
-		if !v.Pass && v.Worst <= Tolerance && v.Utilisation < 1 {
+		if limit := r.knownLimit(tr.key, c.Name, tr.rep.Notes); !v.Pass && limit != "" {
+			cr.Limit = limit
+		} else if !v.Pass && v.Worst <= Tolerance && v.Utilisation < 1 {
 			// Every share right, the total short: the bed's own dip (an
 			// emulated guest stalls now and then; the reference run
 			// itself read 93 to 99% at one rate) or the shaper's. Once
@@ -936,4 +945,22 @@ func (r *runner) read(devs []string) (map[string]float64, time.Time, error) {
 		}
 	}
 	return out, smp.At, nil
+}
+
+// knownLimit is the note Options.Limit gives for a tree's cell when the
+// tree's plan says it, else "".
+func (r *runner) knownLimit(tree, cell string, notes []string) string {
+	if r.opt.Limit == nil {
+		return ""
+	}
+	n := r.opt.Limit(tree, cell)
+	if n == "" {
+		return ""
+	}
+	for _, have := range notes {
+		if strings.Contains(have, n) {
+			return n
+		}
+	}
+	return ""
 }

@@ -64,7 +64,8 @@ deps:
 # detector, the fuzz targets, the agent against a Kubernetes API server,
 # then the stock-kernel lane (Debian's 6.1 in qemu). Packages run one at
 # a time so that traffic measurements do not compete for the CPUs; only
-# the tests of slow links (ADSL, a small office: they wait on the clock)
+# the tests that leave the machine idle (slow links, 1 to 25% of the two
+# CPUs each; those that only apply, kill and read back: e2e's light())
 # run three at once, at the end. The work with no clock to keep (the API
 # server's build, about 10 CPU-minutes once per version; the race
 # builds; fuzzing) runs beside the host suite at the lowest priority

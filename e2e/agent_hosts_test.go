@@ -29,6 +29,7 @@ const hostsPolicy = `interfaces:
 `
 
 func TestAgentReloadsHostsFileAndSIGHUP(t *testing.T) {
+	light(t)
 	ns := devNS(t, "eth0")
 	dir := t.TempDir()
 	hosts := filepath.Join(dir, "hosts.csv")

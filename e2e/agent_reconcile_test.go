@@ -38,6 +38,7 @@ const agentPolicy = `interfaces:
 // agent once applied the half-written files it read: a 12-class policy
 // rewritten over 3 s lost 10 classes and got them back.
 func TestAgentWaitsForFilesToSettle(t *testing.T) {
+	light(t)
 	ns := devNS(t, "eth0")
 	var src strings.Builder
 	src.WriteString("interfaces:\n  - name: eth0\n    egress:\n      rate: 200mbit\n      default: c12\n      classes:\n")
@@ -89,6 +90,7 @@ func TestAgentWaitsForFilesToSettle(t *testing.T) {
 // refused (logged and shown by the API) while the old policy stays, a
 // second agent is refused, and SIGTERM leaves the shaping in place.
 func TestAgentRepairsDriftAndReloads(t *testing.T) {
+	light(t)
 	ns := devNS(t, "eth0")
 	pol := writePolicy(t, "p.yaml", fmt.Sprintf(agentPolicy, "15mbit"))
 	a := startAgent(t, ns, pol)

@@ -236,6 +236,7 @@ func mustAddr(s string) netip.Addr { return netip.MustParseAddr(s) }
 // rate offered, the committed rate passes; show reports the colours, and
 // reset removes the program.
 func TestBPFIngressPolicer(t *testing.T) {
+	light(t)
 	p := testutil.NewPair(t)
 	file := writePolicy(t, "p.yaml", policyFor(p.DevA, "    ingress:\n      police: {cir: 20mbit, cbs: 30kb}\n"))
 	out := must(t, "--netns", p.A, "plan", "--tc", file)

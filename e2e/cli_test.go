@@ -145,6 +145,7 @@ plan: tree 1 to change; classes 3 to change; hosts 126 to change, 128 to delete
 }
 
 func TestPlanApplyShowReset(t *testing.T) {
+	light(t)
 	ns := devNS(t, "eth0", "eth1")
 	pol := "../examples/office.yaml"
 	plan := must(t, "--netns", ns, "plan", "--tc", pol)

@@ -22,8 +22,8 @@ import (
 // the kernel: each pod with an ingress-bandwidth annotation becomes a
 // class capped at it (traffic to the pod measured at the cap), an edit
 // of the annotation reaches the kernel within a second, and a deleted
-// pod's class goes. The API is client-go's fake (kube/kubetest): the
-// test against a real API server is issue 26's next step. The pods are
+// pod's class goes. The API is client-go's fake (kube/kubetest); the
+// real API server's test is TestKubernetesAgainstAPIServer. The pods are
 // addresses of namespace B, behind veth0 of A, which the policy shapes
 // (as a node shapes cni0 toward its pods).
 func TestKubernetesPodsShaped(t *testing.T) {

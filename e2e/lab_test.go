@@ -273,7 +273,7 @@ expect:
 `
 
 func TestLabRunExpectationsAndExitCodes(t *testing.T) {
-	testutil.RequireRoot(t)
+	light(t)
 	dir := t.TempDir()
 	file := filepath.Join(dir, "tiny.yaml")
 	os.WriteFile(file, []byte(tinyScenario), 0o644)
@@ -402,6 +402,7 @@ traffic: [{name: bulk, type: tcp, from: client1, to: server, flows: 4, cc: cubic
 
 // The ICMP probe agrees with ping(8) measuring the same loaded queue.
 func TestProbeAgreesWithPing(t *testing.T) {
+	testutil.RequireRoot(t)
 	src := `name: probe
 topology: {clients: 1}
 variants:
@@ -452,6 +453,7 @@ traffic:
 // windows, checked against the router's class counters: the udp flow
 // marked EF lands in the class matching EF, at the rate it was sent.
 func TestLabTrafficTypes(t *testing.T) {
+	testutil.RequireRoot(t)
 	src := `name: types
 topology: {clients: 2}
 variants:
@@ -509,7 +511,7 @@ traffic:
 // front leaves the policer nothing to drop), and the report carries the
 // policers' verdicts.
 func TestPolicerVsShaper(t *testing.T) {
-	testutil.RequireRoot(t)
+	light(t)
 	dir := t.TempDir()
 	r := sluice(t, "lab", "run", "policer-vs-shaper", "--scale", "0.6", "--out", dir, "--name", strings.TrimPrefix(testutil.Unique("pvs"), testutil.Prefix))
 	if r.code != 0 {
@@ -559,7 +561,7 @@ func TestPolicerVsShaper(t *testing.T) {
 // `lab up` refuses it (and creates nothing), `lab run` adds the delay
 // to every round trip. Forced here, so that it runs on every kernel.
 func TestDelayLine(t *testing.T) {
-	testutil.RequireRoot(t)
+	light(t)
 	scenario := func(modem string) string {
 		file := filepath.Join(t.TempDir(), "delay.yaml")
 		os.WriteFile(file, []byte(`name: delay
@@ -628,7 +630,7 @@ func pingLatency(t *testing.T, file, name string) lab.Latency {
 // With netem the modem's delay and loss are netem's, under the modem's
 // rate; the line's loss is tested beside it for the same figures.
 func TestNetemDelayAndLoss(t *testing.T) {
-	testutil.RequireRoot(t)
+	light(t)
 	rep, err := kernel.ProbeCached(records.Dir(""))
 	if err != nil {
 		t.Fatal(err)
@@ -674,7 +676,7 @@ expect:
 // only for a qdisc the kernel lacks (and in the stock-kernel lane, which
 // has them all, none is).
 func TestCCMatrixFillsEveryRow(t *testing.T) {
-	slowLink(t) // 10 Mbit/s
+	light(t) // 10 Mbit/s
 	dir := t.TempDir()
 	name := strings.TrimPrefix(testutil.Unique("cc"), testutil.Prefix)
 	r := sluice(t, "lab", "run", "cc-matrix", "--out", dir, "--name", name)
@@ -932,6 +934,7 @@ expect:
 // controller over equal quanta, where equal quanta alone split it
 // equally. Its expectations are the checks.
 func TestWeightsScenario(t *testing.T) {
+	light(t)
 	runScenario(t, "weights", 0.75, []string{"EQUAL-QUANTA", "WEIGHTS", "CONTROLLER", "RATES"}, 20)
 }
 
@@ -940,6 +943,7 @@ func TestWeightsScenario(t *testing.T) {
 // others, and comes back to it, within two quanta (the scenario's
 // expectations, measured from 2 s after each change).
 func TestDemandShiftScenario(t *testing.T) {
+	light(t)
 	runScenario(t, "demand-shift", 0.75, []string{"CONTROLLER", "QUANTA"}, 17)
 }
 
@@ -1070,7 +1074,7 @@ func TestEmulatedAloneExcuse(t *testing.T) {
 // it (20 -> 5 -> 20 Mbit/s, unshaped), the report says the rate of each
 // phase, and the next variant starts from the topology's rate again.
 func TestModemRateChangesByPhase(t *testing.T) {
-	slowLink(t)
+	light(t)
 	src := `name: variable
 topology:
   clients: 1

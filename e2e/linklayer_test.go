@@ -66,7 +66,7 @@ func TestLinkLayerApply(t *testing.T) {
 // bytes the modem's buffer fills (ping's median over 100 ms); counting
 // cells (linklayer atm, overhead 26) it never queues, both ways.
 func TestLinkLayerATM(t *testing.T) {
-	slowLink(t)
+	light(t)
 	dir := t.TempDir()
 	r := sluice(t, "lab", "run", "dsl", "--out", dir, "--name", strings.TrimPrefix(testutil.Unique("dsl"), testutil.Prefix))
 	if r.code != 0 {
@@ -88,6 +88,7 @@ func TestLinkLayerATM(t *testing.T) {
 // a GSO packet once) and on EDT (the program counts each segment of a
 // GSO packet, so segmentation stays on).
 func TestLinkLayerGoodput(t *testing.T) {
+	light(t)
 	const rate = 20e6
 	frames := rate * 1514 / 1749
 	for _, backend := range []string{"htb", "edt"} {

@@ -79,7 +79,7 @@ func TestMissingShardIsRepaired(t *testing.T) {
 // or of a device deleted and made again, describe nothing there now:
 // show, reset and apply ignore them and leave the hand-made trees alone.
 func TestRecordsOfAnotherNamespaceOrDevice(t *testing.T) {
-	testutil.RequireRoot(t)
+	light(t)
 	name := testutil.Unique("r")
 	mk := func() {
 		testutil.Run(t, "ip", "netns", "add", name)

@@ -103,6 +103,7 @@ func mbits(xs []float64) []string {
 }
 
 func TestEgressLimit20mbit(t *testing.T) {
+	light(t)
 	p := testutil.NewPair(t)
 	must(t, "--netns", p.A, "apply", "-q", writePolicy(t, "p.yaml", policyFor(p.DevA, "    egress:\n      rate: 20mbit\n")))
 	testutil.IperfServer(t, p.B, testutil.AddrB, 5201)
@@ -162,6 +163,7 @@ func TestEgressLimit20mbit(t *testing.T) {
 }
 
 func TestIngressLimit20mbit(t *testing.T) {
+	light(t)
 	p := testutil.NewPair(t)
 	must(t, "--netns", p.A, "apply", "-q", writePolicy(t, "p.yaml", policyFor(p.DevA, "    ingress:\n      rate: 20mbit\n")))
 	// B sends to A: the traffic arrives on A's veth0 and is shaped on ifb-veth0.
@@ -266,6 +268,7 @@ func TestInteractiveLatencyUnderLoad(t *testing.T) {
 // only leaf this kernel has, a host's own flows fight in its queue; see
 // docs/benchmarks.md for the 4-against-1 flows numbers.)
 func TestPerHostFairness(t *testing.T) {
+	light(t)
 	p := testutil.NewPair(t)
 	hosts := []string{"10.9.0.11", "10.9.0.12", "10.9.0.13", "10.9.0.14"}
 	for i, h := range hosts {

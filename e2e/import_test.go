@@ -189,14 +189,12 @@ func (b *importBed) classify(t *testing.T, p *testutil.Packet) string {
 // to their names.
 func sluiceClassNames(t *testing.T, ns string) map[string]string {
 	t.Helper()
-	t.Setenv("SLUICE_STATE_DIR", stateDir(t))
-	k, err := kernel.Open(ns)
-	if err != nil {
-		t.Fatal(err)
+	f, err := records.Load(records.DirIn(stateDir(t), ns))
+	if err != nil || f.Devices["veth0"] == nil {
+		t.Fatalf("the records of %s: %v", ns, err)
 	}
-	defer k.Close()
 	names := map[string]string{}
-	for _, c := range k.Records().Devices["veth0"].Classes {
+	for _, c := range f.Devices["veth0"].Classes {
 		names[c.Handle.String()] = c.Name
 	}
 	return names

@@ -32,6 +32,12 @@ func Dir(ns string) string {
 	if base == "" {
 		base = DefaultDir
 	}
+	return DirIn(base, ns)
+}
+
+// DirIn is Dir with the base given: where a process that holds several
+// bases (tests running at once) finds ns's records.
+func DirIn(base, ns string) string {
 	if ns == "" {
 		return base
 	}

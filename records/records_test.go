@@ -61,3 +61,26 @@ func TestNoRecordsDirectory(t *testing.T) {
 		t.Errorf("a reader made the directory: %v", err)
 	}
 }
+
+// A namespace's records live under the base's netns directory; the
+// current namespace's at the base itself. Dir takes the base from
+// SLUICE_STATE_DIR, else DefaultDir; DirIn is given it.
+func TestDir(t *testing.T) {
+	for _, c := range []struct{ base, ns, want string }{
+		{"/s", "", "/s"},
+		{"/s", "blue", "/s/netns/blue"},
+		{DefaultDir, "blue", "/run/sluice/netns/blue"},
+	} {
+		if got := DirIn(c.base, c.ns); got != c.want {
+			t.Errorf("DirIn(%q, %q) = %q, want %q", c.base, c.ns, got, c.want)
+		}
+	}
+	t.Setenv("SLUICE_STATE_DIR", "")
+	if got := Dir("blue"); got != "/run/sluice/netns/blue" {
+		t.Errorf("Dir without SLUICE_STATE_DIR: %q", got)
+	}
+	t.Setenv("SLUICE_STATE_DIR", "/tmp/x")
+	if got := Dir(""); got != "/tmp/x" {
+		t.Errorf("Dir(\"\") with SLUICE_STATE_DIR=/tmp/x: %q", got)
+	}
+}

@@ -95,12 +95,32 @@ e2e_default="^($e2e_imports|$e2e_checks|$e2e_timed)\$"
 e2e_skip='TestNetemDelayAndLoss/line'
 suites=${SLUICE_VM_SUITES:-kernel bpf e2e}
 
+# What the guest is doing, every 30 s, in $out/watch.log: a stalled
+# lane (run Q, 2026-11-28: both of the two-at-once suites silent for
+# 8 minutes, both CPUs busy, no file written) leaves evidence behind.
+watch() {
+  local prev="" now
+  while sleep 30; do
+    {
+      echo "--- $(date +%T) load $(cut -d' ' -f1-4 /proc/loadavg)"
+      ps -eo pid,stat,pcpu,etime,comm --sort=-pcpu | head -8
+      now=$(awk '/NET_RX|NET_TX|TIMER|SCHED/ {s = 0; for (i = 2; i <= NF; i++) s += $i; printf "%s%s ", $1, s}' /proc/softirqs)
+      echo "softirqs: $now (30 s before: ${prev:-none})"
+      prev=$now
+      dmesg | tail -n 5
+    } >>"$out/watch.log" 2>&1
+  done
+}
+watch &
+watcher=$!
+
 # run LOG PKG [ARGS...]: PKG's test binary, its output in $out/LOG.log,
-# its exit status and seconds beside it.
+# its exit status and seconds beside it. TIMEOUT (default 40m) is go
+# test's: a suite that hangs panics with every goroutine's stack.
 run() {
   local log=$1 pkg=$2 start=$(date +%s)
   shift 2
-  (cd "$SLUICE_VM_REPO/$pkg" && "$bin/$pkg.test" -test.v -test.count=1 -test.timeout=40m "$@") >"$out/$log.log" 2>&1
+  (cd "$SLUICE_VM_REPO/$pkg" && "$bin/$pkg.test" -test.v -test.count=1 -test.timeout="${TIMEOUT:-40m}" "$@") >"$out/$log.log" 2>&1
   echo $? >"$out/$log.rc"
   echo $(( $(date +%s) - start )) >"$out/$log.secs"
 }
@@ -108,12 +128,15 @@ has() { [[ " $suites " == *" $1 "* ]]; }
 logs=()
 if has e2e && [[ -z ${SLUICE_VM_E2E_RUN:-} ]]; then
   echo "guest: === two at once: $(for s in kernel bpf; do has $s && printf '%s, ' "$s"; done)the importers' tests | the other checks"
+  # They take 2 to 6 minutes: 15 leaves the timed suite time to run
+  # after a hang, inside the VM's own limit.
   (
-    for s in kernel bpf; do has $s && run $s $s; done
-    run e2e-imports e2e -test.run "^($e2e_imports)\$" -test.skip "^($e2e_imports_timed)\$"
+    for s in kernel bpf; do has $s && TIMEOUT=15m run $s $s; done
+    TIMEOUT=15m run e2e-imports e2e -test.run "^($e2e_imports)\$" -test.skip "^($e2e_imports_timed)\$"
   ) &
-  run e2e-checks e2e -test.run "^($e2e_checks)\$" &
-  wait
+  first=$!
+  TIMEOUT=15m run e2e-checks e2e -test.run "^($e2e_checks)\$" &
+  wait $first $!
   echo "guest: === alone: the tests that measure"
   run e2e e2e -test.run "^($e2e_timed)\$" -test.skip "^($e2e_checks)\$|$e2e_skip"
   for s in kernel bpf; do has $s && logs+=($s); done
@@ -157,4 +180,5 @@ for s in "${logs[@]}"; do
   fi
 done
 echo "guest: kernel $(uname -r): $total_run tests ran, $total_skip skipped, $total_fail failed"
+kill $watcher 2>/dev/null
 echo $status >"$out/status"

@@ -226,6 +226,12 @@ if grep -q "Kernel panic" "$out/console.log" "$log" 2>/dev/null; then
   grep -h -A20 "Kernel panic" "$out/console.log" "$log" | head -40 >&2
   die "kernel $kver panicked (after ${took}s)"
 fi
+# What the guest was doing last (vmtest-guest.sh's watch), where it
+# did not finish.
+if [[ ! -f $out/status && -f $out/watch.log ]]; then
+  say "the guest's last readings ($out/watch.log):"
+  tail -n 40 "$out/watch.log" >&2
+fi
 if [[ $rc == 124 || $rc == 137 ]]; then
   die "the VM stalled: killed after ${timeout_s}s (VM_TIMEOUT); the guest's log is $log"
 fi

@@ -223,8 +223,9 @@ func (a *Agent) autoEvent(ev autoEvent) {
 		pr.late[r]++
 		// Late while another answered a later request: this reflector's
 		// fault. All of them silent is the link's (an outage), which
-		// no replacement mends.
-		if pr.answered.After(ev.sent) {
+		// no replacement mends; so is a request lost while the samples
+		// show a full queue (a drop-tail buffer drops probes too).
+		if pr.answered.After(ev.sent) && !pr.queueNear(ev.sent) {
 			if repl := pr.pool.Late(r, time.Now()); repl != "" {
 				a.replaceReflector(pr, r, repl)
 			}
@@ -246,6 +247,17 @@ func (a *Agent) autoEvent(ev autoEvent) {
 		}
 		t.ctl.Delay(autorate.Sample{Reflector: name, At: r.At, Delay: d})
 	}
+}
+
+// queueNear reports whether any of the prober's trees saw a queue
+// around sent.
+func (pr *autoProber) queueNear(sent time.Time) bool {
+	for _, t := range pr.trees {
+		if t.ctl.QueueNear(sent) {
+			return true
+		}
+	}
+	return false
 }
 
 func (a *Agent) replaceReflector(pr *autoProber, old, repl string) {

@@ -260,6 +260,7 @@ type Controller struct {
 	recent []point
 
 	lastReply  time.Time
+	lastOver   time.Time // the last sample above the threshold
 	stalled    bool
 	lastChange time.Time // the last decrease
 	lastDrift  time.Time
@@ -450,6 +451,9 @@ func (c *Controller) Delay(s Sample) {
 	// may see behind a packet in flight, not a queue.
 	over := float64(c.cfg.DelayThreshold) + 1514/math.Max(c.rate, 1)*float64(time.Second)
 	c.window[c.next] = delta > over
+	if delta > over {
+		c.lastOver = s.At
+	}
 	c.next = (c.next + 1) % len(c.window)
 	c.filled = min(c.filled+1, len(c.window))
 	c.fresh = true
@@ -475,6 +479,17 @@ func (c *Controller) Passed(at time.Time, bytes uint64) {
 	}
 	c.passed = units.BitsPerSecond(bytes-c.loadBytes, dt)
 	c.loadAt, c.loadBytes, c.loaded = at, bytes, true
+}
+
+// QueueNear reports whether a sample showed a queue above the threshold
+// within a second before at, or since. A request sent at at and lost
+// was then most likely dropped by a full buffer (a drop-tail buffer
+// drops probes too), not ignored by its reflector: the caller counts it
+// against none (a pool would replace a good reflector for the queue's
+// drops). Asked when the loss is known (a timeout after at), the
+// samples of a queue that was filling at at have arrived.
+func (c *Controller) QueueNear(at time.Time) bool {
+	return !c.lastOver.IsZero() && !c.lastOver.Before(at.Add(-time.Second))
 }
 
 func (c *Controller) bloated() bool {

@@ -449,6 +449,65 @@ func TestOneDeadReflector(t *testing.T) {
 	}
 }
 
+// A drop-tail buffer that overflows drops probes too, whichever
+// reflector they were for: those losses are the queue's, and while they
+// happen the samples show it (Queued), so the agent counts none of them
+// against a reflector. Counted, they replaced a good reflector under
+// load in a CI run.
+func TestProbesDroppedByAFullBufferAreTheQueues(t *testing.T) {
+	c := newController(t, lte)
+	pool := NewPool([]string{"r1", "r2", "r3", "r4"}, 3)
+	// Idle for the baselines, then UDP at whatever the shaper lets
+	// through: at the base rate (20 Mbit/s) into 8 the buffer fills
+	// before the first decrease.
+	l := &link{capacity: steps(time.Hour, 8), path: 10 * time.Millisecond, buffer: 100 * time.Millisecond, pool: pool,
+		demand: func(at time.Duration) float64 { return float64(min(at/(2*time.Second), 1)) * 1e9 }}
+	type drop struct {
+		r  string
+		at time.Duration
+	}
+	var lost []drop
+	counted, full := 0, 0
+	// The agent learns of a loss when its request times out (1 s).
+	judge := func(now time.Duration) {
+		for len(lost) > 0 && now-lost[0].at >= time.Second {
+			if !c.QueueNear(t0.Add(lost[0].at)) {
+				counted++
+				pool.Late(lost[0].r, t0.Add(now))
+			}
+			lost = lost[1:]
+		}
+	}
+	drops := 0
+	l.answers = func(r string, at time.Duration) bool {
+		judge(at)
+		if l.queue < 0.95*l.capacity(at)*l.buffer.Seconds() {
+			return true
+		}
+		// Full, the buffer drops what arrives beyond the capacity: a
+		// share of the probes, not all of them.
+		if full++; full%2 == 1 {
+			return true
+		}
+		drops++
+		lost = append(lost, drop{r, at})
+		return false
+	}
+	run(t, c, l, 0, 10*time.Second, nil)
+	judge(11 * time.Second)
+	if drops < 2 {
+		t.Fatalf("the buffer dropped %d probes: the test needs it full", drops)
+	}
+	if counted > 0 || !slices.Equal(pool.Active(), []string{"r1", "r2", "r3"}) {
+		t.Errorf("%d of %d probes the full buffer dropped were counted against their reflector (active %v)", counted, drops, pool.Active())
+	}
+	// Long after the queue, a loss is the reflector's again.
+	run(t, c, l, 10*time.Second, 3*time.Second, nil)
+	if c.QueueNear(t0.Add(12 * time.Second)) {
+		t.Error("a queue 2 s gone still excuses a loss")
+	}
+}
+
 // Jitter without load (isolated spikes above the threshold, one sample
 // in six) is not bufferbloat: an idle link keeps its base rate.
 func TestJitterWithoutLoad(t *testing.T) {

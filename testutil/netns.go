@@ -177,7 +177,8 @@ func TCPSend(ns, addr string, port, flows int, d time.Duration) ([]TCPFlowInfo, 
 
 // TCPSendUntil is TCPSend until stop is closed (or an hour has passed):
 // load that lasts as long as a measurement of unknown length takes (a
-// command's start costs seconds on an emulated machine).
+// command's start costs seconds on an emulated machine). Closing stop
+// ends the load at once: the connections are reset, not drained.
 func TCPSendUntil(ns, addr string, port, flows int, stop <-chan struct{}) ([]TCPFlowInfo, error) {
 	return tcpSend(ns, addr, port, flows, time.Hour, stop)
 }
@@ -222,6 +223,12 @@ func tcpSend(ns, addr string, port, flows int, d time.Duration, stop <-chan stru
 			select {
 			case <-stop:
 				for _, c := range conns {
+					// The load ends now: closed with a linger of 0, a
+					// connection is reset and what it still buffers is
+					// dropped (a plain close would send its megabytes
+					// for seconds more at a shaped rate: one autorate
+					// run read that tail as load and as a full queue).
+					c.SetLinger(0)
 					c.SetWriteDeadline(time.Unix(1, 0))
 				}
 			case <-finished:

@@ -76,7 +76,7 @@ func libreqosDryRun(dev string, capMbps float64, sqm string, nodes [][3]string, 
 // (or the default class), and UDP floods to three circuits get the same
 // rates through both.
 func TestImportedLibreQoSClassifiesAsTheOriginal(t *testing.T) {
-	testutil.RequireRoot(t)
+	light(t)
 	rep, err := kernel.ProbeCached(records.Dir(""))
 	if err != nil {
 		t.Fatal(err)
@@ -212,7 +212,7 @@ func TestImportedLibreQoSClassifiesAsTheOriginal(t *testing.T) {
 // TOS to priority, CS1 to background, the rest to best effort, IPv4
 // and IPv6 alike), and its download is one class behind an ifb.
 func TestImportedSQMSortsByDSCPAsSQM(t *testing.T) {
-	testutil.RequireRoot(t)
+	light(t)
 	rep, err := kernel.ProbeCached(records.Dir(""))
 	if err != nil {
 		t.Fatal(err)

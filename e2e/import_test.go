@@ -345,7 +345,7 @@ func importPacket(r *rand.Rand, v4, v6 []string, ports []uint16) *testutil.Packe
 // packets the report flags land where it says, and TCP through each
 // tree gets the same rates.
 func TestImportedHTBInitClassifiesAsTheOriginal(t *testing.T) {
-	testutil.RequireRoot(t)
+	light(t)
 	const dir = "testdata/htbinit"
 	out := t.TempDir()
 	res := sluice(t, "import", "htb.init", dir, "-o", out, "--ipv4-only")
@@ -398,7 +398,7 @@ func TestImportedHTBInitClassifiesAsTheOriginal(t *testing.T) {
 // 1.4.1 as the tests' reading of its script issues it (HTB and sfq: the
 // lane). Each compares crafted packets and TCP rates.
 func TestImportedWondershaperClassifiesAsTheOriginal(t *testing.T) {
-	testutil.RequireRoot(t)
+	light(t)
 	t.Run("debian-1.1a", func(t *testing.T) {
 		if _, err := os.Stat("/sbin/wondershaper"); err != nil {
 			t.Fatal("wondershaper is not installed (scripts/install-deps.sh installs it)")
@@ -604,7 +604,7 @@ func importRates(t *testing.T, old, imp *importBed, d *migrate.Draft, policyFile
 // import tc` and applied elsewhere: the same classes for every crafted
 // packet, the same shares for TCP, and the ingress tree behind its ifb.
 func TestImportedTCScriptClassifiesAsTheOriginal(t *testing.T) {
-	testutil.RequireRoot(t)
+	light(t)
 	rep, err := kernel.ProbeCached(records.Dir(""))
 	if err != nil {
 		t.Fatal(err)
@@ -699,7 +699,7 @@ func TestImportedTCScriptClassifiesAsTheOriginal(t *testing.T) {
 // classes. cls_fw, cls_flower and cls_matchall are modules the host
 // kernel lacks: this runs in the lane.
 func TestImportedTCFwFlowerAndMatchallClassifyAsTheOriginal(t *testing.T) {
-	testutil.RequireRoot(t)
+	light(t)
 	rep, err := kernel.ProbeCached(records.Dir(""))
 	if err != nil {
 		t.Fatal(err)
@@ -760,7 +760,7 @@ func TestImportedTCFwFlowerAndMatchallClassifyAsTheOriginal(t *testing.T) {
 // over a hosts file (a lookup where the script had a filter per host),
 // and every crafted packet lands where the script's filters sent it.
 func TestImportedPerHostScriptBecomesAHostsFile(t *testing.T) {
-	testutil.RequireRoot(t)
+	light(t)
 	old, imp := newImportBed(t, "old"), newImportBed(t, "imp")
 	cmds := []string{
 		"qdisc add dev veth0 root handle 1: htb default 99",

@@ -6,6 +6,7 @@ import (
 	"math"
 	"sort"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -73,10 +74,12 @@ func readEDT(k *kernel.Kernel, t *Tree, dev string, rec *records.Tree) error {
 	for _, ci := range rec.Classes {
 		idx = append(idx, ci.Counter)
 	}
+	start := time.Now()
 	counts, err := prog.Counts(idx)
 	if err != nil {
 		return err
 	}
+	t.read = stamp(start)
 	paces, err := prog.Paces(idx)
 	if err != nil {
 		return err

@@ -55,6 +55,30 @@ func TestRates(t *testing.T) {
 	}
 }
 
+// A tree whose counters were read later than its sample began (a long
+// read of thousands of classes, a process descheduled after At) is
+// measured between its reads: 1 MB over the 3.75 s between them is
+// 266,666 bytes/s, where the samples' 4 s would say 250,000. A tree
+// with no read time (the agent's HTB classes, read before) keeps At.
+func TestRatesBetweenReads(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	reading := func(at, read time.Time, bytes uint64) *Sample {
+		return &Sample{At: at, Trees: []*Tree{{Device: "eth0", read: read, Classes: []*Class{{ID: "edt:1", Bytes: bytes}}}}}
+	}
+	prev := reading(t0, t0.Add(500*time.Millisecond), 0)
+	cur := reading(t0.Add(4*time.Second), t0.Add(4250*time.Millisecond), 1_000_000)
+	Rates(prev, cur)
+	if got := cur.Trees[0].Classes[0].Measured; got != 266_667 {
+		t.Errorf("measured %d bytes/s between the reads; want 266,667", got)
+	}
+	prev = reading(t0, time.Time{}, 0)
+	cur = reading(t0.Add(4*time.Second), t0.Add(4250*time.Millisecond), 1_000_000)
+	Rates(prev, cur)
+	if got := cur.Trees[0].Classes[0].Measured; got != 250_000 {
+		t.Errorf("measured %d bytes/s with one read time unknown; want 250,000 (the samples' 4 s)", got)
+	}
+}
+
 // A delay histogram's quantile is the upper bound of the bucket that
 // holds it: a bound the packets waited less than, never an average.
 func TestDelaysQuantile(t *testing.T) {

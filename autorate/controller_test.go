@@ -451,7 +451,7 @@ func TestOneDeadReflector(t *testing.T) {
 
 // A drop-tail buffer that overflows drops probes too, whichever
 // reflector they were for: those losses are the queue's, and while they
-// happen the samples show it (Queued), so the agent counts none of them
+// happen the samples show it (QueueNear), so the agent counts none of them
 // against a reflector. Counted, they replaced a good reflector under
 // load in a CI run.
 func TestProbesDroppedByAFullBufferAreTheQueues(t *testing.T) {

@@ -58,7 +58,7 @@ func TestRates(t *testing.T) {
 // A tree whose counters were read later than its sample began (a long
 // read of thousands of classes, a process descheduled after At) is
 // measured between its reads: 1 MB over the 3.75 s between them is
-// 266,666 bytes/s, where the samples' 4 s would say 250,000. A tree
+// 266,667 bytes/s, where the samples' 4 s would say 250,000. A tree
 // with no read time (the agent's HTB classes, read before) keeps At.
 func TestRatesBetweenReads(t *testing.T) {
 	t0 := time.Unix(1000, 0)

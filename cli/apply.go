@@ -308,14 +308,24 @@ func controllerNotes(p *plan.Plan) []string {
 				what = "rates" // guarantees: what one leaves the others borrow
 			}
 			s := fmt.Sprintf("%s %s: a sharing controller splits %s among %s by weight (%s) every %s, writing their %s; it runs in `sluice agent`, and without one the %s stay the policy's",
-				d.Interface, d.Dir, c.Capacity.String(), over, strings.Join(ws, ", "), c.Quantum, what, what)
+				d.Interface, d.Dir, c.Capacity.String(), over, listSome(ws), c.Quantum, what, what)
 			if len(prod) > 0 {
-				s += fmt.Sprintf("; %s (prio 0) never limited, their use taken off the %s", strings.Join(prod, ", "), c.Capacity.String())
+				s += fmt.Sprintf("; %s (prio 0) never limited, their use taken off the %s", listSome(prod), c.Capacity.String())
 			}
 			out = append(out, s)
 		}
 	}
 	return out
+}
+
+// listSome joins the first few of names (a group's hosts may be
+// thousands) and counts the rest.
+func listSome(names []string) string {
+	const some = 8
+	if len(names) <= some {
+		return strings.Join(names, ", ")
+	}
+	return fmt.Sprintf("%s and %d more", strings.Join(names[:some], ", "), len(names)-some)
 }
 
 func printDiff(w io.Writer, d *kernel.Diff) {

@@ -531,3 +531,50 @@ func loadFiles(t *testing.T, src string, files map[string]string) *policy.Policy
 	}
 	return p
 }
+
+// The agent a controlled run starts reads the policy from a directory
+// of its own: every file the policy names must still be found, with
+// what it lists (a groups_file left relative was not: the agent of an
+// HTB tree with groups failed to start).
+func TestEffectivePolicyKeepsItsFiles(t *testing.T) {
+	p := loadFiles(t, `interfaces:
+  - name: eth0
+    egress:
+      rate: 20mbit
+      default: rest
+      classes:
+        - {name: users, rate: 19mbit, per_host: {by: dst, hosts_file: h.csv, groups_file: g.csv, rate: 1mbit}}
+        - {name: rest, rate: 1mbit}
+`, map[string]string{
+		"h.csv": "name,addresses,rate,ceil,parent\na1,10.0.0.2,,,acme\nb1,10.0.0.5,,,\n",
+		"g.csv": "name,rate,ceil\nacme,4mbit,6mbit\n",
+	})
+	file, cleanup, err := writeEffective(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cleanup()
+	if filepath.Dir(file) == filepath.Dir(p.File) {
+		t.Fatalf("written beside the policy (%s): the test proves nothing", file)
+	}
+	q, _, err := policy.Load(file)
+	if err != nil {
+		t.Fatalf("the effective policy does not load: %v", err)
+	}
+	ph := q.Interfaces[0].Egress.Classes[0].PerHost
+	var names []string
+	for _, e := range ph.Entries {
+		parent := ""
+		if e.ParentCls != nil {
+			parent = e.ParentCls.Name
+		}
+		names = append(names, e.Name+">"+parent)
+	}
+	if got := strings.Join(names, " "); got != "a1>users:acme b1>users" {
+		t.Errorf("hosts and their groups: %q, want a1 in group acme, b1 in users", got)
+	}
+	cleanup()
+	if _, err := os.Stat(filepath.Dir(file)); !os.IsNotExist(err) {
+		t.Errorf("cleanup left %s: %v", filepath.Dir(file), err)
+	}
+}

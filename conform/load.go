@@ -80,8 +80,8 @@ func value(n *yaml.Node, key string) *yaml.Node {
 }
 
 // writeEffective writes the policy as the run reads it (with --backend
-// applied) to a file of its own, hosts_file paths made absolute, for
-// the agent to load; cleanup removes it.
+// applied) to a file of its own, hosts_file and groups_file paths made
+// absolute, for the agent to load; cleanup removes it.
 func writeEffective(pol *policy.Policy) (file string, cleanup func(), err error) {
 	var doc yaml.Node
 	if err := yaml.Unmarshal(pol.Source(pol.File), &doc); err != nil {
@@ -94,8 +94,10 @@ func writeEffective(pol *policy.Policy) (file string, cleanup func(), err error)
 			return
 		}
 		if n.Kind == yaml.MappingNode {
-			if v := value(n, "hosts_file"); v != nil && v.Kind == yaml.ScalarNode && !filepath.IsAbs(v.Value) {
-				v.Value = filepath.Join(dir, v.Value)
+			for _, key := range []string{"hosts_file", "groups_file"} {
+				if v := value(n, key); v != nil && v.Kind == yaml.ScalarNode && !filepath.IsAbs(v.Value) {
+					v.Value = filepath.Join(dir, v.Value)
+				}
 			}
 		}
 		for _, c := range n.Content {

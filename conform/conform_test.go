@@ -269,8 +269,10 @@ func TestReferenceWeights(t *testing.T) {
 // hosts, each weighed by its rate in one unit (as HTB's quanta weigh
 // them): with a capped group (4mbit, ceil 6) full, another group of
 // 4mbit and two 1mbit hosts share the rest 4:1:1 beyond their rates.
-func TestReferenceGroups(t *testing.T) {
-	p := loadFiles(t, `interfaces:
+// groupsPolicy is a per_host class whose hosts (h.csv) fall in groups
+// (g.csv): a1 and a2 in acme (4mbit, capped at 6), b1 in beta (4mbit),
+// c1 and c2 in none.
+const groupsPolicy = `interfaces:
   - name: eth0
     egress:
       rate: 20mbit
@@ -278,10 +280,17 @@ func TestReferenceGroups(t *testing.T) {
       classes:
         - {name: users, rate: 19mbit, per_host: {by: dst, hosts_file: h.csv, groups_file: g.csv, rate: 1mbit}}
         - {name: rest, rate: 1mbit}
-`, map[string]string{
+`
+
+func groupsFiles() map[string]string {
+	return map[string]string{
 		"h.csv": "name,addresses,rate,ceil,parent\na1,10.0.0.2,,,acme\na2,10.0.0.3,,,acme\nb1,10.0.0.5,,,beta\nc1,10.0.0.6,,,\nc2,10.0.0.7,,,\n",
 		"g.csv": "name,rate,ceil\nacme,4mbit,6mbit\nbeta,4mbit,\n",
-	})
+	}
+}
+
+func TestReferenceGroups(t *testing.T) {
+	p := loadFiles(t, groupsPolicy, groupsFiles())
 	tr := p.Interfaces[0].Egress
 	ss := subjects(tr, 8)
 	var all Cell
@@ -537,18 +546,7 @@ func loadFiles(t *testing.T, src string, files map[string]string) *policy.Policy
 // what it lists (a groups_file left relative was not: the agent of an
 // HTB tree with groups failed to start).
 func TestEffectivePolicyKeepsItsFiles(t *testing.T) {
-	p := loadFiles(t, `interfaces:
-  - name: eth0
-    egress:
-      rate: 20mbit
-      default: rest
-      classes:
-        - {name: users, rate: 19mbit, per_host: {by: dst, hosts_file: h.csv, groups_file: g.csv, rate: 1mbit}}
-        - {name: rest, rate: 1mbit}
-`, map[string]string{
-		"h.csv": "name,addresses,rate,ceil,parent\na1,10.0.0.2,,,acme\nb1,10.0.0.5,,,\n",
-		"g.csv": "name,rate,ceil\nacme,4mbit,6mbit\n",
-	})
+	p := loadFiles(t, groupsPolicy, groupsFiles())
 	file, cleanup, err := writeEffective(p)
 	if err != nil {
 		t.Fatal(err)
@@ -570,8 +568,8 @@ func TestEffectivePolicyKeepsItsFiles(t *testing.T) {
 		}
 		names = append(names, e.Name+">"+parent)
 	}
-	if got := strings.Join(names, " "); got != "a1>users:acme b1>users" {
-		t.Errorf("hosts and their groups: %q, want a1 in group acme, b1 in users", got)
+	if got, want := strings.Join(names, " "), "a1>users:acme a2>users:acme b1>users:beta c1>users c2>users"; got != want {
+		t.Errorf("hosts and their groups: %q, want %q", got, want)
 	}
 	cleanup()
 	if _, err := os.Stat(filepath.Dir(file)); !os.IsNotExist(err) {

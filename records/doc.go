@@ -9,7 +9,9 @@
 // Limit) are its own, so the planner's may change without changing what
 // is on disk, and an older file is read or refused by version, never
 // guessed at. Every file is reached through safefile: no link is
-// followed, nothing planted is trusted.
+// followed, nothing planted is trusted. Readers take no lock: a save
+// replaces the records by renames, and a read that a save overtook
+// reads them again (Load).
 //
 // It must not talk to the kernel or decide anything: kernel fills and
 // checks the records against what it reads back; engine keeps the

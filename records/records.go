@@ -1,6 +1,7 @@
 package records
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -288,12 +289,54 @@ func Load(dir string) (*File, error) {
 	return load(d)
 }
 
+// loadTries bounds load's reads of records that a writer keeps
+// replacing.
+const loadTries = 5
+
+// afterStateRead, when set (tests), runs between load's read of the
+// state file and of the bulk file it names: where a writer's Save lands
+// in a reader's way.
+var afterStateRead func()
+
+// load reads the records in d. Readers take no lock (show, the
+// dashboard's reads, a plan beside a running agent), so a Save may
+// replace them while one reads: it puts the new state file in place
+// and then removes the bulk file the old one named. A bulk file gone
+// from under a state file that has changed since is that, and the
+// records are read again; one gone while its state file still names it
+// is damage.
 func load(d *safefile.Dir) (*File, error) {
+	for try := 1; ; try++ {
+		s, raw, err := loadOnce(d)
+		if err == nil || try == loadTries || !errors.Is(err, fs.ErrNotExist) {
+			return s, err
+		}
+		now, rerr := d.ReadFile(stateFile, maxRecordsJSON)
+		if rerr != nil && !errors.Is(rerr, fs.ErrNotExist) || bytes.Equal(now, raw) {
+			return s, err
+		}
+	}
+}
+
+// loadOnce is one read of the records, and the state file as it read
+// it (nil: none).
+func loadOnce(d *safefile.Dir) (*File, []byte, error) {
+	var raw []byte
+	s, err := parseRecords(d, &raw)
+	return s, raw, err
+}
+
+// parseRecords reads the records in d, the state file's bytes into raw.
+func parseRecords(d *safefile.Dir, raw *[]byte) (*File, error) {
 	s := New()
 	s.stamp = stampOf(d)
 	b, err := d.ReadFile(stateFile, maxRecordsJSON)
 	if errors.Is(err, fs.ErrNotExist) {
 		return s, nil
+	}
+	*raw = b
+	if afterStateRead != nil {
+		afterStateRead()
 	}
 	bad := func(err error) (*File, error) { return nil, &Error{d.Path(), err} }
 	if err != nil {

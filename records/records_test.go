@@ -84,3 +84,45 @@ func TestDir(t *testing.T) {
 		t.Errorf("Dir(\"\") with SLUICE_STATE_DIR=/tmp/x: %q", got)
 	}
 }
+
+// A reader takes no lock: a Save that lands between its read of the
+// state file and of the bulk file it names (Save then removes that
+// bulk) makes it read again, and it gets the new records whole. A bulk
+// file gone while the state file still names it is damage, reported.
+func TestLoadWhileSaved(t *testing.T) {
+	dir := t.TempDir()
+	old := &File{Version: recordsVersion, Devices: map[string]*Tree{"eth0": {Interface: "eth0", Root: "1:"}}}
+	if err := old.Save(dir); err != nil {
+		t.Fatal(err)
+	}
+	saves := 0
+	afterStateRead = func() {
+		if saves < 2 { // twice: the second read is replaced under it too
+			saves++
+			next := &File{Version: recordsVersion, Devices: map[string]*Tree{"eth1": {Interface: "eth1", Root: "1:"}}}
+			if err := next.Save(dir); err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	defer func() { afterStateRead = nil }()
+	got, err := Load(dir)
+	if err != nil {
+		t.Fatalf("records saved while read: %v", err)
+	}
+	if saves != 2 || len(got.Devices) != 1 || got.Devices["eth1"] == nil {
+		t.Errorf("after %d saves read %v, want the last records (eth1)", saves, got.Names())
+	}
+
+	// The bulk file removed, the state file unchanged: no retry helps.
+	afterStateRead = nil
+	names, _ := filepath.Glob(filepath.Join(dir, "state.*.bin"))
+	if len(names) != 1 {
+		t.Fatalf("bulk files %v, want one", names)
+	}
+	os.Remove(names[0])
+	var re *Error
+	if _, err := Load(dir); !errors.As(err, &re) || !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("records whose bulk file is gone: %v, want a records error saying so", err)
+	}
+}

@@ -2,7 +2,9 @@ package vmlane
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -22,5 +24,36 @@ func TestCheckKernel(t *testing.T) {
 		if err := CheckKernel(c.arg); (err == nil) != c.ok {
 			t.Errorf("CheckKernel(%q) = %v", c.arg, err)
 		}
+	}
+}
+
+// out/ is where builds and tests write (the lane's guests and logs under
+// out/vm among them), and they remove what they wrote while other go
+// commands run: make install's out/share vanished under the race build's
+// `go test ./...` as it listed packages, and failed that CI run. out/ is
+// a module of its own (out/go.mod), so ./... never walks it: a
+// directory there, even one holding a file that is not Go, is no
+// package of sluice's.
+func TestOutIsNotWalked(t *testing.T) {
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("no go command")
+	}
+	dir, err := os.MkdirTemp(filepath.Join("..", "out"), "walk-probe")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	if err := os.WriteFile(filepath.Join(dir, "x.go"), []byte("this is not Go\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(goBin, "list", "./...")
+	cmd.Dir = ".."
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list ./... beside a broken directory under out/: %v\n%s", err, out)
+	}
+	if strings.Contains(string(out), "sluice/out") {
+		t.Errorf("go list ./... lists packages under out/:\n%s", out)
 	}
 }

@@ -307,7 +307,8 @@ var afterStateRead func()
 // is damage.
 func load(d *safefile.Dir) (*File, error) {
 	for try := 1; ; try++ {
-		s, raw, err := loadOnce(d)
+		var raw []byte
+		s, err := parseRecords(d, &raw)
 		if err == nil || try == loadTries || !errors.Is(err, fs.ErrNotExist) {
 			return s, err
 		}
@@ -318,15 +319,8 @@ func load(d *safefile.Dir) (*File, error) {
 	}
 }
 
-// loadOnce is one read of the records, and the state file as it read
-// it (nil: none).
-func loadOnce(d *safefile.Dir) (*File, []byte, error) {
-	var raw []byte
-	s, err := parseRecords(d, &raw)
-	return s, raw, err
-}
-
-// parseRecords reads the records in d, the state file's bytes into raw.
+// parseRecords reads the records in d once, the state file's bytes
+// into raw (left nil where there is none).
 func parseRecords(d *safefile.Dir, raw *[]byte) (*File, error) {
 	s := New()
 	s.stamp = stampOf(d)

@@ -19,7 +19,7 @@ import (
 // `link`, `policers` (the router's BPF policers, summed) or `autorate
 // DEVICE` (the agent's rate: auto controller: metric rate, the rate at
 // the phase's end, against a rate, a multiple of its end in another
-// phase, 1.05x fade, or of its own at the phase's start, 1.05x start).
+// phase, 1.05x fade, or of its own where the phase's steady part starts, 1.05x start).
 // METRIC is a
 // latency statistic (p50 p90 p95 p99 avg max, for probes and classes;
 // "latency" may follow it), loss, goodput, share (a class's or flow's

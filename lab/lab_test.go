@@ -342,6 +342,31 @@ func TestAutorateAndModemExpectations(t *testing.T) {
 			t.Errorf("%q: pass %v (actual %v, want %s, %s)", tc.text, v.Pass, v.Actual, v.Want, v.Note)
 		}
 	}
+	// Past settle: the controller's last cut for the phase before
+	// (at the phase's first instant, run CI 43: 18.8 -> 18.0 Mbit/s)
+	// is not the start the drift is measured from.
+	cut := append([]float64(nil), rate...)
+	cut[10], cut[11] = 8.4e6, 8e6*0.96
+	for i := 12; i < 20; i++ {
+		cut[i] = cut[11] * math.Pow(1.01, float64(i-11))
+	}
+	r.Autorate = []*AutorateSeries{{Device: "wan", Direction: "egress", Rate: cut}}
+	r.Phases = []*PhaseResult{r.summarize("idle", 1, 2, 0.2)}
+	if st := r.Phases[0].Autorate["wan"]; st.Start != cut[12] || st.End != cut[19] {
+		t.Errorf("settled: start %v end %v, want %v and %v", st.Start, st.End, cut[12], cut[19])
+	}
+	for text, pass := range map[string]bool{
+		"shaped/idle: autorate wan rate >= 1.06x start": true, // 1.01^7 past settle
+		"shaped/idle: autorate wan rate >= 1.08x start": false,
+	} {
+		e, err := parseExpectation(text)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v := e.Check(r, nil); v.Pass != pass {
+			t.Errorf("%q: pass %v (actual %v, want %s)", text, v.Pass, v.Actual, v.Want)
+		}
+	}
 	for _, bad := range []string{"autorate wan goodput >= 1mbit", "class web rate >= 1mbit", "autorate wan rate >= lots", "shaped/idle: autorate wan rate >= 1.1x idle"} {
 		if _, err := parseExpectation(bad); err == nil {
 			t.Errorf("%q accepted", bad)

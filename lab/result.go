@@ -46,7 +46,9 @@ type AutorateSeries struct {
 }
 
 // AutorateStat is a controller over one phase: its mean rate in the
-// phase's steady part and its rate at the phase's end (bits/s).
+// phase's steady part, its rate where that part starts (past the
+// settle time, as every other statistic of the phase) and its rate at
+// the phase's end (bits/s).
 type AutorateStat struct {
 	Rate  float64 `json:"rate_bps"`
 	Start float64 `json:"start_rate_bps"`
@@ -437,7 +439,10 @@ func (r *Result) summarize(name string, from, to, settle float64) *PhaseResult {
 		st := &AutorateStat{Rate: mean(a.Rate)}
 		if end := min(hi, len(a.Rate)) - 1; end >= 0 {
 			st.End = a.Rate[end]
-			st.Start = a.Rate[min(int(from/r.Bucket+0.5), end)]
+			// Not the rate at the phase's first instant: the controller
+			// still answers the phase before it there (the queue left
+			// when flows stop is read as bloat and cuts the rate 4%).
+			st.Start = a.Rate[min(lo, end)]
 		}
 		p.Autorate[a.Device] = st
 	}

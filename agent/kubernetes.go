@@ -2,10 +2,14 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net/netip"
+	"sync"
 	"time"
 
 	"sluice/engine"
+	"sluice/kernel"
 	"sluice/kube"
 	"sluice/policy"
 )
@@ -21,15 +25,20 @@ func (a *Agent) startKube(pol *policy.Policy) (*policy.Policy, error) {
 	kc := *a.cfg.Kubernetes
 	kc.Log = a.log
 	kc.Changed = a.kickFiles
+	routes := &podRoutes{ns: a.cfg.Netns}
+	if kc.Device == nil {
+		kc.Device = routes.device
+	}
 	a.kube = kube.New(kc)
 	ctx, cancel := context.WithCancel(context.Background())
-	a.stopKube = cancel
-	if err := a.kube.Start(ctx, KubeSync); err != nil {
+	a.stopKube = func() {
 		cancel()
+		routes.close()
+	}
+	if err := a.kube.Start(ctx, KubeSync); err != nil {
 		return nil, err
 	}
 	if err := a.kube.SetTargets(kube.Targets(pol)); err != nil {
-		cancel()
 		return nil, fmt.Errorf("kubernetes: %w", err)
 	}
 	a.log.Info("kubernetes: pods listed", "node", kc.Node, "pods", len(a.kube.Pods()), "files", len(kube.Targets(pol)))
@@ -64,4 +73,58 @@ func (a *Agent) kubeTargets(pols ...*policy.Policy) {
 	if err := a.kube.SetTargets(ts); err != nil {
 		a.log.Error("kubernetes: writing the pods files failed", "err", err.Error())
 	}
+}
+
+// podRoutes finds a pod's own device for pod_veths (kube.DeviceFunc):
+// each of its addresses routed straight (no gateway) through one veth
+// (or netkit) device of the node. The node's routes are opened at the
+// first lookup and closed when the watch stops.
+type podRoutes struct {
+	mu     sync.Mutex
+	ns     string
+	r      *kernel.Routes
+	closed bool
+}
+
+func (p *podRoutes) device(addrs []netip.Addr) (string, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return "", errors.New("the agent is stopping")
+	}
+	if p.r == nil {
+		r, err := kernel.OpenRoutes(p.ns)
+		if err != nil {
+			return "", err
+		}
+		p.r = r
+	}
+	dev := ""
+	for _, a := range addrs {
+		rt, err := p.r.Lookup(a)
+		switch {
+		case err != nil:
+			return "", err
+		case rt.Gateway.IsValid():
+			return "", fmt.Errorf("%s is routed through gateway %s on %s: %w", a, rt.Gateway, rt.Device, kube.ErrNotOwn)
+		case rt.Kind != "veth" && rt.Kind != "netkit":
+			return "", fmt.Errorf("%s is routed through %s, a %s device: %w", a, rt.Device, rt.Kind, kube.ErrNotOwn)
+		case dev != "" && rt.Device != dev:
+			return "", fmt.Errorf("the pod's addresses are routed through %s and %s: %w", dev, rt.Device, kube.ErrNotOwn)
+		}
+		dev = rt.Device
+	}
+	if dev == "" {
+		return "", errors.New("the pod has no address")
+	}
+	return dev, nil
+}
+
+func (p *podRoutes) close() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.r != nil {
+		p.r.Close()
+	}
+	p.closed = true
 }

@@ -36,6 +36,8 @@ var exampleRuns = map[string]string{
 	// lab's link (its device wan, its reflector, a 5 ms threshold).
 	"lte.yaml":     "TestVariableRateScenario",
 	"isp-edt.yaml": "caps",
+	// Pods on a routed CNI's node, each capped on its veth.
+	"k8s-veths.yaml": "TestKubernetesPodVeths",
 }
 
 // A new example without a run that checks it fails here.

@@ -17,11 +17,18 @@ type Target struct {
 	Classes []string
 	// Groups is the groups file of the namespaces' aggregates (absolute).
 	Groups string
+	// Veths: File is the policy's pod_veths file (each pod's device and
+	// caps), not a pods class's hosts.
+	Veths bool
 }
 
-// Targets lists pol's pods classes, one per file.
+// Targets lists pol's pods classes, one per file, after its pod_veths
+// file where it has one.
 func Targets(pol *policy.Policy) []Target {
 	var out []Target
+	if pol.PodVeths != nil {
+		out = append(out, Target{File: pol.PodVeths.File, Veths: true})
+	}
 	seen := map[string]int{}
 	for _, in := range pol.Interfaces {
 		for _, t := range []*policy.Tree{in.Egress, in.Ingress} {

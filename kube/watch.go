@@ -42,8 +42,12 @@ type Config struct {
 	// writes, not a thousand).
 	Settle time.Duration
 	// Retry is the first wait before a failed write is tried again
-	// (default 1 s, doubling to 30 s).
+	// (default 1 s, doubling to 30 s). A pod whose veth is not found
+	// yet (pod_veths) is looked for again as often.
 	Retry time.Duration
+	// Device finds a pod's own device, for a pod_veths target (nil:
+	// such a target lists no pod).
+	Device DeviceFunc
 }
 
 // Watcher keeps the pods files of a policy's pods classes as the API
@@ -61,6 +65,9 @@ type Watcher struct {
 	told    map[string]bool   // Events sent: pod UID + problem
 	writes  int
 	lastErr error
+	// pending counts the pods whose veth the last write did not find
+	// yet (pod_veths): the loop looks again.
+	pending int
 }
 
 // klogOnce sets klog's logger once per process.
@@ -176,7 +183,7 @@ func cmpErr(err error) error {
 func (w *Watcher) loop(ctx context.Context) {
 	// A failed write (a full disk) is retried without waiting for the
 	// next pod change, backing off from a second to half a minute.
-	var retry time.Duration
+	var retry, look time.Duration
 	for {
 		select {
 		case <-ctx.Done():
@@ -197,6 +204,17 @@ func (w *Watcher) loop(ctx context.Context) {
 			continue
 		}
 		retry = 0
+		// A pod's veth appears as the CNI sets it up: looked for again,
+		// backing off as a failed write does.
+		w.mu.Lock()
+		pending := w.pending
+		w.mu.Unlock()
+		if pending > 0 {
+			look = min(max(2*look, w.cfg.Retry), 30*time.Second)
+			time.AfterFunc(look, w.poke)
+		} else {
+			look = 0
+		}
 		if changed && w.cfg.Changed != nil {
 			w.cfg.Changed()
 		}
@@ -220,7 +238,14 @@ func (w *Watcher) write() (changed bool, err error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	pods := w.Pods()
+	w.pending = 0
 	for _, t := range w.targets {
+		if t.Veths {
+			if err := w.writeVeths(t.File, pods, &changed); err != nil {
+				return changed, err
+			}
+			continue
+		}
 		var hosts []Host
 		groups := map[string]Group{}
 		type nsGroup struct {
@@ -277,16 +302,9 @@ func (w *Watcher) write() (changed bool, err error) {
 		}
 		files = append(files, file{t.File, data})
 		for _, f := range files {
-			if old, ok := w.written[f.name]; ok && bytes.Equal(old, f.data) {
-				continue
-			}
-			if err := writeFile(f.name, f.data); err != nil {
-				w.lastErr = err
+			if err := w.writeIfChanged(f.name, f.data, &changed); err != nil {
 				return changed, err
 			}
-			w.written[f.name], changed = f.data, true
-			w.writes++
-			w.cfg.Log.Debug("kubernetes: file written", "file", f.name, "lines", bytes.Count(f.data, []byte{'\n'})-1)
 		}
 	}
 	w.lastErr = nil
@@ -307,6 +325,42 @@ func (w *Watcher) write() (changed bool, err error) {
 		}
 	}
 	return changed, nil
+}
+
+// writeIfChanged writes file unless it was last written with data,
+// setting *changed when it does.
+func (w *Watcher) writeIfChanged(file string, data []byte, changed *bool) error {
+	if old, ok := w.written[file]; ok && bytes.Equal(old, data) {
+		return nil
+	}
+	if err := writeFile(file, data); err != nil {
+		w.lastErr = err
+		return err
+	}
+	w.written[file], *changed = data, true
+	w.writes++
+	w.cfg.Log.Debug("kubernetes: file written", "file", file, "lines", bytes.Count(data, []byte{'\n'})-1)
+	return nil
+}
+
+// writeVeths writes a pod_veths file from pods: each pod with a cap on
+// the device it is routed through. A pod whose device is not found yet
+// counts in w.pending (the loop looks again); one that has no device
+// of its own gets an Event.
+func (w *Watcher) writeVeths(file string, pods []*corev1.Pod, changed *bool) error {
+	var veths []Veth
+	if w.cfg.Device != nil {
+		var pending, refused map[*corev1.Pod]string
+		veths, pending, refused = VethsOf(pods, w.cfg.Device)
+		for p, why := range refused {
+			w.warn(p, "Pod", NotOnVeth, "kubernetes: pod not shaped on a veth", why)
+		}
+		for p, why := range pending {
+			w.cfg.Log.Debug("kubernetes: pod's veth not found yet", "pod", p.Namespace+"/"+p.Name, "why", why)
+		}
+		w.pending += len(pending)
+	}
+	return w.writeIfChanged(file, RenderVeths(veths), changed)
 }
 
 // writeFile replaces file with data: atomically, in a directory only
@@ -334,6 +388,16 @@ func (w *Watcher) namespace(name string) *corev1.Namespace {
 // Namespace: kind) once: a log line and a Warning Event on it. A pod
 // stays a host without them, a namespace an aggregate.
 func (w *Watcher) tell(o metav1.Object, kind, why string) {
+	w.warn(o, kind, "BadBandwidthAnnotation", "kubernetes: annotation not used", why)
+}
+
+// NotOnVeth is the reason of the Event on a pod that pod_veths cannot
+// shape on a device of its own.
+const NotOnVeth = "NotShapedOnVeth"
+
+// warn reports a problem with o once: a log line (msg) and a Warning
+// Event with reason.
+func (w *Watcher) warn(o metav1.Object, kind, reason, msg, why string) {
 	key := string(o.GetUID()) + "\x00" + why
 	if w.told[key] {
 		return
@@ -343,7 +407,7 @@ func (w *Watcher) tell(o metav1.Object, kind, why string) {
 	if o.GetNamespace() != "" {
 		who = o.GetNamespace() + "/" + who
 	}
-	w.cfg.Log.Warn("kubernetes: annotation not used", strings.ToLower(kind), who, "why", why)
+	w.cfg.Log.Warn(msg, strings.ToLower(kind), who, "why", why)
 	// A namespace is cluster-scoped: its Events go in "default".
 	evNS := cmp.Or(o.GetNamespace(), metav1.NamespaceDefault)
 	now := metav1.Now()
@@ -351,7 +415,7 @@ func (w *Watcher) tell(o metav1.Object, kind, why string) {
 		ObjectMeta: metav1.ObjectMeta{GenerateName: o.GetName() + ".sluice.", Namespace: evNS},
 		InvolvedObject: corev1.ObjectReference{Kind: kind, APIVersion: "v1", Namespace: o.GetNamespace(), Name: o.GetName(),
 			UID: o.GetUID(), ResourceVersion: o.GetResourceVersion()},
-		Reason: "BadBandwidthAnnotation", Message: "sluice: " + why, Type: corev1.EventTypeWarning,
+		Reason: reason, Message: "sluice: " + why, Type: corev1.EventTypeWarning,
 		Source:         corev1.EventSource{Component: "sluice-agent", Host: w.cfg.Node},
 		FirstTimestamp: now, LastTimestamp: now, Count: 1,
 	}

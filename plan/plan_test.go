@@ -175,6 +175,12 @@ func load(t *testing.T, file string) *policy.Policy {
 // Golden plans: the planned objects for each example, on a kernel with
 // every qdisc and on one with only fifos (this machine's).
 func TestGoldenPlans(t *testing.T) {
+	// Files the agent writes are these, whatever this machine's
+	// /run/sluice holds: two pods on their veths (k8s-veths.yaml).
+	state := t.TempDir()
+	t.Setenv("SLUICE_STATE_DIR", state)
+	os.MkdirAll(filepath.Join(state, "pods"), 0o755)
+	os.WriteFile(filepath.Join(state, "pods", "veths.csv"), []byte("device,pod,ingress,egress\ncali1,shop.web,5mbit,\ncali2,shop.db,10mbit,2mbit\n"), 0o644)
 	files, _ := filepath.Glob("../examples/*.yaml")
 	fifoOnly := Features{BPF: true, Qdiscs: map[string]bool{"htb": true, "pfifo": true, "bfifo": true, "clsact": true}}
 	for _, f := range files {

@@ -281,10 +281,12 @@ func (p *parser) policy(pol *Policy, n *yaml.Node) {
 				}
 			}
 		},
+		"pod_veths": func(v *yaml.Node) { pol.PodVeths = p.podVeths(v) },
 	})
-	if len(pol.Interfaces) == 0 && len(p.d.Errs) == 0 {
-		p.d.Errorf(pos(n), "policy: no interfaces; expected \"interfaces:\" with at least one entry")
+	if len(pol.Interfaces) == 0 && pol.PodVeths == nil && len(p.d.Errs) == 0 {
+		p.d.Errorf(pos(n), "policy: no interfaces; expected \"interfaces:\" with at least one entry (or pod_veths:)")
 	}
+	p.expandPodVeths(pol)
 }
 
 func (p *parser) iface(n *yaml.Node) *Interface {

@@ -21,6 +21,9 @@ import (
 type Policy struct {
 	File       string
 	Interfaces []*Interface
+	// PodVeths, when set, adds an interface for each pod veth its file
+	// lists (Interface.Generated).
+	PodVeths *PodVeths
 	// sources are the contents the policy was read from, by file.
 	sources map[string][]byte
 }
@@ -38,6 +41,9 @@ type Interface struct {
 	NamePos Pos
 	Egress  *Tree // traffic leaving the device
 	Ingress *Tree // traffic arriving, queued on an ifb device
+	// Generated names the pod whose veth this is, for an interface that
+	// pod_veths made (not written in the policy).
+	Generated string
 }
 
 // Direction names.
@@ -429,12 +435,16 @@ type Match struct {
 	Fields map[string]Pos
 }
 
-// Files lists the files the policy was read from: the policy file, then
-// every hosts_file and groups_file (resolved against the policy file's
+// Files lists the files the policy was read from: the policy file, its
+// pod_veths file, then every hosts_file and groups_file (resolved against the policy file's
 // directory), each once. A daemon watches them to reload.
 func (p *Policy) Files() []string {
 	out := []string{p.File}
 	seen := map[string]bool{p.File: true}
+	if p.PodVeths != nil {
+		out = append(out, p.PodVeths.File)
+		seen[p.PodVeths.File] = true
+	}
 	p.eachClass(func(c *Class) {
 		if c.PerHost == nil {
 			return

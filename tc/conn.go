@@ -3,6 +3,7 @@ package tc
 import (
 	"errors"
 	"fmt"
+	"net"
 	"sort"
 	"sync"
 
@@ -311,4 +312,30 @@ func (c *Conn) NetnsID() (NetnsID, error) {
 	}
 	id.Inode = st.Ino
 	return id, nil
+}
+
+// RouteVia says which device the namespace routes dst through, as `ip
+// route get` does, and the gateway where dst is not on that device's
+// link itself (nil where it is).
+func (c *Conn) RouteVia(dst net.IP) (*Link, net.IP, error) {
+	rs, err := c.links.RouteGet(dst)
+	if err != nil {
+		return nil, nil, err
+	}
+	if len(rs) == 0 {
+		return nil, nil, fmt.Errorf("no route to %s", dst)
+	}
+	r := rs[0]
+	if r.Type == unix.RTN_LOCAL {
+		return nil, nil, fmt.Errorf("%s is an address of this namespace", dst)
+	}
+	l, err := c.links.LinkByIndex(r.LinkIndex)
+	if err != nil {
+		return nil, nil, err
+	}
+	link := c.GetLink(l.Attrs().Name)
+	if link == nil {
+		return nil, nil, fmt.Errorf("the device of the route to %s is gone", dst)
+	}
+	return link, r.Gw, nil
 }

@@ -1,0 +1,259 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"sluice/agent"
+	"sluice/kube"
+	"sluice/kube/kubetest"
+	"sluice/testutil"
+)
+
+// podNode is a Kubernetes node as a routed CNI (Calico) builds it: each
+// pod a namespace with eth0 and a /32, its host side a veth of the
+// node's namespace with a route to the pod's address, the pod's
+// default route through the node.
+type podNode struct {
+	ns   string
+	pods map[string]podNet // by pod name
+}
+
+type podNet struct{ ns, veth, addr string }
+
+func newPodNode(t *testing.T) *podNode {
+	t.Helper()
+	n := &podNode{ns: testutil.NewNetns(t, "n"), pods: map[string]podNet{}}
+	testutil.NS(t, n.ns, "sysctl", "-qw", "net.ipv4.ip_forward=1")
+	return n
+}
+
+// add makes pod name at addr behind the node's veth dev.
+func (n *podNode) add(t *testing.T, name, veth, addr string) podNet {
+	t.Helper()
+	p := podNet{ns: testutil.NewNetns(t, "p"), veth: veth, addr: addr}
+	tmp := testutil.Unique("v")
+	testutil.Run(t, "ip", "link", "add", tmp, "type", "veth", "peer", "name", tmp+"p")
+	testutil.Run(t, "ip", "link", "set", tmp, "netns", n.ns, "name", veth)
+	testutil.Run(t, "ip", "link", "set", tmp+"p", "netns", p.ns, "name", "eth0")
+	// Calico's: the node answers for a link-local gateway on each veth.
+	testutil.NS(t, n.ns, "ip", "addr", "add", "169.254.1.1/32", "dev", veth)
+	testutil.NS(t, n.ns, "ip", "link", "set", veth, "up")
+	testutil.NS(t, n.ns, "ip", "route", "add", addr+"/32", "dev", veth)
+	testutil.NS(t, p.ns, "ip", "addr", "add", addr+"/32", "dev", "eth0")
+	testutil.NS(t, p.ns, "ip", "link", "set", "eth0", "up")
+	testutil.NS(t, p.ns, "ip", "route", "add", "169.254.1.1", "dev", "eth0", "scope", "link")
+	testutil.NS(t, p.ns, "ip", "route", "add", "default", "via", "169.254.1.1", "dev", "eth0")
+	n.pods[name] = p
+	return p
+}
+
+// goodput sends two TCP flows from pod from to pod to for 3 s and
+// returns the goodput in Mbit/s.
+func (n *podNode) goodput(t *testing.T, from, to string, port int) float64 {
+	t.Helper()
+	dst := n.pods[to]
+	sink, err := testutil.TCPSink(dst.ns, dst.addr, port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sink.Close()
+	const d = 3 * time.Second
+	flows, err := testutil.TCPSend(n.pods[from].ns, dst.addr, port, 2, d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b uint64
+	for _, f := range flows {
+		b += f.BytesAcked
+	}
+	return float64(b) * 8 / d.Seconds() / 1e6
+}
+
+// TestKubernetesPodVeths: pod_veths shapes each pod on its own host
+// veth, as the CNI bandwidth plugin does, on a node whose CNI routes
+// to each pod (Calico's layout): what a pod receives at its
+// ingress-bandwidth on the veth's egress, what it sends at its
+// egress-bandwidth on an ifb of the veth's ingress, traffic between two
+// pods of the node included; a pod behind a bridge is not (an Event
+// says why). An annotation edited applies live; a pod
+// deleted leaves nothing behind (its ifb removed); a pod whose veth is
+// gone before the API says so costs nothing.
+func TestKubernetesPodVeths(t *testing.T) {
+	testutil.RequireRoot(t)
+	n := newPodNode(t)
+	web := n.add(t, "web", "caliweb", "10.66.0.2")
+	db := n.add(t, "db", "calidb", "10.66.0.3")
+	n.add(t, "client", "caliclient", "10.66.0.4")
+	// And one behind a bridge, as a bridge CNI's pods are: not its own.
+	testutil.NS(t, n.ns, "ip", "link", "add", "cni0", "type", "bridge")
+	testutil.NS(t, n.ns, "ip", "addr", "add", "10.66.1.1/24", "dev", "cni0")
+	testutil.NS(t, n.ns, "ip", "link", "set", "cni0", "up")
+	client := kubetest.Client(
+		kubetest.Pod("old", "bridged", "node-a", map[string]string{kube.EgressBandwidth: "1M"}, "10.66.1.2"),
+		kubetest.Pod("shop", "web", "node-a", map[string]string{kube.IngressBandwidth: "5M"}, web.addr),
+		kubetest.Pod("shop", "db", "node-a", map[string]string{kube.EgressBandwidth: "3M"}, db.addr),
+		kubetest.Pod("shop", "client", "node-a", nil, "10.66.0.4"), // no cap: not shaped
+	)
+	state := stateDir(t)
+	t.Setenv("SLUICE_STATE_DIR", state)
+	pol, err := filepath.Abs("../examples/k8s-veths.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := agent.New(agent.Config{Policy: pol, Netns: n.ns, Interval: 500 * time.Millisecond,
+		Log:        slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})),
+		Kubernetes: &kube.Config{Client: client, Node: "node-a"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+
+	trees := func() map[string]float64 { return vethTrees(t, n.ns) }
+	waitTrees := func(what string, d time.Duration, ok func(map[string]float64) bool) time.Duration {
+		t.Helper()
+		start := time.Now()
+		for {
+			m := trees()
+			if ok(m) {
+				return time.Since(start)
+			}
+			if time.Since(start) > d {
+				t.Fatalf("%s: not within %s; the node's trees: %v", what, d, m)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	waitTrees("the pods' veths shaped", 10*time.Second, func(m map[string]float64) bool {
+		return len(m) == 2 && m["caliweb egress"] == 5 && m["calidb ingress"] == 3
+	})
+	b, err := os.ReadFile(filepath.Join(state, "pods", "veths.csv"))
+	if err != nil || string(b) != "device,pod,ingress,egress\ncalidb,shop.db,,3mbit\ncaliweb,shop.web,5mbit,\n" {
+		t.Fatalf("veths file %q, %v", b, err)
+	}
+
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		evs, err := client.Events("old").List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(evs.Items) == 1 && evs.Items[0].Reason == kube.NotOnVeth && strings.Contains(evs.Items[0].Message, "cni0, a bridge device") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the bridged pod's events: %+v", evs.Items)
+		}
+	}
+
+	// Between pods of the node: shaped both ways.
+	if g := n.goodput(t, "client", "web", 5501); g < 4 || g > 5.25 {
+		t.Errorf("client to web (receives at most 5M): %.2f Mbit/s", g)
+	} else {
+		t.Logf("client to web (receives at most 5M): %.2f Mbit/s", g)
+	}
+	if g := n.goodput(t, "db", "client", 5502); g < 2.4 || g > 3.15 {
+		t.Errorf("db to client (sends at most 3M): %.2f Mbit/s", g)
+	} else {
+		t.Logf("db to client (sends at most 3M): %.2f Mbit/s", g)
+	}
+	if g := n.goodput(t, "client", "db", 5503); g < 20 {
+		t.Errorf("client to db (no ingress cap): %.2f Mbit/s, want it unshaped", g)
+	}
+
+	// An edit, live.
+	pods := client.Pods("shop")
+	wp, err := pods.Get(ctx, "web", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wp.Annotations[kube.IngressBandwidth] = "10M"
+	if _, err := pods.Update(ctx, wp, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	took := waitTrees("an annotation edit", 3*time.Second, func(m map[string]float64) bool { return m["caliweb egress"] == 10 })
+	t.Logf("annotation edit in the kernel after %v", took)
+	if took > time.Second {
+		t.Errorf("an annotation edit reached the kernel after %v, want under a second", took)
+	}
+	if g := n.goodput(t, "client", "web", 5504); g < 8 || g > 10.5 {
+		t.Errorf("after the edit: %.2f Mbit/s to web, want its new 10M", g)
+	}
+
+	// A pod deleted: its trees and its ifb go.
+	ifb := strings.Fields(testutil.NS(t, n.ns, "ip", "-o", "link", "show", "type", "ifb"))
+	if len(ifb) < 2 {
+		t.Fatalf("no ifb for db's egress cap: %v", ifb)
+	}
+	if err := pods.Delete(ctx, "db", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitTrees("a deleted pod", 3*time.Second, func(m map[string]float64) bool { return len(m) == 1 })
+	deadline := time.Now().Add(3 * time.Second)
+	for testutil.NS(t, n.ns, "ip", "-o", "link", "show", "type", "ifb") != "" {
+		if time.Now().After(deadline) {
+			t.Fatalf("the deleted pod's ifb is still there: %s", testutil.NS(t, n.ns, "ip", "-o", "link", "show", "type", "ifb"))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+
+	// A pod whose sandbox (and veth) went before the API said so: the
+	// passes meanwhile shape what is there, without an error.
+	testutil.Run(t, "ip", "netns", "del", web.ns)
+	time.Sleep(1500 * time.Millisecond) // passes with the veth gone and still listed
+	if h := a.Status(false).Health; h.LastResult == "error" || h.ReloadError != "" {
+		t.Errorf("health with a listed veth gone: %+v", h)
+	}
+	if err := pods.Delete(ctx, "web", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitTrees("the last pod gone", 3*time.Second, func(m map[string]float64) bool { return len(m) == 0 })
+	if h := a.Status(false).Health; h.LastResult == "error" || h.ReloadError != "" {
+		t.Errorf("health once the pods are gone: %+v", h)
+	}
+}
+
+// vethTrees reads the trees sluice shapes in namespace ns, as show
+// reads them from the kernel: "DEVICE DIRECTION" (the interface's, an
+// ingress tree on its ifb) to the root class's ceil in Mbit/s. A tree
+// the records name but the kernel no longer has is left out.
+func vethTrees(t *testing.T, ns string) map[string]float64 {
+	t.Helper()
+	var sample struct {
+		Trees []struct {
+			Interface string `json:"interface"`
+			Direction string `json:"direction"`
+			Missing   bool   `json:"missing"`
+			Classes   []struct {
+				Depth int     `json:"depth"`
+				Ceil  float64 `json:"ceil_bytes_per_second"`
+			} `json:"classes"`
+		} `json:"trees"`
+	}
+	out := must(t, "--netns", ns, "show", "--json", "--local", "--interval", "0")
+	if err := json.Unmarshal([]byte(out), &sample); err != nil {
+		t.Fatal(err)
+	}
+	m := map[string]float64{}
+	for _, tr := range sample.Trees {
+		if tr.Missing || len(tr.Classes) == 0 || tr.Classes[0].Depth != 0 {
+			continue
+		}
+		m[fmt.Sprintf("%s %s", tr.Interface, tr.Direction)] = tr.Classes[0].Ceil * 8 / 1e6
+	}
+	return m
+}

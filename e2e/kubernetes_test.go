@@ -60,15 +60,7 @@ func TestKubernetesPodsShaped(t *testing.T) {
 	}
 
 	// An annotation edited: live, within a second.
-	pods := client.Pods("shop")
-	web, err := pods.Get(ctx, "web", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	web.Annotations[kube.IngressBandwidth] = "10M"
-	if _, err := pods.Update(ctx, web, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	annotate(t, client, "shop", "web", kube.IngressBandwidth, "10M")
 	took := waitFor("an annotation edit", 3*time.Second, func(m map[string]float64) bool { return m["pods/shop.web"] == 10 })
 	t.Logf("annotation edit in the kernel after %v", took)
 	if took > time.Second {
@@ -79,6 +71,7 @@ func TestKubernetesPodsShaped(t *testing.T) {
 	}
 
 	// A pod deleted: its class goes.
+	pods := client.Pods("shop")
 	if err := pods.Delete(ctx, "db", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -95,14 +88,7 @@ func TestKubernetesPodsShaped(t *testing.T) {
 	if got := classPrio(t, p.A, p.DevA, "pods/shop.web"); got != "0" {
 		t.Fatalf("before sluice.io/priority: prio %s, want the class's 0", got)
 	}
-	web, err = pods.Get(ctx, "web", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	web.Annotations[kube.Priority] = "5"
-	if _, err := pods.Update(ctx, web, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	annotate(t, client, "shop", "web", kube.Priority, "5")
 	deadline := time.Now().Add(5 * time.Second)
 	for classPrio(t, p.A, p.DevA, "pods/shop.web") != "5" {
 		if time.Now().After(deadline) {
@@ -241,26 +227,10 @@ func bothPods(t *testing.T, p *testutil.Pair, cap float64) map[string]float64 {
 // two together the namespace's cap (Mbit/s).
 func weighedPods(t *testing.T, client kubetest.Fake, p *testutil.Pair, cap float64) {
 	t.Helper()
-	ctx := context.Background()
-	pods := client.Pods("shop")
 	weigh := func(weights map[string]string) {
 		t.Helper()
 		for name, w := range weights {
-			pod, err := pods.Get(ctx, name, metav1.GetOptions{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if pod.Annotations == nil {
-				pod.Annotations = map[string]string{}
-			}
-			if w == "" {
-				delete(pod.Annotations, kube.Weight)
-			} else {
-				pod.Annotations[kube.Weight] = w
-			}
-			if _, err := pods.Update(ctx, pod, metav1.UpdateOptions{}); err != nil {
-				t.Fatal(err)
-			}
+			annotate(t, client, "shop", name, kube.Weight, w)
 		}
 	}
 	weigh(map[string]string{"web": "3", "db": "1"})
@@ -342,6 +312,29 @@ func unannotate(t *testing.T, client kubetest.Fake, name string) {
 	}
 }
 
+// annotate sets (or, value "", removes) annotation key of pod ns/name
+// through the API, as kubectl annotate does.
+func annotate(t *testing.T, client kubetest.Fake, ns, name, key, value string) {
+	t.Helper()
+	ctx := context.Background()
+	pods := client.Pods(ns)
+	pod, err := pods.Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pod.Annotations == nil {
+		pod.Annotations = map[string]string{}
+	}
+	if value == "" {
+		delete(pod.Annotations, key)
+	} else {
+		pod.Annotations[key] = value
+	}
+	if _, err := pods.Update(ctx, pod, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // podsAgent runs the agent with --kubernetes against client, as node-a,
 // on veth0 of a new pair's A (podsPolicy), whose B has the pods'
 // addresses AddrB and 10.9.0.3; it stops when the test ends.
@@ -356,8 +349,14 @@ func podsAgentOn(t *testing.T, client kubetest.Fake, policy func(dev string) str
 	p := testutil.NewPair(t)
 	testutil.AddAddr(t, p.B, p.DevB, "10.9.0.3")
 	t.Setenv("SLUICE_STATE_DIR", stateDir(t))
-	pol := writePolicy(t, "p.yaml", policy(p.DevA))
-	a, err := agent.New(agent.Config{Policy: pol, Netns: p.A, Interval: 500 * time.Millisecond,
+	return p, runPodsAgent(t, writePolicy(t, "p.yaml", policy(p.DevA)), p.A, client)
+}
+
+// runPodsAgent runs the agent with --kubernetes against client, as
+// node-a, with policy file pol in namespace netns, until the test ends.
+func runPodsAgent(t *testing.T, pol, netns string, client kubetest.Fake) *agent.Agent {
+	t.Helper()
+	a, err := agent.New(agent.Config{Policy: pol, Netns: netns, Interval: 500 * time.Millisecond,
 		Log:        slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})),
 		Kubernetes: &kube.Config{Client: client, Node: "node-a"}})
 	if err != nil {
@@ -370,7 +369,7 @@ func podsAgentOn(t *testing.T, client kubetest.Fake, policy func(dev string) str
 		cancel()
 		<-done
 	})
-	return p, a
+	return a
 }
 
 // classPrio is the prio tc reads back of sluice's class name on dev of

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,7 +12,6 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"sluice/agent"
 	"sluice/kube"
 	"sluice/kube/kubetest"
 	"sluice/testutil"
@@ -110,19 +108,8 @@ func TestKubernetesPodVeths(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := agent.New(agent.Config{Policy: pol, Netns: n.ns, Interval: 500 * time.Millisecond,
-		Log:        slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})),
-		Kubernetes: &kube.Config{Client: client, Node: "node-a"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-	})
+	a := runPodsAgent(t, pol, n.ns, client)
+	ctx := context.Background()
 
 	trees := func() map[string]float64 { return vethTrees(t, n.ns) }
 	waitTrees := func(what string, d time.Duration, ok func(map[string]float64) bool) time.Duration {
@@ -176,15 +163,7 @@ func TestKubernetesPodVeths(t *testing.T) {
 	}
 
 	// An edit, live.
-	pods := client.Pods("shop")
-	wp, err := pods.Get(ctx, "web", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	wp.Annotations[kube.IngressBandwidth] = "10M"
-	if _, err := pods.Update(ctx, wp, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	annotate(t, client, "shop", "web", kube.IngressBandwidth, "10M")
 	took := waitTrees("an annotation edit", 3*time.Second, func(m map[string]float64) bool { return m["caliweb egress"] == 10 })
 	t.Logf("annotation edit in the kernel after %v", took)
 	if took > time.Second {
@@ -195,6 +174,7 @@ func TestKubernetesPodVeths(t *testing.T) {
 	}
 
 	// A pod deleted: its trees and its ifb go.
+	pods := client.Pods("shop")
 	ifb := strings.Fields(testutil.NS(t, n.ns, "ip", "-o", "link", "show", "type", "ifb"))
 	if len(ifb) < 2 {
 		t.Fatalf("no ifb for db's egress cap: %v", ifb)

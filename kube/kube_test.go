@@ -178,13 +178,7 @@ func TestWatcherKeepsTheFile(t *testing.T) {
 	if err := w.SetTargets([]Target{{File: file, Dir: policy.Egress, Classes: []string{"pods", "gold"}}}); err != nil {
 		t.Fatal(err)
 	}
-	read := func() string {
-		b, err := os.ReadFile(file)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return string(b)
-	}
+	read := reader(t, file)
 	const header = "name,addresses,rate,ceil,parent\n"
 	if got := read(); got != header+"shop.db,10.1.0.3,,,gold\nshop.web,10.1.0.2,,10mbit,\n" {
 		t.Fatalf("first list:\n%s", got)
@@ -356,6 +350,18 @@ func TestRenderPrio(t *testing.T) {
 	}
 	if strings.Join(prios, " ") != "0 6 -" {
 		t.Errorf("prios %v, want 0 6 -", prios)
+	}
+}
+
+// reader reads file, failing the test where it cannot.
+func reader(t *testing.T, file string) func() string {
+	return func() string {
+		t.Helper()
+		b, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
 	}
 }
 

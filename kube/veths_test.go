@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -75,13 +74,7 @@ func TestWatcherKeepsTheVeths(t *testing.T) {
 	if err := w.SetTargets([]Target{{File: file, Veths: true}}); err != nil {
 		t.Fatal(err)
 	}
-	read := func() string {
-		b, err := os.ReadFile(file)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return string(b)
-	}
+	read := reader(t, file)
 	const header = policy.PodVethsHeader + "\n"
 	if got := read(); got != header+"cali0db,shop.db,5mbit,\ncali0web,shop.web,10mbit,2mbit\n" {
 		t.Fatalf("first list:\n%s", got)

@@ -44,10 +44,20 @@ type output struct {
 	// made at once is in the kernel: the watch's relist of every pod,
 	// then the edit.
 	RelistS []float64 `json:"relist_s"`
+	// Veths: the second stage, pod_veths on a routed node of that many
+	// pods, each with both caps (a tree on its veth and one on an ifb).
+	Veths int `json:"veths,omitempty"`
+	// VethsStartS: from the agent's start to every pod's two trees.
+	VethsStartS float64 `json:"veths_start_s,omitempty"`
+	// VethsEditMs: an annotation edited, until the veth's tree has it.
+	VethsEditMs []float64 `json:"veths_edit_ms,omitempty"`
+	// VethsDeleteMs: a pod deleted, until its ifb is gone.
+	VethsDeleteMs []float64 `json:"veths_delete_ms,omitempty"`
 }
 
 func main() {
 	pods := flag.Int("pods", 1000, "pods on the node")
+	veths := flag.Int("veths", 110, "pods on a routed node for pod_veths (Kubernetes' default limit per node; 0: skip)")
 	out := flag.String("out", "bench/results/kube.json", "results file")
 	sluiceBin := flag.String("sluice", "", "sluice binary (default: build ./cmd/sluice)")
 	flag.Parse()
@@ -162,6 +172,14 @@ func main() {
 	}
 	fmt.Printf("%d pods: all shaped %.2f s after the agent's start; an annotation edit in the kernel after %.0f ms (median of %d); after an API server restart, relist and edit %.2f s (median of %d)\n",
 		*pods, o.StartS, median(o.EditMs), len(o.EditMs), median(o.RelistS), len(o.RelistS))
+	agent.Process.Signal(os.Interrupt)
+	agent.Wait()
+	if *veths > 0 {
+		o.Veths = *veths
+		vethsStage(ctx, client, api.Kubeconfig, *sluiceBin, dir, &o)
+		fmt.Printf("%d pods on their veths: all shaped %.2f s after the agent's start; an annotation edit in the kernel after %.0f ms (median of %d); a pod deleted, its ifb gone after %.0f ms (median of %d)\n",
+			o.Veths, o.VethsStartS, median(o.VethsEditMs), len(o.VethsEditMs), median(o.VethsDeleteMs), len(o.VethsDeleteMs))
+	}
 	b, _ := json.MarshalIndent(o, "", "  ")
 	if err := os.WriteFile(*out, append(b, '\n'), 0o644); err != nil {
 		benchrun.Fail(err)
@@ -190,4 +208,91 @@ func median(xs []float64) float64 {
 	s := append([]float64(nil), xs...)
 	sort.Float64s(s)
 	return s[len(s)/2]
+}
+
+// vethsStage times pod_veths: the first stage's pods gone, o.Veths pods
+// of namespace veths, each routed (as Calico routes) through a veth of
+// its own in a new node namespace, with an ingress and an egress cap;
+// an agent with examples/k8s-veths.yaml's policy shapes them.
+func vethsStage(ctx context.Context, client corev1client.CoreV1Interface, kubeconfig, sluiceBin, dir string, o *output) {
+	if err := client.Pods("shop").DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}, metav1.ListOptions{}); err != nil {
+		benchrun.Fail(err)
+	}
+	if _, err := client.Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "veths"}}, metav1.CreateOptions{}); err != nil {
+		benchrun.Fail(err)
+	}
+	ns := fmt.Sprintf("sluice-bench-veths-%d", os.Getpid())
+	benchrun.Must("ip", "netns", "add", ns)
+	defer exec.Command("ip", "netns", "del", ns).Run()
+	var batch strings.Builder
+	for i := range o.Veths {
+		fmt.Fprintf(&batch, "link add pv%d type veth peer name pv%dp\nlink set pv%d up\nlink set pv%dp up\nroute add %s/32 dev pv%d\n",
+			i, i, i, i, benchrun.HostAddr(i), i)
+	}
+	cmd := exec.Command("ip", "-n", ns, "-batch", "-")
+	cmd.Stdin = strings.NewReader(batch.String())
+	if out, err := cmd.CombinedOutput(); err != nil {
+		benchrun.Fail(fmt.Errorf("ip -batch: %v: %s", err, out))
+	}
+	pi := client.Pods("veths")
+	for i := range o.Veths {
+		p := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("v%d", i), Annotations: map[string]string{kube.IngressBandwidth: "10M", kube.EgressBandwidth: "5M"}},
+			Spec:       corev1.PodSpec{NodeName: "node-a", Containers: []corev1.Container{{Name: "c", Image: "none"}}},
+		}
+		p, err := pi.Create(ctx, p, metav1.CreateOptions{})
+		if err != nil {
+			benchrun.Fail(err)
+		}
+		p.Status.Phase, p.Status.PodIP = corev1.PodRunning, benchrun.HostAddr(i)
+		p.Status.PodIPs = []corev1.PodIP{{IP: p.Status.PodIP}}
+		if _, err := pi.UpdateStatus(ctx, p, metav1.UpdateOptions{}); err != nil {
+			benchrun.Fail(err)
+		}
+	}
+	pol, err := filepath.Abs("examples/k8s-veths.yaml")
+	if err != nil {
+		benchrun.Fail(err)
+	}
+	agent := exec.Command(sluiceBin, "--netns", ns, "agent", pol, "--kubernetes", "--kubeconfig", kubeconfig, "--node", "node-a", "--listen", "")
+	agent.Env = append(os.Environ(), "SLUICE_STATE_DIR="+filepath.Join(dir, "veths-state"))
+	logf, _ := os.Create(filepath.Join(dir, "agent-veths.log"))
+	agent.Stdout, agent.Stderr = logf, logf
+	t0 := time.Now()
+	if err := agent.Start(); err != nil {
+		benchrun.Fail(err)
+	}
+	defer func() { agent.Process.Signal(os.Interrupt); agent.Wait() }()
+	roots := func() int { return strings.Count(benchrun.Output("tc", "-n", ns, "qdisc", "show"), "qdisc htb 1: ") }
+	waitFor("every pod's two trees", 2*time.Minute, func() bool { return roots() == 2*o.Veths })
+	o.VethsStartS = time.Since(t0).Seconds()
+	edit := func(name, bw string) {
+		p, err := pi.Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			benchrun.Fail(err)
+		}
+		p.Annotations[kube.IngressBandwidth] = bw
+		if _, err := pi.Update(ctx, p, metav1.UpdateOptions{}); err != nil {
+			benchrun.Fail(err)
+		}
+	}
+	for k := range 9 {
+		i := (k * 37) % o.Veths
+		bw := fmt.Sprintf("%dM", 11+k)
+		t := time.Now()
+		edit(fmt.Sprintf("v%d", i), bw)
+		waitFor("an edit", 30*time.Second, func() bool {
+			return strings.Contains(benchrun.Output("tc", "-n", ns, "class", "show", "dev", fmt.Sprintf("pv%d", i)), "ceil "+strings.TrimSuffix(bw, "M")+"Mbit ")
+		})
+		o.VethsEditMs = append(o.VethsEditMs, float64(time.Since(t).Microseconds())/1000)
+	}
+	for k := range 5 {
+		i := o.Veths - 1 - k
+		t := time.Now()
+		if err := pi.Delete(ctx, fmt.Sprintf("v%d", i), metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
+			benchrun.Fail(err)
+		}
+		waitFor("a deleted pod's ifb gone", 30*time.Second, func() bool { return roots() == 2*(o.Veths-k-1) })
+		o.VethsDeleteMs = append(o.VethsDeleteMs, float64(time.Since(t).Microseconds())/1000)
+	}
 }

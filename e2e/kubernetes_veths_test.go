@@ -83,9 +83,9 @@ func (n *podNode) goodput(t *testing.T, from, to string, port int) float64 {
 // ingress-bandwidth on the veth's egress, what it sends at its
 // egress-bandwidth on an ifb of the veth's ingress, traffic between two
 // pods of the node included; a pod behind a bridge is not (an Event
-// says why). An annotation edited applies live; a pod
-// deleted leaves nothing behind (its ifb removed); a pod whose veth is
-// gone before the API says so costs nothing.
+// says why). An annotation edited applies live; a pod whose sandbox
+// (its veth) goes before the API says so costs no error and leaves no
+// ifb; a pod deleted leaves nothing on its veth.
 func TestKubernetesPodVeths(t *testing.T) {
 	testutil.RequireRoot(t)
 	n := newPodNode(t)
@@ -170,37 +170,48 @@ func TestKubernetesPodVeths(t *testing.T) {
 		t.Errorf("after the edit: %.2f Mbit/s to web, want its new 10M", g)
 	}
 
-	// A pod deleted: its trees and its ifb go.
-	pods := client.Pods("shop")
-	ifb := strings.Fields(testutil.NS(t, n.ns, "ip", "-o", "link", "show", "type", "ifb"))
-	if len(ifb) < 2 {
-		t.Fatalf("no ifb for db's egress cap: %v", ifb)
-	}
-	if err := pods.Delete(ctx, "db", metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	waitTrees("a deleted pod", 3*time.Second, func(m map[string]float64) bool { return len(m) == 1 })
-	deadline := time.Now().Add(3 * time.Second)
-	for testutil.NS(t, n.ns, "ip", "-o", "link", "show", "type", "ifb") != "" {
-		if time.Now().After(deadline) {
-			t.Fatalf("the deleted pod's ifb is still there: %s", testutil.NS(t, n.ns, "ip", "-o", "link", "show", "type", "ifb"))
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-
 	// A pod whose sandbox (and veth) went before the API said so: the
-	// passes meanwhile shape what is there, without an error.
-	testutil.Run(t, "ip", "netns", "del", web.ns)
-	time.Sleep(1500 * time.Millisecond) // passes with the veth gone and still listed
+	// passes meanwhile shape what is there, without an error, and its
+	// ifb goes with the veth.
+	noIfb := func(what string) {
+		t.Helper()
+		deadline := time.Now().Add(3 * time.Second)
+		for testutil.NS(t, n.ns, "ip", "-o", "link", "show", "type", "ifb") != "" {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: an ifb is still there: %s", what, testutil.NS(t, n.ns, "ip", "-o", "link", "show", "type", "ifb"))
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	if testutil.NS(t, n.ns, "ip", "-o", "link", "show", "type", "ifb") == "" {
+		t.Fatal("no ifb for db's egress cap")
+	}
+	testutil.Run(t, "ip", "netns", "del", db.ns)
+	noIfb("db's veth gone")
+	time.Sleep(time.Second) // passes with the veth gone and still listed
 	if h := a.Status(false).Health; h.LastResult == "error" || h.ReloadError != "" {
 		t.Errorf("health with a listed veth gone: %+v", h)
 	}
+	pods := client.Pods("shop")
+	if err := pods.Delete(ctx, "db", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	// A pod deleted: its tree goes from its veth, which stays.
 	if err := pods.Delete(ctx, "web", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	waitTrees("the last pod gone", 3*time.Second, func(m map[string]float64) bool { return len(m) == 0 })
+	if q := testutil.NS(t, n.ns, "tc", "qdisc", "show", "dev", web.veth, "root"); strings.Contains(q, "htb") {
+		t.Errorf("web's veth still has sluice's tree: %s", q)
+	}
 	if h := a.Status(false).Health; h.LastResult == "error" || h.ReloadError != "" {
 		t.Errorf("health once the pods are gone: %+v", h)
+	}
+	noIfb("every pod gone")
+	b, err = os.ReadFile(filepath.Join(state, "pods", "veths.csv"))
+	if err != nil || string(b) != "device,pod,ingress,egress\n" {
+		t.Errorf("veths file %q, %v; want the header alone", b, err)
 	}
 }
 

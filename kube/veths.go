@@ -89,6 +89,21 @@ func VethsOf(pods []*corev1.Pod, device DeviceFunc) (veths []Veth, pending, refu
 	return out, pending, refused
 }
 
+// CapProblems are pod's cap annotations that cannot be read, in either
+// direction (what pod_veths uses of its annotations).
+func CapProblems(pod *corev1.Pod) []Problem {
+	var out []Problem
+	for _, dir := range []string{policy.Ingress, policy.Egress} {
+		_, _, problems := Read(pod.Annotations, dir)
+		for _, pr := range problems {
+			if slices.ContainsFunc(capForms[dir], func(f capForm) bool { return f.name == pr.Annotation }) {
+				out = append(out, pr)
+			}
+		}
+	}
+	return out
+}
+
 // RenderVeths writes a pod_veths file (policy.PodVethsHeader), sorted
 // by device.
 func RenderVeths(veths []Veth) []byte {

@@ -55,6 +55,7 @@ func TestWatcherKeepsTheVeths(t *testing.T) {
 		kubetest.Pod("shop", "late", "node-a", map[string]string{EgressBandwidth: "1M"}, "10.1.0.4"),
 		kubetest.Pod("shop", "bridged", "node-a", map[string]string{EgressBandwidth: "1M"}, "10.1.0.5"),
 		kubetest.Pod("shop", "plain", "node-a", map[string]string{Weight: "3"}, "10.1.0.6"), // no cap: nothing to shape
+		kubetest.Pod("bad", "ten", "node-a", map[string]string{IngressBandwidth: "ten", Weight: "x"}, "10.1.0.7"),
 		kubetest.Pod("n1", "a", "node-a", map[string]string{EgressBandwidth: "1M"}, "10.1.1.2"),
 		kubetest.Pod("n2", "b", "node-a", map[string]string{EgressBandwidth: "1M"}, "10.1.1.3"),
 	)
@@ -98,6 +99,11 @@ func TestWatcherKeepsTheVeths(t *testing.T) {
 
 	// The bridged pod's Event says why; the two on one device get one each.
 	if e := oneEvent(t, client, "shop"); e.InvolvedObject.Name != "bridged" || e.Reason != NotOnVeth || !strings.Contains(e.Message, "cni0, a bridge") {
+		t.Errorf("event %+v", e)
+	}
+	// The cap that cannot be read: an Event, as for a pods class (the
+	// weight is no concern of a veth's).
+	if e := oneEvent(t, client, "bad"); e.Reason != "BadBandwidthAnnotation" || !strings.Contains(e.Message, IngressBandwidth) {
 		t.Errorf("event %+v", e)
 	}
 	for _, ns := range []string{"n1", "n2"} {

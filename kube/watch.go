@@ -346,7 +346,8 @@ func (w *Watcher) writeIfChanged(file string, data []byte, changed *bool) error 
 // writeVeths writes a pod_veths file from pods: each pod with a cap on
 // the device it is routed through. A pod whose device is not found yet
 // counts in w.pending (the loop looks again); one that has no device
-// of its own gets an Event.
+// of its own gets an Event, as does a cap annotation that cannot be
+// read.
 func (w *Watcher) writeVeths(file string, pods []*corev1.Pod, changed *bool) error {
 	var veths []Veth
 	if w.cfg.Device != nil {
@@ -354,6 +355,11 @@ func (w *Watcher) writeVeths(file string, pods []*corev1.Pod, changed *bool) err
 		veths, pending, refused = VethsOf(pods, w.cfg.Device)
 		for p, why := range refused {
 			w.warn(p, "Pod", NotOnVeth, "kubernetes: pod not shaped on a veth", why)
+		}
+		for _, p := range pods {
+			for _, pr := range CapProblems(p) {
+				w.tell(p, "Pod", pr.String())
+			}
 		}
 		for p, why := range pending {
 			w.cfg.Log.Debug("kubernetes: pod's veth not found yet", "pod", p.Namespace+"/"+p.Name, "why", why)

@@ -117,6 +117,10 @@ type Agent struct {
 	// (the contents the parser saw): what a hosts_file edit patches.
 	inForce    *plan.Plan
 	base       *watched
+	// reloaded is a reload's policy as it planned against the kernel
+	// (reloadPolicy's check that it can be applied here), which the
+	// reload's pass applies instead of planning and reading it again.
+	reloaded   *engine.Prepared
 	prevSample *stats.Sample
 	// failures are the last failures logged, by message.
 	failures map[string]failure
@@ -634,7 +638,7 @@ func (a *Agent) reloadPolicy(forced bool) {
 		if errors.As(perr, &ie) {
 			err = fmt.Errorf("%s: cannot be applied here: %w", a.cfg.Policy, perr)
 		} else if p != nil {
-			p.Close()
+			a.reloaded = p // applied by the pass below
 		}
 	}
 	if err != nil {
@@ -711,7 +715,14 @@ func (a *Agent) reconcile(why string) (result string, changes int, waiting []str
 		}
 	}
 	a.inForce = nil
-	p, err := a.sess.Prepare(a.pol)
+	p, err := a.reloaded, error(nil)
+	a.reloaded = nil
+	if p == nil || why != "reload" {
+		if p != nil {
+			p.Close()
+		}
+		p, err = a.sess.Prepare(a.pol)
+	}
 	if err != nil {
 		a.logFailure("reconcile failed", why, err)
 		sample, serr = a.collect()

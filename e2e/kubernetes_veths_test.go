@@ -55,8 +55,12 @@ func (n *podNode) add(t *testing.T, name, veth, addr string) podNet {
 	return p
 }
 
-// goodput sends two TCP flows from pod from to pod to for 3 s and
-// returns the goodput in Mbit/s.
+// goodput sends two TCP flows from pod from to pod to for 5 s and
+// returns the goodput in Mbit/s. (A pod's packets reach its veth as
+// GSO packets of up to 64 KB, and a bfifo leaf of 70 KB, the host's
+// auto without fq_codel, drops whole ones: at 3 Mbit/s two flows
+// retransmit a fifth of what they send, and one timeout in a 3 s
+// window cost a third of it, once in 15 runs.)
 func (n *podNode) goodput(t *testing.T, from, to string, port int) float64 {
 	t.Helper()
 	dst := n.pods[to]
@@ -65,7 +69,7 @@ func (n *podNode) goodput(t *testing.T, from, to string, port int) float64 {
 		t.Fatal(err)
 	}
 	defer sink.Close()
-	const d = 3 * time.Second
+	const d = 5 * time.Second
 	flows, err := testutil.TCPSend(n.pods[from].ns, dst.addr, port, 2, d)
 	if err != nil {
 		t.Fatal(err)
@@ -74,6 +78,7 @@ func (n *podNode) goodput(t *testing.T, from, to string, port int) float64 {
 	for _, f := range flows {
 		b += f.BytesAcked
 	}
+	t.Logf("%s to %s: %+v", from, to, flows)
 	return float64(b) * 8 / d.Seconds() / 1e6
 }
 
@@ -148,12 +153,12 @@ func TestKubernetesPodVeths(t *testing.T) {
 	}
 
 	// Between pods of the node: shaped both ways.
-	if g := n.goodput(t, "client", "web", 5501); g < 4 || g > 5.25 {
+	if g := n.goodput(t, "client", "web", 5501); g < 3.75 || g > 5.25 {
 		t.Errorf("client to web (receives at most 5M): %.2f Mbit/s", g)
 	} else {
 		t.Logf("client to web (receives at most 5M): %.2f Mbit/s", g)
 	}
-	if g := n.goodput(t, "db", "client", 5502); g < 2.4 || g > 3.15 {
+	if g := n.goodput(t, "db", "client", 5502); g < 2.25 || g > 3.15 {
 		t.Errorf("db to client (sends at most 3M): %.2f Mbit/s", g)
 	} else {
 		t.Logf("db to client (sends at most 3M): %.2f Mbit/s", g)
@@ -166,7 +171,7 @@ func TestKubernetesPodVeths(t *testing.T) {
 	if took > time.Second {
 		t.Errorf("an annotation edit reached the kernel after %v, want under a second", took)
 	}
-	if g := n.goodput(t, "client", "web", 5504); g < 8 || g > 10.5 {
+	if g := n.goodput(t, "client", "web", 5504); g < 7.5 || g > 10.5 {
 		t.Errorf("after the edit: %.2f Mbit/s to web, want its new 10M", g)
 	}
 

@@ -166,7 +166,7 @@ func main() {
 			benchrun.Fail(err)
 		}
 		t := time.Now()
-		edit(fmt.Sprintf("p%d", 500+k), "3M")
+		edit(fmt.Sprintf("p%d", *pods/2+k), "3M")
 		waitFor("an edit after a relist", time.Minute, func() bool { return count(ns, "ceil 3Mbit") == k+1 })
 		o.RelistS = append(o.RelistS, time.Since(t).Seconds())
 	}

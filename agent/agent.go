@@ -115,8 +115,8 @@ type Agent struct {
 	// inForce is the plan the kernel was last seen to hold (nil when
 	// the last pass did not end so), and base what pol was read from
 	// (the contents the parser saw): what a hosts_file edit patches.
-	inForce    *plan.Plan
-	base       *watched
+	inForce *plan.Plan
+	base    *watched
 	// reloaded is a reload's policy as it planned against the kernel
 	// (reloadPolicy's check that it can be applied here), which the
 	// reload's pass applies instead of planning and reading it again.

@@ -13,6 +13,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -90,21 +91,7 @@ func main() {
 		benchrun.Fail(err)
 	}
 	pi := client.Pods("shop")
-	for i := range *pods {
-		p := &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("p%d", i), Annotations: map[string]string{kube.IngressBandwidth: "10M"}},
-			Spec:       corev1.PodSpec{NodeName: "node-a", Containers: []corev1.Container{{Name: "c", Image: "none"}}},
-		}
-		p, err := pi.Create(ctx, p, metav1.CreateOptions{})
-		if err != nil {
-			benchrun.Fail(err)
-		}
-		p.Status.Phase, p.Status.PodIP = corev1.PodRunning, benchrun.HostAddr(i)
-		p.Status.PodIPs = []corev1.PodIP{{IP: p.Status.PodIP}}
-		if _, err := pi.UpdateStatus(ctx, p, metav1.UpdateOptions{}); err != nil {
-			benchrun.Fail(err)
-		}
-	}
+	makePods(ctx, pi, "p", *pods, map[string]string{kube.IngressBandwidth: "10M"})
 
 	// The node: the pods behind veth0 (no traffic: what is timed is the
 	// way from the API to the kernel).
@@ -125,15 +112,9 @@ func main() {
         - {name: other, rate: 1gbit}
 `), 0o644)
 	state := filepath.Join(dir, "state")
-	agent := exec.Command(*sluiceBin, "--netns", ns, "agent", pol, "--kubernetes", "--kubeconfig", api.Kubeconfig, "--node", "node-a", "--listen", "")
-	agent.Env = append(os.Environ(), "SLUICE_STATE_DIR="+state)
-	logf, _ := os.Create(filepath.Join(dir, "agent.log"))
-	agent.Stdout, agent.Stderr = logf, logf
 	t0 := time.Now()
-	if err := agent.Start(); err != nil {
-		benchrun.Fail(err)
-	}
-	defer func() { agent.Process.Signal(os.Interrupt); agent.Wait() }()
+	agent := startAgent(*sluiceBin, ns, pol, api.Kubeconfig, state, filepath.Join(dir, "agent.log"))
+	defer stopAgent(agent)
 	o := output{CPUs: runtime.NumCPU(), Kernel: strings.TrimSpace(benchrun.Output("uname", "-r")), Date: time.Now().UTC().Format(time.DateOnly), Pods: *pods}
 	// Every class, then the classifier (an apply attaches it last).
 	waitFor("every pod shaped", 2*time.Minute, func() bool { return count(ns, "ceil 10Mbit") == *pods })
@@ -142,16 +123,7 @@ func main() {
 	})
 	o.StartS = time.Since(t0).Seconds()
 
-	edit := func(name, bw string) {
-		p, err := pi.Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			benchrun.Fail(err)
-		}
-		p.Annotations[kube.IngressBandwidth] = bw
-		if _, err := pi.Update(ctx, p, metav1.UpdateOptions{}); err != nil {
-			benchrun.Fail(err)
-		}
-	}
+	edit := func(name, bw string) { annotate(ctx, pi, name, kube.IngressBandwidth, bw) }
 	for k := range 9 {
 		bw := fmt.Sprintf("%dM", 11+k)
 		t := time.Now()
@@ -172,8 +144,7 @@ func main() {
 	}
 	fmt.Printf("%d pods: all shaped %.2f s after the agent's start; an annotation edit in the kernel after %.0f ms (median of %d); after an API server restart, relist and edit %.2f s (median of %d)\n",
 		*pods, o.StartS, median(o.EditMs), len(o.EditMs), median(o.RelistS), len(o.RelistS))
-	agent.Process.Signal(os.Interrupt)
-	agent.Wait()
+	stopAgent(agent)
 	if *veths > 0 {
 		o.Veths = *veths
 		vethsStage(ctx, client, api.Kubeconfig, *sluiceBin, dir, &o)
@@ -235,52 +206,22 @@ func vethsStage(ctx context.Context, client corev1client.CoreV1Interface, kubeco
 		benchrun.Fail(fmt.Errorf("ip -batch: %v: %s", err, out))
 	}
 	pi := client.Pods("veths")
-	for i := range o.Veths {
-		p := &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("v%d", i), Annotations: map[string]string{kube.IngressBandwidth: "10M", kube.EgressBandwidth: "5M"}},
-			Spec:       corev1.PodSpec{NodeName: "node-a", Containers: []corev1.Container{{Name: "c", Image: "none"}}},
-		}
-		p, err := pi.Create(ctx, p, metav1.CreateOptions{})
-		if err != nil {
-			benchrun.Fail(err)
-		}
-		p.Status.Phase, p.Status.PodIP = corev1.PodRunning, benchrun.HostAddr(i)
-		p.Status.PodIPs = []corev1.PodIP{{IP: p.Status.PodIP}}
-		if _, err := pi.UpdateStatus(ctx, p, metav1.UpdateOptions{}); err != nil {
-			benchrun.Fail(err)
-		}
-	}
+	makePods(ctx, pi, "v", o.Veths, map[string]string{kube.IngressBandwidth: "10M", kube.EgressBandwidth: "5M"})
 	pol, err := filepath.Abs("examples/k8s-veths.yaml")
 	if err != nil {
 		benchrun.Fail(err)
 	}
-	agent := exec.Command(sluiceBin, "--netns", ns, "agent", pol, "--kubernetes", "--kubeconfig", kubeconfig, "--node", "node-a", "--listen", "")
-	agent.Env = append(os.Environ(), "SLUICE_STATE_DIR="+filepath.Join(dir, "veths-state"))
-	logf, _ := os.Create(filepath.Join(dir, "agent-veths.log"))
-	agent.Stdout, agent.Stderr = logf, logf
 	t0 := time.Now()
-	if err := agent.Start(); err != nil {
-		benchrun.Fail(err)
-	}
-	defer func() { agent.Process.Signal(os.Interrupt); agent.Wait() }()
+	agent := startAgent(sluiceBin, ns, pol, kubeconfig, filepath.Join(dir, "veths-state"), filepath.Join(dir, "agent-veths.log"))
+	defer stopAgent(agent)
 	roots := func() int { return strings.Count(benchrun.Output("tc", "-n", ns, "qdisc", "show"), "qdisc htb 1: ") }
 	waitFor("every pod's two trees", 2*time.Minute, func() bool { return roots() == 2*o.Veths })
 	o.VethsStartS = time.Since(t0).Seconds()
-	edit := func(name, bw string) {
-		p, err := pi.Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			benchrun.Fail(err)
-		}
-		p.Annotations[kube.IngressBandwidth] = bw
-		if _, err := pi.Update(ctx, p, metav1.UpdateOptions{}); err != nil {
-			benchrun.Fail(err)
-		}
-	}
 	for k := range 9 {
 		i := (k * 37) % o.Veths
 		bw := fmt.Sprintf("%dM", 11+k)
 		t := time.Now()
-		edit(fmt.Sprintf("v%d", i), bw)
+		annotate(ctx, pi, fmt.Sprintf("v%d", i), kube.IngressBandwidth, bw)
 		waitFor("an edit", 30*time.Second, func() bool {
 			return strings.Contains(benchrun.Output("tc", "-n", ns, "class", "show", "dev", fmt.Sprintf("pv%d", i)), "ceil "+strings.TrimSuffix(bw, "M")+"Mbit ")
 		})
@@ -294,5 +235,58 @@ func vethsStage(ctx context.Context, client corev1client.CoreV1Interface, kubeco
 		}
 		waitFor("a deleted pod's ifb gone", 30*time.Second, func() bool { return roots() == 2*(o.Veths-k-1) })
 		o.VethsDeleteMs = append(o.VethsDeleteMs, float64(time.Since(t).Microseconds())/1000)
+	}
+}
+
+// makePods creates n running pods on node-a named prefix0.., with
+// annotations ann and addresses benchrun.HostAddr(0..).
+func makePods(ctx context.Context, pi corev1client.PodInterface, prefix string, n int, ann map[string]string) {
+	for i := range n {
+		p := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s%d", prefix, i), Annotations: maps.Clone(ann)},
+			Spec:       corev1.PodSpec{NodeName: "node-a", Containers: []corev1.Container{{Name: "c", Image: "none"}}},
+		}
+		p, err := pi.Create(ctx, p, metav1.CreateOptions{})
+		if err != nil {
+			benchrun.Fail(err)
+		}
+		p.Status.Phase, p.Status.PodIP = corev1.PodRunning, benchrun.HostAddr(i)
+		p.Status.PodIPs = []corev1.PodIP{{IP: p.Status.PodIP}}
+		if _, err := pi.UpdateStatus(ctx, p, metav1.UpdateOptions{}); err != nil {
+			benchrun.Fail(err)
+		}
+	}
+}
+
+// annotate sets annotation key of pod name to value.
+func annotate(ctx context.Context, pi corev1client.PodInterface, name, key, value string) {
+	p, err := pi.Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		benchrun.Fail(err)
+	}
+	p.Annotations[key] = value
+	if _, err := pi.Update(ctx, p, metav1.UpdateOptions{}); err != nil {
+		benchrun.Fail(err)
+	}
+}
+
+// startAgent starts `sluice agent --kubernetes` as node-a in namespace
+// ns with policy pol, its state in state and its log in logFile.
+func startAgent(bin, ns, pol, kubeconfig, state, logFile string) *exec.Cmd {
+	agent := exec.Command(bin, "--netns", ns, "agent", pol, "--kubernetes", "--kubeconfig", kubeconfig, "--node", "node-a", "--listen", "")
+	agent.Env = append(os.Environ(), "SLUICE_STATE_DIR="+state)
+	logf, _ := os.Create(logFile)
+	agent.Stdout, agent.Stderr = logf, logf
+	if err := agent.Start(); err != nil {
+		benchrun.Fail(err)
+	}
+	return agent
+}
+
+// stopAgent stops it (again: a no-op).
+func stopAgent(agent *exec.Cmd) {
+	if agent.ProcessState == nil {
+		agent.Process.Signal(os.Interrupt)
+		agent.Wait()
 	}
 }

@@ -49,11 +49,7 @@ func (p *parser) groupsCSV(file string, data []byte, at Pos) []*Class {
 		p.d.ErrorIn(file, Pos{line, col}, format, args...)
 	}
 	readErr := func(err error, format string, args ...any) {
-		line, col := 1, 1
-		var pe *csv.ParseError
-		if errors.As(err, &pe) {
-			line, col = pe.Line, max(pe.Column, 1)
-		}
+		line, col := csvPos(err)
 		errAt(line, col, format, args...)
 	}
 	header, err := r.Read()

@@ -55,11 +55,7 @@ func (p *parser) hostsCSV(file string, data []byte, mayBeEmpty bool) []*HostEntr
 	}
 	header, err := r.Read()
 	if err != nil {
-		line, col := 1, 1
-		var pe *csv.ParseError
-		if errors.As(err, &pe) {
-			line, col = pe.Line, max(pe.Column, 1)
-		}
+		line, col := csvPos(err)
 		errAt(line, col, "hosts file: %v; expected the header %s", csvErr(err), hostsHeaderText)
 		return nil
 	}
@@ -81,11 +77,7 @@ func (p *parser) hostsCSV(file string, data []byte, mayBeEmpty bool) []*HostEntr
 			break
 		}
 		if err != nil {
-			line, col := 1, 1
-			var pe *csv.ParseError
-			if errors.As(err, &pe) {
-				line, col = pe.Line, max(pe.Column, 1)
-			}
+			line, col := csvPos(err)
 			errAt(line, col, "hosts file: %v", csvErr(err))
 			return out
 		}
@@ -228,6 +220,15 @@ func hostRecord(rec []string, cols hostsColumns, file string, line int, col func
 		}
 	}
 	return e
+}
+
+// csvPos is where a CSV reader's error is (1:1 when it does not say).
+func csvPos(err error) (line, col int) {
+	var pe *csv.ParseError
+	if errors.As(err, &pe) {
+		return pe.Line, max(pe.Column, 1)
+	}
+	return 1, 1
 }
 
 func csvErr(err error) error {

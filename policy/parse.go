@@ -637,12 +637,16 @@ func PodsGroupsFile(hostsFile string) string {
 // per_host class with pods: dir and no hosts_file: under the state
 // directory ($SLUICE_STATE_DIR, by default /run/sluice: records.Dir's,
 // which this package does not import).
-func PodsFile(dir string) string {
-	base := os.Getenv("SLUICE_STATE_DIR")
-	if base == "" {
-		base = "/run/sluice"
+func PodsFile(dir string) string { return filepath.Join(stateBase(), "pods", dir+".csv") }
+
+// stateBase is the state directory the agent writes its files under:
+// $SLUICE_STATE_DIR, by default /run/sluice (records.Dir's base, which
+// this package does not import).
+func stateBase() string {
+	if base := os.Getenv("SLUICE_STATE_DIR"); base != "" {
+		return base
 	}
-	return filepath.Join(base, "pods", dir+".csv")
+	return "/run/sluice"
 }
 
 // Names accepted in match fields.

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -58,13 +57,7 @@ const PodVethsHeader = "device,pod,ingress,egress"
 // PodVethsFile is where `sluice agent --kubernetes` lists the pods'
 // veths by default: under the state directory, beside the pods files
 // (PodsFile).
-func PodVethsFile() string {
-	base := os.Getenv("SLUICE_STATE_DIR")
-	if base == "" {
-		base = "/run/sluice"
-	}
-	return filepath.Join(base, "pods", "veths.csv")
-}
+func PodVethsFile() string { return filepath.Join(stateBase(), "pods", "veths.csv") }
 
 func (p *parser) podVeths(n *yaml.Node) *PodVeths {
 	pv := &PodVeths{Pos: pos(n)}
@@ -112,13 +105,6 @@ func (p *parser) podVethsCSV(file string, data []byte) []*PodVeth {
 	r.Comment = '#'
 	errAt := func(line, col int, format string, args ...any) {
 		p.d.ErrorIn(file, Pos{line, col}, format, args...)
-	}
-	csvPos := func(err error) (int, int) {
-		var pe *csv.ParseError
-		if errors.As(err, &pe) {
-			return pe.Line, max(pe.Column, 1)
-		}
-		return 1, 1
 	}
 	header, err := r.Read()
 	if errors.Is(err, io.EOF) {

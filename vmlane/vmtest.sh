@@ -15,7 +15,9 @@
 # (seconds for the whole guest run, default 2700: the 6.1 lane under TCG takes about 28 minutes, building included), VM_CPUS (2), VM_MEM
 # (4G), VM_KVM (auto | 0 | 1), VM_SUITES (which suites the guest runs,
 # see vmlane/vmtest-guest.sh), VM_E2E_RUN (a -test.run regexp narrowing
-# the lane's end-to-end tests, to rerun one), VM_RUN_ONLY (a command to run in the
+# the lane's end-to-end tests, to rerun one), VM_PHASES (together, alone
+# or both, the default: which of the guest's two phases run, to repeat
+# one), VM_RUN_ONLY (a command to run in the
 # guest instead of the suites, for `sluice lab run --kernel`, with
 # SLUICE_VM_BIN the sluice binary to use, VM_CWD its directory and
 # VM_RWDIR a directory the guest may write).
@@ -164,6 +166,7 @@ fi
 {
   for v in "SLUICE_VM_OUT=$out" "SLUICE_VM_REPO=$repo" "SLUICE_VM_KERNEL=$kver" "SLUICE_EXPECT_FEATURES=$features" \
            "SLUICE_VM_SUITES=${VM_SUITES:-}" "SLUICE_VM_E2E_RUN=${VM_E2E_RUN:-}" "SLUICE_VM_RUN_ONLY=${VM_RUN_ONLY:-}" \
+           "SLUICE_VM_PHASES=${VM_PHASES:-both}" \
            "SLUICE_MATRIX_FULL=${SLUICE_MATRIX_FULL:-}" \
            "SLUICE_TEST_DEB=$([[ -f $out/sluice.deb ]] && echo "$out/sluice.deb")"; do
     printf 'export %s=%q\n' "${v%%=*}" "${v#*=}"
@@ -172,6 +175,13 @@ fi
 
 export PATH=$venv/bin:$PATH
 vng_args=(--run "$vmlinuz" --cpus "$cpus" --memory "$mem" --rwdir="$out")
+# The kernel's console is kept (console.log): without --verbose virtme-ng
+# sends it to /dev/null with loglevel=0, and a panic (panic=-1, qemu
+# -no-reboot: the VM just ends) left nothing to read but exit 255
+# (2026-11-28's CI). Warnings and worse only (loglevel=5): the lane's
+# thousands of veth and addrconf lines are info, and a serial console is
+# slow under emulation.
+run_args=(--verbose --append "loglevel=5")
 # Lab reports (lab run --kernel) land in a directory of the caller's.
 [[ -n ${VM_RWDIR:-} ]] && vng_args+=(--rwdir="$VM_RWDIR")
 
@@ -216,14 +226,21 @@ trap 'kill $tailer 2>/dev/null || true' EXIT
 start=$(date +%s)
 set +e
 cp "$here/vmtest-guest.sh" "$out/guest.sh"
-timeout --kill-after=10 "$timeout_s" vng "${vng_args[@]}" --exec "bash $out/guest.sh $out/env" >"$out/console.log" 2>&1
+timeout --kill-after=10 "$timeout_s" vng "${vng_args[@]}" "${run_args[@]}" --exec "bash $out/guest.sh $out/env" >"$out/console.log" 2>&1
 rc=$?
 set -e
 sleep 1
 kill $tailer 2>/dev/null || true
 took=$(( $(date +%s) - start ))
-if grep -q "Kernel panic" "$out/console.log" "$log" 2>/dev/null; then
-  grep -h -A20 "Kernel panic" "$out/console.log" "$log" | head -40 >&2
+# What the kernel said that a test would not: an oops, a lockup, a
+# warning, a task blocked for minutes. A panic ends the run here; the
+# rest is printed and the guest's own status decides.
+oops='Kernel panic|BUG:|Oops|general protection fault|WARNING: CPU|watchdog:|INFO: task .* blocked|RIP:|Call Trace'
+if grep -qE "$oops" "$out/console.log" 2>/dev/null; then
+  say "the kernel's console ($out/console.log) has:"
+  grep -E -B2 -A40 "$oops" "$out/console.log" | head -150 >&2
+fi
+if grep -q "Kernel panic" "$out/console.log" 2>/dev/null; then
   die "kernel $kver panicked (after ${took}s)"
 fi
 # What the guest was doing last (vmtest-guest.sh's watch), where it

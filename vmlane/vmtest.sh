@@ -15,9 +15,10 @@
 # (seconds for the whole guest run, default 2700: the 6.1 lane under TCG takes about 28 minutes, building included), VM_CPUS (2), VM_MEM
 # (4G), VM_KVM (auto | 0 | 1), VM_SUITES (which suites the guest runs,
 # see vmlane/vmtest-guest.sh), VM_E2E_RUN (a -test.run regexp narrowing
-# the lane's end-to-end tests, to rerun one), VM_PHASES (together, alone
-# or both, the default: which of the guest's two phases run, to repeat
-# one), VM_RUN_ONLY (a command to run in the
+# the lane's end-to-end tests, to rerun one), VM_PHASES (together: only
+# the guest's two-at-once phase, to repeat it; both, the default),
+# VM_FAULT_KILL_QEMU (seconds: kill the first boot's qemu then, to see
+# the lane resume), VM_RUN_ONLY (a command to run in the
 # guest instead of the suites, for `sluice lab run --kernel`, with
 # SLUICE_VM_BIN the sluice binary to use, VM_CWD its directory and
 # VM_RWDIR a directory the guest may write).

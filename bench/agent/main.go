@@ -223,47 +223,43 @@ func getRaw(url string) ([]byte, bool) {
 // time in ms of the answer (getRaw) and, for /metrics, the number of
 // series (else the body's size).
 func timeGet(url string) (float64, int) {
-	var ts []float64
-	var body string
-	for i := 0; i < 7; i++ {
-		// A pass (1 s) between fetches: each one reads a new reading, as
-		// a Prometheus scraping every 15 s does, and none is served from
-		// what the last one encoded.
-		time.Sleep(1100 * time.Millisecond)
-		t0 := time.Now()
-		b, zipped := getRaw(url)
-		ts = append(ts, float64(time.Since(t0).Microseconds())/1000)
-		if zipped {
-			zr, err := gzip.NewReader(bytes.NewReader(b))
-			if err != nil {
-				benchrun.Fail(fmt.Errorf("%s: %v", url, err))
-			}
-			if b, err = io.ReadAll(zr); err != nil {
-				benchrun.Fail(fmt.Errorf("%s: %v", url, err))
-			}
+	var body []byte
+	var zipped bool
+	ms := timed(func() { body, zipped = getRaw(url) })
+	if zipped { // the last answer, inflated once the clock has stopped
+		zr, err := gzip.NewReader(bytes.NewReader(body))
+		if err == nil {
+			body, err = io.ReadAll(zr)
 		}
-		body = string(b)
+		if err != nil {
+			benchrun.Fail(fmt.Errorf("%s: %v", url, err))
+		}
 	}
 	if strings.HasSuffix(url, "/metrics") {
 		n := 0
-		for _, l := range strings.Split(body, "\n") {
+		for _, l := range strings.Split(string(body), "\n") {
 			if l != "" && !strings.HasPrefix(l, "#") {
 				n++
 			}
 		}
-		return median(ts), n
+		return ms, n
 	}
-	return median(ts), len(body)
+	return ms, len(body)
 }
 
 // timeInflated is timeGet's time with Go's default client, which asks
 // for gzip and inflates as it reads.
-func timeInflated(url string) float64 {
+func timeInflated(url string) float64 { return timed(func() { get(url) }) }
+
+// timed runs fetch 7 times, a pass (1 s) apart, and returns the median
+// time in ms: each fetch reads a new reading, as a Prometheus scraping
+// every 15 s does, and none is served from what the last one encoded.
+func timed(fetch func()) float64 {
 	var ts []float64
 	for i := 0; i < 7; i++ {
 		time.Sleep(1100 * time.Millisecond)
 		t0 := time.Now()
-		get(url)
+		fetch()
 		ts = append(ts, float64(time.Since(t0).Microseconds())/1000)
 	}
 	return median(ts)

@@ -250,11 +250,12 @@ for boot in $(seq "$boots"); do
   took=$(( $(date +%s) - start ))
   # A panic ends the run here; the rest is printed and the guest's own
   # status decides.
-  if grep -qE "$oops" "$out/console.log" 2>/dev/null; then
+  said=$(grep -E -B2 -A40 "$oops" "$out/console.log" 2>/dev/null | head -150 || true)
+  if [[ -n $said ]]; then
     say "the kernel's console ($out/console.log) has:"
-    grep -E -B2 -A40 "$oops" "$out/console.log" | head -150 >&2
+    echo "$said" >&2
   fi
-  if grep -q "Kernel panic" "$out/console.log" 2>/dev/null; then
+  if [[ -n $said ]] && grep -q "Kernel panic" "$out/console.log"; then
     die "kernel $kver panicked (after ${took}s)"
   fi
   # What the guest was doing last (vmtest-guest.sh's watch), where it
@@ -272,7 +273,7 @@ for boot in $(seq "$boots"); do
   # says so in the host's log, not the guest's.
   host=$(dmesg 2>/dev/null | grep -iE 'qemu|out of memory|oom-kill|killed process' | tail -5 || true)
   [[ -n $host ]] && say "the host's kernel log: $host"
-  if ((boot < boots)) && ! grep -qE "$oops" "$out/console.log"; then
+  if ((boot < boots)) && [[ -z $said ]]; then
     say "the guest ended without a status (qemu exit $rc after ${took}s) and its kernel said nothing: the emulator ended it. Booting again for the suites it did not finish (the first boot's console: $out/console.$boot.log)"
     mv "$out/console.log" "$out/console.$boot.log"
     echo "export SLUICE_VM_RESUME=1" >>"$out/env"

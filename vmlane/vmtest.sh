@@ -18,7 +18,9 @@
 # the lane's end-to-end tests, to rerun one), VM_PHASES (together: only
 # the guest's two-at-once phase, to repeat it; both, the default),
 # VM_FAULT_KILL_QEMU (seconds: kill the first boot's qemu then, to see
-# the lane resume), VM_RUN_ONLY (a command to run in the
+# the lane resume), VM_STALL (seconds the guest may write nothing
+# before it counts as stalled, default 240), VM_FAULT_STALL (seconds:
+# stop the first boot's watch then, to see a stall), VM_RUN_ONLY (a command to run in the
 # guest instead of the suites, for `sluice lab run --kernel`, with
 # SLUICE_VM_BIN the sluice binary to use, VM_CWD its directory and
 # VM_RWDIR a directory the guest may write).
@@ -167,7 +169,7 @@ fi
 {
   for v in "SLUICE_VM_OUT=$out" "SLUICE_VM_REPO=$repo" "SLUICE_VM_KERNEL=$kver" "SLUICE_EXPECT_FEATURES=$features" \
            "SLUICE_VM_SUITES=${VM_SUITES:-}" "SLUICE_VM_E2E_RUN=${VM_E2E_RUN:-}" "SLUICE_VM_RUN_ONLY=${VM_RUN_ONLY:-}" \
-           "SLUICE_VM_PHASES=${VM_PHASES:-both}" \
+           "SLUICE_VM_PHASES=${VM_PHASES:-both}" "SLUICE_VM_FAULT_STALL=${VM_FAULT_STALL:-}" \
            "SLUICE_MATRIX_FULL=${SLUICE_MATRIX_FULL:-}" \
            "SLUICE_TEST_DEB=$([[ -f $out/sluice.deb ]] && echo "$out/sluice.deb")"; do
     printf 'export %s=%q\n' "${v%%=*}" "${v#*=}"
@@ -183,6 +185,12 @@ vng_args=(--run "$vmlinuz" --cpus "$cpus" --memory "$mem" --rwdir="$out")
 # thousands of veth and addrconf lines are info, and a serial console is
 # slow under emulation.
 run_args=(--verbose --append "loglevel=5")
+# A guest that stalls is asked what it is doing before it is killed
+# (stall_evidence): qemu's machine protocol on a socket, the kernel
+# unrandomised so that the vCPUs' instruction pointers name functions
+# in its System.map, and every SysRq allowed (the keys the socket
+# presses).
+run_args+=(--append "nokaslr sysrq_always_enabled")
 # Lab reports (lab run --kernel) land in a directory of the caller's.
 [[ -n ${VM_RWDIR:-} ]] && vng_args+=(--rwdir="$VM_RWDIR")
 
@@ -223,8 +231,71 @@ log=$out/guest.log
 : > "$log"
 tail -n +1 -f "$log" &
 tailer=$!
-trap 'kill $tailer 2>/dev/null || true' EXIT
+qmpdir=$(mktemp -d /tmp/sluice-vm.XXXXXX)
+qmp=$qmpdir/qmp
+run_args+=(--qemu-opts="-qmp unix:$qmp,server=on,wait=off")
+trap 'kill $tailer 2>/dev/null || true; rm -rf "$qmpdir"' EXIT
 cp "$here/vmtest-guest.sh" "$out/guest.sh"
+stall_s=${VM_STALL:-240}
+[[ $stall_s =~ ^[1-9][0-9]*$ ]] || die "VM_STALL=$stall_s: want seconds"
+# stall_evidence: where a stalled guest's CPUs are (twice, 10 s apart:
+# halted, in the kernel at a function of the kallsyms the guest copied
+# out, or in a program), and its
+# kernel's word through SysRq keys pressed on its keyboard: 9 (the
+# console at every level), w (the tasks blocked, with their stacks),
+# l (each CPU's backtrace). qemu's own silence means qemu hung.
+stall_evidence() {
+  "$venv/bin/python3" - "$qmp" "$out/kallsyms" <<'PY'
+import bisect, json, re, socket, sys, time
+sock, kallsyms = sys.argv[1], sys.argv[2]
+addrs, names = [], []
+try:
+    for line in open(kallsyms):
+        a, t, n = line.split()[:3]
+        if t in "tTwW":
+            addrs.append(int(a, 16)); names.append(n)
+    order = sorted(range(len(addrs)), key=addrs.__getitem__)
+    addrs = [addrs[i] for i in order]; names = [names[i] for i in order]
+except OSError:
+    pass
+def where(rip):
+    i = bisect.bisect_right(addrs, rip) - 1
+    return f"{names[i]}+{rip - addrs[i]:#x}" if i >= 0 and rip - addrs[i] < 1 << 20 else f"{rip:#x}"
+try:
+    s = socket.socket(socket.AF_UNIX)
+    s.settimeout(20)
+    s.connect(sock)
+    f = s.makefile("rwb")
+    def cmd(name, **args):
+        msg = {"execute": name}
+        if args:
+            msg["arguments"] = args
+        f.write(json.dumps(msg).encode() + b"\n"); f.flush()
+        while True:
+            m = json.loads(f.readline())
+            if "return" in m or "error" in m:
+                return m.get("return", m.get("error"))
+    f.readline()
+    cmd("qmp_capabilities")
+    hmp = lambda line: cmd("human-monitor-command", **{"command-line": line})
+    print("vmtest: qemu:", hmp("info status").strip())
+    def cpus():
+        for cpu, body in re.findall(r"CPU#(\d+)\n(.*?)(?=\nCPU#|\Z)", hmp("info registers -a").replace("\r", ""), re.S):
+            rip = int(re.search(r"RIP=([0-9a-f]+)", body).group(1), 16)
+            cpl = re.search(r"CPL=(\d)", body).group(1)
+            hlt = re.search(r"HLT=(\d)", body).group(1)
+            state = "halted" if hlt == "1" else ("in a program" if cpl == "3" else "in the kernel")
+            print(f"vmtest:   CPU {cpu}: {state}, at {where(rip) if cpl == '0' else hex(rip)}")
+    cpus()
+    for key in "9wl":
+        cmd("send-key", keys=[{"type": "qcode", "data": k} for k in ("alt", "sysrq", key)])
+        time.sleep(2)
+    time.sleep(8)
+    cpus()
+except (OSError, ValueError) as e:
+    print(f"vmtest: qemu's monitor did not answer ({e}): qemu hung, or ended meanwhile")
+PY
+}
 # What the kernel says that a test would not: an oops, a lockup, a
 # warning, a task blocked for minutes.
 oops='Kernel panic|BUG:|Oops|general protection fault|WARNING: CPU|watchdog:|INFO: task .* blocked|RIP:|Call Trace'
@@ -242,15 +313,39 @@ for boot in $(seq "$boots"); do
   if [[ -n ${VM_FAULT_KILL_QEMU:-} && $boot == 1 ]]; then
     (sleep "$VM_FAULT_KILL_QEMU"; pkill -KILL -f "qemu-system-x86_64.*$out" || true) &
   fi
+  rm -f "$qmp"
+  # The stall clock reads this boot's watch, not the last one's.
+  [[ -f $out/watch.log ]] && mv "$out/watch.log" "$out/watch.$((boot - 1)).log"
+  timeout --kill-after=10 "$timeout_s" vng "${vng_args[@]}" "${run_args[@]}" --exec "bash $out/guest.sh $out/env" >"$out/console.log" 2>&1 &
+  vm=$!
+  # The guest's watch writes every 30 s: silence for VM_STALL seconds
+  # is a stall, asked about and ended here instead of at VM_TIMEOUT
+  # (2026-11-28's CI waited 24 minutes on a silent guest). Lab runs
+  # have no watch.
+  stalled=0
+  while kill -0 "$vm" 2>/dev/null; do
+    sleep 5
+    [[ -n ${VM_RUN_ONLY:-} || -f $out/status ]] && continue
+    last=$start
+    [[ -f $out/watch.log ]] && last=$(stat -c %Y "$out/watch.log")
+    if (( $(date +%s) - last > stall_s )); then
+      stalled=1
+      say "the guest wrote nothing for ${stall_s}s (VM_STALL): asking its kernel what it is doing, then ending it"
+      stall_evidence >&2 || true
+      pkill -KILL -f "qemu-system-x86_64.*$qmp" || true
+      break
+    fi
+  done
   set +e
-  timeout --kill-after=10 "$timeout_s" vng "${vng_args[@]}" "${run_args[@]}" --exec "bash $out/guest.sh $out/env" >"$out/console.log" 2>&1
+  wait "$vm"
   rc=$?
   set -e
   sleep 1
   took=$(( $(date +%s) - start ))
   # A panic ends the run here; the rest is printed and the guest's own
-  # status decides.
-  said=$(grep -E -B2 -A40 "$oops" "$out/console.log" 2>/dev/null | head -150 || true)
+  # status decides. What the SysRq keys of a stall made the kernel say
+  # is evidence, printed, and not the kernel's own word.
+  said=$(sed '/sysrq: Changing Loglevel/,$d' "$out/console.log" 2>/dev/null | grep -E -B2 -A40 "$oops" | head -150 || true)
   if [[ -n $said ]]; then
     say "the kernel's console ($out/console.log) has:"
     echo "$said" >&2
@@ -264,6 +359,12 @@ for boot in $(seq "$boots"); do
     say "the guest's last readings ($out/watch.log):"
     tail -n 40 "$out/watch.log" >&2
   fi
+  if ((stalled)); then
+    say "what the guest's kernel said when asked ($out/console.log, from its SysRq lines):"
+    # Less the info lines the lab's namespaces add at every level.
+    sed -n '/sysrq: Changing Loglevel/,$p' "$out/console.log" |
+      grep -vE 'renamed from|entered (disabled|blocking|forwarding) state|promiscuous mode|ADDRCONF|tx_queue_len zero' | head -300 >&2
+  fi
   if [[ $rc == 124 || $rc == 137 ]]; then
     die "the VM stalled: killed after ${timeout_s}s (VM_TIMEOUT); the guest's log is $log"
   fi
@@ -274,7 +375,11 @@ for boot in $(seq "$boots"); do
   host=$(dmesg 2>/dev/null | grep -iE 'qemu|out of memory|oom-kill|killed process' | tail -5 || true)
   [[ -n $host ]] && say "the host's kernel log: $host"
   if ((boot < boots)) && [[ -z $said ]]; then
-    say "the guest ended without a status (qemu exit $rc after ${took}s) and its kernel said nothing: the emulator ended it. Booting again for the suites it did not finish (the first boot's console: $out/console.$boot.log)"
+    if ((stalled)); then
+      say "the guest stalled after ${took}s with nothing on its kernel's console. Booting again for the tests it did not finish (the first boot's console: $out/console.$boot.log)"
+    else
+      say "the guest ended without a status (qemu exit $rc after ${took}s) and its kernel said nothing: the emulator ended it. Booting again for the suites it did not finish (the first boot's console: $out/console.$boot.log)"
+    fi
     mv "$out/console.log" "$out/console.$boot.log"
     echo "export SLUICE_VM_RESUME=1" >>"$out/env"
     continue

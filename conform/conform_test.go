@@ -310,6 +310,41 @@ func TestReferenceGroups(t *testing.T) {
 	}
 }
 
+// A bed that carries 95% of the root's rate still gives a capped group
+// all of its ceil: the reference at what the tree carried keeps the
+// cap and shares out the rest, and judged by it that cell is exact,
+// where against the nominal reference the group's hosts read 5% high.
+func TestReferenceAtWhatTheTreeCarried(t *testing.T) {
+	p := loadFiles(t, groupsPolicy, groupsFiles())
+	tr := p.Interfaces[0].Egress
+	ss := subjects(tr, 8)
+	var all Cell
+	for _, n := range []string{"users/a1", "users/a2", "users/b1", "users/c1", "users/c2"} {
+		all.Demands = append(all.Demands, Demand{Subject: n, Proto: "tcp"})
+	}
+	ideal, err := Reference(tr, ss, all)
+	if err != nil {
+		t.Fatal(err)
+	}
+	at, err := ReferenceAt(tr, ss, all, 19e6)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// acme keeps its cap (3 each); the other 13 go 4, 1, 1 by rate and
+	// the 7 beyond by weight 4:1:1.
+	for name, want := range map[string]float64{"users/a1": 3e6, "users/a2": 3e6, "users/b1": 4e6 + 7e6*4/6, "users/c1": 1e6 + 7e6/6, "users/c2": 1e6 + 7e6/6} {
+		if math.Abs(at[name]-want) > 1e3 {
+			t.Errorf("%s: %.0f, want %.0f", name, at[name], want)
+		}
+	}
+	if v := Judge(all, ideal, at, at, nil, 0.95); !v.Pass || v.Worst > 1e-9 {
+		t.Errorf("judged by what the tree carried: pass %v, worst %s %.4f (%s)", v.Pass, v.WorstSubject, v.Worst, v.Why)
+	}
+	if v := Judge(all, ideal, nil, at, nil, 0.95); v.Pass || v.Worst < 0.05 {
+		t.Errorf("judged by the nominal reference: pass %v, worst %s %.4f; want acme's hosts 5%% high", v.Pass, v.WorstSubject, v.Worst)
+	}
+}
+
 func TestJudge(t *testing.T) {
 	c := Cell{Demands: []Demand{{Subject: "a", Proto: "tcp", Flows: 1}, {Subject: "b", Proto: "tcp", Flows: 1}, {Subject: "tiny", Proto: "tcp", Flows: 1}}}
 	ideal := map[string]float64{"a": 6e6, "b": 12e6, "tiny": 0.2e6}
@@ -335,7 +370,7 @@ func TestJudge(t *testing.T) {
 		{"more than a dipped reference", map[string]float64{"a": 6e6, "b": 12e6, "tiny": 0.2e6}, 0.93, true, ""},
 		{"more than the nominal", map[string]float64{"a": 6.6e6, "b": 13.2e6, "tiny": 0.22e6}, 1, false, ""},
 	} {
-		v := Judge(c, ideal, tc.measured, nil, tc.eff)
+		v := Judge(c, ideal, nil, tc.measured, nil, tc.eff)
 		if v.Pass != tc.pass || tc.worst != "" && v.WorstSubject != tc.worst {
 			t.Errorf("%s: pass %v worst %s %.3f util %.3f (%s)", tc.name, v.Pass, v.WorstSubject, v.Worst, v.Utilisation, v.Why)
 		}
@@ -344,7 +379,7 @@ func TestJudge(t *testing.T) {
 		}
 	}
 	// NaN never passes.
-	if v := Judge(c, ideal, map[string]float64{"a": math.NaN(), "b": 12e6, "tiny": 0.2e6}, nil, 1); v.Pass {
+	if v := Judge(c, ideal, nil, map[string]float64{"a": math.NaN(), "b": 12e6, "tiny": 0.2e6}, nil, 1); v.Pass {
 		t.Error("NaN passed")
 	}
 }

@@ -297,7 +297,7 @@ td:first-child,th:first-child,td:nth-child(2){text-align:left}
 <h1>Conformance of {{.R.Policy}}</h1>
 <p>Kernel {{.R.Kernel}}. Every cell drives some subjects (classes, hosts) through a copy of the policy's devices and compares what each got
 (the kernel's counters) with the weighted max-min reference for the same demand. A cell passes when each subject's share of the total is
-within {{.Tol}}% of the reference's (never judged finer than a quarter of an equal share), and the total no more than {{.Tol}}% short of
+within {{.Tol}}% of the reference's for what the tree carried in all (its rate at most; every ceil as configured; never judged finer than a quarter of an equal share), and the total no more than {{.Tol}}% short of
 what the reference wants after the bed's own efficiency and no more than {{.Tol}}% over it at the nominal rates (a cell short of it with every
 share right is measured once more, as is a cell whose worst share is past the tolerance; the second must pass). A tree the bed cannot carry at twice its rate runs with every rate scaled down.</p>
 <p class="{{if .R.Pass}}pass{{else}}fail{{end}}">Verdict: {{if .R.Pass}}PASS{{else}}FAIL{{end}}</p>

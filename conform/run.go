@@ -659,7 +659,7 @@ func (r *runner) runTree(ctx context.Context, tr *tree) error {
 		if err != nil {
 			return err
 		}
-		v := Judge(c, ideal, res.classes, res.bySubject, tr.rep.Efficiency)
+		v := r.judge(tr, c, ideal, res)
 		cr := &CellReport{Cell: c, Verdict: v}
 		if limit := r.knownLimit(tr.key, c.Name, tr.rep.Notes); !v.Pass && limit != "" {
 			cr.Limit = limit
@@ -672,7 +672,7 @@ func (r *runner) runTree(ctx context.Context, tr *tree) error {
 			if res, err = r.drive(ctx, tr.in.Name, tr.t.Dir, ds, r.opt.Settle, measure, []string{tr.dev}); err != nil {
 				return err
 			}
-			v = Judge(c, ideal, res.classes, res.bySubject, tr.rep.Efficiency)
+			v = r.judge(tr, c, ideal, res)
 			cr = &CellReport{Cell: c, Verdict: v, FirstTotal: cr.Verdict.MeasuredTotal}
 		} else if !v.Pass {
 			// A share past the tolerance in one window: one flow of
@@ -689,7 +689,7 @@ func (r *runner) runTree(ctx context.Context, tr *tree) error {
 				return err
 			}
 			first := v.Worst
-			v = Judge(c, ideal, res.classes, res.bySubject, tr.rep.Efficiency)
+			v = r.judge(tr, c, ideal, res)
 			cr = &CellReport{Cell: c, Verdict: v, FirstWorst: first}
 		}
 		if measure > r.opt.Measure {
@@ -715,6 +715,23 @@ func (r *runner) runTree(ctx context.Context, tr *tree) error {
 		tr.rep.Skipped = "no subject can be driven"
 	}
 	return nil
+}
+
+// judge judges a cell's measurement: its total against ideal (the
+// reference at the tree's rate), its shares against the reference at
+// what the tree carried (ReferenceAt), never above the tree's rate.
+func (r *runner) judge(tr *tree, c Cell, ideal map[string]float64, res *driven) Verdict {
+	carried := 0.0
+	for _, d := range c.Demands {
+		carried += res.classes[d.Subject]
+	}
+	at := ideal
+	if link := bits(tr.t.RateBps); carried > 0 && carried < link {
+		if a, err := ReferenceAt(tr.t, tr.subs, c, carried); err == nil {
+			at = a
+		}
+	}
+	return Judge(c, ideal, at, res.classes, res.bySubject, tr.rep.Efficiency)
 }
 
 func (f Flow) describe() string {

@@ -188,8 +188,8 @@ run_args=(--verbose --append "loglevel=5")
 # A guest that stalls is asked what it is doing before it is killed
 # (stall_evidence): qemu's machine protocol on a socket, the kernel
 # unrandomised so that the vCPUs' instruction pointers name functions
-# in its System.map, and every SysRq allowed (the keys the socket
-# presses).
+# in the kallsyms it copies out at boot (Debian's System.map is a
+# placeholder), and every SysRq allowed (the keys the socket presses).
 run_args+=(--append "nokaslr sysrq_always_enabled")
 # Lab reports (lab run --kernel) land in a directory of the caller's.
 [[ -n ${VM_RWDIR:-} ]] && vng_args+=(--rwdir="$VM_RWDIR")

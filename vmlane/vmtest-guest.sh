@@ -122,6 +122,15 @@ watcher=$!
 if [[ -n ${SLUICE_VM_FAULT_STALL:-} && -z ${SLUICE_VM_RESUME:-} ]]; then
   (sleep "$SLUICE_VM_FAULT_STALL"; kill -STOP $watcher) &
 fi
+# VM_FAULT_LATE=SECONDS: that long into the first boot the kernel
+# reports a soft lockup and restarts at once, as a guest whose emulated
+# CPU fell behind did in 2026-11-28's CI: the host boots again for the
+# rest.
+if [[ -n ${SLUICE_VM_FAULT_LATE:-} && -z ${SLUICE_VM_RESUME:-} ]]; then
+  (sleep "$SLUICE_VM_FAULT_LATE"
+   echo "<4>watchdog: BUG: soft lockup - CPU#0 stuck for 22s! [vmtest-fault:0]" >/dev/kmsg
+   sleep 2; echo b >/proc/sysrq-trigger) &
+fi
 
 # run LOG PKG [ARGS...]: PKG's test binary, its output in $out/LOG.log,
 # its exit status and seconds beside it. TIMEOUT (default 40m) is go

@@ -20,7 +20,10 @@
 # VM_FAULT_KILL_QEMU (seconds: kill the first boot's qemu then, to see
 # the lane resume), VM_STALL (seconds the guest may write nothing
 # before it counts as stalled, default 240), VM_FAULT_STALL (seconds:
-# stop the first boot's watch then, to see a stall), VM_RUN_ONLY (a command to run in the
+# stop the first boot's watch then, to see a stall), VM_FAULT_LATE
+# (seconds: the first boot's kernel then reports a soft lockup and
+# restarts, to see the lane resume after a kernel that ran late),
+# VM_RUN_ONLY (a command to run in the
 # guest instead of the suites, for `sluice lab run --kernel`, with
 # SLUICE_VM_BIN the sluice binary to use, VM_CWD its directory and
 # VM_RWDIR a directory the guest may write).
@@ -170,6 +173,7 @@ fi
   for v in "SLUICE_VM_OUT=$out" "SLUICE_VM_REPO=$repo" "SLUICE_VM_KERNEL=$kver" "SLUICE_EXPECT_FEATURES=$features" \
            "SLUICE_VM_SUITES=${VM_SUITES:-}" "SLUICE_VM_E2E_RUN=${VM_E2E_RUN:-}" "SLUICE_VM_RUN_ONLY=${VM_RUN_ONLY:-}" \
            "SLUICE_VM_PHASES=${VM_PHASES:-both}" "SLUICE_VM_FAULT_STALL=${VM_FAULT_STALL:-}" \
+           "SLUICE_VM_FAULT_LATE=${VM_FAULT_LATE:-}" \
            "SLUICE_MATRIX_FULL=${SLUICE_MATRIX_FULL:-}" \
            "SLUICE_TEST_DEB=$([[ -f $out/sluice.deb ]] && echo "$out/sluice.deb")"; do
     printf 'export %s=%q\n' "${v%%=*}" "${v#*=}"
@@ -234,6 +238,45 @@ tailer=$!
 qmpdir=$(mktemp -d /tmp/sluice-vm.XXXXXX)
 qmp=$qmpdir/qmp
 run_args+=(--qemu-opts="-qmp unix:$qmp,server=on,wait=off")
+# qemu's own account of how a guest ended: a reset (the kernel's
+# restart after a panic, or a triple fault) is logged with the CPUs'
+# registers. 2026-11-28's CI lost a guest 20 s after a kernel report,
+# with no panic on the console and nothing else to tell why.
+qemulog=$qmpdir/qemu.log
+run_args+=(--qemu-opts="-d cpu_reset,guest_errors -D $qemulog")
+# And its events, on a second machine-protocol socket (one client
+# each): SHUTDOWN says why qemu ended (guest-reset: the kernel
+# restarted, after a panic or on a triple fault; guest-shutdown: it
+# powered off; host-signal: qemu was told to end). No event at all is
+# qemu killed outright or crashed.
+qmpev=$qmpdir/events
+run_args+=(--qemu-opts="-qmp unix:$qmpev,server=on,wait=off")
+# qemu_events: connects as soon as qemu listens, then appends each
+# event to $out/qemu-events.log until qemu ends.
+qemu_events() {
+  "$venv/bin/python3" - "$qmpev" "$out/qemu-events.log" <<'PY'
+import json, socket, sys, time
+path, log = sys.argv[1], sys.argv[2]
+for _ in range(1200):
+    try:
+        s = socket.socket(socket.AF_UNIX)
+        s.connect(path)
+        break
+    except OSError:
+        time.sleep(0.5)
+else:
+    sys.exit(0)
+f = s.makefile("rwb")
+f.readline()
+f.write(b'{"execute": "qmp_capabilities"}\n'); f.flush()
+with open(log, "a") as out:
+    for line in f:
+        m = json.loads(line)
+        if "event" in m:
+            out.write(json.dumps({"event": m["event"], "data": m.get("data", {})}) + "\n")
+            out.flush()
+PY
+}
 trap 'kill $tailer 2>/dev/null || true; rm -rf "$qmpdir"' EXIT
 cp "$here/vmtest-guest.sh" "$out/guest.sh"
 stall_s=${VM_STALL:-240}
@@ -304,6 +347,49 @@ oops='Kernel panic|BUG:|Oops|general protection fault|WARNING: CPU|watchdog:|INF
 # there) but by the emulator: the suites it did not finish run again in
 # a new VM, once (the guest skips those with an exit status). A lab run
 # (VM_RUN_ONLY) is not resumed.
+# The kernel's reports by their first line: those that only say the
+# kernel ran late (a soft lockup, an RCU stall, a task blocked for
+# minutes) are what an emulated CPU that falls behind its timers
+# produces; any other (a panic, an oops, a WARN, an OOM) is the
+# kernel's own failure.
+headline='Kernel panic|BUG:|Oops|general protection fault|WARNING: CPU|watchdog:|INFO: task .* blocked|rcu: INFO|detected stalls|Out of memory|invoked oom-killer|kernel BUG at|invalid opcode'
+late='soft lockup|workqueue lockup|rcu: INFO: rcu_(preempt|sched) (self-)?detected|detected stalls on CPUs|INFO: task .* blocked for more than'
+# ending_summary: after a guest that left no status, the short account
+# that ends the lane's output (what CI shows first): the kernel's
+# reports' first lines, what qemu logged of the end, the test that was
+# running. Sets slow_only=1 when every report only says the kernel ran
+# late.
+ending_summary() {
+  local heads reason lastrun s
+  heads=$(sed '/sysrq: Changing Loglevel/,$d' "$out/console.log" 2>/dev/null | grep -aE "$headline" | head -8 || true)
+  slow_only=0
+  if [[ -n $heads ]] && ! grep -qvE "$late" <<<"$heads"; then
+    slow_only=1
+  fi
+  if [[ -n $heads ]]; then
+    say "the guest's kernel reported (first lines):"
+    sed 's/^/vmtest:   /' <<<"$heads" >&2
+  elif [[ -n $said ]]; then
+    say "the guest's kernel printed a trace whose first line was below the console's level (loglevel=5)"
+  else
+    say "the guest's kernel reported nothing"
+  fi
+  reason=$(grep '"SHUTDOWN"' "$out/qemu-events.log" 2>/dev/null | tail -1 | sed -n 's/.*"reason": "\([^"]*\)".*/\1/p')
+  case $reason in
+    guest-reset) reason="the guest restarted (its kernel after a panic, SysRq b, or a triple fault)";;
+    guest-shutdown) reason="the guest powered off";;
+    guest-panic) reason="the guest panicked";;
+    host-signal) reason="qemu was sent a signal to end";;
+    "") reason="no shutdown event: qemu was killed outright or crashed";;
+  esac
+  grep -q "Triple fault" "$out/qemu.log" 2>/dev/null && reason="the guest triple-faulted"
+  say "qemu: $reason ($out/qemu-events.log, $out/qemu.log)"
+  for s in kernel bpf e2e-imports e2e-checks e2e; do
+    [[ -f $out/$s.log && ! -f $out/$s.rc ]] || continue
+    lastrun=$(grep -E '^=== RUN' "$out/$s.log" | tail -1 | awk '{print $3}')
+    say "suite $s was running${lastrun:+; its last test started: $lastrun}"
+  done
+}
 boots=1
 [[ -z ${VM_RUN_ONLY:-} ]] && boots=2
 for boot in $(seq "$boots"); do
@@ -313,11 +399,13 @@ for boot in $(seq "$boots"); do
   if [[ -n ${VM_FAULT_KILL_QEMU:-} && $boot == 1 ]]; then
     (sleep "$VM_FAULT_KILL_QEMU"; pkill -KILL -f "qemu-system-x86_64.*$out" || true) &
   fi
-  rm -f "$qmp"
+  rm -f "$qmp" "$qmpev" "$out/qemu-events.log"
   # The stall clock reads this boot's watch, not the last one's.
   [[ -f $out/watch.log ]] && mv "$out/watch.log" "$out/watch.$((boot - 1)).log"
   timeout --kill-after=10 "$timeout_s" vng "${vng_args[@]}" "${run_args[@]}" --exec "bash $out/guest.sh $out/env" >"$out/console.log" 2>&1 &
   vm=$!
+  qemu_events &
+  events=$!
   # The guest's watch writes every 30 s: silence for VM_STALL seconds
   # is a stall, asked about and ended here instead of at VM_TIMEOUT
   # (2026-11-28's CI waited 24 minutes on a silent guest). Lab runs
@@ -342,6 +430,8 @@ for boot in $(seq "$boots"); do
   set -e
   sleep 1
   took=$(( $(date +%s) - start ))
+  cp "$qemulog" "$out/qemu.log" 2>/dev/null || true
+  kill "$events" 2>/dev/null || true
   # A panic ends the run here; the rest is printed and the guest's own
   # status decides. What the SysRq keys of a stall made the kernel say
   # is evidence, printed, and not the kernel's own word.
@@ -374,13 +464,18 @@ for boot in $(seq "$boots"); do
   # says so in the host's log, not the guest's.
   host=$(dmesg 2>/dev/null | grep -iE 'qemu|out of memory|oom-kill|killed process' | tail -5 || true)
   [[ -n $host ]] && say "the host's kernel log: $host"
-  if ((boot < boots)) && [[ -z $said ]]; then
+  ending_summary
+  if ((boot < boots)) && [[ -z $said || $slow_only == 1 ]]; then
     if ((stalled)); then
       say "the guest stalled after ${took}s with nothing on its kernel's console. Booting again for the tests it did not finish (the first boot's console: $out/console.$boot.log)"
+    elif [[ -n $said ]]; then
+      say "the guest ended without a status (qemu exit $rc after ${took}s) after its kernel reported only that it ran late (above): the emulator fell behind. Booting again for the suites it did not finish (the first boot's console: $out/console.$boot.log)"
     else
       say "the guest ended without a status (qemu exit $rc after ${took}s) and its kernel said nothing: the emulator ended it. Booting again for the suites it did not finish (the first boot's console: $out/console.$boot.log)"
     fi
     mv "$out/console.log" "$out/console.$boot.log"
+    [[ -f $out/qemu.log ]] && mv "$out/qemu.log" "$out/qemu.$boot.log"
+    [[ -f $out/qemu-events.log ]] && mv "$out/qemu-events.log" "$out/qemu-events.$boot.log"
     echo "export SLUICE_VM_RESUME=1" >>"$out/env"
     continue
   fi

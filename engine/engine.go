@@ -21,7 +21,6 @@ import (
 	"sluice/plan"
 	"sluice/policy"
 	"sluice/records"
-	"sluice/tc"
 )
 
 // Options say how to plan and apply.
@@ -197,73 +196,35 @@ func prepare(file string, pol *policy.Policy, opts Options, lock bool, sess *Ses
 	}
 	k := o.k
 	p := &Prepared{k: k, Policy: pol, Phases: ph, file: file, opts: opts, sess: sess}
-	fail := func(e error) (*Prepared, error) {
-		k.Close()
-		return nil, e
-	}
-	if lock {
-		if err := k.Lock(opts.LockTimeout); err != nil {
-			return fail(err)
-		}
-		for _, n := range k.Notes {
-			opts.warn("%s", n)
-		}
-	}
-	if j := k.Records().Journal; j != nil && lock {
-		opts.warn("an earlier apply (pid %d, started %s) did not finish: reading every tree back to complete it", j.PID, j.Started.Local().Format(time.DateTime))
-	}
-	p.Phases.mark("open")
-	if opts.SkipMissing {
-		pol, p.Missing = presentOnly(k, pol)
-		p.Policy = pol
-	} else if err := k.CheckInterfaces(pol); err != nil {
-		return fail(input(err))
-	}
-	rep, err := kernel.ProbeCached(records.Dir(""))
-	if err != nil {
-		return fail(fmt.Errorf("probing the kernel: %w", err))
-	}
-	if p.Plan, err = k.Plan(pol, rep.Features()); err != nil {
-		return fail(input(err))
-	}
-	p.Phases.mark("plan")
-	force := p.layLimits()
-	if sess != nil {
-		_, p.watched = sess.drain() // what they say, the read below sees
-	}
-	// A tree whose rate the limits set (rate: auto) differs from its
-	// records anywhere a rate reaches: it is read back whole.
-	if lock && !opts.Full && !opts.Force && p.limitsErr == nil && !rateLimited(force) {
-		l, desired, ok, err := k.ReadTouched(p.Plan, p.Desired, force)
-		if err != nil {
-			return fail(fmt.Errorf("reading the kernel: %w", err))
-		}
-		if ok {
-			p.Live, p.Touched = l, true
-			p.Phases.mark("read touched")
-			p.Diff = kernel.Compute(l.Objects, desired, l.Opt)
-			p.Phases.mark("diff")
-			return p, nil
-		}
-	}
-	if p.Live, err = k.ReadLive(p.Plan, nil, opts.Force); err != nil {
-		var fe *kernel.ForeignRootError
-		if errors.As(err, &fe) {
-			return fail(err)
-		}
-		return fail(fmt.Errorf("reading the kernel: %w", err))
-	}
-	p.Phases.mark("read")
-	p.Diff = kernel.Compute(p.Live.Objects, p.Desired.Objects(), p.Live.Opt)
-	p.Phases.mark("diff")
-	if opts.Force {
-		for i := range p.Diff.Changes {
-			c := &p.Diff.Changes[i]
-			if q, ok := c.Obj.(*tc.Qdisc); ok && c.Verb == tc.Add && q.Parent == tc.HandleRoot {
-				c.Force = true
+	kp, err := k.Prepare(kernel.Request{
+		Policy: pol, Lock: lock, LockTimeout: opts.LockTimeout,
+		Full: opts.Full, Force: opts.Force, SkipMissing: opts.SkipMissing,
+		// The runtime layer is laid between the plan and the read, under
+		// the lock.
+		Layer: func(pl *plan.Plan) (*plan.Plan, map[string]bool, bool) {
+			p.Plan = pl
+			force := p.layLimits()
+			if sess != nil {
+				_, p.watched = sess.drain() // what they say, the read below sees
 			}
+			// A tree whose rate the limits set (rate: auto) differs from
+			// its records anywhere a rate reaches: it is read back whole.
+			return p.Desired, force, p.limitsErr != nil || rateLimited(force)
+		},
+		Mark: p.Phases.mark,
+		Warn: func(s string) { opts.warn("%s", s) },
+	})
+	if err != nil {
+		k.Close()
+		var pe *kernel.PolicyError
+		if errors.As(err, &pe) {
+			return nil, input(pe.Err)
 		}
+		return nil, err
 	}
+	p.Policy, p.Missing = kp.Policy, kp.Missing
+	p.Plan, p.Desired = kp.Plan, kp.Desired
+	p.Live, p.Diff, p.Touched = kp.Live, kp.Diff, kp.Touched
 	return p, nil
 }
 
@@ -277,22 +238,6 @@ func rateLimited(keys map[string]bool) bool {
 	return false
 }
 
-// presentOnly returns pol without its interfaces missing from k's
-// namespace, and their names.
-func presentOnly(k *kernel.Kernel, pol *policy.Policy) (*policy.Policy, []string) {
-	out := *pol
-	out.Interfaces = nil
-	var missing []string
-	for _, in := range pol.Interfaces {
-		if k.LinkExists(in.Name) {
-			out.Interfaces = append(out.Interfaces, in)
-		} else {
-			missing = append(missing, in.Name)
-		}
-	}
-	return &out, missing
-}
-
 // Prepare plans file for an apply: it takes the namespace's lock, which
 // the caller releases with Close (after Apply).
 func Prepare(file string, opts Options) (*Prepared, error) {
@@ -304,67 +249,31 @@ func PreparePolicy(pol *policy.Policy, opts Options) (*Prepared, error) {
 	return prepare(pol.File, pol, opts, true, nil)
 }
 
-// JournalError says the apply could not write its journal (the records
-// that claim what it may create) before touching the kernel: nothing
-// was changed. records.Error is the other way round: records that
-// cannot be read.
-type JournalError struct{ Err error }
-
-func (e *JournalError) Error() string {
-	return fmt.Sprintf("cannot write sluice's records, so nothing was changed: %v", e.Err)
-}
-func (e *JournalError) Unwrap() error { return e.Err }
+// JournalError says the apply could not write its journal before
+// touching the kernel: nothing was changed (kernel.JournalError).
+type JournalError = kernel.JournalError
 
 // CommitError says the kernel now matches the policy but the final
-// records could not be put in place: the journal, which claims all of
-// it, stays in force, and the next apply completes it.
-type CommitError struct{ Err error }
+// records could not be put in place (kernel.CommitError).
+type CommitError = kernel.CommitError
 
-func (e *CommitError) Error() string {
-	return fmt.Sprintf("applied, but the records could not be finalized (%v); they still claim everything applied, and the next apply reads every tree back", e.Err)
-}
-func (e *CommitError) Unwrap() error { return e.Err }
-
-// Apply carries out the prepared diff (Prepare) and records it. With
-// nothing to change it only refreshes the records (which also completes
-// an apply that was interrupted). Otherwise it journals the change
-// first (kernel.Begin), applies it, rolls back on failure, and commits.
+// Apply carries out the prepared diff (Prepare) and records it, through
+// the kernel's executor (kernel.Execute: journal, write, commit), with
+// the limits record brought along: ahead of the kernel writes, and
+// after them.
 func (p *Prepared) Apply() (*kernel.Result, error) {
-	k := p.k
-	if p.Diff.Empty() {
-		defer p.Phases.mark("record")
-		if err := k.Record(p.Plan, p.Diff, p.Live, p.file); err != nil {
-			return &kernel.Result{}, &CommitError{err}
+	if !p.Diff.Empty() {
+		if err := p.recordLimits(true); err != nil {
+			return nil, &JournalError{Err: err}
 		}
-		if err := p.recordLimits(false); err != nil {
-			return &kernel.Result{}, &CommitError{err}
-		}
-		return &kernel.Result{}, nil
 	}
-	if err := p.recordLimits(true); err != nil {
-		return nil, &JournalError{err}
-	}
-	txn, err := k.Begin(p.Plan, p.Diff, p.Live, p.file)
+	warn := func(s string) { p.opts.warn("%s", s) }
+	res, err := p.k.Execute(&kernel.Prepared{Plan: p.Plan, Live: p.Live, Diff: p.Diff}, p.file, p.Phases.mark, warn)
 	if err != nil {
-		return nil, &JournalError{err}
-	}
-	p.Phases.mark("journal")
-	res, err := k.Apply(p.Diff)
-	if err != nil {
-		var ae *kernel.ApplyError
-		if errors.As(err, &ae) && ae.RolledBack {
-			if aerr := txn.Abort(); aerr != nil {
-				p.opts.warn("could not put the previous records back (%v); they claim what the failed apply would have made, and the next apply reads every tree back", aerr)
-			}
-		}
-		return nil, err
-	}
-	p.Phases.mark("apply")
-	if err := txn.Commit(); err != nil {
-		return res, &CommitError{err}
+		return res, err
 	}
 	if err := p.recordLimits(false); err != nil {
-		return res, &CommitError{err}
+		return res, &CommitError{Err: err}
 	}
 	p.Phases.mark("record")
 	return res, nil

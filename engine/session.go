@@ -133,7 +133,7 @@ func (s *Session) SetLimits(p *Prepared, l plan.Limits) (*kernel.Result, error) 
 	}
 	rec := limitsRecord(l, time.Now().Add(s.lease), pending)
 	if err := records.SaveLimits(p.k.RecordsDir, rec); err != nil {
-		return nil, &JournalError{err}
+		return nil, &JournalError{Err: err}
 	}
 	p.limitsRec, p.limitsErr, s.until = rec, nil, rec.Until
 	if d == nil && s.clean != nil {

@@ -8,6 +8,11 @@
 // around each apply and cross-checks them with the live tree before it
 // trusts them.
 //
+// An apply is two calls: Kernel.Prepare (lock, check the interfaces,
+// plan, lay the caller's runtime layer, read back what can differ,
+// diff) and Kernel.Execute (journal, write, commit; or roll back and
+// put the records back).
+//
 // It owns the readback, the diff and the executor, and the namespace's
 // netlink handle, which is private: others read through the Kernel's
 // few read methods (Classes, Qdiscs, LinkExists, IfIndex), and tests

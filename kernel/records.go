@@ -79,13 +79,13 @@ func (k *Kernel) Record(p *plan.Plan, d *Diff, l *Live, policyFile string) error
 	return k.recs.Save(k.RecordsDir)
 }
 
-// Begin journals the apply of d (planned as p, read as l) before it
+// begin journals the apply of d (planned as p, read as l) before it
 // touches the kernel: the records in force become a superset of what
 // the apply may leave, whenever it stops, and the records it ends with
 // (Commit) or started from (Abort) are written, ready to be put in
 // place. An error means the records cannot be written (a full disk, a
 // planted file): the kernel must not be touched.
-func (k *Kernel) Begin(p *plan.Plan, d *Diff, l *Live, policyFile string) (*Txn, error) {
+func (k *Kernel) begin(p *plan.Plan, d *Diff, l *Live, policyFile string) (*txn, error) {
 	final := k.newRecords(p, d, l, policyFile)
 	union := records.New()
 	union.Netns = &k.netns
@@ -105,12 +105,12 @@ func (k *Kernel) Begin(p *plan.Plan, d *Diff, l *Live, policyFile string) (*Txn,
 	}
 	k.recs.Journal = &records.Journal{}
 	faultPoint("after-journal")
-	return &Txn{k: k, tx: tx, final: final}, nil
+	return &txn{k: k, tx: tx, final: final}, nil
 }
 
-// Txn is a journaled apply (Kernel.Begin): the records' Update, and
+// txn is a journaled apply (begin): the records' Update, and
 // what the kernel learns once the apply is done.
-type Txn struct {
+type txn struct {
 	k     *Kernel
 	tx    *records.Update
 	final map[string]*records.Tree
@@ -119,7 +119,7 @@ type Txn struct {
 // Commit makes the records say what the finished apply left. It is a
 // rename of a file Begin wrote; should it fail, the journal stays in
 // force, and it too claims everything the apply made.
-func (t *Txn) Commit() error {
+func (t *txn) Commit() error {
 	faultPoint("before-commit")
 	k := t.k
 	if err := t.tx.Commit(k.recs, t.final); err != nil {
@@ -144,7 +144,7 @@ func (t *Txn) Commit() error {
 
 // Abort puts back the records the apply started from, after a rollback
 // that restored the kernel.
-func (t *Txn) Abort() error {
+func (t *txn) Abort() error {
 	if err := t.tx.Abort(); err != nil {
 		return err
 	}

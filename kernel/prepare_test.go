@@ -22,14 +22,7 @@ func TestPrepareThenExecute(t *testing.T) {
 	src := func(rate, extra string) string {
 		return `interfaces:
   - name: eth0
-    egress:
-      rate: 100mbit
-      default: rest
-      classes:
-        - name: web
-          rate: ` + rate + `
-        - name: rest
-          rate: 10mbit
+    egress: {rate: 40mbit, default: other, classes: [{name: ssh, rate: ` + rate + `}, {name: other, rate: 5mbit}]}
 ` + extra
 	}
 	missing := `  - name: eth9

@@ -195,6 +195,9 @@ func (k *Kernel) Execute(p *Prepared, policyFile string, mark, warn func(string)
 	if mark == nil {
 		mark = func(string) {}
 	}
+	if warn == nil {
+		warn = func(string) {}
+	}
 	if p.Diff.Empty() {
 		if err := k.Record(p.Plan, p.Diff, p.Live, policyFile); err != nil {
 			return &Result{}, &CommitError{err}
@@ -210,7 +213,7 @@ func (k *Kernel) Execute(p *Prepared, policyFile string, mark, warn func(string)
 	if err != nil {
 		var ae *ApplyError
 		if errors.As(err, &ae) && ae.RolledBack {
-			if aerr := j.Abort(); aerr != nil && warn != nil {
+			if aerr := j.Abort(); aerr != nil {
 				warn(fmt.Sprintf("could not put the previous records back (%v); they claim what the failed apply would have made, and the next apply reads every tree back", aerr))
 			}
 		}

@@ -238,10 +238,11 @@ tailer=$!
 qmpdir=$(mktemp -d /tmp/sluice-vm.XXXXXX)
 qmp=$qmpdir/qmp
 run_args+=(--qemu-opts="-qmp unix:$qmp,server=on,wait=off")
-# qemu's own account of how a guest ended: a reset (the kernel's
-# restart after a panic, or a triple fault) is logged with the CPUs'
-# registers. 2026-11-28's CI lost a guest 20 s after a kernel report,
-# with no panic on the console and nothing else to tell why.
+# qemu's own log names a triple fault ("Triple fault", of its reset
+# log). A restart is not logged as a reset under -no-reboot: the
+# SHUTDOWN event below tells it. 2026-11-28's CI lost a guest 20 s
+# after a kernel report, with no panic on the console and nothing else
+# to tell why.
 qemulog=$qmpdir/qemu.log
 run_args+=(--qemu-opts="-d cpu_reset,guest_errors -D $qemulog")
 # And its events, on a second machine-protocol socket (one client
@@ -339,14 +340,6 @@ except (OSError, ValueError) as e:
     print(f"vmtest: qemu's monitor did not answer ({e}): qemu hung, or ended meanwhile")
 PY
 }
-# What the kernel says that a test would not: an oops, a lockup, a
-# warning, a task blocked for minutes.
-oops='Kernel panic|BUG:|Oops|general protection fault|WARNING: CPU|watchdog:|INFO: task .* blocked|RIP:|Call Trace'
-# A guest that ends with no status and nothing on its kernel's console
-# was not ended by its kernel (which prints a panic, an oops, a lockup
-# there) but by the emulator: the suites it did not finish run again in
-# a new VM, once (the guest skips those with an exit status). A lab run
-# (VM_RUN_ONLY) is not resumed.
 # The kernel's reports by their first line: those that only say the
 # kernel ran late (a soft lockup, an RCU stall, a task blocked for
 # minutes) are what an emulated CPU that falls behind its timers
@@ -354,6 +347,9 @@ oops='Kernel panic|BUG:|Oops|general protection fault|WARNING: CPU|watchdog:|INF
 # kernel's own failure.
 headline='Kernel panic|BUG:|Oops|general protection fault|WARNING: CPU|watchdog:|INFO: task .* blocked|rcu: INFO|detected stalls|Out of memory|invoked oom-killer|kernel BUG at|invalid opcode'
 late='soft lockup|workqueue lockup|rcu: INFO: rcu_(preempt|sched) (self-)?detected|detected stalls on CPUs|INFO: task .* blocked for more than'
+# What the kernel says that a test would not: those reports, and any
+# trace whose first line was below the console's level.
+oops="$headline|RIP:|Call Trace"
 # ending_summary: after a guest that left no status, the short account
 # that ends the lane's output (what CI shows first): the kernel's
 # reports' first lines, what qemu logged of the end, the test that was
@@ -390,6 +386,12 @@ ending_summary() {
     say "suite $s was running${lastrun:+; its last test started: $lastrun}"
   done
 }
+# A guest that ends with no status and nothing on its kernel's console
+# was not ended by its kernel (which prints a panic, an oops, a lockup
+# there) but by the emulator: the suites it did not finish run again in
+# a new VM, once (the guest skips those with an exit status), as do
+# those of a guest whose kernel only reported that it ran late. A lab
+# run (VM_RUN_ONLY) is not resumed.
 boots=1
 [[ -z ${VM_RUN_ONLY:-} ]] && boots=2
 for boot in $(seq "$boots"); do

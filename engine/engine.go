@@ -201,15 +201,14 @@ func prepare(file string, pol *policy.Policy, opts Options, lock bool, sess *Ses
 		Full: opts.Full, Force: opts.Force, SkipMissing: opts.SkipMissing,
 		// The runtime layer is laid between the plan and the read, under
 		// the lock.
-		Layer: func(pl *plan.Plan) (*plan.Plan, map[string]bool, bool) {
-			p.Plan = pl
+		Layer: func() (plan.Limits, map[string]bool, bool) {
 			force := p.layLimits()
 			if sess != nil {
 				_, p.watched = sess.drain() // what they say, the read below sees
 			}
 			// A tree whose rate the limits set (rate: auto) differs from
 			// its records anywhere a rate reaches: it is read back whole.
-			return p.Desired, force, p.limitsErr != nil || rateLimited(force)
+			return p.Limits, force, p.limitsErr != nil || rateLimited(force)
 		},
 		Mark: p.Phases.mark,
 		Warn: func(s string) { opts.warn("%s", s) },

@@ -217,8 +217,8 @@ func (s *Session) Release() error {
 	return records.SaveLimits(k.RecordsDir, rec)
 }
 
-// layLimits reads the limits record and lays the limits in force over
-// the plan (Prepared.Limits, Desired). It returns the objects an apply
+// layLimits reads the limits record and sets the limits in force
+// (Prepared.Limits), which the kernel lays over the plan. It returns the objects an apply
 // must read back whatever the records' fingerprints say: those the
 // record touched and those the limits touch.
 func (p *Prepared) layLimits() map[string]bool {
@@ -231,7 +231,6 @@ func (p *Prepared) layLimits() map[string]bool {
 	} else {
 		p.Limits = limitsInForce(p.limitsRec, time.Now())
 	}
-	p.Desired = p.Plan.WithLimits(p.Limits)
 	force := map[string]bool{}
 	for _, k := range p.limitsRec.Touched() {
 		force[k] = true

@@ -175,6 +175,7 @@ func (s *Session) PrepareLimits() (*Prepared, error) {
 	}
 	p := &Prepared{k: k, Policy: c.pol, Plan: c.plan, opts: s.opts, sess: s, Diff: &kernel.Diff{}}
 	p.layLimits()
+	p.Desired = p.Plan.WithLimits(p.Limits)
 	return p, nil
 }
 

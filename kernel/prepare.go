@@ -29,11 +29,14 @@ type Request struct {
 	// SkipMissing plans only the interfaces that exist (Prepared.Missing
 	// names the others) instead of refusing the policy.
 	SkipMissing bool
-	// Layer, when set, lays the runtime layer over the plan, under the
-	// lock: it returns what the kernel is to hold, the keys of objects
-	// to read back whatever the records' fingerprints say, and whether
-	// every tree must be read back.
-	Layer func(*plan.Plan) (desired *plan.Plan, force map[string]bool, full bool)
+	// Layer, when set, says under the lock, once the policy is planned,
+	// what the runtime layer is: the limits laid over the plan
+	// (plan.Plan.WithLimits), the keys of objects to read back whatever
+	// the records' fingerprints say, and whether every tree must be
+	// read back. It sees no plan: the runtime layer is data, and the
+	// plan goes from the planner to the executor without leaving this
+	// package.
+	Layer func() (limits plan.Limits, force map[string]bool, full bool)
 	// Mark, when set, is told as each step ends ("open", "plan", "read
 	// touched" or "read", "diff"), for timings.
 	Mark func(step string)
@@ -49,8 +52,10 @@ type Prepared struct {
 	// (SkipMissing, named in Missing).
 	Policy  *policy.Policy
 	Missing []string
-	// Plan is the policy's; Desired is Plan with the runtime layer.
+	// Plan is the policy's; Desired is Plan with the runtime layer
+	// (Limits) laid over it.
 	Plan, Desired *plan.Plan
+	Limits        plan.Limits
 	Live          *Live
 	Diff          *Diff
 	// Touched: only the objects the edit touched were read (the fast
@@ -107,7 +112,8 @@ func (k *Kernel) Prepare(r Request) (*Prepared, error) {
 	full := r.Full || r.Force || !r.Lock
 	if r.Layer != nil {
 		var all bool
-		p.Desired, force, all = r.Layer(p.Plan)
+		p.Limits, force, all = r.Layer()
+		p.Desired = p.Plan.WithLimits(p.Limits)
 		full = full || all
 	}
 	if !full {

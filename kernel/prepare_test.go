@@ -9,14 +9,16 @@ import (
 	"sluice/kernel"
 	"sluice/plan"
 	"sluice/testutil"
+	"sluice/units"
 )
 
 // TestPrepareThenExecute: an apply is two calls, Prepare and Execute,
 // each round under the namespace's lock. A policy naming an interface
 // the namespace lacks is a *PolicyError and changes nothing, unless
 // SkipMissing plans without it; a rate edit takes the fast path; the
-// same policy again changes nothing; a runtime
-// layer that asks for a full read gets one, and is told its plan.
+// same policy again changes nothing; the runtime layer's limits are
+// laid over the plan (an auto tree's rate) and read back whole when it
+// asks.
 func TestPrepareThenExecute(t *testing.T) {
 	b := newBed(t, "eth0")
 	src := func(rate, extra string) string {
@@ -25,6 +27,8 @@ func TestPrepareThenExecute(t *testing.T) {
     egress: {rate: 40mbit, default: other, classes: [{name: ssh, rate: ` + rate + `}, {name: other, rate: 5mbit}]}
 ` + extra
 	}
+	// The tree's rate is the runtime layer's to set (rate: auto).
+	auto := strings.Replace(src("2mbit", ""), "rate: 40mbit,", "rate: auto, auto: {min: 10mbit, base: 40mbit, max: 40mbit, reflectors: [192.0.2.1]},", 1)
 	missing := `  - name: eth9
     egress: {rate: 10mbit}
 `
@@ -45,7 +49,7 @@ func TestPrepareThenExecute(t *testing.T) {
 		// The siblings' quanta and queue limits follow the rate too.
 		{name: "a rate edit takes the fast path", policy: src("2mbit", ""), touched: true, changes: -1, kernelHas: "rate 2Mbit"},
 		{name: "the same policy changes nothing", policy: src("2mbit", ""), touched: true, kernelHas: "rate 2Mbit"},
-		{name: "a layer asks for a full read", policy: src("2mbit", ""), layerFull: true, kernelHas: "rate 2Mbit"},
+		{name: "a layer's limits, read back whole", policy: auto, layerFull: true, changes: -1, kernelHas: "rate 30Mbit"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			before := b.snapshot(t)
@@ -54,12 +58,10 @@ func TestPrepareThenExecute(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer k.Close()
-			var layered *plan.Plan
 			r := kernel.Request{Policy: parse(t, c.policy), Lock: true, SkipMissing: c.skipMissing}
 			if c.layerFull {
-				r.Layer = func(p *plan.Plan) (*plan.Plan, map[string]bool, bool) {
-					layered = p
-					return p, nil, true
+				r.Layer = func() (plan.Limits, map[string]bool, bool) {
+					return plan.Limits{plan.RateLimitOn("eth0"): {Rate: units.FromBits(30e6)}}, nil, true
 				}
 			}
 			p, err := k.Prepare(r)
@@ -79,8 +81,8 @@ func TestPrepareThenExecute(t *testing.T) {
 			if !slices.Equal(p.Missing, c.missing) || p.Touched != c.touched {
 				t.Fatalf("missing %v, fast path %v: want %v, %v", p.Missing, p.Touched, c.missing, c.touched)
 			}
-			if c.layerFull && layered != p.Plan {
-				t.Fatal("the layer was not given the plan")
+			if c.layerFull && (len(p.Limits) != 1 || p.Touched) {
+				t.Fatalf("limits %v, fast path %v: want the layer's, and a full read", p.Limits, p.Touched)
 			}
 			if n := len(p.Diff.Changes); c.changes >= 0 && n != c.changes || c.changes < 0 && n == 0 {
 				t.Fatalf("%d change(s), want %d:\n%s", n, c.changes, describe(p.Diff))

@@ -291,6 +291,13 @@ func (a *Agent) autoStep(now time.Time) {
 		}
 		t.err = ""
 		t.ctl.Passed(now, bytes)
+		if t.dir == policy.Ingress {
+			// What the interface received is what the link delivered,
+			// before the shaper (its ifb) held any of it back.
+			if _, rx, err := k.LinkBytes(t.iface); err == nil {
+				t.ctl.Arrived(now, rx)
+			}
+		}
 		t.last = t.ctl.Decide(now)
 		if r := t.last.Rate; t.written == 0 || moved(t.written, r) {
 			write = true

@@ -24,10 +24,11 @@ type Config struct {
 	// drifts back to when the link is not busy.
 	Min, Base, Max units.Rate
 	// Downstream: the shaper is behind the link's buffer (a download
-	// shaped on arrival), so what it passes while that buffer holds a
-	// queue is the link's capacity itself. Upstream (an upload), it
-	// feeds the buffer, and the capacity is what it sent less the
-	// queue's growth.
+	// shaped on arrival), so what the link delivers while that buffer
+	// holds a queue (Arrived; without it, what the shaper passes while
+	// it holds nothing back) is the link's capacity itself. Upstream
+	// (an upload), it feeds the buffer, and the capacity is what it
+	// sent less the queue's growth.
 	Downstream bool
 
 	// DelayThreshold: a sample this far above its reflector's baseline
@@ -269,7 +270,10 @@ type Controller struct {
 	// per second; 0: none yet).
 	capacity float64
 
-	readings  []reading // the counter over the last 2 s
+	readings []reading // the counter over the last 2 s
+	// arrivals is the link's delivered byte counter over the last 2 s
+	// (Arrived; downstream only; empty: not fed).
+	arrivals  []reading
 	loadAt    time.Time
 	loadBytes uint64
 	passed    float64 // bits per second
@@ -297,24 +301,64 @@ type reading struct {
 // from to about to, by its counter; ok false when the readings do not
 // cover it.
 func (c *Controller) sentBetween(from, to time.Time) (float64, bool) {
-	n := len(c.readings)
+	return rateBetween(c.readings, from, to)
+}
+
+// rateBetween is the rate (bytes per second) a counter's readings show
+// from about from to about to; ok false when they do not cover it.
+func rateBetween(rs []reading, from, to time.Time) (float64, bool) {
+	n := len(rs)
 	if n < 2 {
 		return 0, false
 	}
 	i := 0
-	for i < n-2 && !c.readings[i+1].at.After(from) {
+	for i < n-2 && !rs[i+1].at.After(from) {
 		i++
 	}
 	j := n - 1
-	for j > i+1 && c.readings[j-1].at.After(to) {
+	for j > i+1 && rs[j-1].at.After(to) {
 		j--
 	}
-	a, b := c.readings[i], c.readings[j]
+	a, b := rs[i], rs[j]
 	dt := b.at.Sub(a.at).Seconds()
 	if dt < 0.1 {
 		return 0, false
 	}
 	return float64(b.bytes-a.bytes) / dt, true
+}
+
+// queued reports whether the newest sample shows a queue: above half
+// the threshold.
+func (c *Controller) queued() bool {
+	n := len(c.recent)
+	return n > 0 && c.recent[n-1].delta > float64(c.cfg.DelayThreshold)/2
+}
+
+// queuedFor is the least span a delivered rate is read over.
+const queuedFor = 150 * time.Millisecond
+
+// delivered is what the link delivered (bytes per second) while its
+// buffer is known to have held a queue, and so what it carries: from
+// when the oldest of the newest run of samples above half the
+// threshold joined the queue, to when the newest left it. ok false
+// where Arrived is not fed, or the newest sample shows no queue (a load
+// that ended delivers less than the link carries), or the run is
+// shorter than queuedFor.
+func (c *Controller) delivered() (float64, bool) {
+	if len(c.arrivals) < 2 || !c.queued() {
+		return 0, false
+	}
+	n := len(c.recent)
+	level := float64(c.cfg.DelayThreshold) / 2
+	last := c.recent[n-1]
+	from, to := last.at, last.at.Add(time.Duration(last.delta))
+	for i := n - 2; i >= 0 && c.recent[i].delta > level; i-- {
+		from = c.recent[i].at
+	}
+	if to.Sub(from) < queuedFor {
+		return 0, false
+	}
+	return rateBetween(c.arrivals, from, to)
 }
 
 // downstreamFloor is the least a downstream decrease leaves of the
@@ -462,13 +506,7 @@ func (c *Controller) Delay(s Sample) {
 // Passed folds in the shaper's byte counter (cumulative, of this
 // direction) read at at.
 func (c *Controller) Passed(at time.Time, bytes uint64) {
-	if n := len(c.readings); n > 0 && bytes < c.readings[n-1].bytes {
-		c.readings = c.readings[:0] // the counter was reset
-	}
-	for len(c.readings) > 0 && at.Sub(c.readings[0].at) > 2*time.Second {
-		c.readings = c.readings[1:]
-	}
-	c.readings = append(c.readings, reading{at, bytes})
+	c.readings = fold(c.readings, at, bytes)
 	if c.loadAt.IsZero() || bytes < c.loadBytes {
 		c.loadAt, c.loadBytes = at, bytes
 		return
@@ -479,6 +517,28 @@ func (c *Controller) Passed(at time.Time, bytes uint64) {
 	}
 	c.passed = units.BitsPerSecond(bytes-c.loadBytes, dt)
 	c.loadAt, c.loadBytes, c.loaded = at, bytes, true
+}
+
+// Arrived folds in, downstream, the link's delivered byte counter
+// (cumulative: the received bytes of the interface the link's buffer
+// feeds, before the shaper) read at at. While that buffer holds a
+// queue it delivers at the capacity, whatever the shaper then passes,
+// drops or queues: a decrease reads the capacity from it, not from
+// what the shaper passed, which the shaper's own rate caps.
+func (c *Controller) Arrived(at time.Time, bytes uint64) {
+	c.arrivals = fold(c.arrivals, at, bytes)
+}
+
+// fold appends a counter's reading, keeping the last 2 s (a counter that
+// went back was reset: its past goes).
+func fold(rs []reading, at time.Time, bytes uint64) []reading {
+	if n := len(rs); n > 0 && bytes < rs[n-1].bytes {
+		rs = rs[:0]
+	}
+	for len(rs) > 0 && at.Sub(rs[0].at) > 2*time.Second {
+		rs = rs[1:]
+	}
+	return append(rs, reading{at, bytes})
 }
 
 // QueueNear reports whether a sample showed a queue above the threshold
@@ -535,6 +595,7 @@ func (c *Controller) Decide(now time.Time) Decision {
 		slope, depth, n := c.slope(c.lastChange)
 		if now.Sub(c.lastChange) >= c.cfg.BloatEvery && n >= 3 {
 			sent, capacity := c.fromSlope(slope)
+			arrived, known := c.delivered()
 			if c.cfg.Downstream && c.loaded {
 				// What the shaper passed is the capacity only while the
 				// shaper does not hold it back; while it does, the
@@ -549,6 +610,10 @@ func (c *Controller) Decide(now time.Time) Decision {
 					passed = b
 				}
 				switch {
+				case known:
+					// The link delivers at its capacity while its
+					// buffer holds the queue the samples show.
+					capacity = arrived
 				case passed < 0.95*c.rate:
 					capacity = passed
 				case c.capacity > 0 && slope <= 0:
@@ -564,7 +629,7 @@ func (c *Controller) Decide(now time.Time) Decision {
 			}
 			// A queue this deep that does not shrink is a full buffer
 			// dropping: its slope says nothing of the capacity.
-			full := depth >= float64(c.cfg.DrainTime) && slope > -0.05
+			full := depth >= float64(c.cfg.DrainTime) && slope > -0.05 && len(c.arrivals) == 0
 			// A queue that drains while the shaper sent less than its
 			// rate as those probes queued (the load ended, or paused;
 			// both ways, since what passed over the second lags the
@@ -574,8 +639,13 @@ func (c *Controller) Decide(now time.Time) Decision {
 			// older samples are its past): its slope flattens as it
 			// empties, and would read as a capacity lower than it is.
 			drained := depth < float64(c.cfg.DelayThreshold)
-			if full || slope > 0 || sent >= c.cfg.HighLoad*c.rate && !drained {
-				c.decrease(now, capacity, depth, full)
+			// Downstream, with the delivery fed, a newest sample that
+			// shows no queue is a queue gone (a load that ended leaves
+			// the shaper passing its rate a while from its own queue,
+			// which is no measure of the link): hold.
+			gone := c.cfg.Downstream && len(c.arrivals) >= 2 && !c.queued()
+			if !gone && (full || slope > 0 || sent >= c.cfg.HighLoad*c.rate && !drained) {
+				c.decrease(now, capacity, depth, full, known)
 			}
 		}
 		c.lastGrow = now
@@ -603,9 +673,13 @@ func (c *Controller) Decide(now time.Time) Decision {
 				sent, capacity := c.fromSlope(slope)
 				margin := c.cfg.Margin
 				if c.cfg.Downstream {
-					// What passed reads a little above the line, as
-					// in a decrease.
+					// What passed (or, better, what the link delivered
+					// while the queue grew) reads a little above the
+					// line, as in a decrease.
 					capacity, margin = sent, math.Max(margin, c.cfg.DecreaseMargin)
+					if arrived, ok := c.delivered(); ok {
+						capacity = arrived
+					}
 				}
 				capacity = math.Max(capacity, c.capacity)
 				if back := capacity * (1 - margin); back < c.rate {
@@ -654,8 +728,9 @@ func (c *Controller) Decide(now time.Time) Decision {
 
 // decrease sets the rate below the capacity by what drains a queue of
 // depth (ns) within DrainTime, no further than the floor allows; a full
-// buffer cuts by the most.
-func (c *Controller) decrease(now time.Time, capacity, depth float64, full bool) {
+// buffer cuts by the most. measured: downstream, the capacity is what
+// the link delivered while it held a queue, which needs no second look.
+func (c *Controller) decrease(now time.Time, capacity, depth float64, full, measured bool) {
 	floor := c.cfg.DecreaseMax
 	if c.cfg.Downstream {
 		// Behind the buffer the shaper drains it only as the senders
@@ -663,15 +738,22 @@ func (c *Controller) decrease(now time.Time, capacity, depth float64, full bool)
 		// goodput and drains no faster.
 		floor = math.Max(floor, downstreamFloor)
 	}
-	drain := math.Max(1-depth/float64(c.cfg.DrainTime), floor)
+	drainTime := float64(c.cfg.DrainTime)
+	if c.cfg.Downstream {
+		drainTime /= 3
+	}
+	drain := math.Max(1-depth/drainTime, floor)
 	if full {
 		capacity = math.Min(capacity, c.rate)
 	}
 	target := capacity * drain
 	if c.cfg.Downstream {
 		target = math.Min(target, capacity*(1-c.cfg.DecreaseMargin))
-		// One step at a time: each shows in what passes next.
-		target = math.Max(target, downstreamStep*c.rate)
+		// One step at a time: each shows in what passes next. (What
+		// the link delivered is the capacity already.)
+		if !measured {
+			target = math.Max(target, downstreamStep*c.rate)
+		}
 	}
 	// Upstream, only a decision that decreases keeps its capacity: one
 	// that does not reads a queue already draining, whose slope

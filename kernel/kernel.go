@@ -173,15 +173,21 @@ func (k *Kernel) Qdiscs(dev string) ([]*tc.Qdisc, error) { return k.conn.Qdiscs(
 // TxBytes is the bytes device dev has sent (its link counter): what a
 // tree on it passed, all of it (rate: auto's load).
 func (k *Kernel) TxBytes(dev string) (uint64, error) {
+	tx, _, err := k.LinkBytes(dev)
+	return tx, err
+}
+
+// LinkBytes is the device's transmitted and received byte counters.
+func (k *Kernel) LinkBytes(dev string) (tx, rx uint64, err error) {
 	l, err := k.conn.Links().LinkByName(dev)
 	if err != nil {
-		return 0, fmt.Errorf("%s: %w", dev, err)
+		return 0, 0, fmt.Errorf("%s: %w", dev, err)
 	}
 	st := l.Attrs().Statistics
 	if st == nil {
-		return 0, fmt.Errorf("%s: no link statistics", dev)
+		return 0, 0, fmt.Errorf("%s: no link statistics", dev)
 	}
-	return st.TxBytes, nil
+	return st.TxBytes, st.RxBytes, nil
 }
 
 // LinkExists reports whether the namespace has a device of that name.

@@ -486,6 +486,16 @@ func (p *Program) LookupHosts(keys []HostKey) (map[HostKey]Target, error) {
 
 // Targets reads the class targets (not the hosts) and the number of
 // policers: enough to name each policer's class.
+// Policers is how many policers the program holds, read alone: a
+// reader with none to report need not read the targets.
+func (p *Program) Policers() (uint32, error) {
+	var cfg ClassifierConfig
+	if err := p.objs.Settings.Lookup(uint32(0), &cfg); err != nil {
+		return 0, fmt.Errorf("bpf classifier: read settings: %w", err)
+	}
+	return cfg.Npolicers, nil
+}
+
 func (p *Program) Targets() ([]Target, uint32, error) {
 	var cfg ClassifierConfig
 	if err := p.objs.Settings.Lookup(uint32(0), &cfg); err != nil {

@@ -177,21 +177,22 @@ func readBPF(k *kernel.Kernel, t *Tree, dev string, ingress bool, rec *records.T
 	t.Classifier = "bpf"
 	// A class's counter is its minor, or recorded (sharded trees, where
 	// copies of a class in the other shards share the first's counter).
-	names := make(map[uint32]string, len(rec.Classes))
+	counterOf := func(ci records.Class) uint32 {
+		switch {
+		case rec.PoliceOnly:
+			return 1
+		case ci.Counter != 0:
+			return ci.Counter
+		}
+		return uint32(ci.Handle.Minor())
+	}
 	counter := make(map[tc.Handle]uint32, len(rec.Classes))
 	idx := make([]uint32, 0, len(rec.Classes))
 	for _, ci := range rec.Classes {
-		m := uint32(ci.Handle.Minor())
-		switch {
-		case rec.PoliceOnly:
-			m = 1
-		case ci.Counter != 0:
-			m = ci.Counter
-		}
 		if ci.Replica {
 			continue
 		}
-		names[m] = ci.Name
+		m := counterOf(ci)
 		counter[ci.Handle] = m
 		idx = append(idx, m)
 	}
@@ -215,9 +216,20 @@ func readBPF(k *kernel.Kernel, t *Tree, dev string, ingress bool, rec *records.T
 			c.Classified = &Count{Packets: n.Packets, Bytes: n.Bytes}
 		}
 	}
+	// The targets (one per class: 10,000 for as many hosts) are read
+	// only for the policers' classes.
+	if npol, err := prog.Policers(); err != nil || npol == 0 {
+		return err
+	}
 	targets, npol, err := prog.Targets()
 	if err != nil {
 		return err
+	}
+	names := make(map[uint32]string, len(rec.Classes))
+	for _, ci := range rec.Classes {
+		if !ci.Replica {
+			names[counterOf(ci)] = ci.Name
+		}
 	}
 	polClass := map[uint16]string{}
 	for _, tg := range targets {

@@ -484,8 +484,6 @@ func (p *Program) LookupHosts(keys []HostKey) (map[HostKey]Target, error) {
 	return out, nil
 }
 
-// Targets reads the class targets (not the hosts) and the number of
-// policers: enough to name each policer's class.
 // Policers is how many policers the program holds, read alone: a
 // reader with none to report need not read the targets.
 func (p *Program) Policers() (uint32, error) {
@@ -496,6 +494,8 @@ func (p *Program) Policers() (uint32, error) {
 	return cfg.Npolicers, nil
 }
 
+// Targets reads the class targets (not the hosts) and the number of
+// policers: enough to name each policer's class.
 func (p *Program) Targets() ([]Target, uint32, error) {
 	var cfg ClassifierConfig
 	if err := p.objs.Settings.Lookup(uint32(0), &cfg); err != nil {

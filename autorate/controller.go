@@ -628,7 +628,9 @@ func (c *Controller) Decide(now time.Time) Decision {
 				depth += slope * float64(now.Sub(last.at))
 			}
 			// A queue this deep that does not shrink is a full buffer
-			// dropping: its slope says nothing of the capacity.
+			// dropping: its slope says nothing of the capacity. (A full
+			// buffer still delivers at the capacity: with the delivery
+			// fed, nothing needs guessing.)
 			full := depth >= float64(c.cfg.DrainTime) && slope > -0.05 && len(c.arrivals) == 0
 			// A queue that drains while the shaper sent less than its
 			// rate as those probes queued (the load ended, or paused;
@@ -732,14 +734,14 @@ func (c *Controller) Decide(now time.Time) Decision {
 // the link delivered while it held a queue, which needs no second look.
 func (c *Controller) decrease(now time.Time, capacity, depth float64, full, measured bool) {
 	floor := c.cfg.DecreaseMax
-	if c.cfg.Downstream {
-		// Behind the buffer the shaper drains it only as the senders
-		// slow down for the queue it holds itself: a deep cut costs
-		// goodput and drains no faster.
-		floor = math.Max(floor, downstreamFloor)
-	}
 	drainTime := float64(c.cfg.DrainTime)
 	if c.cfg.Downstream {
+		// Behind the buffer the queue moves into the shaper's own at
+		// the capacity less the rate, and goes once that overflows and
+		// the senders slow down: the cut moves it within a third of
+		// DrainTime, but no deeper than the floor, past which it costs
+		// goodput and drains little faster.
+		floor = math.Max(floor, downstreamFloor)
 		drainTime /= 3
 	}
 	drain := math.Max(1-depth/drainTime, floor)

@@ -327,12 +327,18 @@ func rateBetween(rs []reading, from, to time.Time) (float64, bool) {
 	return float64(b.bytes-a.bytes) / dt, true
 }
 
-// queued reports whether the newest sample shows a queue: above half
-// the threshold.
+// queueLevel is the excess delay (ns) above which a sample shows a
+// queue: half the threshold.
+func (c *Controller) queueLevel() float64 { return float64(c.cfg.DelayThreshold) / 2 }
+
+// queued reports whether the newest sample shows a queue.
 func (c *Controller) queued() bool {
 	n := len(c.recent)
-	return n > 0 && c.recent[n-1].delta > float64(c.cfg.DelayThreshold)/2
+	return n > 0 && c.recent[n-1].delta > c.queueLevel()
 }
+
+// fed reports whether the link's delivery is fed (Arrived).
+func (c *Controller) fed() bool { return len(c.arrivals) > 0 }
 
 // queuedFor is the least span a delivered rate is read over.
 const queuedFor = 150 * time.Millisecond
@@ -345,11 +351,11 @@ const queuedFor = 150 * time.Millisecond
 // that ended delivers less than the link carries), or the run is
 // shorter than queuedFor.
 func (c *Controller) delivered() (float64, bool) {
-	if len(c.arrivals) < 2 || !c.queued() {
+	if !c.fed() || !c.queued() {
 		return 0, false
 	}
 	n := len(c.recent)
-	level := float64(c.cfg.DelayThreshold) / 2
+	level := c.queueLevel()
 	last := c.recent[n-1]
 	from, to := last.at, last.at.Add(time.Duration(last.delta))
 	for i := n - 2; i >= 0 && c.recent[i].delta > level; i-- {
@@ -631,7 +637,7 @@ func (c *Controller) Decide(now time.Time) Decision {
 			// dropping: its slope says nothing of the capacity. (A full
 			// buffer still delivers at the capacity: with the delivery
 			// fed, nothing needs guessing.)
-			full := depth >= float64(c.cfg.DrainTime) && slope > -0.05 && len(c.arrivals) == 0
+			full := depth >= float64(c.cfg.DrainTime) && slope > -0.05 && !c.fed()
 			// A queue that drains while the shaper sent less than its
 			// rate as those probes queued (the load ended, or paused;
 			// both ways, since what passed over the second lags the
@@ -645,7 +651,7 @@ func (c *Controller) Decide(now time.Time) Decision {
 			// shows no queue is a queue gone (a load that ended leaves
 			// the shaper passing its rate a while from its own queue,
 			// which is no measure of the link): hold.
-			gone := c.cfg.Downstream && len(c.arrivals) >= 2 && !c.queued()
+			gone := c.cfg.Downstream && c.fed() && !c.queued()
 			if !gone && (full || slope > 0 || sent >= c.cfg.HighLoad*c.rate && !drained) {
 				c.decrease(now, capacity, depth, full, known)
 			}
@@ -663,7 +669,7 @@ func (c *Controller) Decide(now time.Time) Decision {
 		if dt <= 0 || now.Sub(c.lastChange) < c.cfg.BloatEvery {
 			break
 		}
-		if depth > float64(c.cfg.DelayThreshold)/2 {
+		if depth > c.queueLevel() {
 			// A queue: the growth stops. One that still grows answers
 			// the probe, before it reaches the threshold and
 			// bufferbloat would: the link carries what the slope shows

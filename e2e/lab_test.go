@@ -99,6 +99,12 @@ func renders(t *testing.T, html string) (charts, rendered int) {
 // namespace behind.
 func TestDemo(t *testing.T) {
 	testutil.RequireRoot(t)
+	// The demo pushes 100 Mbit/s through four namespaces, a CPU's worth
+	// on this machine, and holds a download's ping to 20 ms. Beside the
+	// suite's other work it once read a queue in the modem and a
+	// receiver's catch-up: 164 ms and 100.03 Mbit/s of goodput through a
+	// 95mbit shaper, more than the 100mbit line carries (CI, 2026-11-28).
+	testutil.Quiet(t)
 	out := t.TempDir()
 	start := time.Now()
 	r := sluice(t, "demo", "--out", out)

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -404,6 +406,45 @@ traffic: [{name: bulk, type: tcp, from: client1, to: server, flows: 4, cc: cubic
 	if diff > 0.03 {
 		t.Errorf("generator and iperf3 differ by %.1f%%", 100*diff)
 	}
+}
+
+// A TCP flow's goodput is what its receiver's socket got, whether the
+// lab's reader has read it yet or not: every byte sent counts once, while
+// the connection is open and after it ends (the sink's socket gone).
+func TestFlowCounterCountsWhatTheSocketReceived(t *testing.T) {
+	light(t)
+	ns := testutil.NewNetns(t, "fc")
+	at := netip.MustParseAddrPort("127.0.0.1:20999")
+	f := &lab.FlowCounter{}
+	sink, err := lab.TCPSink(ns, at, []*lab.FlowCounter{f})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sink.Close()
+	var c net.Conn
+	if err := lab.InNetns(ns, func() (err error) { c, err = net.Dial("tcp", at.String()); return err }); err != nil {
+		t.Fatal(err)
+	}
+	const n = 3<<20 + 17
+	if _, err := c.Write(append([]byte{0, 0, 0, 0}, make([]byte, n)...)); err != nil {
+		t.Fatal(err)
+	}
+	settled := func(when string) {
+		t.Helper()
+		var got uint64
+		for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+			if got = f.Received(); got >= n {
+				break
+			}
+		}
+		time.Sleep(300 * time.Millisecond) // a second count would show by now
+		if got = f.Received(); got != n {
+			t.Errorf("%s: received %d bytes, want %d", when, got, n)
+		}
+	}
+	settled("open")
+	c.Close()
+	settled("closed")
 }
 
 // The ICMP probe agrees with ping(8) measuring the same loaded queue.

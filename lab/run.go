@@ -474,7 +474,7 @@ func Run(ctx context.Context, b *Bed, s *Scenario, v Variant, opt Options) (*Res
 		}
 		r.Spans[i] = now.Sub(prevFlowAt).Seconds()
 		for fi, fc := range counters {
-			rx := fc.rx.Load()
+			rx := fc.Received()
 			flows[fi].Goodput[i] = units.BitsPerSecond(rx-prevRx[fi], now.Sub(prevFlowAt))
 			prevRx[fi] = rx
 			if re, sg, rtt, ok := fc.tcpInfo(); ok {

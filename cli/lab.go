@@ -201,6 +201,11 @@ func (g *globals) runScenario(nameOrPath string, f *runFlags) error {
 	}
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
+	release, err := lab.Hold(f.name)
+	if err != nil {
+		return failure(err)
+	}
+	defer release()
 	bed, err := lab.Attach(f.name)
 	created := false
 	if err != nil {

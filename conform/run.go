@@ -123,6 +123,11 @@ func Run(ctx context.Context, pol *policy.Policy, opt Options) (*Report, error) 
 		}
 	}
 	r.queues = queues
+	release, err := lab.Hold(opt.Name)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	b, err := newBed(opt.Name, devs, queues, opt.RTT)
 	if err != nil {
 		return nil, err

@@ -301,6 +301,41 @@ func TestLabRunExpectationsAndExitCodes(t *testing.T) {
 	}
 }
 
+// Two runs on one test bed: the second is refused and says why, and the
+// first runs as if alone. The second used to attach to the first one's
+// namespaces, reset its policy under its traffic, then fail to bind its
+// ports ("address already in use", two demos at once).
+func TestLabRunHoldsItsBed(t *testing.T) {
+	light(t)
+	dir := t.TempDir()
+	file := filepath.Join(dir, "tiny.yaml")
+	os.WriteFile(file, []byte(tinyScenario), 0o644)
+	name := strings.TrimPrefix(testutil.Unique("h"), testutil.Prefix)
+	t.Cleanup(func() { lab.Down(name) })
+	run := func(out string) result {
+		return sluice(t, "lab", "run", file, "--out", filepath.Join(dir, out), "--name", name)
+	}
+	first := make(chan result, 1)
+	go func() { first <- run("first") }()
+	for end := time.Now().Add(30 * time.Second); len(labNamespaces(t, lab.Prefix+name+"-")) == 0; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatal("the first run's bed never came up")
+		}
+	}
+	second := run("second")
+	if second.code != 1 || !strings.Contains(second.stderr, "test bed "+name+": the test bed is in use by another run (pid ") {
+		t.Errorf("a second run on the bed: exit %d\n%s%s", second.code, second.stdout, second.stderr)
+	}
+	passed := "PASS  shaped: link goodput >= 5mbit"
+	if r := <-first; r.code != 1 || !strings.Contains(r.stdout, passed) {
+		t.Errorf("the first run beside it: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	// Released at the end: the next run holds the bed.
+	if r := run("third"); r.code != 1 || !strings.Contains(r.stdout, passed) {
+		t.Errorf("a run after the first: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+}
+
 // Matrix variants needing a qdisc the kernel lacks are reported skipped,
 // with the qdisc named; the others run.
 func TestMatrixSkipsMissingLeaves(t *testing.T) {

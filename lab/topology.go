@@ -720,6 +720,22 @@ func down(nss []string) ([]string, error) {
 	return removed, nil
 }
 
+// Hold claims test bed name for one run until release. A second run on
+// the bed (lab run --name of a bed in use, two demos at once) attached
+// to the first one's namespaces: it reset the first one's policy under
+// its traffic, then failed to bind its ports. Take it before Up or
+// Attach: of two runs, only the one that holds it builds the bed.
+func Hold(name string) (release func(), err error) {
+	if strings.ContainsAny(name, "/ ") || name == "" || name == "." || name == ".." {
+		return nil, fmt.Errorf("lab name %q: use letters, digits and dashes", name)
+	}
+	l, err := records.AcquireLabLock(records.Dir(""), name)
+	if err != nil {
+		return nil, fmt.Errorf("test bed %s: %w", name, err)
+	}
+	return l.Release, nil
+}
+
 // Attach returns a Bed for namespaces that are already up.
 func Attach(name string) (*Bed, error) {
 	nss := bedNS(name)

@@ -631,6 +631,16 @@ func AcquireLock(dir string, timeout time.Duration) (*Lock, error) {
 // ErrAgentRunning means another sluice agent keeps this namespace.
 var ErrAgentRunning = errors.New("another sluice agent runs in this network namespace")
 
+// ErrLabBusy means another run holds a lab test bed.
+var ErrLabBusy = errors.New("the test bed is in use by another run")
+
+// AcquireLabLock claims lab test bed name for one run, without waiting.
+// The lock is dir/lab/NAME.lock, dir the state directory: it is taken
+// before the bed exists, so that of two runs only one builds it.
+func AcquireLabLock(dir, name string) (*Lock, error) {
+	return acquire(filepath.Join(dir, "lab"), name+".lock", ErrLabBusy, 0)
+}
+
 // AcquireAgentLock takes the agent's lock on the namespace's state
 // directory, held for the agent's life: a second agent is refused at
 // once. It is apart from the apply lock, which the agent takes for each

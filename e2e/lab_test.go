@@ -111,7 +111,9 @@ func TestDemo(t *testing.T) {
 	start := time.Now()
 	r := sluice(t, "demo", "--out", out)
 	if r.code != 0 {
-		t.Fatalf("demo: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
+		t.Errorf("demo: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
+		logSeries(t, filepath.Join(out, "report.json"))
+		t.FailNow()
 	}
 	took := time.Since(start)
 	for _, want := range []string{"UNSHAPED", "SHAPED", "ping p50 / p95", "up goodput", "down goodput", "PASS", "report: "} {
@@ -133,6 +135,60 @@ func TestDemo(t *testing.T) {
 		t.Error(err)
 	}
 	t.Logf("demo took %v:\n%s", took.Round(time.Second), r.stdout)
+}
+
+// logSeries logs a failed run's series, a line per bucket of each
+// variant's loaded phases: the time, the bucket's span, each flow's
+// goodput, each class's rate and the probes' round trips in it, so that
+// a failure in CI can be read from its log (the report goes with the
+// test's temporary directory).
+func logSeries(t *testing.T, report string) {
+	t.Helper()
+	b, err := os.ReadFile(report)
+	if err != nil {
+		t.Logf("no report to show: %v", err)
+		return
+	}
+	var rep struct {
+		Results []*lab.Result `json:"results"`
+	}
+	if err := json.Unmarshal(b, &rep); err != nil {
+		t.Logf("report: %v", err)
+		return
+	}
+	var sb strings.Builder
+	for _, r := range rep.Results {
+		fmt.Fprintf(&sb, "variant %s, %.1f s buckets (t, span, flows' goodput in Mbit/s; classes' rates; probes' round trips in ms); phases", r.Variant, r.Bucket)
+		for _, ph := range r.Phases {
+			fmt.Fprintf(&sb, " %s %.1f-%.1f s", ph.Name, ph.Start, ph.End)
+		}
+		sb.WriteString(":\n")
+		for i := range r.Spans {
+			at := float64(i+1) * r.Bucket
+			fmt.Fprintf(&sb, "%5.1f %.3f |", at, r.Spans[i])
+			for _, f := range r.Flows {
+				if i < len(f.Goodput) {
+					fmt.Fprintf(&sb, " %.1f", f.Goodput[i]/1e6)
+				}
+			}
+			sb.WriteString(" |")
+			for _, c := range r.Classes {
+				if i < len(c.Bps) {
+					fmt.Fprintf(&sb, " %s/%s %.1f", c.Device, c.Name, c.Bps[i]/1e6)
+				}
+			}
+			sb.WriteString(" |")
+			for _, p := range r.Probes {
+				for _, s := range p.Samples {
+					if s.T >= at-r.Bucket && s.T < at {
+						fmt.Fprintf(&sb, " %s %.1f", p.Name, s.RTT)
+					}
+				}
+			}
+			sb.WriteString("\n")
+		}
+	}
+	t.Log(sb.String())
 }
 
 func TestLabUpDownAll(t *testing.T) {

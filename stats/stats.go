@@ -273,23 +273,20 @@ func CollectFrom(k *kernel.Kernel, live []tc.Object) (*Sample, error) {
 // CollectTrees is Collect for a caller that knows each HTB tree's
 // qdiscs (roots: a device's tree qdiscs, one per shard), from a read
 // that found them unchanged since (the agent's steady pass): it dumps
-// their classes only, not every qdisc of the device, whose leaves are as
-// many as the classes.
+// their classes only, a dump per tree qdisc. A dump of the whole device
+// costs more: the kernel resumes it every 32 KB of answer by walking the
+// device's qdiscs, the leaves included, up to the tree it stopped in
+// (10,000 classes on 16 shards: 15.8 ms in one dump, 10.2 ms in 16;
+// 20,000: 48 against 25 ms; Linux 6.18).
 func CollectTrees(k *kernel.Kernel, roots map[string][]tc.Handle) (*Sample, error) {
 	byDev := map[string][]*tc.Class{}
 	for dev, hs := range roots {
-		tree := map[uint16]bool{}
 		for _, h := range hs {
-			tree[h.Major()] = true
-		}
-		cs, err := k.Classes(dev, 0)
-		if err != nil {
-			return nil, err
-		}
-		for _, c := range cs {
-			if tree[c.Handle.Major()] {
-				byDev[dev] = append(byDev[dev], c)
+			cs, err := k.Classes(dev, h)
+			if err != nil {
+				return nil, err
 			}
+			byDev[dev] = append(byDev[dev], cs...)
 		}
 	}
 	return collect(k, nil, byDev)

@@ -817,8 +817,10 @@ func decodeStats(b []byte) (*Stats, []byte) {
 }
 
 // Classes lists the classes of the qdisc with handle qdisc on dev (0:
-// of every qdisc, in one dump: the kernel walks every qdisc of the
-// device for each dump, 10,000 leaves for a sharded tree's 16 roots).
+// of every qdisc, in one dump). A qdisc's own dump costs less than its
+// share of the device's: the kernel finds the qdisc by its handle, where
+// a device's dump walks the device's qdiscs, leaves included, up to the
+// one it stopped in each time it resumes (every 32 KB of answer).
 func (c *Conn) Classes(dev string, qdisc Handle) ([]*Class, error) {
 	idx, err := c.IfIndex(dev)
 	if err != nil {

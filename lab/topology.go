@@ -151,8 +151,8 @@ func Up(name string, topo Topology) (b *Bed, err error) {
 	if topo.Clients > 200 {
 		return nil, fmt.Errorf("%d clients: the lab's LAN holds at most 200", topo.Clients)
 	}
-	if strings.ContainsAny(name, "/ ") || name == "" {
-		return nil, fmt.Errorf("lab name %q: use letters, digits and dashes", name)
+	if err := checkName(name); err != nil {
+		return nil, err
 	}
 	b = bedNames(name, topo.Clients)
 	b.Topo = topo
@@ -726,14 +726,23 @@ func down(nss []string) ([]string, error) {
 // its traffic, then failed to bind its ports. Take it before Up or
 // Attach: of two runs, only the one that holds it builds the bed.
 func Hold(name string) (release func(), err error) {
-	if strings.ContainsAny(name, "/ ") || name == "" || name == "." || name == ".." {
-		return nil, fmt.Errorf("lab name %q: use letters, digits and dashes", name)
+	if err := checkName(name); err != nil {
+		return nil, err
 	}
 	l, err := records.AcquireLabLock(records.Dir(""), name)
 	if err != nil {
 		return nil, fmt.Errorf("test bed %s: %w", name, err)
 	}
 	return l.Release, nil
+}
+
+// checkName refuses a lab name that cannot prefix the bed's namespaces
+// or name its lock file.
+func checkName(name string) error {
+	if strings.ContainsAny(name, "/ ") || name == "" || name == "." || name == ".." {
+		return fmt.Errorf("lab name %q: use letters, digits and dashes", name)
+	}
+	return nil
 }
 
 // Attach returns a Bed for namespaces that are already up.

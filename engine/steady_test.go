@@ -1,6 +1,12 @@
 package engine_test
 
 import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -135,4 +141,128 @@ func sampled(t *testing.T, smp *stats.Sample, name string) (rate, ceil units.Rat
 	}
 	t.Fatalf("no class %s in the sample", name)
 	return 0, 0
+}
+
+// A steady pass reads what a full read reads: the same classes in the
+// same order, with their names, depths, leaves, counters, classifier
+// counts and policers, on a sharded tree with a BPF classifier, hosts
+// and a policer (examples/isp.yaml). The steady pass reads the
+// classifier's counters while it dumps the classes (stats.CollectTrees).
+func TestSteadyReadsWhatAFullReadReads(t *testing.T) {
+	testutil.RequireRoot(t)
+	t.Setenv("SLUICE_STATE_DIR", t.TempDir())
+	ns := testutil.NewNetns(t, "std")
+	// No IPv6: its router solicitations would change the default
+	// class's counters between the readings.
+	testutil.NS(t, ns, "sysctl", "-qw", "net.ipv6.conf.default.disable_ipv6=1")
+	testutil.NS(t, ns, "ip", "link", "add", "eth1", "numtxqueues", "4", "type", "veth", "peer", "name", "eth1p")
+	testutil.NS(t, ns, "ip", "link", "set", "eth1", "up")
+	testutil.NS(t, ns, "ip", "link", "set", "eth1p", "up")
+	testutil.NS(t, ns, "ip", "addr", "add", "100.64.0.1/16", "dev", "eth1")
+	dir := t.TempDir()
+	for _, f := range []string{"isp.yaml", "isp-hosts.csv"} {
+		b, err := os.ReadFile(filepath.Join("..", "examples", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Four shards, one per queue: auto picks one tree where no
+		// agent balances them.
+		b = []byte(strings.Replace(string(b), "shards: auto", "shards: 4", 1))
+		if err := os.WriteFile(filepath.Join(dir, f), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	opts := engine.Options{Netns: ns, LockTimeout: 5 * time.Second, Full: true}
+	pol, err := engine.Load(filepath.Join(dir, "isp.yaml"), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := engine.NewSession(opts)
+	t.Cleanup(s.Close)
+	if n, p := apply(t, s, pol, opts); n == 0 {
+		t.Fatal("the first apply changed nothing")
+	} else {
+		p.Close()
+	}
+	// Traffic for a subscriber (alice) and for the policed guests, sent
+	// out of eth1 through the tree.
+	for _, dst := range []string{"100.64.0.10", "100.64.99.5"} {
+		testutil.NS(t, ns, "ip", "neigh", "replace", dst, "lladdr", "02:00:00:00:00:01", "dev", "eth1", "nud", "permanent")
+		exec.Command("ip", "netns", "exec", ns, "ping", "-c", "3", "-i", "0.01", "-W", "0.1", dst).Run()
+	}
+	n, p := apply(t, s, pol, opts)
+	if n != 0 {
+		p.Close()
+		t.Fatalf("the settling pass made %d changes: %v", n, p.Diff.Changes)
+	}
+	s.Settled(pol, p)
+	fromLive, err := stats.CollectFrom(p.Kernel(), p.Live.Objects)
+	p.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, err := engine.Open(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	full, err := stats.Collect(k, nil)
+	k.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	steady, ok := s.Steady(pol)
+	if !ok {
+		t.Fatal("the pass after a settled one is not steady")
+	}
+
+	trees := func(smp *stats.Sample) string {
+		b, err := json.MarshalIndent(smp.Trees, "", " ")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	want := trees(full)
+	for name, got := range map[string]*stats.Sample{"steady": steady, "from the live objects": fromLive} {
+		if g := trees(got); g != want {
+			t.Errorf("the %s reading differs from the full read:\n%s", name, lineDiff(want, g))
+		}
+	}
+
+	// What the comparison must cover: every shard, the hosts, their
+	// classifier counts and the policer's colours.
+	if len(full.Trees) != 1 || full.Trees[0].Classifier != "bpf" {
+		t.Fatalf("want one tree with the BPF classifier: %s", want)
+	}
+	tr := full.Trees[0]
+	alice, shards := 0, 0
+	for _, c := range tr.Classes {
+		if c.Name == "subscribers/alice" {
+			alice++
+			if c.Classified != nil && c.Classified.Packets >= 3 && c.Packets >= 3 {
+				alice += 10
+			}
+		}
+		if c.Name == "(root)" {
+			shards++
+		}
+	}
+	if shards != 4 || alice < 11 {
+		t.Errorf("want 4 shards' roots and alice's 3 pings counted by the classifier and her class: %d roots, alice %d", shards, alice)
+	}
+	if len(tr.Policers) != 1 || tr.Policers[0].Class != "guests" || tr.Policers[0].Green.Packets < 3 {
+		t.Errorf("want the guests' policer with 3 green packets: %+v", tr.Policers)
+	}
+}
+
+// lineDiff shows the first lines where a and b differ.
+func lineDiff(a, b string) string {
+	al, bl := strings.Split(a, "\n"), strings.Split(b, "\n")
+	for i := 0; i < min(len(al), len(bl)); i++ {
+		if al[i] != bl[i] {
+			lo, hi := max(0, i-3), min(i+4, len(al), len(bl))
+			return fmt.Sprintf("line %d:\nwant %s\ngot  %s", i+1, strings.Join(al[lo:hi], "\n     "), strings.Join(bl[lo:hi], "\n     "))
+		}
+	}
+	return fmt.Sprintf("%d lines against %d", len(al), len(bl))
 }

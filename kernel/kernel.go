@@ -167,6 +167,11 @@ func (k *Kernel) Classes(dev string, qdisc tc.Handle) ([]*tc.Class, error) {
 	return k.conn.Classes(dev, qdisc)
 }
 
+// ClassesOf dumps the classes of each of dev's qdiscs (tc.Conn.ClassesOf).
+func (k *Kernel) ClassesOf(dev string, qdiscs []tc.Handle) ([]*tc.Class, error) {
+	return k.conn.ClassesOf(dev, qdiscs)
+}
+
 // Qdiscs dumps dev's qdiscs.
 func (k *Kernel) Qdiscs(dev string) ([]*tc.Qdisc, error) { return k.conn.Qdiscs(dev) }
 

@@ -796,9 +796,14 @@ func decodeStats(b []byte) (*Stats, []byte) {
 	if b == nil {
 		return nil, nil
 	}
+	s := &Stats{}
+	return s, decodeStatsInto(b, s)
+}
+
+// decodeStatsInto is decodeStats into s; it returns the xstats.
+func decodeStatsInto(b []byte, s *Stats) []byte {
 	var a [16][]byte
 	attrTable(b, a[:])
-	s := &Stats{}
 	if v := a[nl.TCA_STATS_BASIC]; len(v) >= 12 {
 		s.Bytes = native.Uint64(v[0:])
 		s.Packets = uint64(native.Uint32(v[8:]))
@@ -813,7 +818,7 @@ func decodeStats(b []byte) (*Stats, []byte) {
 		s.Requeues = native.Uint32(v[12:])
 		s.Overlimits = native.Uint32(v[16:])
 	}
-	return s, a[nl.TCA_STATS_APP]
+	return a[nl.TCA_STATS_APP]
 }
 
 // Classes lists the classes of the qdisc with handle qdisc on dev (0:
@@ -822,18 +827,27 @@ func decodeStats(b []byte) (*Stats, []byte) {
 // a device's dump walks the device's qdiscs, leaves included, up to the
 // one it stopped in each time it resumes (every 32 KB of answer).
 func (c *Conn) Classes(dev string, qdisc Handle) ([]*Class, error) {
+	return c.ClassesOf(dev, []Handle{qdisc})
+}
+
+// ClassesOf dumps the classes of each of dev's qdiscs in turn (a
+// sharded tree's roots), resolving dev once: a link lookup per shard
+// was about 1 ms of an agent's 13 ms of dumps at 16 shards.
+func (c *Conn) ClassesOf(dev string, qdiscs []Handle) ([]*Class, error) {
 	idx, err := c.IfIndex(dev)
 	if err != nil {
 		return nil, err
 	}
 	var out []*Class
-	err = c.dumpEach(unix.RTM_GETTCLASS, tcmsg(idx, 0, uint32(qdisc), 0), func(m []byte) {
-		if cl := decodeClass(dev, idx, qdisc, m); cl != nil {
-			out = append(out, cl)
+	for _, qdisc := range qdiscs {
+		err = c.dumpEach(unix.RTM_GETTCLASS, tcmsg(idx, 0, uint32(qdisc), 0), func(m []byte) {
+			if cl := decodeClass(dev, idx, qdisc, m); cl != nil {
+				out = append(out, cl)
+			}
+		})
+		if err != nil {
+			return nil, fmt.Errorf("dump classes of %s: %w", dev, err)
 		}
-	})
-	if err != nil {
-		return nil, fmt.Errorf("dump classes of %s: %w", dev, err)
 	}
 	return out, nil
 }
@@ -852,6 +866,14 @@ func (c *Conn) Class(dev string, h Handle) (*Class, error) {
 	return decodeClass(dev, idx, qdisc, m), nil
 }
 
+// classBox holds a class and its counters in one allocation: a steady
+// agent pass decodes 10,000 classes.
+type classBox struct {
+	Class
+	stats Stats
+	htb   HTBStats
+}
+
 func decodeClass(dev string, idx int, qdisc Handle, m []byte) *Class {
 	tm := nl.DeserializeTcMsg(m)
 	if int(tm.Ifindex) != idx || qdisc != 0 && Handle(tm.Handle).Major() != qdisc.Major() {
@@ -859,7 +881,8 @@ func decodeClass(dev string, idx int, qdisc Handle, m []byte) *Class {
 	}
 	var a, o [16][]byte
 	attrTable(m[tm.Len():], a[:])
-	cl := &Class{Dev: dev, Handle: Handle(tm.Handle), Parent: Handle(tm.Parent), Kind: kindName(a[tcaKind])}
+	box := &classBox{Class: Class{Dev: dev, Handle: Handle(tm.Handle), Parent: Handle(tm.Parent), Kind: kindName(a[tcaKind])}}
+	cl := &box.Class
 	if cl.Parent == HandleRoot { // top-level classes report TC_H_ROOT
 		cl.Parent = MakeHandle(cl.Handle.Major(), 0)
 	}
@@ -884,12 +907,14 @@ func decodeClass(dev string, idx int, qdisc Handle, m []byte) *Class {
 	}
 	cl.Burst = TicksToBytes(cl.Rate, cl.BufferTicks)
 	cl.Cburst = TicksToBytes(cl.Ceil, cl.CbufferTicks)
-	var app []byte
-	cl.Stats, app = decodeStats(a[tcaStats2])
-	if len(app) >= 20 {
-		cl.HTB = &HTBStats{
-			Lends: native.Uint32(app[0:]), Borrows: native.Uint32(app[4:]), Giants: native.Uint32(app[8:]),
-			Tokens: int32(native.Uint32(app[12:])), Ctokens: int32(native.Uint32(app[16:])),
+	if b := a[tcaStats2]; b != nil {
+		cl.Stats = &box.stats
+		if app := decodeStatsInto(b, cl.Stats); len(app) >= 20 {
+			box.htb = HTBStats{
+				Lends: native.Uint32(app[0:]), Borrows: native.Uint32(app[4:]), Giants: native.Uint32(app[8:]),
+				Tokens: int32(native.Uint32(app[12:])), Ctokens: int32(native.Uint32(app[16:])),
+			}
+			cl.HTB = &box.htb
 		}
 	}
 	return cl

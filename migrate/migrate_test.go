@@ -412,3 +412,37 @@ func FuzzWondershaperFile(f *testing.F) {
 		}
 	})
 }
+
+// Text an import copies into comments (an interface's name, a class's
+// description) is written so that the policy still parses, each comment
+// on its line: bytes that are not UTF-8 made the YAML encoder panic
+// (found by FuzzFireQOS), and a line break would leave the comment's
+// rest as YAML.
+func TestCommentsHoldAnyText(t *testing.T) {
+	for _, tt := range []struct{ name, text, want string }{
+		{"Latin-1", "B\xfcro", "B?ro"},
+		{"a line break", "a\nrate: 1kbit", "a rate: 1kbit"},
+		{"a carriage return", "a\rb", "a b"},
+		{"YAML's other breaks", "a\u0085b\u2028c\u2029d", "a b c d"},
+		{"control bytes", "a\x00b\x1bc\x7f", "a?b?c?"},
+		{"a tab and UTF-8", "a\tb ü", "a\tb ü"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			d := &Draft{Tool: "test", Interfaces: []*Interface{{Name: "eth0", Egress: &Tree{
+				Comment: tt.text, Rate: "10mbit", Default: "a",
+				Classes: []*Class{{Name: "a", Rate: "1mbit", Comment: tt.text}},
+			}}}}
+			out := d.Render()
+			p, _, err := policy.Parse("p.yaml", out)
+			if err != nil {
+				t.Fatalf("the policy does not parse: %v\n%s", err, out)
+			}
+			if n := len(p.Interfaces[0].Egress.Classes); n != 1 {
+				t.Fatalf("%d classes, want 1:\n%s", n, out)
+			}
+			if got := strings.Count(string(out), "# "+tt.want+"\n"); got != 2 {
+				t.Errorf("want the comment %q on the tree's line and the class's, found %d:\n%s", tt.want, got, out)
+			}
+		})
+	}
+}

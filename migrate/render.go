@@ -81,7 +81,7 @@ func renderClasses(cs []*Class) *yaml.Node {
 	for _, c := range cs {
 		n := mapping()
 		put(n, "name", scalar(c.Name), "")
-		n.Content[1].LineComment = classComment(c)
+		n.Content[1].LineComment = commentText(classComment(c))
 		put(n, "rate", scalar(c.Rate), "")
 		opt := func(k, v string) {
 			if v != "" {
@@ -223,8 +223,26 @@ func plain(v string) *yaml.Node {
 func put(m *yaml.Node, k string, v *yaml.Node, comment string) {
 	key := scalar(k)
 	key.Tag = ""
-	key.LineComment = comment
+	key.LineComment = commentText(comment)
 	m.Content = append(m.Content, key, v)
+}
+
+// commentText is s made fit for a comment line. An import copies text
+// from its file into comments (a FireQOS interface's name, a class's
+// description), and that text may hold anything: bytes that are not
+// UTF-8 (a Latin-1 name) made the YAML encoder panic, and a line break
+// (YAML also reads U+0085, U+2028 and U+2029 as one) would end the
+// comment and leave the rest as YAML.
+func commentText(s string) string {
+	return strings.Map(func(r rune) rune {
+		switch {
+		case r == '\n' || r == '\r' || r == 0x85 || r == 0x2028 || r == 0x2029:
+			return ' '
+		case r < 0x20 && r != '\t' || r == 0x7f:
+			return '?'
+		}
+		return r
+	}, strings.ToValidUTF8(s, "?"))
 }
 
 // RenderHosts writes a hosts file.
@@ -233,7 +251,7 @@ func RenderHosts(hosts []Host) []byte {
 	b.WriteString("name,addresses,rate,ceil,parent\n")
 	for _, h := range hosts {
 		if h.Comment != "" {
-			fmt.Fprintf(&b, "# %s\n", strings.ToValidUTF8(strings.NewReplacer("\n", " ", "\r", " ").Replace(h.Comment), "?"))
+			fmt.Fprintf(&b, "# %s\n", commentText(h.Comment))
 		}
 		fmt.Fprintf(&b, "%s,%s,%s,%s,%s\n", h.Name, strings.Join(h.Addresses, " "), h.Rate, h.Ceil, h.Parent)
 	}

@@ -105,7 +105,7 @@ func (sh Share) MarshalJSON() ([]byte, error) {
 
 // Class is one class's configuration and counters.
 type Class struct {
-	handle     tc.Handle  // ID's, where read from HTB (0: parse ID)
+	handle     tc.Handle  // ID's, where read from HTB (0: an EDT aggregate)
 	Name       string     `json:"name"`
 	ID         string     `json:"id"`
 	Parent     string     `json:"parent"`
@@ -398,12 +398,12 @@ func collect(k *kernel.Kernel, devs []string, classes map[string][]*tc.Class, co
 			if err != nil {
 				return nil, err
 			}
+			var roots []tc.Handle
 			for _, q := range kernel.TreeQdiscs(qs) {
-				cs, err := k.Classes(name, q.Handle)
-				if err != nil {
-					return nil, err
-				}
-				live = append(live, cs...)
+				roots = append(roots, q.Handle)
+			}
+			if live, err = k.ClassesOf(name, roots); err != nil {
+				return nil, err
 			}
 			t.read = stamp(start)
 		}

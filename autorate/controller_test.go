@@ -49,6 +49,11 @@ type link struct {
 	shaperQ    float64 // bits in the shaper's queue
 	lastLoss   time.Duration
 	arrived    uint64
+	// bucket: downstream, the modem delivers at its capacity, and up
+	// to this much more at once after it was not busy (a token bucket,
+	// as the lab's modem is: 10 ms).
+	bucket time.Duration
+	tokens float64 // bits
 }
 
 // shaperQueue is the downstream shaper's queue (a bfifo) at its rate,
@@ -72,8 +77,10 @@ func (l *link) down(at, dt time.Duration, capacity, rate float64) (delivered, pa
 		send = l.demand(at) * dt.Seconds()
 	}
 	l.queue += send
-	delivered = math.Min(l.queue, capacity*dt.Seconds())
+	l.tokens = math.Min(l.tokens+capacity*dt.Seconds(), capacity*(dt+l.bucket).Seconds())
+	delivered = math.Min(l.queue, l.tokens)
 	l.queue -= delivered
+	l.tokens -= delivered
 	l.shaperQ += delivered
 	passed = math.Min(l.shaperQ, rate*dt.Seconds())
 	l.shaperQ -= passed
@@ -103,7 +110,8 @@ type trace struct {
 }
 
 // run drives c over l for d, a sample every 50 ms from three reflectors
-// in turn, the counter every 100 ms, a decision after every sample.
+// in turn, the counters every 50 ms (as the agent reads them), a
+// decision after every sample.
 func run(t *testing.T, c *Controller, l *link, from, d time.Duration, tr *trace) {
 	t.Helper()
 	const dt = 10 * time.Millisecond
@@ -136,7 +144,7 @@ func run(t *testing.T, c *Controller, l *link, from, d time.Duration, tr *trace)
 		}
 		qdelay := time.Duration(l.queue / capacity * float64(time.Second))
 		i := int(at / dt)
-		if i%10 == 0 {
+		if i%5 == 0 {
 			c.Passed(now, l.passed)
 			if l.downstream && !l.blind {
 				c.Arrived(now, l.arrived)
@@ -270,29 +278,43 @@ func TestProbeEndsAtTheFirstQueue(t *testing.T) {
 // The lab's download (100 -> 40 -> 80 -> 20 Mbit/s every 10 s, half a
 // second of buffer, a 5 ms threshold), shaped behind the modem: from
 // each phase's third second, the modem's buffer holds under 15 ms
-// (p95) and the receiver gets at least 85% of the capacity. The
-// capacity is read from what the link delivers while its buffer holds
-// a queue (Arrived): from what the shaper passed alone (blind), a cut
-// read the shaper's own rate as the capacity, each cut lower while the
-// senders had not yet slowed, and the rate came back from there: after
-// the fall to 20 Mbit/s the receiver got 86% (94% read from the
+// (p95) and the receiver gets at least 85% of the capacity, with or
+// without the lab modem's token bucket (10 ms of burst).
+//
+// With the bucket the rise (40 -> 80 Mbit/s) is the worst phase here,
+// as in the lab: the bucket delivers its burst as the queue starts, a
+// probe's end read the capacity about 5% high and went back to just
+// above it, and a bufferbloat decrease then waited 300 ms while the
+// queue grew (24.5 ms at the 95th percentile here; 7.2 ms since
+// bufferbloat may follow a probe's end at once).
+//
+// The capacity is read from what the link delivers while its buffer
+// holds a queue (Arrived): from what the shaper passed alone (blind), a
+// cut read the shaper's own rate as the capacity, each cut lower while
+// the senders had not yet slowed, and the rate came back from there:
+// after the fall to 20 Mbit/s the receiver got 90% (96% read from the
 // delivery).
 func TestDownstreamFollowsTheCapacity(t *testing.T) {
 	capacities := []float64{100, 40, 80, 20}
 	fall := map[bool]float64{} // the last phase's share, blind or not
-	for _, blind := range []bool{false, true} {
+	for _, v := range []struct {
+		blind  bool
+		bucket time.Duration
+	}{{false, 0}, {false, 10 * time.Millisecond}, {true, 0}} {
 		c := newController(t, Config{Min: mbit(10), Base: mbit(50), Max: mbit(100), DelayThreshold: 5 * time.Millisecond, Downstream: true})
-		l := &link{capacity: steps(10*time.Second, capacities...), path: time.Millisecond, buffer: 500 * time.Millisecond, downstream: true, blind: blind}
+		l := &link{capacity: steps(10*time.Second, capacities...), path: time.Millisecond, buffer: 500 * time.Millisecond, downstream: true, blind: v.blind, bucket: v.bucket}
 		var tr trace
 		run(t, c, l, 0, 40*time.Second, &tr)
 		for i, capacity := range capacities {
 			from := time.Duration(i)*10*time.Second + 2*time.Second
 			p95, share, _ := tr.span(from, from+8*time.Second)
-			t.Logf("blind %v, %3.0f Mbit/s: queue p95 %v, goodput %.3f of the capacity", blind, capacity, p95, share)
-			if !blind && (p95 > 15*time.Millisecond || share < 0.85) {
-				t.Errorf("at %.0f Mbit/s: the buffer held %v (p95), the receiver got %.3f of the capacity; want under 15 ms and at least 0.85", capacity, p95, share)
+			t.Logf("blind %v, bucket %v, %3.0f Mbit/s: queue p95 %v, goodput %.3f of the capacity", v.blind, v.bucket, capacity, p95, share)
+			if !v.blind && (p95 > 15*time.Millisecond || share < 0.85) {
+				t.Errorf("bucket %v, at %.0f Mbit/s: the buffer held %v (p95), the receiver got %.3f of the capacity; want under 15 ms and at least 0.85", v.bucket, capacity, p95, share)
 			}
-			fall[blind] = share
+			if v.bucket == 0 {
+				fall[v.blind] = share
+			}
 		}
 	}
 	if fall[false] < fall[true]+0.03 {
@@ -304,7 +326,7 @@ func TestDownstreamFollowsTheCapacity(t *testing.T) {
 // samples up to 25 ms late at a 10 ms threshold, a fifth of the time)
 // reads as bufferbloat now and then whichever way the capacity is read;
 // read from the delivery, such a sample costs no more than read from
-// what the shaper passed (both 0.825 of the capacity here): the
+// what the shaper passed (0.84 and 0.82 of the capacity here): the
 // delivery is only trusted while the samples show a queue, and a
 // decrease still needs the queue's slope or a busy shaper.
 func TestDownstreamJitterCostsNoMore(t *testing.T) {

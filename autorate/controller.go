@@ -270,9 +270,9 @@ type Controller struct {
 	// capacity is what the last decrease found the link carries (bytes
 	// per second; 0: none yet).
 	capacity float64
-	// earlyAt is when a probe last ended at the first growing queue
-	// (lastChange too, until a decrease).
-	earlyAt time.Time
+	// probeEnded: the last change (lastChange) was a probe's end at
+	// the first growing queue, not a decrease.
+	probeEnded bool
 
 	readings []reading // the counter over the last 2 s
 	// arrivals is the link's delivered byte counter over the last 2 s
@@ -603,13 +603,13 @@ func (c *Controller) Decide(now time.Time) Decision {
 		// queue after the last decrease (those before cannot show its
 		// effect: a deep queue returns them late), at least three.
 		slope, depth, n := c.slope(c.lastChange)
-		// A probe's end (earlyAt) is no decrease to wait on: it went
+		// A probe's end (probeEnded) is no decrease to wait on: it went
 		// just under the capacity it read, and a queue that still
 		// grows after it says that reading was high (a link with a
 		// token bucket delivers its burst as the queue starts: the
 		// lab's modem read 84 to 86 Mbit/s on an 80 Mbit/s line, and
 		// for 300 ms nothing drained a queue that grew to 20 to 35 ms).
-		if (now.Sub(c.lastChange) >= c.cfg.BloatEvery || c.lastChange.Equal(c.earlyAt) && slope > 0) && n >= 3 {
+		if (now.Sub(c.lastChange) >= c.cfg.BloatEvery || c.probeEnded && slope > 0) && n >= 3 {
 			sent, capacity := c.fromSlope(slope)
 			arrived, known := c.delivered()
 			if c.cfg.Downstream && c.loaded {
@@ -702,7 +702,7 @@ func (c *Controller) Decide(now time.Time) Decision {
 				capacity = math.Max(capacity, c.capacity)
 				if back := capacity * (1 - margin); back < c.rate {
 					c.rate, c.capacity = back, capacity
-					c.lastChange, c.earlyAt = now, now
+					c.lastChange, c.probeEnded = now, true
 				}
 			}
 			break
@@ -782,7 +782,7 @@ func (c *Controller) decrease(now time.Time, capacity, depth float64, full, meas
 	}
 	if target < c.rate {
 		c.rate = target
-		c.lastChange = now
+		c.lastChange, c.probeEnded = now, false
 	}
 }
 

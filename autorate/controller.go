@@ -70,8 +70,9 @@ type Config struct {
 	DriftEvery time.Duration
 	// BloatEvery: after a decrease, the next waits this long, and comes
 	// only if the delay still rises (the first one takes a while to
-	// show); after a probe's end, a queue that still grows is cut at
-	// once. 300 ms.
+	// show), or, downstream, where the decrease read the capacity from
+	// what passed and what passes still runs under the rate; after a
+	// probe's end, a queue that still grows is cut at once. 300 ms.
 	BloatEvery time.Duration
 	// LoadEvery is the shortest span the passed rate is measured over.
 	// 200 ms.
@@ -273,6 +274,11 @@ type Controller struct {
 	// probeEnded: the last change (lastChange) was a probe's end at
 	// the first growing queue, not a decrease.
 	probeEnded bool
+	// pending: downstream, the target of the last decrease that read
+	// the capacity from what passed, lowered to what the link was
+	// since measured to deliver (bytes per second; 0: none). nextStep
+	// goes on toward it unless the link shows it carries the rate.
+	pending float64
 
 	readings []reading // the counter over the last 2 s
 	// arrivals is the link's delivered byte counter over the last 2 s
@@ -603,6 +609,17 @@ func (c *Controller) Decide(now time.Time) Decision {
 		// queue after the last decrease (those before cannot show its
 		// effect: a deep queue returns them late), at least three.
 		slope, depth, n := c.slope(c.lastChange)
+		arrived, known := c.delivered()
+		if known && c.pending > 0 {
+			// What the link delivered while its buffer held the queue
+			// the samples show is its capacity: the pending decrease
+			// goes no higher (a first cut that came before the queue
+			// had lasted long enough to measure read what passed over
+			// a second, mostly from before the drop: the pending rate
+			// stood at 41 Mbit/s on a 40 Mbit/s line).
+			c.pending = math.Min(c.pending, c.below(arrived, depth))
+			c.capacity = math.Min(c.capacity, arrived)
+		}
 		// A probe's end (probeEnded) is no decrease to wait on: it went
 		// just under the capacity it read, and a queue that still
 		// grows after it says that reading was high (a link with a
@@ -611,7 +628,6 @@ func (c *Controller) Decide(now time.Time) Decision {
 		// for 300 ms nothing drained a queue that grew to 20 to 35 ms).
 		if (now.Sub(c.lastChange) >= c.cfg.BloatEvery || c.probeEnded && slope > 0) && n >= 3 {
 			sent, capacity := c.fromSlope(slope)
-			arrived, known := c.delivered()
 			if c.cfg.Downstream && c.loaded {
 				// What the shaper passed is the capacity only while the
 				// shaper does not hold it back; while it does, the
@@ -664,12 +680,15 @@ func (c *Controller) Decide(now time.Time) Decision {
 			gone := c.cfg.Downstream && c.fed() && !c.queued()
 			if !gone && (full || slope > 0 || sent >= c.cfg.HighLoad*c.rate && !drained) {
 				c.decrease(now, capacity, depth, full, known)
+			} else {
+				c.nextStep(now, passedBytes)
 			}
 		}
 		c.lastGrow = now
 	case c.loaded && passedBytes >= c.cfg.HighLoad*c.rate:
 		c.stalled = false
 		d.State = High
+		c.pending = 0 // the link carries the rate
 		// Grow while the queue stays short: close in on the capacity
 		// last found, then probe past it, slowly at first, faster the
 		// longer no bufferbloat answers (the link may have grown).
@@ -725,6 +744,10 @@ func (c *Controller) Decide(now time.Time) Decision {
 		d.State = Low
 		if passedBytes < float64(c.cfg.IdleRate) {
 			d.State = Idle
+			c.pending = 0 // the load ended: nothing more is known
+		}
+		if now.Sub(c.lastChange) >= c.cfg.BloatEvery && c.nextStep(now, passedBytes) {
+			break
 		}
 		if now.Sub(c.lastDrift) >= c.cfg.DriftEvery {
 			c.lastDrift = now
@@ -749,6 +772,28 @@ func (c *Controller) Decide(now time.Time) Decision {
 // buffer cuts by the most. measured: downstream, the capacity is what
 // the link delivered while it held a queue, which needs no second look.
 func (c *Controller) decrease(now time.Time, capacity, depth float64, full, measured bool) {
+	if full {
+		capacity = math.Min(capacity, c.rate)
+	}
+	target := c.below(capacity, depth)
+	// Upstream, only a decision that decreases keeps its capacity: one
+	// that does not reads a queue already draining, whose slope
+	// flattens as it empties (read as a capacity lower than the one
+	// the decrease found). Downstream the capacity is what passed.
+	if target < c.rate || c.cfg.Downstream {
+		c.capacity = capacity
+	}
+	c.pending = 0
+	if c.cfg.Downstream && !measured {
+		c.pending = target
+	}
+	c.step(now, target, !measured)
+}
+
+// below is the rate a decrease sets for a capacity (bytes per second)
+// and a queue of depth (ns): under the capacity by what drains the
+// queue within DrainTime, no further than the floor allows.
+func (c *Controller) below(capacity, depth float64) float64 {
 	floor := c.cfg.DecreaseMax
 	drainTime := float64(c.cfg.DrainTime)
 	if c.cfg.Downstream {
@@ -760,30 +805,47 @@ func (c *Controller) decrease(now time.Time, capacity, depth float64, full, meas
 		floor = math.Max(floor, downstreamFloor)
 		drainTime /= 3
 	}
-	drain := math.Max(1-depth/drainTime, floor)
-	if full {
-		capacity = math.Min(capacity, c.rate)
-	}
-	target := capacity * drain
+	target := capacity * math.Max(1-depth/drainTime, floor)
 	if c.cfg.Downstream {
 		target = math.Min(target, capacity*(1-c.cfg.DecreaseMargin))
-		// One step at a time: each shows in what passes next. (What
-		// the link delivered is the capacity already.)
-		if !measured {
-			target = math.Max(target, downstreamStep*c.rate)
-		}
 	}
-	// Upstream, only a decision that decreases keeps its capacity: one
-	// that does not reads a queue already draining, whose slope
-	// flattens as it empties (read as a capacity lower than the one
-	// the decrease found). Downstream the capacity is what passed.
-	if target < c.rate || c.cfg.Downstream {
-		c.capacity = capacity
+	return target
+}
+
+// step sets the rate to target where that is lower; downstream, a
+// target not measured (stepwise) no lower than downstreamStep of the
+// rate: each step shows in what passes next (what the link delivered
+// while it held a queue is the capacity already).
+func (c *Controller) step(now time.Time, target float64, stepwise bool) {
+	if c.cfg.Downstream && stepwise {
+		target = math.Max(target, downstreamStep*c.rate)
 	}
 	if target < c.rate {
 		c.rate = target
 		c.lastChange, c.probeEnded = now, false
 	}
+}
+
+// nextStep goes on with a downstream decrease read from what passed
+// (pending): the next step toward its target, or toward the capacity
+// the link was since measured to deliver where that is lower. What
+// passed over the last second mixes in the rate from before a drop,
+// and one step goes halfway at most, and the queue the drop built may
+// drain before another decrease could see it: in the lab the upload's
+// own drop held the download's ACKs, its senders paused, and a rate
+// left at 46 to 50 Mbit/s on a 40 Mbit/s line let the buffer refill to
+// 40 to 90 ms two seconds after the drop. It waits BloatEvery after
+// the last step, goes only while what passes (passed, bytes per
+// second) runs under the rate (a link that carries the rate ends the
+// decrease), and reports whether it stepped.
+func (c *Controller) nextStep(now time.Time, passed float64) bool {
+	target := c.pending
+	if target == 0 || target >= c.rate || passed >= c.cfg.HighLoad*c.rate {
+		c.pending = 0
+		return false
+	}
+	c.step(now, target, true)
+	return true
 }
 
 func clamp(x float64) float64 { return math.Min(math.Max(x, 0), 1) }

@@ -351,6 +351,81 @@ func TestDownstreamJitterCostsNoMore(t *testing.T) {
 	}
 }
 
+// A download's drop whose queue goes before the rate reached the
+// capacity (seen in the lab: the upload's own drop held the download's
+// ACKs, its senders paused, and the queue they had built drained by
+// itself). The first cut comes before the queue lasted long enough to
+// measure what the link delivered, so it reads the capacity from what
+// the shaper passed over the last second: after a long pause (25
+// Mbit/s) that goes halfway, one step; after a short one the reading
+// mixes in the 100 Mbit/s from before the drop and the cut lands above
+// the line. Either way the rest is pending: the next decision a
+// BloatEvery later takes it, whether bufferbloat still shows or the
+// load runs under the rate, and goes no higher than what the link was
+// since measured to deliver (40 Mbit/s) while the queue lasted. Where
+// the link then carries the rate (High), nothing more is cut.
+func TestPendingDecreaseFollows(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		pause    int     // 50 ms steps at 25 Mbit/s before the queue
+		queue    int     // samples that show the queue
+		recovers bool    // the link carries 48 Mbit/s after the cut
+		most     float64 // the rate after the next step, at most (Mbit/s)
+		least    float64 // and at least
+	}{
+		{"a long pause, then a short queue", 24, 4, false, 30, 20},
+		{"the link carries the rate after all", 24, 4, true, 100, 48},
+		{"a short pause; the queue lasts to be measured", 6, 7, false, 38, 30},
+	} {
+		c := newController(t, Config{Min: mbit(10), Base: mbit(100), Max: mbit(100), DelayThreshold: 5 * time.Millisecond, Downstream: true})
+		var passed, arrived uint64
+		at := time.Duration(0)
+		// step moves the clock 50 ms: the shaper passed rate (Mbit/s),
+		// the link delivered link, a sample showed delay, and the
+		// controller decides.
+		step := func(rate, link float64, delay time.Duration) Decision {
+			at += 50 * time.Millisecond
+			passed += uint64(rate * 1e6 / 8 * 0.05)
+			arrived += uint64(link * 1e6 / 8 * 0.05)
+			now := t0.Add(at)
+			c.Passed(now, passed)
+			c.Arrived(now, arrived)
+			c.Delay(Sample{Reflector: "r1", At: now, Delay: time.Millisecond + delay})
+			return c.Decide(now)
+		}
+		for range 40 { // 2 s at the line's 100 Mbit/s
+			step(100, 100, 0)
+		}
+		for range tc.pause { // the senders pause: no queue
+			step(25, 25, 0)
+		}
+		var cut Decision
+		var cutAt time.Duration
+		for i := range tc.queue { // a queue shows; the link delivers 40
+			d := step(25, 40, time.Duration(2+4*i)*time.Millisecond)
+			if d.Changed && cutAt == 0 {
+				cut, cutAt = d, at
+			}
+		}
+		if cutAt == 0 {
+			t.Fatalf("%s: no cut", tc.name)
+		}
+		rate := 25.0
+		if tc.recovers {
+			rate = 48
+		}
+		next := Decision{Rate: cut.Rate}
+		for at < cutAt+c.Config().BloatEvery+100*time.Millisecond {
+			next = step(rate, rate, 0) // the queue is gone
+		}
+		got := next.Rate.BitsFloat() / 1e6
+		t.Logf("%s: cut to %.1f Mbit/s at %v, then %.1f Mbit/s (%v)", tc.name, cut.Rate.BitsFloat()/1e6, cutAt, got, next.State)
+		if got > tc.most || got < tc.least {
+			t.Errorf("%s: a cut to %.1f Mbit/s, then %.1f Mbit/s a BloatEvery later; want %g to %g", tc.name, cut.Rate.BitsFloat()/1e6, got, tc.least, tc.most)
+		}
+	}
+}
+
 // A step down: the rate falls below the new capacity within two
 // seconds, and the queue it built drains.
 func TestStepDown(t *testing.T) {

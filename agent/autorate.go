@@ -245,7 +245,7 @@ func (a *Agent) autoEvent(ev autoEvent) {
 				d = r.Down
 			}
 		}
-		t.ctl.Delay(autorate.Sample{Reflector: name, At: r.At, Delay: d})
+		t.ctl.Delay(autorate.Sample{Reflector: name, At: r.At, Delay: d, Sent: r.Sent})
 	}
 }
 

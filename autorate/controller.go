@@ -39,7 +39,10 @@ type Config struct {
 	// Window samples (all reflectors pooled) above the threshold. 6, 3.
 	Window, BloatCount int
 	// DrainTime: a decrease sets the rate to the capacity less what
-	// drains the queue the samples show within this long. 500 ms.
+	// drains the queue the samples show within this long (a probe's
+	// end, and downstream every decrease, within a third of it), and
+	// once it has drained, the rate goes back to just under the
+	// capacity, no later than this long after the cut. 500 ms.
 	DrainTime time.Duration
 	// DecreaseMax is the least one decrease leaves of the capacity it
 	// found (a deep queue drains over several). 0.5.
@@ -226,11 +229,13 @@ func (s State) String() string {
 }
 
 // Sample is one reflector's reply: the delay it measured (one way, or
-// half the round trip) and when it came.
+// half the round trip), when it came, and when its request was sent
+// (zero: not known).
 type Sample struct {
 	Reflector string
 	At        time.Time
 	Delay     time.Duration
+	Sent      time.Time
 }
 
 // Decision is the controller's verdict at a moment: the rate to shape
@@ -274,6 +279,13 @@ type Controller struct {
 	// probeEnded: the last change (lastChange) was a probe's end at
 	// the first growing queue, not a decrease.
 	probeEnded bool
+	// grewAt is when the rate last grew (closing in or probing).
+	grewAt time.Time
+	// restoreAt and restoreTo: a cut below the capacity it measured
+	// drains the queue it saw by then; the rate then goes back to
+	// restoreTo (bytes per second), just under that capacity.
+	restoreAt time.Time
+	restoreTo float64
 	// pending: downstream, the target of the last decrease that read
 	// the capacity from what passed, lowered to what the link was
 	// since measured to deliver (bytes per second; 0: none). nextStep
@@ -504,9 +516,18 @@ func (c *Controller) Delay(s Sample) {
 	if len(c.recent) == slopeSamples {
 		c.recent = append(c.recent[:0], c.recent[1:]...)
 	}
-	// The probe joined the queue its delay ago (less the path's): the
-	// slope and what the shaper sent are matched at that time.
-	c.recent = append(c.recent, point{s.At.Add(-time.Duration(delta)), delta})
+	// The slope and what the shaper sent are matched at the time the
+	// probe joined the queue. Downstream, the reply's: its delay ago
+	// (less the path's). Upstream, the request's, as it was sent: the
+	// reply then came back through the other direction's queue, which
+	// the delay leaves out: a download's growing queue stretches the
+	// upload's samples apart and biases the slope (in the unit test a
+	// growing upload read 22.9 Mbit/s on a 20 Mbit/s line).
+	joined := s.At.Add(-time.Duration(delta))
+	if !c.cfg.Downstream && !s.Sent.IsZero() {
+		joined = s.Sent
+	}
+	c.recent = append(c.recent, point{joined, delta})
 	// One full packet's serialisation at the rate is delay every sample
 	// may see behind a packet in flight, not a queue.
 	over := float64(c.cfg.DelayThreshold) + 1514/math.Max(c.rate, 1)*float64(time.Second)
@@ -583,6 +604,23 @@ func (c *Controller) Decide(now time.Time) Decision {
 	old := c.rate
 	d := Decision{Passed: c.passed, AvgDelta: time.Duration(c.avgDelta)}
 	passedBytes := c.passed / 8
+	if !c.restoreAt.IsZero() && !now.Before(c.restoreAt) {
+		// The cut drained the queue it saw: back to just under the
+		// capacity it measured, rather than closing in on it from the
+		// cut for a second or more; once the newest sample shows the
+		// queue gone (downstream the senders' windows still grow until
+		// the shaper's own queue overflows, and the queue the samples
+		// show with them: in the lab it grew from 5 to 38 ms under a
+		// rate 5% below the line), and no later than DrainTime after
+		// the cut.
+		switch {
+		case now.Sub(c.lastChange) > c.cfg.DrainTime:
+			c.restoreAt = time.Time{}
+		case !c.queued():
+			c.rate = math.Max(c.rate, c.restoreTo)
+			c.restoreAt = time.Time{}
+		}
+	}
 	switch {
 	case now.Sub(c.lastReply) >= c.cfg.StallAfter:
 		// Nothing is known: hold. The samples from before the outage say
@@ -592,6 +630,7 @@ func (c *Controller) Decide(now time.Time) Decision {
 			d.State = Stall
 		}
 		c.lastDrift, c.lastGrow = now, now // the drift waits too
+		c.restoreAt = time.Time{}
 		if !c.stalled {
 			c.stalled = true
 			clear(c.window)
@@ -617,7 +656,7 @@ func (c *Controller) Decide(now time.Time) Decision {
 			// had lasted long enough to measure read what passed over
 			// a second, mostly from before the drop: the pending rate
 			// stood at 41 Mbit/s on a 40 Mbit/s line).
-			c.pending = math.Min(c.pending, c.below(arrived, depth))
+			c.pending = math.Min(c.pending, c.below(arrived, depth, false))
 			c.capacity = math.Min(c.capacity, arrived)
 		}
 		// A probe's end (probeEnded) is no decrease to wait on: it went
@@ -698,38 +737,10 @@ func (c *Controller) Decide(now time.Time) Decision {
 		if dt <= 0 || now.Sub(c.lastChange) < c.cfg.BloatEvery {
 			break
 		}
-		// A queue (the last samples' average, or the newest alone
-		// where the queue grows: each sample waited for costs the
-		// probe's growth, 2.5% of the rate at full speed, and in the
-		// lab a rise's probe stood 10 to 19% over the line by then):
-		// the growth stops.
-		if depth > c.queueLevel() || c.queued() && slope > 0 && n >= 3 {
-			// One that still grows answers the probe, before it
-			// reaches the threshold and bufferbloat would: the link
-			// carries what the slope shows (downstream, what passed),
-			// or the capacity last found where that is less (a drop is
-			// bufferbloat's to find, from more samples). The rate goes
-			// just under it, and the queue drains.
-			if c.capacity > 0 && slope > 0 && n >= 3 {
-				sent, capacity := c.fromSlope(slope)
-				margin := c.cfg.Margin
-				if c.cfg.Downstream {
-					// What passed (or, better, what the link delivered
-					// while the queue grew) reads a little above the
-					// line, as in a decrease.
-					capacity, margin = sent, math.Max(margin, c.cfg.DecreaseMargin)
-					if arrived, ok := c.delivered(); ok {
-						capacity = arrived
-					}
-				}
-				capacity = math.Max(capacity, c.capacity)
-				if back := capacity * (1 - margin); back < c.rate {
-					c.rate, c.capacity = back, capacity
-					c.lastChange, c.probeEnded = now, true
-				}
-			}
+		if c.probeAnswered(now, slope, depth, n) {
 			break
 		}
+		c.grewAt = now
 		if target := c.capacity * (1 - c.cfg.Margin); c.rate < target*0.995 {
 			c.rate += (target - c.rate) * math.Min(1, dt/c.cfg.Approach.Seconds())
 			break
@@ -749,6 +760,16 @@ func (c *Controller) Decide(now time.Time) Decision {
 		if passedBytes < float64(c.cfg.IdleRate) {
 			d.State = Idle
 			c.pending = 0 // the load ended: nothing more is known
+		}
+		// A probe that grows fast runs ahead of what passes (the
+		// senders follow a span later): the load reads low every other
+		// decision, and a queue that shows then answers it all the
+		// same (in the lab the upload's probe stood 15% over its line
+		// one decision more, and the queue reached 24 ms).
+		if now.Sub(c.grewAt) < 2*c.cfg.LoadEvery && now.Sub(c.lastChange) >= c.cfg.BloatEvery {
+			if slope, depth, n := c.slope(c.lastChange); c.probeAnswered(now, slope, depth, n) {
+				break
+			}
 		}
 		if now.Sub(c.lastChange) >= c.cfg.BloatEvery && c.nextStep(now, passedBytes) {
 			break
@@ -779,34 +800,124 @@ func (c *Controller) decrease(now time.Time, capacity, depth float64, full, meas
 	if full {
 		capacity = math.Min(capacity, c.rate)
 	}
-	target := c.below(capacity, depth)
+	target := c.below(capacity, depth, false)
 	// Upstream, only a decision that decreases keeps its capacity: one
 	// that does not reads a queue already draining, whose slope
 	// flattens as it empties (read as a capacity lower than the one
-	// the decrease found). Downstream the capacity is what passed.
-	if target < c.rate || c.cfg.Downstream {
+	// the decrease found). So does one held at Min, which decreases
+	// nothing (in one run after the lab's drop to 8 Mbit/s a decision
+	// at Min read 7.0 where the cut before read 8.1). Downstream the
+	// capacity is what passed.
+	if math.Max(target, float64(c.cfg.Min)) < c.rate || c.cfg.Downstream {
 		c.capacity = capacity
 	}
 	c.pending = 0
 	if c.cfg.Downstream && !measured {
 		c.pending = target
 	}
+	old := c.rate
 	c.step(now, target, !measured)
+	if c.rate < old && !full && (measured || !c.cfg.Downstream) {
+		c.drainThenRestore(now, capacity, depth)
+	}
 }
 
-// below is the rate a decrease sets for a capacity (bytes per second)
-// and a queue of depth (ns): under the capacity by what drains the
-// queue within DrainTime, no further than the floor allows.
-func (c *Controller) below(capacity, depth float64) float64 {
-	floor := c.cfg.DecreaseMax
-	drainTime := float64(c.cfg.DrainTime)
+// probeAnswered reports whether the newest samples show a queue, which
+// stops a probe's growth; where it still grows it answers the probe,
+// before it reaches the threshold and bufferbloat would: the link
+// carries what the slope shows (downstream, what the link delivered
+// while the queue grew, or what passed), or the capacity last found
+// where that is less (a drop is bufferbloat's to find, from more
+// samples). The rate goes under it by what drains the queue (a queue
+// the samples show as it was when they joined it, grown since), then
+// back to just under it.
+func (c *Controller) probeAnswered(now time.Time, slope, depth float64, n int) bool {
+	// A queue (the last samples' average, or the newest alone where
+	// the queue grows: each sample waited for costs the probe's
+	// growth, 2.5% of the rate at full speed, and in the lab a rise's
+	// probe stood 10 to 19% over the line by then): the growth stops.
+	if !(depth > c.queueLevel() || c.queued() && slope > 0 && n >= 3) {
+		return false
+	}
+	if c.capacity == 0 || slope <= 0 || n < 3 {
+		return true
+	}
+	sent, capacity := c.fromSlope(slope)
+	margin := c.cfg.Margin
 	if c.cfg.Downstream {
-		// Behind the buffer the queue moves into the shaper's own at
-		// the capacity less the rate, and goes once that overflows and
-		// the senders slow down: the cut moves it within a third of
-		// DrainTime, but no deeper than the floor, past which it costs
-		// goodput and drains little faster.
-		floor = math.Max(floor, downstreamFloor)
+		// What passed (or, better, what the link delivered while the
+		// queue grew) reads a little above the line, as in a decrease.
+		capacity, margin = sent, math.Max(margin, c.cfg.DecreaseMargin)
+		if arrived, ok := c.delivered(); ok {
+			capacity = arrived
+		}
+	}
+	// Only a probe past the capacity last found builds a queue worth
+	// draining; below it, a queue that shows is a drop (bufferbloat's
+	// to find) or jitter, and a deeper cut for it costs goodput (0.84
+	// of the capacity under the jitter test's, 0.78 with the drain).
+	past := c.rate > c.capacity
+	capacity = math.Max(capacity, c.capacity)
+	back := capacity * (1 - margin)
+	var queue float64
+	if past {
+		last := c.recent[len(c.recent)-1]
+		queue = last.delta + slope*float64(now.Sub(last.at))
+		back = math.Min(back, c.below(capacity, queue, true))
+	}
+	if back < c.rate {
+		c.rate, c.capacity = back, capacity
+		c.lastChange, c.probeEnded = now, true
+		c.drainThenRestore(now, capacity, queue)
+	}
+	return true
+}
+
+// drainThenRestore schedules the rate's return to just under capacity
+// (bytes per second) once the cut to the rate in force has drained a
+// queue of depth (ns): the buffer drains at the capacity less the rate
+// the senders keep to, so by depth * capacity / (capacity - rate), and
+// Decide waits on from then for a sample that shows the queue gone
+// (downstream the senders' windows grow on until the shaper's own
+// queue overflows). The link stays busy while its queue drains, so a
+// deep, short cut costs next to nothing; staying there costs goodput.
+//
+// A cut the floor held drains nothing by then (a queue that deep came
+// from a drop, whose capacity one reading does not settle): the next
+// decisions go on from it.
+func (c *Controller) drainThenRestore(now time.Time, capacity, depth float64) {
+	c.restoreAt = time.Time{}
+	if c.rate >= capacity || depth <= 0 || c.rate <= c.floor()*capacity*1.001 {
+		return
+	}
+	margin := c.cfg.Margin
+	if c.cfg.Downstream {
+		margin = math.Max(margin, c.cfg.DecreaseMargin)
+	}
+	to := capacity * (1 - margin)
+	if to <= c.rate {
+		return
+	}
+	wait := time.Duration(depth * capacity / (capacity - c.rate))
+	c.restoreAt, c.restoreTo = now.Add(min(wait, c.cfg.DrainTime)), to
+}
+
+// below is the rate a decrease (or, probe, a probe's end) sets for a
+// capacity (bytes per second) and a queue of depth (ns): under the
+// capacity by what drains the queue in time, no further than the floor
+// allows.
+func (c *Controller) below(capacity, depth float64, probe bool) float64 {
+	floor := c.floor()
+	// Downstream, and at a probe's end, the cut drains the queue
+	// within a third of DrainTime, and the rate goes back up once it
+	// has (drainThenRestore). An upload's decrease drains it within
+	// DrainTime: a decision that follows a drop's first cut reads the
+	// slope of a queue that drains, and a deeper cut there takes the
+	// rate to Min on a reading that is low (after the lab's drop to 8
+	// Mbit/s, 6.4 to 7.7), which the rate then closes in on for
+	// seconds.
+	drainTime := float64(c.cfg.DrainTime)
+	if c.cfg.Downstream || probe {
 		drainTime /= 3
 	}
 	target := capacity * math.Max(1-depth/drainTime, floor)
@@ -814,6 +925,18 @@ func (c *Controller) below(capacity, depth float64) float64 {
 		target = math.Min(target, capacity*(1-c.cfg.DecreaseMargin))
 	}
 	return target
+}
+
+// floor is the least share of the capacity a decrease leaves. Behind
+// the buffer (downstream) the queue moves into the shaper's own at the
+// capacity less the rate, and goes once that overflows and the senders
+// slow down: no deeper than downstreamFloor, past which a cut costs
+// goodput and drains little faster.
+func (c *Controller) floor() float64 {
+	if c.cfg.Downstream {
+		return math.Max(c.cfg.DecreaseMax, downstreamFloor)
+	}
+	return c.cfg.DecreaseMax
 }
 
 // step sets the rate to target where that is lower; downstream, a

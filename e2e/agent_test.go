@@ -59,6 +59,19 @@ func startAgent(t *testing.T, ns, pol string, extra ...string) *agentProc {
 // with env added to the environment.
 func startAgentWith(t *testing.T, binary string, env []string, ns, pol string, extra ...string) *agentProc {
 	t.Helper()
+	return launchAgent(t, binary, env, 10*time.Second, ns, pol, extra...)
+}
+
+// startAgentWithin is startAgent for a first pass that may take up to
+// within: a policy whose first apply writes tens of thousands of
+// objects, at the kernel's pace.
+func startAgentWithin(t *testing.T, within time.Duration, ns, pol string, extra ...string) *agentProc {
+	t.Helper()
+	return launchAgent(t, bin, nil, within, ns, pol, extra...)
+}
+
+func launchAgent(t *testing.T, binary string, env []string, within time.Duration, ns, pol string, extra ...string) *agentProc {
+	t.Helper()
 	args := append([]string{"--netns", ns, "agent", pol, "--listen", "127.0.0.1:0", "--log-format", "json"}, extra...)
 	a := &agentProc{t: t, cmd: exec.Command(binary, args...), done: make(chan struct{})}
 	a.cmd.Env = append(append(os.Environ(), "SLUICE_STATE_DIR="+stateDir(t)), env...)
@@ -75,7 +88,8 @@ func startAgentWith(t *testing.T, binary string, env []string, ns, pol string, e
 		}
 	})
 	info := filepath.Join(stateDir(t), "netns", ns, agent.AgentFile)
-	deadline := time.Now().Add(10 * time.Second)
+	start := time.Now()
+	deadline := start.Add(within)
 	for {
 		select {
 		case <-a.done:
@@ -88,12 +102,15 @@ func startAgentWith(t *testing.T, binary string, env []string, ns, pol string, e
 				a.addr = i.Listen
 				// Started: healthy, or waiting for a missing device.
 				if code, body := a.get("/healthz"); code == 200 || code == 503 && strings.Contains(body, "waiting for") {
+					if d := time.Since(start); d > 5*time.Second {
+						t.Logf("agent healthy after %v", d.Round(time.Millisecond))
+					}
 					return a
 				}
 			}
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("agent not healthy within 10 s:\n%s", a.Log())
+			t.Fatalf("agent not healthy within %v:\n%s", within, a.Log())
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

@@ -620,6 +620,35 @@ func TestIdleDecaysToBase(t *testing.T) {
 	}
 }
 
+// The drift keeps its cadence, 1% a second, when decisions come late:
+// a loaded or emulated machine's ticker (the 6.1 lane's idle phase
+// moved 5% in 6 s, one step lost) may run every 300 ms where the agent
+// asks for 50. Each step is due a DriftEvery after the last was due,
+// not after the decision that took it (then 1.2 s apart: 10 steps in
+// 12 s, not 12).
+func TestDriftKeepsItsCadence(t *testing.T) {
+	for _, every := range []time.Duration{50 * time.Millisecond, 130 * time.Millisecond, 300 * time.Millisecond} {
+		c := newController(t, lte)
+		c.rate = 2 * float64(lte.Base) // bytes per second, as the controller keeps it
+		start := c.rate
+		var passed uint64
+		at := time.Duration(0)
+		for ; at < 12*time.Second+every; at += every { // the last at 12 s or just past
+			now := t0.Add(at)
+			passed += uint64(0.5e6 / 8 * every.Seconds())
+			c.Passed(now, passed)
+			c.Delay(Sample{Reflector: "r1", At: now, Delay: 10 * time.Millisecond})
+			if d := c.Decide(now); d.State != Idle {
+				t.Fatalf("decisions every %s: state %v at %s; want idle", every, d.State, at)
+			}
+		}
+		steps := math.Log(c.rate/start) / math.Log(0.99)
+		if steps < 11.5 || steps > 12.5 {
+			t.Errorf("decisions every %s, %.2f s idle: the rate moved %.1f steps of 1%%; want 12 (one a second)", every, (at - every).Seconds(), steps)
+		}
+	}
+}
+
 // The load ending while the modem's buffer still holds a queue is no
 // news of the capacity: the queue drains by itself, and the decisions
 // its last samples still call bufferbloat hold the rate (only the idle

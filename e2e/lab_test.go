@@ -1123,10 +1123,11 @@ func TestProdNonprodScenario(t *testing.T) {
 // (33.6 against 38.0 Mbit/s in one lane run, fairness 0.99; 30.2
 // against 36.6, 0.826, on a CI machine that emulated slowly, its whole
 // guest 2,256 s where others take 1,400). There the alone check holds
-// at 0.8 of the plain limit instead of 0.95: still 150 times the host's
-// own rate, which is all a host that could not borrow would get. At
-// half the rates, where the guest has room, the leaves' byte floors
-// made the delays another experiment (240 ms), so the rates stay.
+// at 0.8 of the plain limit instead of 0.95: about 29 Mbit/s, 190
+// times the host's own rate (39 Mbit/s over 254 hosts), which is all a
+// host that could not borrow would get. At half the rates, where the
+// guest has room, the leaves' byte floors made the delays another
+// experiment (240 ms), so the rates stay.
 func TestFairShareScenario(t *testing.T) {
 	testutil.Quiet(t)
 	runScenarioExcusing(t, "fair-share", 1, []string{"FIFO", "LIMIT", "PER-HOST"}, 4, emulatedAlone)

@@ -440,17 +440,21 @@ func TestReferencePoliced(t *testing.T) {
 }
 
 // A cell measured twice says so under its total, with what the first
-// measurement found.
+// measurement found, and a short one with what the plain limit carried
+// between the two.
 func TestReportShowsSecondMeasurements(t *testing.T) {
 	v := Verdict{Pass: true, Worst: 0.021, IdealTotal: 1e7, MeasuredTotal: 9.9e6, Utilisation: 1}
+	slow := v
+	slow.Efficiency = 0.91
 	r := &Report{Policy: "p.yaml", Trees: []*TreeReport{{Interface: "eth0", Direction: "egress", Device: "eth0", Pass: true,
 		Cells: []*CellReport{
-			{Cell: Cell{Name: "short"}, Verdict: v, FirstTotal: 8.1e6},
+			{Cell: Cell{Name: "short"}, Verdict: slow, FirstTotal: 8.1e6, ReferenceAgain: 9.1e6},
 			{Cell: Cell{Name: "off"}, Verdict: v, FirstWorst: 0.068},
 		}}}}
 	var b strings.Builder
 	r.WriteText(&b, false)
-	for _, want := range []string{"8.10 Mbit/s (measured twice: the first carried this in all)", "(measured twice: the first was 6.8% from the reference)"} {
+	for _, want := range []string{"8.10 Mbit/s (measured twice: the first carried this in all)", "9.10 Mbit/s (a plain limit between the two: at this bed's 91% then)",
+		"(measured twice: the first was 6.8% from the reference)"} {
 		if !strings.Contains(strings.Join(strings.Fields(b.String()), " "), want) {
 			t.Errorf("report lacks %q:\n%s", want, b.String())
 		}

@@ -84,6 +84,10 @@ type CellReport struct {
 	// carried in all (bits/s): it fell short of the bed's reference
 	// with every share right, and the cell was measured once more.
 	FirstTotal float64 `json:"first_total_bps,omitempty"`
+	// ReferenceAgain, when set, is what a plain limit at the tree's
+	// rate carried between the two measurements (bits/s): the second is
+	// judged by the lower of it and the tree's first reading.
+	ReferenceAgain float64 `json:"reference_again_bps,omitempty"`
 	// FirstWorst, when set, is the first measurement's worst deviation:
 	// it was past the tolerance by less than as much again, and the
 	// cell was measured once more.
@@ -208,6 +212,9 @@ func (r *Report) WriteText(w io.Writer, quiet bool) {
 				100*c.Verdict.Utilisation, 100*c.Verdict.Worst, verdict)
 			if c.FirstTotal > 0 {
 				fmt.Fprintf(tw, "  \t\t\t\t\t%s\t\t\t(measured twice: the first carried this in all)\n", units.Bits(c.FirstTotal))
+			}
+			if c.ReferenceAgain > 0 {
+				fmt.Fprintf(tw, "  \t\t\t%s\t\t\t\t\t(a plain limit between the two: at this bed's %.0f%% then)\n", units.Bits(c.ReferenceAgain), 100*c.Verdict.Efficiency)
 			}
 			if c.FirstWorst > 0 {
 				fmt.Fprintf(tw, "  \t\t\t\t\t\t\t\t(measured twice: the first was %.1f%% from the reference)\n", 100*c.FirstWorst)

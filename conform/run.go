@@ -72,6 +72,14 @@ type Options struct {
 	Log io.Writer
 	// Keep leaves the bed up after the run (lab down NAME removes it).
 	Keep bool
+
+	// afterCalibrate, for tests, runs once the plain limits are
+	// measured: a fault injected into what the run believes of its bed.
+	afterCalibrate func(trees []*tree)
+	// afterApply, for tests, runs each time the policy (not a plain
+	// limit) has been applied, in gateway namespace gw: a fault injected
+	// into the kernel's objects.
+	afterApply func(gw string)
 }
 
 // flowShare is the most of a lone flow's rate each flow of a subject
@@ -178,6 +186,10 @@ type runner struct {
 	// agentLog, where SLUICE_CONFORM_AGENT_LOG keeps the agent's log,
 	// also gets when each measurement starts and ends.
 	agentLog *slog.Logger
+	// agentStop stops the agent that runs the sharing controllers of
+	// agentTrees (nil: none runs).
+	agentStop  func()
+	agentTrees []*tree
 }
 
 func (r *runner) logf(format string, args ...any) {
@@ -255,8 +267,11 @@ func (r *runner) run(ctx context.Context) error {
 	if err := r.calibrate(ctx, trees); err != nil {
 		return err
 	}
+	if r.opt.afterCalibrate != nil {
+		r.opt.afterCalibrate(trees)
+	}
 	// The policy itself.
-	p, err := r.apply(r.pol)
+	p, err := r.applyPolicy()
 	if err != nil {
 		if m := missingQdisc.FindStringSubmatch(err.Error()); m != nil {
 			for _, tr := range trees {
@@ -286,11 +301,15 @@ func (r *runner) run(ctx context.Context) error {
 	// A sharing controller runs in the agent: run it, as sluice agent
 	// would, for the whole run.
 	if controlled {
-		stop, err := r.startAgent(trees)
-		if err != nil {
+		if r.agentStop, err = r.startAgent(trees); err != nil {
 			return err
 		}
-		defer stop()
+		r.agentTrees = trees
+		defer func() {
+			if r.agentStop != nil {
+				r.agentStop()
+			}
+		}()
 	}
 	for _, tr := range trees {
 		if tr.rep.Skipped != "" {
@@ -410,6 +429,15 @@ func (r *runner) startAgent(trees []*tree) (stop func(), err error) {
 	}, nil
 }
 
+// applyPolicy applies the policy under test.
+func (r *runner) applyPolicy() (*plan.Plan, error) {
+	p, err := r.apply(r.pol)
+	if err == nil && r.opt.afterApply != nil {
+		r.opt.afterApply(r.bed.gw)
+	}
+	return p, err
+}
+
 // apply makes the gateway carry pol, as sluice apply does.
 func (r *runner) apply(pol *policy.Policy) (*plan.Plan, error) {
 	p, err := engine.PreparePolicy(pol, engine.Options{Netns: r.bed.gw, LockTimeout: 30 * time.Second})
@@ -513,6 +541,41 @@ func (r *runner) capacity(ctx context.Context, tr *tree) (float64, error) {
 // one TCP flow gets through it: the bed's efficiency at that rate (an
 // emulated machine's late timers cost every HTB alike).
 func (r *runner) calibrate(ctx context.Context, trees []*tree) error {
+	ref, err := r.referencePolicy(trees)
+	if err != nil {
+		return err
+	}
+	if _, err := r.apply(ref); err != nil {
+		if m := missingQdisc.FindStringSubmatch(err.Error()); m != nil {
+			for _, tr := range trees {
+				tr.rep.Skipped = "the kernel has no " + m[1] + m[2] + " qdisc"
+			}
+			return nil
+		}
+		return fmt.Errorf("applying a plain limit: %w", err)
+	}
+	for _, tr := range trees {
+		if tr.rep.Skipped != "" {
+			continue
+		}
+		got, err := r.measureReference(ctx, tr, false)
+		if err != nil {
+			return err
+		}
+		if got < 0 {
+			tr.rep.Skipped = "no subject can be driven"
+			continue
+		}
+		tr.rep.Reference = got
+		tr.rep.Efficiency = got / bits(tr.t.RateBps)
+		r.logf("%s: a plain %s limit carried %s (%.0f%%)", tr.key, units.Bits(bits(tr.t.RateBps)), units.Bits(got), 100*tr.rep.Efficiency)
+	}
+	return nil
+}
+
+// referencePolicy is a plain limit at the rate of each of trees, on its
+// interface and in its direction, with the tree's backend.
+func (r *runner) referencePolicy(trees []*tree) (*policy.Policy, error) {
 	var b strings.Builder
 	b.WriteString("interfaces:\n")
 	for _, in := range r.pol.Interfaces {
@@ -532,45 +595,72 @@ func (r *runner) calibrate(ctx context.Context, trees []*tree) error {
 	}
 	ref, _, err := policy.Parse("reference.yaml", []byte(b.String()))
 	if err != nil {
-		return fmt.Errorf("the reference policy: %w", err)
+		return nil, fmt.Errorf("the reference policy: %w", err)
+	}
+	return ref, nil
+}
+
+// measureReference drives one flow of tr's first subject that has one
+// through the plain limit the gateway carries now, and gives what its
+// device counted (bits/s); -1 where no subject has a flow. Routed: the
+// tree's flows are routed already (runTree's), and stay.
+func (r *runner) measureReference(ctx context.Context, tr *tree, routed bool) (float64, error) {
+	var flow *Flow
+	for _, s := range tr.subs {
+		if len(s.Flows) > 0 {
+			flow = &s.Flows[0]
+			break
+		}
+	}
+	if flow == nil {
+		return -1, nil
+	}
+	if !routed {
+		if err := r.bed.route(tr.in.Name, tr.t.Dir, []Flow{*flow}, false); err != nil {
+			return 0, err
+		}
+		defer r.bed.route(tr.in.Name, tr.t.Dir, []Flow{*flow}, true)
+	}
+	res, err := r.drive(ctx, tr.in.Name, tr.t.Dir, []drive{{flow: *flow}}, r.opt.Settle, r.opt.Measure, []string{tr.dev})
+	if err != nil {
+		return 0, err
+	}
+	return res.total[tr.dev], nil
+}
+
+// recalibrate measures tr's plain limit again, now, and puts the policy
+// back: the bed's speed beside a cell that fell short of the first
+// reading. A guest emulated on a busy machine slows for minutes at a
+// time (a CI machine's 6.1 lane: a plain limit 98% at the start, a
+// prio cell's total 89% twice in a row a minute later), which a reading
+// taken once at the start cannot tell from a shaper that wastes the
+// link. The agent, where one runs, stops meanwhile: it would put the
+// policy back under the measurement.
+func (r *runner) recalibrate(ctx context.Context, tr *tree) (float64, error) {
+	if r.agentStop != nil {
+		r.agentStop()
+		r.agentStop = nil
+	}
+	ref, err := r.referencePolicy([]*tree{tr})
+	if err != nil {
+		return 0, err
 	}
 	if _, err := r.apply(ref); err != nil {
-		if m := missingQdisc.FindStringSubmatch(err.Error()); m != nil {
-			for _, tr := range trees {
-				tr.rep.Skipped = "the kernel has no " + m[1] + m[2] + " qdisc"
-			}
-			return nil
-		}
-		return fmt.Errorf("applying a plain limit: %w", err)
+		return 0, fmt.Errorf("applying a plain limit again: %w", err)
 	}
-	for _, tr := range trees {
-		if tr.rep.Skipped != "" {
-			continue
-		}
-		var flow *Flow
-		for _, s := range tr.subs {
-			if len(s.Flows) > 0 {
-				flow = &s.Flows[0]
-				break
-			}
-		}
-		if flow == nil {
-			tr.rep.Skipped = "no subject can be driven"
-			continue
-		}
-		if err := r.bed.route(tr.in.Name, tr.t.Dir, []Flow{*flow}, false); err != nil {
-			return err
-		}
-		res, err := r.drive(ctx, tr.in.Name, tr.t.Dir, []drive{{flow: *flow}}, r.opt.Settle, r.opt.Measure, []string{tr.dev})
-		r.bed.route(tr.in.Name, tr.t.Dir, []Flow{*flow}, true)
-		if err != nil {
-			return err
-		}
-		tr.rep.Reference = res.total[tr.dev]
-		tr.rep.Efficiency = tr.rep.Reference / bits(tr.t.RateBps)
-		r.logf("%s: a plain %s limit carried %s (%.0f%%)", tr.key, units.Bits(bits(tr.t.RateBps)), units.Bits(tr.rep.Reference), 100*tr.rep.Efficiency)
+	got, err := r.measureReference(ctx, tr, true)
+	if err != nil {
+		return 0, err
 	}
-	return nil
+	if _, err := r.applyPolicy(); err != nil {
+		return 0, fmt.Errorf("applying the policy again: %w", err)
+	}
+	if r.agentTrees != nil {
+		if r.agentStop, err = r.startAgent(r.agentTrees); err != nil {
+			return 0, err
+		}
+	}
+	return got, nil
 }
 
 // runTree checks that each subject's flow lands in its class, then runs
@@ -670,15 +760,28 @@ func (r *runner) runTree(ctx context.Context, tr *tree) error {
 			cr.Limit = limit
 		} else if !v.Pass && v.Worst <= Tolerance && v.Utilisation < 1 {
 			// Every share right, the total short: the bed's own dip (an
-			// emulated guest stalls now and then; the reference run
-			// itself read 93 to 99% at one rate) or the shaper's. Once
-			// more: a shaper that wastes the link does it again.
-			r.logf("%s: %-40s carried %s in all, short of the reference: measuring it again", tr.key, c.Name, units.Bits(v.MeasuredTotal))
+			// emulated guest stalls now and then, and slows for minutes
+			// on a busy machine; the reference run itself read 93 to 99%
+			// at one rate) or the shaper's. The plain limit once more,
+			// now (recalibrate), and the cell once more, judged by the
+			// lower of the plain limit's two readings: a shaper that
+			// wastes the link does it again beside a plain limit that
+			// does not.
+			r.logf("%s: %-40s carried %s in all, short of the reference: measuring a plain limit and it again", tr.key, c.Name, units.Bits(v.MeasuredTotal))
+			again, err := r.recalibrate(ctx, tr)
+			if err != nil {
+				return err
+			}
+			eff := tr.rep.Efficiency
+			if e := again / bits(tr.t.RateBps); e > 0 && e < eff {
+				eff = e
+			}
+			r.logf("%s: a plain %s limit carried %s (%.0f%%) now", tr.key, units.Bits(bits(tr.t.RateBps)), units.Bits(again), 100*again/bits(tr.t.RateBps))
 			if res, err = r.drive(ctx, tr.in.Name, tr.t.Dir, ds, r.opt.Settle, measure, []string{tr.dev}); err != nil {
 				return err
 			}
-			v = r.judge(tr, c, ideal, res)
-			cr = &CellReport{Cell: c, Verdict: v, FirstTotal: cr.Verdict.MeasuredTotal}
+			v = r.judgeAt(tr, c, ideal, res, eff)
+			cr = &CellReport{Cell: c, Verdict: v, FirstTotal: cr.Verdict.MeasuredTotal, ReferenceAgain: again}
 		} else if !v.Pass {
 			// A share past the tolerance in one window: one flow of
 			// many stalled for a moment (on the 6.1 lane's emulated
@@ -726,6 +829,11 @@ func (r *runner) runTree(ctx context.Context, tr *tree) error {
 // reference at the tree's rate), its shares against the reference at
 // what the tree carried (ReferenceAt), never above the tree's rate.
 func (r *runner) judge(tr *tree, c Cell, ideal map[string]float64, res *driven) Verdict {
+	return r.judgeAt(tr, c, ideal, res, tr.rep.Efficiency)
+}
+
+// judgeAt is judge with the bed's efficiency eff.
+func (r *runner) judgeAt(tr *tree, c Cell, ideal map[string]float64, res *driven, eff float64) Verdict {
 	carried := 0.0
 	for _, d := range c.Demands {
 		carried += res.classes[d.Subject]
@@ -736,7 +844,7 @@ func (r *runner) judge(tr *tree, c Cell, ideal map[string]float64, res *driven) 
 			at = a
 		}
 	}
-	return Judge(c, ideal, at, res.classes, res.bySubject, tr.rep.Efficiency)
+	return Judge(c, ideal, at, res.classes, res.bySubject, eff)
 }
 
 func (f Flow) describe() string {

@@ -59,6 +59,11 @@ type link struct {
 	// as the lab's modem is: 10 ms).
 	bucket time.Duration
 	tokens float64 // bits
+
+	// decideEvery: the counters are read and a decision taken every
+	// this many samples (the agent's pass, late on a loaded or emulated
+	// machine); 0 or 1: after every sample.
+	decideEvery int
 }
 
 // shaperQueue is the downstream shaper's queue (a bfifo) at its rate,
@@ -153,7 +158,8 @@ func run(t *testing.T, c *Controller, l *link, from, d time.Duration, tr *trace)
 		}
 		qdelay := time.Duration(l.queue / capacity * float64(time.Second))
 		i := int(at / dt)
-		if i%5 == 0 {
+		every := 5 * max(l.decideEvery, 1)
+		if i%every == 0 {
 			c.Passed(now, l.passed)
 			if l.downstream && !l.blind {
 				c.Arrived(now, l.arrived)
@@ -178,7 +184,7 @@ func run(t *testing.T, c *Controller, l *link, from, d time.Duration, tr *trace)
 			c.Delay(l.inFlight[0])
 			l.inFlight = l.inFlight[1:]
 		}
-		if i%5 == 0 {
+		if i%every == 0 {
 			dec = c.Decide(now)
 		}
 		if tr != nil {
@@ -1027,5 +1033,33 @@ func TestPoolReplacesOutliers(t *testing.T) {
 	p.Late("a", t0.Add(61*time.Second))
 	if n := p.Late("a", t0.Add(62*time.Second)); n != "b" {
 		t.Errorf("three late answers in 30 s: replaced by %q; want b", n)
+	}
+}
+
+// A probe grows by the time that passed, not by the decisions taken:
+// decisions 600 ms apart (the 6.1 lane's agent, whose every pass writes
+// the rate through the engine under emulation) grow the rate past the
+// capacity last found as decisions 50 ms apart do. Each grew by at most
+// 0.2 s's worth before: 5% a second became 1.7%, and the lab's upload
+// sat at 1.6 to 1.8 Mbit/s for 7 s of a rise to 3.
+func TestProbeGrowsByTheClock(t *testing.T) {
+	reach := map[int]float64{}
+	for _, every := range []int{1, 12} {
+		cfg := lte
+		cfg.Min, cfg.Base, cfg.Max = mbit(0.8), mbit(2.4), mbit(4)
+		c := newController(t, cfg)
+		// The drop's capacity found (1.6 Mbit/s), then the line rises to
+		// 3: the rate probes up from just under 1.6.
+		l := &link{capacity: steps(20*time.Second, 1.6, 3), path: 10 * time.Millisecond, buffer: 500 * time.Millisecond, decideEvery: every}
+		run(t, c, l, 0, 20*time.Second, nil)
+		if r := c.Rate().BitsFloat(); r > 1.8e6 {
+			t.Fatalf("decisions every %d ms: %.2f Mbit/s after 20 s on a 1.6 Mbit/s line", 50*every, r/1e6)
+		}
+		run(t, c, l, 20*time.Second, 5*time.Second, nil)
+		reach[every] = c.Rate().BitsFloat()
+		t.Logf("decisions every %d ms: %.2f Mbit/s 5 s into the rise", 50*every, reach[every]/1e6)
+	}
+	if reach[12] < 0.9*reach[1] {
+		t.Errorf("decisions every 600 ms reached %.2f Mbit/s 5 s into the rise, every 50 ms %.2f: want at least 0.9 of it", reach[12]/1e6, reach[1]/1e6)
 	}
 }

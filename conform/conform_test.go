@@ -448,12 +448,12 @@ func TestReportShowsSecondMeasurements(t *testing.T) {
 	slow.Efficiency = 0.91
 	r := &Report{Policy: "p.yaml", Trees: []*TreeReport{{Interface: "eth0", Direction: "egress", Device: "eth0", Pass: true,
 		Cells: []*CellReport{
-			{Cell: Cell{Name: "short"}, Verdict: slow, FirstTotal: 8.1e6, ReferenceAgain: 9.1e6},
+			{Cell: Cell{Name: "short"}, Verdict: slow, FirstTotal: 8.1e6, ReferenceAgain: 9.1e6, SecondWindow: 10},
 			{Cell: Cell{Name: "off"}, Verdict: v, FirstWorst: 0.068},
 		}}}}
 	var b strings.Builder
 	r.WriteText(&b, false)
-	for _, want := range []string{"8.10 Mbit/s (measured twice: the first carried this in all)", "9.10 Mbit/s (a plain limit between the two: at this bed's 91% then)",
+	for _, want := range []string{"8.10 Mbit/s (measured twice, the second over 10 s: the first carried this in all)", "9.10 Mbit/s (a plain limit between the two: at this bed's 91% then)",
 		"(measured twice: the first was 6.8% from the reference)"} {
 		if !strings.Contains(strings.Join(strings.Fields(b.String()), " "), want) {
 			t.Errorf("report lacks %q:\n%s", want, b.String())

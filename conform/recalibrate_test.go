@@ -12,10 +12,10 @@ import (
 )
 
 // A cell whose total falls short of the bed's first reading is measured
-// again beside a plain limit measured again. A bed that slowed since (the
-// fault: a first reading 15% above what the bed carries, as on a CI
-// machine whose emulated guest slowed a minute into the run) passes by
-// the second reading; a tree that wastes the link (the fault: its root
+// again, twice as long, beside a plain limit measured again. A bed that
+// slowed since (the fault: a first reading 15% above what the bed
+// carries, as on a CI machine whose emulated guest slowed a minute into
+// the run) passes by the second reading; a tree that wastes the link (the fault: its root
 // class changed to 6 of its 8 Mbit/s after each apply) fails beside a
 // plain limit that does not.
 func TestShortCellMeasuresThePlainLimitAgain(t *testing.T) {
@@ -68,6 +68,9 @@ func TestShortCellMeasuresThePlainLimitAgain(t *testing.T) {
 			t.Logf("a plain limit carried %.0f%% at first\n%s", 100*first, out.String())
 			if c.FirstTotal == 0 || c.ReferenceAgain == 0 {
 				t.Fatalf("a cell short of the (raised) first reading was not measured again beside a plain limit: first total %.0f, reference again %.0f", c.FirstTotal, c.ReferenceAgain)
+			}
+			if c.SecondWindow != 4 {
+				t.Errorf("the second measurement took %.0f s; want 4, twice the first's", c.SecondWindow)
 			}
 			if again := c.ReferenceAgain / 8e6; again < first-0.05 || again > first+0.05 {
 				t.Errorf("the plain limit read %.0f%% again, %.0f%% at first: the same bed", 100*again, 100*first)

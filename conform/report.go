@@ -88,6 +88,9 @@ type CellReport struct {
 	// rate carried between the two measurements (bits/s): the second is
 	// judged by the lower of it and the tree's first reading.
 	ReferenceAgain float64 `json:"reference_again_bps,omitempty"`
+	// SecondWindow, when set, is how long the second measurement was
+	// (seconds): twice the first's, at most maxWindow.
+	SecondWindow float64 `json:"second_window_s,omitempty"`
 	// FirstWorst, when set, is the first measurement's worst deviation:
 	// it was past the tolerance by less than as much again, and the
 	// cell was measured once more.
@@ -99,6 +102,14 @@ type CellReport struct {
 	// Limit, when set, is the plan's note that explains the cell's
 	// failure (Options.Limit): a limit of the data plane, measured once.
 	Limit string `json:"limit,omitempty"`
+}
+
+// secondFor says how long the second measurement was, where it says.
+func (c *CellReport) secondFor() string {
+	if c.SecondWindow <= 0 {
+		return ""
+	}
+	return fmt.Sprintf(", the second over %.0f s", c.SecondWindow)
 }
 
 // Name is "eth0 egress".
@@ -211,13 +222,13 @@ func (r *Report) WriteText(w io.Writer, quiet bool) {
 			fmt.Fprintf(tw, "  \ttotal\t\t%s\t\t%s\t(%.0f%%)\t%.1f%%\t%s\n", units.Bits(c.Verdict.IdealTotal), units.Bits(c.Verdict.MeasuredTotal),
 				100*c.Verdict.Utilisation, 100*c.Verdict.Worst, verdict)
 			if c.FirstTotal > 0 {
-				fmt.Fprintf(tw, "  \t\t\t\t\t%s\t\t\t(measured twice: the first carried this in all)\n", units.Bits(c.FirstTotal))
+				fmt.Fprintf(tw, "  \t\t\t\t\t%s\t\t\t(measured twice%s: the first carried this in all)\n", units.Bits(c.FirstTotal), c.secondFor())
 			}
 			if c.ReferenceAgain > 0 {
 				fmt.Fprintf(tw, "  \t\t\t%s\t\t\t\t\t(a plain limit between the two: at this bed's %.0f%% then)\n", units.Bits(c.ReferenceAgain), 100*c.Verdict.Efficiency)
 			}
 			if c.FirstWorst > 0 {
-				fmt.Fprintf(tw, "  \t\t\t\t\t\t\t\t(measured twice: the first was %.1f%% from the reference)\n", 100*c.FirstWorst)
+				fmt.Fprintf(tw, "  \t\t\t\t\t\t\t\t(measured twice%s: the first was %.1f%% from the reference)\n", c.secondFor(), 100*c.FirstWorst)
 			}
 			if c.Window > 0 {
 				fmt.Fprintf(tw, "  \t\t\t\t\t\t\t\t(measured %.0f s: %d packets of its smallest share)\n", c.Window, minPackets)

@@ -802,8 +802,9 @@ func (c *Controller) Decide(now time.Time) Decision {
 // maxGrowSpan is the most time one decision grows the rate for. A
 // decision grows by the time since the one before, so that the rate
 // grows by the clock however late decisions come (a loaded or emulated
-// machine's agent: 600 ms apart in the 6.1 lane, where a cap of 200 ms
-// made 5% a second 1.7%, and a rise's upload sat at 0.56 of the line);
+// machine's agent: 300 ms apart and more in the 6.1 lane, where a cap of
+// 200 ms made 5% a second 3.3% or less, and a rise's upload grew 1.7% a
+// second, at 0.56 of the line);
 // a machine that stalled longer grows by a second's worth, not by all
 // it missed.
 const maxGrowSpan = time.Second

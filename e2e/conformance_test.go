@@ -372,13 +372,17 @@ func matrixTiming() (settle, measure time.Duration) {
 
 // matrixScale is what the matrix multiplies the shapes' rates by: 1 on
 // a real machine; under emulation (the stock-kernel lane on TCG, whose
-// timers fire late) half, so that the guest carries every cell with
-// room to spare: at full rates a plain limit's own run there carried
-// 88 to 98% from one run to the next, so that the cells' totals could
-// not be judged against it. The headroom is logged per tree.
+// timers fire late) a quarter, so that the guest carries every cell with
+// room to spare on a slow CI machine too. At full rates a plain limit's
+// own run there carried 88 to 98% from one run to the next; at half, on
+// a machine whose guest hashed 16 MB in 0.9 to 1.1 s (the lane's speed
+// line), 88 to 96%, first windows read up to 22% from the reference and
+// cells failed at 6 to 38% after a second look twice as long, in two runs
+// of two; at a quarter, on the same machine, 96 to 100%, and every cell
+// passed (2026-12-02). The headroom is logged per tree.
 func matrixScale() float64 {
 	if os.Getenv("SLUICE_EMULATED") == "1" {
-		return 0.5
+		return 0.25
 	}
 	return 1
 }

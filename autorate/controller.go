@@ -65,7 +65,8 @@ type Config struct {
 	// HighLoad: the link is busy when what the shaper passed is at least
 	// this fraction of its rate: only then does the rate grow. 0.9.
 	HighLoad float64
-	// IdleRate: below this the link is idle. 2 Mbit/s.
+	// IdleRate: below this the link is idle. 2 Mbit/s, or half of Min
+	// where that is less.
 	IdleRate units.Rate
 	// Drift is how far the rate moves toward Base each DriftEvery when
 	// the link is neither busy nor bloated, as a fraction. 0.01, 1 s.
@@ -163,7 +164,10 @@ func (c Config) withDefaults() (Config, error) {
 		c.BloatCount = d.BloatCount
 	}
 	if c.IdleRate == 0 {
-		c.IdleRate = d.IdleRate
+		// Never above half of Min: a DSL upload of 1 Mbit/s, saturated,
+		// is busy, not idle (the lab's 1.6 Mbit/s upload read idle
+		// under load at 2).
+		c.IdleRate = min(d.IdleRate, c.Min/2)
 	}
 	if c.StallRate == 0 {
 		c.StallRate = d.StallRate

@@ -1063,3 +1063,25 @@ func TestProbeGrowsByTheClock(t *testing.T) {
 		t.Errorf("decisions every 600 ms reached %.2f Mbit/s 5 s into the rise, every 50 ms %.2f: want at least 0.9 of it", reach[12]/1e6, reach[1]/1e6)
 	}
 }
+
+// A slow link under load is busy, not idle: the idle threshold (2
+// Mbit/s) is at most half of min, so a saturated 1.6 Mbit/s upload
+// (the lab's, whose trace read idle under load) reads low or high.
+func TestSlowLinkLoadedIsNotIdle(t *testing.T) {
+	cfg := Config{Min: mbit(0.8), Base: mbit(1.6), Max: mbit(4)}
+	c := newController(t, cfg)
+	l := &link{capacity: steps(time.Hour, 1.6), path: 10 * time.Millisecond, buffer: 500 * time.Millisecond}
+	var tr trace
+	run(t, c, l, 0, 20*time.Second, &tr)
+	for i, at := range tr.at {
+		if at > 5*time.Second && tr.states[i] == Idle {
+			t.Fatalf("at %s, %.2f Mbit/s passing on a 1.6 Mbit/s line: idle", at, tr.goodput[i]/1e6)
+		}
+	}
+	if got := c.cfg.IdleRate; got != mbit(0.4) {
+		t.Errorf("idle rate %s for min 800kbit; want 400kbit", got)
+	}
+	if got := newController(t, lte).cfg.IdleRate; got != mbit(2) {
+		t.Errorf("idle rate %s for min 5mbit; want 2mbit", got)
+	}
+}

@@ -241,56 +241,45 @@ func TestVariableRateScenario(t *testing.T) {
 	if os.Getenv("SLUICE_EMULATED") == "1" {
 		scenario, variants, want, scale = "testdata/variable-rate-lane.yaml", "unshaped,auto", 15, 0.2
 	}
-	r := sluice(t, "lab", "run", scenario, "--variant", variants, "--out", dir, "--name", strings.TrimPrefix(testutil.Unique("vr"), testutil.Prefix))
-	t.Logf("%s", r.stdout)
-	for _, line := range strings.Split(r.stdout, "\n") {
-		if strings.HasPrefix(line, "FAIL  ") {
-			t.Errorf("%s", line)
-		}
+	// Under emulation a run that misses is run once more, and the second
+	// must pass: the guest stalls now and then on a busy machine (a CI
+	// run's fast phase passed 2.9 and 3.8 Mbit/s in seconds where the
+	// shaper let 14 to 20 through, then read the stall as the line's
+	// capacity; its unshaped TCP carried 8.6 of the 20). A controller
+	// that follows the line wrongly does it twice.
+	tries := 1
+	if os.Getenv("SLUICE_EMULATED") == "1" {
+		tries = 2
 	}
-	b, err := os.ReadFile(filepath.Join(dir, "report.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var rep struct {
-		Results []struct {
-			Variant  string  `json:"variant"`
-			Bucket   float64 `json:"bucket_s"`
-			Autorate []struct {
-				Device string    `json:"device"`
-				Rate   []float64 `json:"rate_bps"`
-				Passed []float64 `json:"passed_bps"`
-				Delay  []float64 `json:"delay_ms"`
-				State  []string  `json:"state"`
-			} `json:"autorate"`
-		} `json:"results"`
-	}
-	if err := json.Unmarshal(b, &rep); err != nil || len(rep.Results) == 0 {
-		t.Fatalf("report.json: %v", err)
-	}
-	res := rep.Results[len(rep.Results)-1]
-	if n := strings.Count(r.stdout, "PASS  "); n != want || r.code != 0 {
-		// What each controller did, a line a second, to tell a slow
-		// decision from a stall or a bed that lost time.
-		var tl strings.Builder
-		for _, a := range res.Autorate {
-			fmt.Fprintf(&tl, "%s: second, rate / passed Mbit/s, delay ms, state\n", a.Device)
-			step := max(int(1/max(res.Bucket, 1e-3)), 1)
-			for i := 0; i < len(a.Rate); i += step {
-				at := func(v []float64) float64 {
-					if i < len(v) {
-						return v[i]
-					}
-					return 0
-				}
-				st := ""
-				if i < len(a.State) {
-					st = a.State[i]
-				}
-				fmt.Fprintf(&tl, "  %3.0f  %6.1f / %6.1f  %6.1f  %s\n", float64(i)*res.Bucket, at(a.Rate)/1e6, at(a.Passed)/1e6, at(a.Delay), st)
+	var (
+		r   result
+		res variableRateResult
+	)
+	for try := 1; ; try++ {
+		r = sluice(t, "lab", "run", scenario, "--variant", variants, "--out", dir, "--name", strings.TrimPrefix(testutil.Unique("vr"), testutil.Prefix))
+		t.Logf("%s", r.stdout)
+		var failed []string
+		for _, line := range strings.Split(r.stdout, "\n") {
+			if strings.HasPrefix(line, "FAIL  ") {
+				failed = append(failed, line)
 			}
 		}
-		t.Fatalf("exit %d, %d expectations passed, want %d\n%s\n%s", r.code, n, want, r.stderr, tl.String())
+		res = readVariableRate(t, dir)
+		n := strings.Count(r.stdout, "PASS  ")
+		if n == want && r.code == 0 && len(failed) == 0 {
+			break
+		}
+		// What each controller did, a line a second, to tell a slow
+		// decision from a stall or a bed that lost time.
+		trace := res.trace()
+		if try < tries {
+			t.Logf("run %d of %d: exit %d, %d expectations passed, want %d: running it again\n%s\n%s", try, tries, r.code, n, want, strings.Join(failed, "\n"), trace)
+			continue
+		}
+		for _, line := range failed {
+			t.Errorf("%s", line)
+		}
+		t.Fatalf("exit %d, %d expectations passed, want %d\n%s\n%s", r.code, n, want, r.stderr, trace)
 	}
 	if res.Variant != "auto" {
 		t.Fatalf("the last variant is %q, want auto", res.Variant)
@@ -327,4 +316,56 @@ func TestVariableRateScenario(t *testing.T) {
 			}
 		}
 	}
+}
+
+// variableRateResult is the last variant's result in a variable-rate
+// run's report.json: its controllers' series.
+type variableRateResult struct {
+	Variant  string  `json:"variant"`
+	Bucket   float64 `json:"bucket_s"`
+	Autorate []struct {
+		Device string    `json:"device"`
+		Rate   []float64 `json:"rate_bps"`
+		Passed []float64 `json:"passed_bps"`
+		Delay  []float64 `json:"delay_ms"`
+		State  []string  `json:"state"`
+	} `json:"autorate"`
+}
+
+func readVariableRate(t *testing.T, dir string) variableRateResult {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(dir, "report.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep struct {
+		Results []variableRateResult `json:"results"`
+	}
+	if err := json.Unmarshal(b, &rep); err != nil || len(rep.Results) == 0 {
+		t.Fatalf("report.json: %v", err)
+	}
+	return rep.Results[len(rep.Results)-1]
+}
+
+// trace is what each controller did, a line a second.
+func (res variableRateResult) trace() string {
+	var tl strings.Builder
+	for _, a := range res.Autorate {
+		fmt.Fprintf(&tl, "%s: second, rate / passed Mbit/s, delay ms, state\n", a.Device)
+		step := max(int(1/max(res.Bucket, 1e-3)), 1)
+		for i := 0; i < len(a.Rate); i += step {
+			at := func(v []float64) float64 {
+				if i < len(v) {
+					return v[i]
+				}
+				return 0
+			}
+			st := ""
+			if i < len(a.State) {
+				st = a.State[i]
+			}
+			fmt.Fprintf(&tl, "  %3.0f  %6.1f / %6.1f  %6.1f  %s\n", float64(i)*res.Bucket, at(a.Rate)/1e6, at(a.Passed)/1e6, at(a.Delay), st)
+		}
+	}
+	return tl.String()
 }

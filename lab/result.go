@@ -353,12 +353,33 @@ func (r *Result) classRate(name string) float64 {
 }
 
 // summarize computes a phase's statistics over [from+settle, to).
+// bucketAt is the first bucket whose middle is at t seconds or later,
+// by the time the buckets really covered (Spans) where known: a reader
+// that falls behind loses ticks, and bucket i then ends later than
+// (i+1) buckets in (a slow machine's lane read the per-host classes'
+// counters for so long that fair-share's lone user's flow, started 16 s
+// in, counted in the phase before, and its own phase got 2.36 of its
+// 32 Mbit/s).
+func (r *Result) bucketAt(t float64) int {
+	if len(r.Spans) == 0 {
+		return int(t/r.Bucket + 0.5)
+	}
+	var end float64
+	for i, d := range r.Spans {
+		if end+d/2 >= t {
+			return i
+		}
+		end += d
+	}
+	return len(r.Spans)
+}
+
 func (r *Result) summarize(name string, from, to, settle float64) *PhaseResult {
 	p := &PhaseResult{Name: name, Start: from, End: to, Probes: map[string]*Latency{}, Flows: map[string]*FlowStat{},
 		Classes: map[string]*ClassStat{}, Hosts: map[string]float64{}, byClass: map[string][]*FlowStat{}}
-	lo, hi := int((from+settle)/r.Bucket+0.5), int(to/r.Bucket+0.5)
+	lo, hi := r.bucketAt(from+settle), r.bucketAt(to)
 	if lo >= hi {
-		lo = int(from/r.Bucket + 0.5)
+		lo = r.bucketAt(from)
 	}
 	mean := func(xs []float64) float64 {
 		var s float64

@@ -262,7 +262,7 @@ func TestGoodputWeighsBucketsByTheirSpan(t *testing.T) {
 	// 3 Mbit at its end, read in a 0.01 s bucket after it.
 	r := &Result{Bucket: 0.1, Spans: []float64{0.1, 0.3, 0.01, 0.1, 0.1},
 		Flows: []*FlowSeries{{Name: "f", Item: "f", Goodput: []float64{10e6, 0, 3e6 / 0.01, 10e6, 10e6}}}}
-	r.Flows[0].Goodput[1] = 0.3e6 / 0.3 // what the stalled bucket saw
+	r.Flows[0].Goodput[1] = 0.3e6 / 0.3                  // what the stalled bucket saw
 	g := r.summarize("p", 0, 0.61, 0).Flows["f"].Goodput // the buckets' real end
 	bits := 0.1*10e6 + 0.3e6 + 3e6 + 0.1*10e6 + 0.1*10e6
 	if want := bits / 0.61; math.Abs(g-want) > 1 {

@@ -298,13 +298,10 @@ func TestVariableRateScenario(t *testing.T) {
 		return s / float64(max(n, 1))
 	}
 	lines := map[string][]float64{"wan": {20e6, 8e6, 15e6, 8e6}, "ifb-wan": {100e6, 40e6, 80e6, 20e6}}
+	scales := map[string]float64{"wan": scale, "ifb-wan": downScale}
 	for dev, l := range lines {
 		for i := range l {
-			if dev == "ifb-wan" {
-				l[i] *= downScale
-			} else {
-				l[i] *= scale
-			}
+			l[i] *= scales[dev]
 		}
 	}
 	if len(res.Autorate) != 2 {

@@ -235,21 +235,9 @@ func weighedPods(t *testing.T, client kubetest.Fake, p *testutil.Pair, cap float
 	}
 	weigh(map[string]string{"web": "3", "db": "1"})
 	defer weigh(map[string]string{"web": "", "db": ""}) // a weight alone makes db a host
-	// both are the two pods' classes as show reads them.
-	both := func() (web, db shownClass) {
-		for _, c := range shownClasses(t, p.A) {
-			switch c.Name {
-			case "pods/shop.web":
-				web = c
-			case "pods/shop.db":
-				db = c
-			}
-		}
-		return web, db
-	}
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		web, db := both()
+		web, db := podClasses(t, p)
 		if db.Rate > 0 && web.Rate/db.Rate > 2.9 && web.Rate/db.Rate < 3.1 {
 			break
 		}
@@ -258,42 +246,82 @@ func weighedPods(t *testing.T, client kubetest.Fake, p *testutil.Pair, cap float
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+	// Held to 5% of the reference: the work beside the suite waits, and
+	// a window that misses is measured once more (the second must pass).
+	// One clean-clone CI run read 0.689 (4.15 and 1.88 Mbit/s) beside
+	// that work; alone here and beside nice-19 CPU load, 0.749 to 0.751.
+	testutil.Quiet(t)
+	for try := 1; ; try++ {
+		web, db := weighedWindow(t, p, 5421+2*(try-1))
+		share := web / (web + db)
+		t.Logf("by weight 3:1: web %.2f Mbit/s, db %.2f (web's share %.3f, the reference 0.750)", web, db, share)
+		var miss []string
+		if share < 0.70 || share > 0.80 { // within 5% of the traffic
+			miss = append(miss, fmt.Sprintf("web got %.3f of the namespace's traffic (%.2f and %.2f Mbit/s), want 0.75 by its weight", share, web, db))
+		}
+		// The classes count what the shaper sent, headers included: the
+		// cap holds those bytes.
+		if total := web + db; total < 0.85*cap || total > 1.05*cap {
+			miss = append(miss, fmt.Sprintf("the pods got %.2f Mbit/s together through the namespace's %g", total, cap))
+		}
+		if len(miss) == 0 {
+			return
+		}
+		if try == 2 {
+			for _, m := range miss {
+				t.Error(m)
+			}
+			return
+		}
+		t.Logf("measured again: %s", strings.Join(miss, "; "))
+	}
+}
+
+// weighedWindow sends two TCP flows to each pod (ports port and port+1)
+// for 10 s and returns what each pod's class sent in Mbit/s over the 5 s
+// after the first 4, from the classes' counters as show reads them.
+func weighedWindow(t *testing.T, p *testutil.Pair, port int) (web, db float64) {
+	t.Helper()
 	const d = 10 * time.Second
 	from := p.Behind(t)
 	done := make(chan error, 2)
 	for i, addr := range []string{testutil.AddrB, "10.9.0.3"} {
-		sink, err := testutil.TCPSink(p.B, addr, 5421+i)
+		sink, err := testutil.TCPSink(p.B, addr, port+i)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer sink.Close()
 		go func() {
-			_, err := testutil.TCPSend(from, addr, 5421+i, 2, d)
+			_, err := testutil.TCPSend(from, addr, port+i, 2, d)
 			done <- err
 		}()
 	}
 	time.Sleep(4 * time.Second)
-	web0, db0 := both()
+	web0, db0 := podClasses(t, p)
 	start := time.Now()
 	time.Sleep(5 * time.Second)
-	web1, db1 := both()
+	web1, db1 := podClasses(t, p)
 	secs := time.Since(start).Seconds()
 	for range 2 {
 		if err := <-done; err != nil {
 			t.Fatal(err)
 		}
 	}
-	web, db := float64(web1.Bytes-web0.Bytes)*8/secs/1e6, float64(db1.Bytes-db0.Bytes)*8/secs/1e6
-	share := web / (web + db)
-	t.Logf("by weight 3:1: web %.2f Mbit/s, db %.2f (web's share %.3f, the reference 0.750)", web, db, share)
-	if share < 0.70 || share > 0.80 { // within 5% of the traffic
-		t.Errorf("web got %.3f of the namespace's traffic (%.2f and %.2f Mbit/s), want 0.75 by its weight", share, web, db)
+	return float64(web1.Bytes-web0.Bytes) * 8 / secs / 1e6, float64(db1.Bytes-db0.Bytes) * 8 / secs / 1e6
+}
+
+// podClasses are the two pods' classes as show reads them.
+func podClasses(t *testing.T, p *testutil.Pair) (web, db shownClass) {
+	t.Helper()
+	for _, c := range shownClasses(t, p.A) {
+		switch c.Name {
+		case "pods/shop.web":
+			web = c
+		case "pods/shop.db":
+			db = c
+		}
 	}
-	// The classes count what the shaper sent, headers included: the
-	// cap holds those bytes.
-	if total := web + db; total < 0.85*cap || total > 1.05*cap {
-		t.Errorf("the pods got %.2f Mbit/s together through the namespace's %g", total, cap)
-	}
+	return web, db
 }
 
 // unannotate removes namespace ns's annotations: its pods are the pods

@@ -276,12 +276,18 @@ func TestEDTNoReordering(t *testing.T) {
 // TestEDTThousandHosts: a per_host class of 1,022 hosts, each capped at
 // 2mbit, on ingress (an ISP's download: the senders are elsewhere, and
 // the shaper forwards). Five sampled hosts, each sent 2 TCP flows at
-// once, are each measured (show, wire bytes) over two windows of 4 s:
-// none above the cap by more than 5% in either (the cap holds), none
-// below 0.8 of it in both, and their class sums them. The lane's
-// emulated machine stalls now and then: 0.88 to 1.00 of the cap measured
-// there, and once a host at 0.64 in one window; a shaper that
-// under-delivers does it in both.
+// once, are each measured (show, wire bytes) over two windows of 4 s
+// and over the whole span from the reading before them to the last (11
+// s and more): none above the cap by more than 5% over the span (the
+// cap holds), none below 0.8 of it in both windows, and their class
+// sums them. The lane's emulated machine stalls now and then: 0.88 to
+// 1.00 of the cap measured there, and once a host at 0.64 in one
+// window; a shaper that under-delivers does it in both. A window's
+// ends are read with the dump of 1,024 classes, which the emulated
+// guest takes long and unevenly over: a clean-clone lane run read a
+// host at 2.114 Mbit/s in one window and 1.987 in the next (a quarter
+// of a second's skew in 4 s); over the span such a skew weighs a
+// third as much.
 func TestEDTThousandHosts(t *testing.T) {
 	needFq(t)
 	p := testutil.NewPair(t)
@@ -333,16 +339,27 @@ func TestEDTThousandHosts(t *testing.T) {
 	if n := len(s.Trees[0].Classes); n != 1022+2 {
 		t.Fatalf("%d classes, want 1,022 hosts, their class subs and rest", n)
 	}
-	// Per name, the better window: below the floor in both is the
-	// shaper's, and the cap must hold in each, so in the better one.
-	best := map[string]float64{}
+	// Per name, the better window (below the floor in both is the
+	// shaper's), and the whole span (the cap must hold over it).
+	best, span := map[string]float64{}, map[string]float64{}
 	for _, w := range windows {
 		for _, c := range w.Trees[0].Classes {
 			best[c.Name] = max(best[c.Name], c.Measured.BitsFloat())
 		}
 	}
-	if sum := best["subs"]; sum < 0.8*5*2e6 || sum > 1.05*5*2e6 {
-		t.Errorf("class subs (its hosts summed) measured %.3f Mbit/s in its better window; five hosts at 2mbit are 10", sum/1e6)
+	secs := windows[1].At.Sub(s.At).Seconds()
+	if secs < 8 {
+		t.Fatalf("the readings span %.2f s; want the two 4 s windows and more", secs)
+	}
+	first := map[string]uint64{}
+	for _, c := range s.Trees[0].Classes {
+		first[c.Name] = c.Bytes
+	}
+	for _, c := range windows[1].Trees[0].Classes {
+		span[c.Name] = float64(c.Bytes-first[c.Name]) * 8 / secs
+	}
+	if sum := best["subs"]; sum < 0.8*5*2e6 || span["subs"] > 1.05*5*2e6 {
+		t.Errorf("class subs (its hosts summed) measured %.3f Mbit/s in its better window, %.3f over %.1f s; five hosts at 2mbit are 10", sum/1e6, span["subs"]/1e6, secs)
 	}
 	for _, h := range sampled {
 		var ms []string
@@ -353,9 +370,9 @@ func TestEDTThousandHosts(t *testing.T) {
 				}
 			}
 		}
-		t.Logf("host %s: %s Mbit/s in the two windows (cap 2mbit)", h, strings.Join(ms, ", "))
-		if m := best["subs/"+h]; m < 0.8*2e6 || m > 1.05*2e6 {
-			t.Errorf("host %s measured %s Mbit/s against its 2mbit cap: above by more than 5%%, or below 0.8 of it in both windows", h, strings.Join(ms, ", "))
+		t.Logf("host %s: %s Mbit/s in the two windows, %.3f over %.1f s (cap 2mbit)", h, strings.Join(ms, ", "), span["subs/"+h]/1e6, secs)
+		if m := best["subs/"+h]; m < 0.8*2e6 || span["subs/"+h] > 1.05*2e6 {
+			t.Errorf("host %s measured %s Mbit/s in the two windows, %.3f over %.1f s, against its 2mbit cap: above by more than 5%% over the span, or below 0.8 of it in both windows", h, strings.Join(ms, ", "), span["subs/"+h]/1e6, secs)
 		}
 	}
 }

@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"sluice/plan"
+	"sluice/policy"
 	"sluice/tc"
 )
 
@@ -61,7 +62,12 @@ func main() {
 	bursts := flag.String("burst-study", "", "instead: the distribution of goodput over -runs runs per rate for each of these burst times (ms, like 1,2,4)")
 	runs := flag.Int("runs", 20, "runs per rate and burst time in the burst study")
 	studyOut := flag.String("burst-out", "bench/results/burst.json", "the burst study's machine-readable results")
+	ifb := flag.Bool("ifb", false, "shape on an ifb behind the receiver's ingress, as a policy's download is (the burst study's -burst-out and table then default to their ifb ones)")
 	flag.Parse()
+	if *ifb && *bursts == "" {
+		fmt.Fprintln(os.Stderr, "-ifb: only with -burst-study (the utilization table is the egress one)")
+		os.Exit(2)
+	}
 
 	a, b := fmt.Sprintf("slbench-a%d", os.Getpid()), fmt.Sprintf("slbench-b%d", os.Getpid())
 	must("ip", "netns", "add", a)
@@ -79,15 +85,34 @@ func main() {
 	defer srv.Process.Kill()
 	time.Sleep(300 * time.Millisecond)
 
-	conn, err := tc.Open(a)
+	// The shaper: the sender's egress, or (-ifb) an ifb that the
+	// receiver's ingress redirects to, as sluice shapes a download.
+	bd := bed{ns: a, dev: "veth0"}
+	if *ifb {
+		bd = bed{ns: b, dev: "ifb0", ingress: true}
+		must("ip", "-n", b, "link", "add", "ifb0", "type", "ifb")
+		must("ip", "-n", b, "link", "set", "ifb0", "up")
+		must("tc", "-n", b, "qdisc", "add", "dev", "veth1", "clsact")
+		must("tc", "-n", b, "filter", "add", "dev", "veth1", "ingress", "protocol", "all", "prio", "1",
+			"u32", "match", "u32", "0", "0", "action", "mirred", "egress", "redirect", "dev", "ifb0")
+	}
+	conn, err := tc.Open(bd.ns)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
 	defer conn.Close()
+	bd.conn = conn
 
 	if *bursts != "" {
-		burstStudy(conn, a, *rates, *bursts, *runs, *secs, *studyOut, *md)
+		out, marks := *studyOut, burstMarks
+		if *ifb {
+			marks = burstIfbMarks
+			if !flagSet("burst-out") {
+				out = "bench/results/burst-ifb.json"
+			}
+		}
+		burstStudy(bd, a, *rates, *bursts, *runs, *secs, out, *md, marks)
 		return
 	}
 	var points []point
@@ -98,7 +123,7 @@ func main() {
 			os.Exit(2)
 		}
 		for _, cfg := range []string{"tc-default", "sluice"} {
-			p := measure(conn, a, mbit, cfg, *secs)
+			p := measure(bd, a, mbit, cfg, *secs)
 			points = append(points, p)
 			fmt.Printf("%7.0fmbit %-10s burst %7d quantum %6d  goodput %8.2f Mbit/s = %.4f  wire %.4f  retrans %d %s\n",
 				mbit, cfg, p.Burst, p.Quantum, p.GoodputMbit, p.Goodput, p.Wire, p.Retransmits, p.Warning)
@@ -118,15 +143,33 @@ func main() {
 	}
 }
 
-func measure(conn *tc.Conn, ns string, mbit float64, cfg string, secs int) point {
+// bed is where the class under test shapes.
+type bed struct {
+	ns, dev string
+	ingress bool // dev is an ifb behind the receiver's ingress
+	conn    *tc.Conn
+}
+
+func flagSet(name string) (set bool) {
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
+}
+
+// measure runs iperf3 from the sender's namespace ns through one class at
+// mbit on bd.
+func measure(bd bed, ns string, mbit float64, cfg string, secs int) point {
 	rate := units.FromBits(mbit * 1e6)
 	p := point{RateMbit: mbit, Config: cfg}
-	run("tc", "-n", ns, "qdisc", "del", "dev", "veth0", "root")
-	must("tc", "-n", ns, "qdisc", "add", "dev", "veth0", "root", "handle", "1:", "htb", "default", "10")
-	args := []string{"tc", "-n", ns, "class", "add", "dev", "veth0", "parent", "1:", "classid", "1:10", "htb",
+	run("tc", "-n", bd.ns, "qdisc", "del", "dev", bd.dev, "root")
+	must("tc", "-n", bd.ns, "qdisc", "add", "dev", bd.dev, "root", "handle", "1:", "htb", "default", "10")
+	args := []string{"tc", "-n", bd.ns, "class", "add", "dev", bd.dev, "parent", "1:", "classid", "1:10", "htb",
 		"rate", rate.TC(), "ceil", rate.TC()}
 	if cfg == "sluice" || strings.HasPrefix(cfg, "burst=") {
-		p.Burst, p.Quantum = plan.BurstFor(rate), plan.QuantumFor(rate, rate, plan.LeafFIFO)
+		dir := policy.Egress
+		if bd.ingress {
+			dir = policy.Ingress
+		}
+		p.Burst, p.Quantum = plan.BurstFor(rate, dir), plan.QuantumFor(rate, rate, plan.LeafFIFO)
 		if ms, ok := strings.CutPrefix(cfg, "burst="); ok { // the burst study: another burst time
 			t, _ := strconv.ParseFloat(strings.TrimSuffix(ms, "ms"), 64)
 			p.Burst = max(uint32(float64(rate)*t/1000), 2*1514)
@@ -141,9 +184,9 @@ func measure(conn *tc.Conn, ns string, mbit float64, cfg string, secs int) point
 	}
 	// The same leaf for both: what sluice's auto picks on a kernel
 	// without an AQM.
-	must("tc", "-n", ns, "qdisc", "add", "dev", "veth0", "parent", "1:10", "handle", "10:", "bfifo", "limit", fmt.Sprint(plan.BfifoLimit(rate, rate, plan.QuantumFor(rate, rate, plan.LeafFIFO))))
+	must("tc", "-n", bd.ns, "qdisc", "add", "dev", bd.dev, "parent", "1:10", "handle", "10:", "bfifo", "limit", fmt.Sprint(plan.BfifoLimit(rate, rate, plan.QuantumFor(rate, rate, plan.LeafFIFO))))
 	if cfg == "tc-default" {
-		cls, _ := conn.Classes("veth0", tc.MakeHandle(1, 0))
+		cls, _ := bd.conn.Classes(bd.dev, tc.MakeHandle(1, 0))
 		for _, c := range cls {
 			p.Burst, p.Quantum = c.Burst, c.Quantum
 		}
@@ -162,9 +205,9 @@ func measure(conn *tc.Conn, ns string, mbit float64, cfg string, secs int) point
 	ip.Start()
 	// Count wire bytes over the same window iperf3 counts.
 	time.Sleep(time.Second + 100*time.Millisecond)
-	b0, t0 := classBytes(conn), time.Now()
+	b0, t0 := classBytes(bd), time.Now()
 	time.Sleep(time.Duration(secs-1)*time.Second - 300*time.Millisecond)
-	b1, t1 := classBytes(conn), time.Now()
+	b1, t1 := classBytes(bd), time.Now()
 	ip.Wait()
 	p.Wire = float64(b1-b0) / t1.Sub(t0).Seconds() / float64(rate)
 	var r struct {
@@ -184,8 +227,8 @@ func measure(conn *tc.Conn, ns string, mbit float64, cfg string, secs int) point
 	return p
 }
 
-func classBytes(conn *tc.Conn) uint64 {
-	cls, err := conn.Classes("veth0", tc.MakeHandle(1, 0))
+func classBytes(bd bed) uint64 {
+	cls, err := bd.conn.Classes(bd.dev, tc.MakeHandle(1, 0))
 	if err != nil {
 		return 0
 	}
@@ -240,7 +283,7 @@ func rewriteTable(path string, points []point, secs int) error {
 // burstStudy measures, for each rate and burst time, the goodput of runs
 // runs, interleaved (run i of every burst time before run i+1 of any),
 // so that a noisy minute of the machine hits every burst time alike.
-func burstStudy(conn *tc.Conn, ns, rates, bursts string, runs, secs int, out, md string) {
+func burstStudy(bd bed, ns, rates, bursts string, runs, secs int, out, md string, marks [2]string) {
 	type cell struct {
 		RateMbit float64   `json:"rate_mbit"`
 		BurstMs  float64   `json:"burst_ms"`
@@ -257,7 +300,7 @@ func burstStudy(conn *tc.Conn, ns, rates, bursts string, runs, secs int, out, md
 	}
 	for i := 0; i < runs; i++ {
 		for _, c := range cells {
-			p := measure(conn, ns, c.RateMbit, fmt.Sprintf("burst=%gms", c.BurstMs), secs)
+			p := measure(bd, ns, c.RateMbit, fmt.Sprintf("burst=%gms", c.BurstMs), secs)
 			c.Burst = p.Burst
 			c.Goodput = append(c.Goodput, p.Goodput)
 			fmt.Printf("run %2d %6.0fmbit burst %gms (%d B): goodput/rate %.4f\n", i+1, c.RateMbit, c.BurstMs, p.Burst, p.Goodput)
@@ -265,7 +308,7 @@ func burstStudy(conn *tc.Conn, ns, rates, bursts string, runs, secs int, out, md
 	}
 	os.MkdirAll(filepath.Dir(out), 0o755)
 	js, _ := json.MarshalIndent(map[string]any{
-		"benchmark": "burst", "taken": time.Now().UTC().Format(time.RFC3339),
+		"benchmark": "burst", "ifb": bd.ingress, "taken": time.Now().UTC().Format(time.RFC3339),
 		"kernel": strings.TrimSpace(must("uname", "-r")), "cpus": strings.TrimSpace(must("nproc")),
 		"flows": 4, "seconds": secs, "runs": runs, "cells": cells,
 	}, "", "  ")
@@ -274,8 +317,12 @@ func burstStudy(conn *tc.Conn, ns, rates, bursts string, runs, secs int, out, md
 		return
 	}
 	var t strings.Builder
-	fmt.Fprintf(&t, "%s\nMeasured %s on %s, %s CPUs: 4 TCP flows through one class, %d runs of %d s per cell, interleaved.\n\n",
-		burstBegin, time.Now().UTC().Format("2006-01-02"), strings.TrimSpace(must("uname", "-r")), strings.TrimSpace(must("nproc")), runs, secs)
+	where := "one class"
+	if bd.ingress {
+		where = "one class on an ifb behind the receiver's ingress"
+	}
+	fmt.Fprintf(&t, "%s\nMeasured %s on %s, %s CPUs: 4 TCP flows through %s, %d runs of %d s per cell, interleaved.\n\n",
+		marks[0], time.Now().UTC().Format("2006-01-02"), strings.TrimSpace(must("uname", "-r")), strings.TrimSpace(must("nproc")), where, runs, secs)
 	t.WriteString("| rate | burst | worst goodput/rate | 10th percentile | median | runs below 0.93 |\n|---:|---:|---:|---:|---:|---:|\n")
 	for _, c := range cells {
 		g := append([]float64(nil), c.Goodput...)
@@ -289,22 +336,22 @@ func burstStudy(conn *tc.Conn, ns, rates, bursts string, runs, secs int, out, md
 		fmt.Fprintf(&t, "| %s | %g ms (%d B) | %.4f | %.4f | %.4f | %d of %d |\n", units.FromBits(c.RateMbit*1e6).TC(),
 			c.BurstMs, c.Burst, g[0], g[len(g)/10], g[len(g)/2], below, len(g))
 	}
-	t.WriteString(burstEnd)
+	t.WriteString(marks[1])
 	b, err := os.ReadFile(md)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return
 	}
 	s := string(b)
-	i, j := strings.Index(s, burstBegin), strings.Index(s, burstEnd)
+	i, j := strings.Index(s, marks[0]), strings.Index(s, marks[1])
 	if i < 0 || j < i {
-		fmt.Fprintf(os.Stderr, "%s: no %s ... %s markers\n", md, burstBegin, burstEnd)
+		fmt.Fprintf(os.Stderr, "%s: no %s ... %s markers\n", md, marks[0], marks[1])
 		return
 	}
-	os.WriteFile(md, []byte(s[:i]+t.String()+s[j+len(burstEnd):]), 0o644)
+	os.WriteFile(md, []byte(s[:i]+t.String()+s[j+len(marks[1]):]), 0o644)
 }
 
-const (
-	burstBegin = "<!-- burst:begin -->"
-	burstEnd   = "<!-- burst:end -->"
+var (
+	burstMarks    = [2]string{"<!-- burst:begin -->", "<!-- burst:end -->"}
+	burstIfbMarks = [2]string{"<!-- burst-ifb:begin -->", "<!-- burst-ifb:end -->"}
 )

@@ -374,7 +374,7 @@ func buildTree(d *policy.Diag, feats Features, in *policy.Interface, t *policy.T
 	b.objs = append(b.objs, &tc.Qdisc{Dev: devName, Parent: tc.HandleRoot, Handle: RootHandle, Kind: "htb",
 		HTB: &tc.HTBQdisc{Default: uint32(def), R2Q: dev.Alloc.R2Q()}, Stab: LinkStab(t)})
 	b.objs = append(b.objs, &tc.Class{Dev: devName, Parent: RootHandle, Handle: RootClassID, Kind: "htb",
-		Rate: t.RateBps, Ceil: t.RateBps, Burst: BurstFor(t.RateBps), Cburst: BurstFor(t.RateBps),
+		Rate: t.RateBps, Ceil: t.RateBps, Burst: BurstFor(t.RateBps, t.Dir), Cburst: BurstFor(t.RateBps, t.Dir),
 		Quantum: QuantumFor(t.RateBps, t.RateBps, LeafFIFO), Name: RootClassName})
 	var leaves []tc.Object
 	b.shareGroup(nil, t.Classes, 0)
@@ -464,7 +464,7 @@ func (b *builder) classTree(cs []*policy.Class, parent tc.Handle, leaves *[]tc.O
 		id := b.classID(c.Name)
 		cl := &tc.Class{Dev: b.dev.Name, Parent: parent, Handle: id, Kind: "htb",
 			Rate: max(c.RateBps/b.div, 1), Ceil: c.CeilBps, Prio: uint32(c.Prio), Name: c.Name}
-		setBursts(cl, b.groupRate(c.Parent), b.leafKind(c.Leaf), c.Burst, c.Cburst, c.Quantum)
+		setBursts(cl, b.tree.Dir, b.groupRate(c.Parent), b.leafKind(c.Leaf), c.Burst, c.Cburst, c.Quantum)
 		if q, ok := b.quanta[c.Name]; ok {
 			cl.Quantum = q
 		}
@@ -506,8 +506,8 @@ func (b *builder) classTree(cs []*policy.Class, parent tc.Handle, leaves *[]tc.O
 	}
 }
 
-func setBursts(cl *tc.Class, link units.Rate, leaf Leaf, burst, cburst, quantum *policy.Size) {
-	cl.Burst, cl.Cburst, cl.Quantum = BurstFor(cl.Rate), BurstFor(cl.Ceil), QuantumFor(cl.Rate, link, leaf)
+func setBursts(cl *tc.Class, dir string, link units.Rate, leaf Leaf, burst, cburst, quantum *policy.Size) {
+	cl.Burst, cl.Cburst, cl.Quantum = BurstFor(cl.Rate, dir), BurstFor(cl.Ceil, dir), QuantumFor(cl.Rate, link, leaf)
 	if burst != nil {
 		cl.Burst = uint32(burst.Bytes)
 	}
@@ -1068,7 +1068,7 @@ func (b *builder) hostClass(owner *policy.Class, h hostItem, parent tc.Handle, l
 		id, counter = b.classID(name), b.counter(name)
 	}
 	hc := &tc.Class{Dev: b.dev.Name, Parent: parent, Handle: id, Kind: "htb", Rate: rate, Ceil: ceil, Prio: prio, Name: name}
-	setBursts(hc, b.groupRate(owner), b.leafKind(ph.Leaf), nil, nil, nil)
+	setBursts(hc, b.tree.Dir, b.groupRate(owner), b.leafKind(ph.Leaf), nil, nil, nil)
 	if q, ok := b.quanta[name]; ok {
 		hc.Quantum = q
 	}

@@ -116,11 +116,16 @@ func TestOrderedPriosKeepAndInsert(t *testing.T) {
 func TestDefaultsAcrossRates(t *testing.T) {
 	for _, mbit := range []float64{0.1, 1, 20, 100, 1000, 5000, 10000} {
 		rate := units.FromBits(mbit * 1e6)
-		b, q := BurstFor(rate), QuantumFor(rate, rate, LeafFIFO)
+		b, q := BurstFor(rate, policy.Egress), QuantumFor(rate, rate, LeafFIFO)
 		// At least a millisecond of the rate (timer slack), at least two
 		// frames; a quantum HTB accepts without its r2q warning bounds.
 		if float64(b) < float64(rate)*0.001 || b < 2*frameBytes {
 			t.Errorf("%vmbit: burst %d", mbit, b)
+		}
+		// On an ifb, four (its softirq runs late more often, and what
+		// it sends at once waits at no bottleneck).
+		if in := BurstFor(rate, policy.Ingress); float64(in) < float64(rate)*0.004 || in < 2*frameBytes || in < b {
+			t.Errorf("%vmbit: ingress burst %d (egress %d)", mbit, in, b)
 		}
 		if q < 1000 || q > 200000 {
 			t.Errorf("%vmbit: quantum %d outside HTB's 1000..200000", mbit, q)
@@ -158,8 +163,11 @@ func TestDefaultsAcrossRates(t *testing.T) {
 	}
 	// At 20mbit the burst stays at two frames: a bulk class cannot push
 	// more than about a millisecond of line time ahead of interactive.
-	if b := BurstFor(2500000); b > 3100 {
+	if b := BurstFor(2500000, policy.Egress); b > 3100 {
 		t.Errorf("20mbit burst %d", b)
+	}
+	if b := BurstFor(12500000, policy.Ingress); b != 50000 {
+		t.Errorf("100mbit ingress burst %d, want 4 ms (50000)", b)
 	}
 }
 

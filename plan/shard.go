@@ -306,7 +306,7 @@ func (b *builder) sharded(n int) {
 		qh := tc.MakeHandle(b.major, 0)
 		root := tc.MakeHandle(b.major, 1)
 		roots[s] = &tc.Class{Dev: dev.Name, Parent: qh, Handle: root, Kind: "htb",
-			Rate: max(t.RateBps/b.div, 1), Ceil: t.RateBps, Burst: BurstFor(t.RateBps), Cburst: BurstFor(t.RateBps),
+			Rate: max(t.RateBps/b.div, 1), Ceil: t.RateBps, Burst: BurstFor(t.RateBps, t.Dir), Cburst: BurstFor(t.RateBps, t.Dir),
 			Quantum: QuantumFor(t.RateBps/b.div, t.RateBps, LeafFIFO), Name: RootClassName}
 		b.objs = append(b.objs,
 			&tc.Qdisc{Dev: dev.Name, Parent: tc.MakeHandle(1, uint16(s+1)), Handle: qh, Kind: "htb",

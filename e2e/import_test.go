@@ -590,13 +590,18 @@ func importRates(t *testing.T, old, imp *importBed, d *migrate.Draft, policyFile
 		tn += impRate(class)
 	}
 	t.Logf("total: old %.3f Mbit/s over %v, import %.3f Mbit/s over %v", to/1e6, ot1.Sub(ot0).Round(time.Millisecond), tn/1e6, nt1.Sub(nt0).Round(time.Millisecond))
-	if to == 0 || tn < to*0.95 {
-		t.Errorf("the import carried %.3f Mbit/s in all where the original carried %.3f", tn/1e6, to/1e6)
-	}
 	ideal := importReference(t, policyFile, flows)
 	var ti float64
 	for class := range flows {
 		ti += ideal[class]
+	}
+	// The import owes what the original carried, up to what the
+	// configuration allows these flows (the reference's total): the
+	// 6.1 lane's wondershaper 1.4.1 carried 1.005 Mbit/s through a
+	// class whose ceil is 0.972, and the import's 0.936 (0.963 of that
+	// ceil) read as short of the original.
+	if to == 0 || tn < min(to, ti)*0.95 {
+		t.Errorf("the import carried %.3f Mbit/s in all where the original carried %.3f and the configuration allows %.3f", tn/1e6, to/1e6, ti/1e6)
 	}
 	for class := range flows {
 		so, sn, si := oldRate(class)/to, impRate(class)/tn, ideal[class]/ti

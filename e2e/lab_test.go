@@ -652,9 +652,9 @@ traffic:
 // second must pass: it runs beside two other tests, and in a clean-clone
 // CI run of 2026-12-03 the shaper in front of the policer (HTB on
 // ifb-wan at 19mbit) carried 15.39 Mbit/s (0.81 of its rate; 17 asked)
-// while every other expectation held; HTB on an ifb loses tokens to
-// late timers with its 1 ms burst (docs/kernels.md), and a shaper that
-// falls short does it twice.
+// while every other expectation held; HTB on an ifb lost tokens to
+// late timers with the 1 ms burst it then had (4 ms since;
+// docs/kernels.md), and a shaper that falls short does it twice.
 func TestPolicerVsShaper(t *testing.T) {
 	light(t)
 	dir := t.TempDir()

@@ -87,9 +87,9 @@ func main() {
 
 	// The shaper: the sender's egress, or (-ifb) an ifb that the
 	// receiver's ingress redirects to, as sluice shapes a download.
-	bd := bed{ns: a, dev: "veth0"}
+	bd := bed{ns: a, dev: "veth0", dir: policy.Egress}
 	if *ifb {
-		bd = bed{ns: b, dev: "ifb0", ingress: true}
+		bd = bed{ns: b, dev: "ifb0", dir: policy.Ingress}
 		must("ip", "-n", b, "link", "add", "ifb0", "type", "ifb")
 		must("ip", "-n", b, "link", "set", "ifb0", "up")
 		must("tc", "-n", b, "qdisc", "add", "dev", "veth1", "clsact")
@@ -146,7 +146,7 @@ func main() {
 // bed is where the class under test shapes.
 type bed struct {
 	ns, dev string
-	ingress bool // dev is an ifb behind the receiver's ingress
+	dir     string // policy.Ingress: dev is an ifb behind the receiver's ingress
 	conn    *tc.Conn
 }
 
@@ -165,11 +165,7 @@ func measure(bd bed, ns string, mbit float64, cfg string, secs int) point {
 	args := []string{"tc", "-n", bd.ns, "class", "add", "dev", bd.dev, "parent", "1:", "classid", "1:10", "htb",
 		"rate", rate.TC(), "ceil", rate.TC()}
 	if cfg == "sluice" || strings.HasPrefix(cfg, "burst=") {
-		dir := policy.Egress
-		if bd.ingress {
-			dir = policy.Ingress
-		}
-		p.Burst, p.Quantum = plan.BurstFor(rate, dir), plan.QuantumFor(rate, rate, plan.LeafFIFO)
+		p.Burst, p.Quantum = plan.BurstFor(rate, bd.dir), plan.QuantumFor(rate, rate, plan.LeafFIFO)
 		if ms, ok := strings.CutPrefix(cfg, "burst="); ok { // the burst study: another burst time
 			t, _ := strconv.ParseFloat(strings.TrimSuffix(ms, "ms"), 64)
 			p.Burst = max(uint32(float64(rate)*t/1000), 2*1514)
@@ -308,7 +304,7 @@ func burstStudy(bd bed, ns, rates, bursts string, runs, secs int, out, md string
 	}
 	os.MkdirAll(filepath.Dir(out), 0o755)
 	js, _ := json.MarshalIndent(map[string]any{
-		"benchmark": "burst", "ifb": bd.ingress, "taken": time.Now().UTC().Format(time.RFC3339),
+		"benchmark": "burst", "ifb": bd.dir == policy.Ingress, "taken": time.Now().UTC().Format(time.RFC3339),
 		"kernel": strings.TrimSpace(must("uname", "-r")), "cpus": strings.TrimSpace(must("nproc")),
 		"flows": 4, "seconds": secs, "runs": runs, "cells": cells,
 	}, "", "  ")
@@ -318,7 +314,7 @@ func burstStudy(bd bed, ns, rates, bursts string, runs, secs int, out, md string
 	}
 	var t strings.Builder
 	where := "one class"
-	if bd.ingress {
+	if bd.dir == policy.Ingress {
 		where = "one class on an ifb behind the receiver's ingress"
 	}
 	fmt.Fprintf(&t, "%s\nMeasured %s on %s, %s CPUs: 4 TCP flows through %s, %d runs of %d s per cell, interleaved.\n\n",

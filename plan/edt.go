@@ -231,16 +231,35 @@ func fqLimit(t *policy.Tree) uint32 {
 // runs that TCP only recovers from by timeout (measured in the lane:
 // 2mbit hosts at 0.78 to 0.87 of their cap; at or above it with the
 // floor).
+//
+// That floor waits at most gsoFloorMax, and the horizon never holds less
+// than minHorizonFrames full frames. Below 560 kbit/s a 64 KB packet
+// takes longer than a second, and TCP's packets are small there (it
+// sizes them to a millisecond of its pacing rate, two segments at
+// least); the full floor made a queue of seconds that TCP fills: at
+// 18.7 kbit/s (a light default class the sharing controller held to its
+// share) it reached the 10 s bound, the flow's RTT 8 s and its
+// retransmission timeout 24 s, and one loss at the horizon left it
+// silent for a whole 16 s measurement (the 6.1 lane, 2026-12-04).
 func horizonFor(h time.Duration, limit units.Rate) uint64 {
 	return HorizonFor(h, limit)
 }
+
+// gsoFloorMax and minHorizonFrames bound an aggregate's horizon floor
+// (horizonFor).
+const (
+	gsoFloorMax      = time.Second
+	minHorizonFrames = 4
+)
 
 // HorizonFor is horizonFor, for the sharing controller when it moves an
 // aggregate's cap.
 func HorizonFor(h time.Duration, limit units.Rate) uint64 {
 	ns := uint64(h)
 	if limit > 0 {
-		ns = max(ns, uint64(float64(MinBfifoBytes)*1e9/float64(limit)))
+		gso := min(uint64(float64(MinBfifoBytes)*1e9/float64(limit)), uint64(gsoFloorMax))
+		frames := uint64(float64(minHorizonFrames*frameBytes) * 1e9 / float64(limit))
+		ns = max(ns, gso, frames)
 	}
 	return min(ns, uint64(policy.MaxHorizon))
 }

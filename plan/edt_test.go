@@ -1,6 +1,7 @@
 package plan
 
 import (
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -8,6 +9,7 @@ import (
 	"sluice/bpf"
 	"sluice/policy"
 	"sluice/tc"
+	"sluice/units"
 )
 
 func parseEDT(t *testing.T, src string) *policy.Policy {
@@ -226,3 +228,30 @@ func TestEDTPlanVariants(t *testing.T) {
 }
 
 func uint32ns(d time.Duration) uint64 { return uint64(d) }
+
+// An aggregate's horizon: the tree's, raised to hold a 64 KB GSO packet
+// and three frames at its cap, but that floor waits at most a second,
+// and the horizon holds at least four frames (a queue of seconds at a
+// low cap is one TCP times out of).
+func TestHorizonFor(t *testing.T) {
+	ms := func(d float64) uint64 { return uint64(d * float64(time.Millisecond)) }
+	for _, tt := range []struct {
+		tree  time.Duration
+		cap   float64 // bits/s
+		want  uint64
+		about bool // within 1%
+	}{
+		{100 * time.Millisecond, 20e6, ms(100), false},           // the tree's
+		{100 * time.Millisecond, 2e6, ms(70078 * 8 / 2e3), true}, // 64 KB and three frames: 280 ms
+		{100 * time.Millisecond, 100e3, ms(1000), false},         // that floor waits at most 1 s
+		{100 * time.Millisecond, 18.7e3, ms(4 * 1514 * 8 / 18.7), true},
+		{5 * time.Second, 100e3, ms(5000), false}, // a longer tree horizon stands
+		{100 * time.Millisecond, 1e3, ms(10000), false},
+		{100 * time.Millisecond, 0, ms(100), false},
+	} {
+		got := HorizonFor(tt.tree, units.FromBits(tt.cap))
+		if tt.about && math.Abs(float64(got)-float64(tt.want)) > 0.01*float64(tt.want) || !tt.about && got != tt.want {
+			t.Errorf("HorizonFor(%v, %.0f bit/s) = %v, want %v", tt.tree, tt.cap, time.Duration(got), time.Duration(tt.want))
+		}
+	}
+}

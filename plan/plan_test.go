@@ -412,28 +412,34 @@ func TestMarksGoToBPFWhereU32IgnoresThem(t *testing.T) {
 	}
 }
 
-// A class's cburst holds its quantum (a turn at the parent's speed),
-// unless the policy sets it, and stays well within what HTB can hold at
-// a slow ceil.
+// A class's cburst holds its quantum (a turn at the parent's speed), an
+// inner class's two, unless the policy sets it, and stays well within
+// what HTB can hold at a slow ceil.
 func TestCburstHoldsATurn(t *testing.T) {
 	for _, c := range []struct {
 		name                 string
 		ceil, parent         units.Rate
 		quantum, cburst, got uint32
-		set                  bool
+		set, inner           bool
 	}{
-		{"a 100mbit ceil and a 167625-byte turn", 12500000, 125000000, 167625, 12500, 167625, false},
-		{"a cburst above the turn stays", 125000000, 125000000, 67050, 250000, 250000, false},
-		{"the policy's cburst stays", 12500000, 125000000, 167625, 12500, 12500, true},
-		{"a slow ceil's is bounded", 100, 125000000, 67050, 3028, 20000, false},
-		{"a ceil at the parent's keeps its own", 11875000, 11875000, 47500, 11875, 11875, false},
+		{"a 100mbit ceil and a 167625-byte turn", 12500000, 125000000, 167625, 12500, 167625, false, false},
+		{"a cburst above the turn stays", 125000000, 125000000, 67050, 250000, 250000, false, false},
+		{"the policy's cburst stays", 12500000, 125000000, 167625, 12500, 12500, true, false},
+		{"a slow ceil's is bounded", 100, 125000000, 67050, 3028, 20000, false, false},
+		{"a ceil at the parent's keeps its own", 11875000, 11875000, 47500, 11875, 11875, false, false},
+		{"an inner class's holds two turns", 187500, 625000, 18168, 3028, 36336, false, true},
+		{"an inner class's is bounded too", 100, 125000000, 67050, 3028, 20000, false, true},
+		{"an inner class that cannot borrow holds one", 250000, 1250000, 50000, 3028, 50000, false, true}, // rate = ceil below
 	} {
-		cl := &tc.Class{Ceil: c.ceil, Quantum: c.quantum, Cburst: c.cburst}
+		cl := &tc.Class{Rate: c.ceil / 2, Ceil: c.ceil, Quantum: c.quantum, Cburst: c.cburst}
+		if strings.Contains(c.name, "cannot borrow") {
+			cl.Rate = c.ceil
+		}
 		var set *policy.Size
 		if c.set {
 			set = &policy.Size{Bytes: uint64(c.cburst)}
 		}
-		turnBurst(cl, set, c.parent)
+		turnBurst(cl, set, c.parent, c.inner)
 		if cl.Cburst != c.got {
 			t.Errorf("%s: cburst %d, want %d", c.name, cl.Cburst, c.got)
 		}

@@ -571,11 +571,10 @@ func linkNotes(t *policy.Tree, dev string) []string {
 // with the ceil's own).
 //
 // An inner class that borrows (inner, its rate below its ceil) has a
-// bucket of two turns. (One that cannot borrow serves its children from
-// its rate's bucket.) Its turn is its
-// children's, each of which ends a packet or more past its quantum, and
-// with a bucket of exactly one the class's round within was cut short at
-// every turn: in the 6.1 lane (the conformance matrix's groups shape at
+// bucket of two turns; one that cannot borrow serves its children from
+// its rate's bucket. Its turn is its children's, each of which ends a
+// packet or more past its quantum, and with a bucket of exactly one the
+// class's round within was cut short at every turn: in the 6.1 lane (the conformance matrix's groups shape at
 // quarter rates, a group capped at 1.5 Mbit/s with three one-flow hosts)
 // the group's first host got the least in five of six clean-clone runs
 // (2.6 to 6.5% under its share) and the last more than its share in all

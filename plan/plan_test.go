@@ -418,23 +418,20 @@ func TestMarksGoToBPFWhereU32IgnoresThem(t *testing.T) {
 func TestCburstHoldsATurn(t *testing.T) {
 	for _, c := range []struct {
 		name                 string
-		ceil, parent         units.Rate
+		rate, ceil, parent   units.Rate
 		quantum, cburst, got uint32
 		set, inner           bool
 	}{
-		{"a 100mbit ceil and a 167625-byte turn", 12500000, 125000000, 167625, 12500, 167625, false, false},
-		{"a cburst above the turn stays", 125000000, 125000000, 67050, 250000, 250000, false, false},
-		{"the policy's cburst stays", 12500000, 125000000, 167625, 12500, 12500, true, false},
-		{"a slow ceil's is bounded", 100, 125000000, 67050, 3028, 20000, false, false},
-		{"a ceil at the parent's keeps its own", 11875000, 11875000, 47500, 11875, 11875, false, false},
-		{"an inner class's holds two turns", 187500, 625000, 18168, 3028, 36336, false, true},
-		{"an inner class's is bounded too", 100, 125000000, 67050, 3028, 20000, false, true},
-		{"an inner class that cannot borrow holds one", 250000, 1250000, 50000, 3028, 50000, false, true}, // rate = ceil below
+		{"a 100mbit ceil and a 167625-byte turn", 6250000, 12500000, 125000000, 167625, 12500, 167625, false, false},
+		{"a cburst above the turn stays", 62500000, 125000000, 125000000, 67050, 250000, 250000, false, false},
+		{"the policy's cburst stays", 6250000, 12500000, 125000000, 167625, 12500, 12500, true, false},
+		{"a slow ceil's is bounded", 50, 100, 125000000, 67050, 3028, 20000, false, false},
+		{"a ceil at the parent's keeps its own", 5937500, 11875000, 11875000, 47500, 11875, 11875, false, false},
+		{"an inner class's holds two turns", 125000, 187500, 625000, 18168, 3028, 36336, false, true},
+		{"an inner class's is bounded too", 50, 100, 125000000, 67050, 3028, 20000, false, true},
+		{"an inner class that cannot borrow holds one", 250000, 250000, 1250000, 50000, 3028, 50000, false, true},
 	} {
-		cl := &tc.Class{Rate: c.ceil / 2, Ceil: c.ceil, Quantum: c.quantum, Cburst: c.cburst}
-		if strings.Contains(c.name, "cannot borrow") {
-			cl.Rate = c.ceil
-		}
+		cl := &tc.Class{Rate: c.rate, Ceil: c.ceil, Quantum: c.quantum, Cburst: c.cburst}
 		var set *policy.Size
 		if c.set {
 			set = &policy.Size{Bytes: uint64(c.cburst)}

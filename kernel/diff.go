@@ -320,7 +320,9 @@ func qdiscOptionsEqual(l, w *tc.Qdisc) bool {
 		return w.Fifo.Limit == 0 || l.Fifo != nil && l.Fifo.Limit == w.Fifo.Limit
 	case w.FqCodel != nil:
 		return l.FqCodel != nil && (w.FqCodel.Limit == 0 || l.FqCodel.Limit == w.FqCodel.Limit) &&
-			(w.FqCodel.Flows == 0 || l.FqCodel.Flows == w.FqCodel.Flows)
+			(w.FqCodel.Flows == 0 || l.FqCodel.Flows == w.FqCodel.Flows) &&
+			(w.FqCodel.Target == 0 || l.FqCodel.Target == w.FqCodel.Target) &&
+			(w.FqCodel.Interval == 0 || l.FqCodel.Interval == w.FqCodel.Interval)
 	case w.Sfq != nil:
 		return l.Sfq != nil && (w.Sfq.Limit == 0 || l.Sfq.Limit == w.Sfq.Limit) &&
 			(w.Sfq.Perturb == 0 || l.Sfq.Perturb == w.Sfq.Perturb)

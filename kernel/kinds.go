@@ -190,6 +190,8 @@ func (qdiscKind) hash(h *fingerprint, o tc.Object) {
 	if present(h, x.FqCodel) {
 		h.u64(uint64(x.FqCodel.Limit))
 		h.u64(uint64(x.FqCodel.Flows))
+		h.u64(uint64(x.FqCodel.Target))
+		h.u64(uint64(x.FqCodel.Interval))
 	}
 	if present(h, x.Sfq) {
 		h.u64(uint64(x.Sfq.Limit))

@@ -101,6 +101,12 @@ func qdiscOptions(q *Qdisc) (*nl.RtAttr, error) {
 			if q.FqCodel.Flows != 0 {
 				o.AddChild(u32attr(nl.TCA_FQ_CODEL_FLOWS, q.FqCodel.Flows))
 			}
+			if q.FqCodel.Target != 0 {
+				o.AddChild(u32attr(nl.TCA_FQ_CODEL_TARGET, q.FqCodel.Target))
+			}
+			if q.FqCodel.Interval != 0 {
+				o.AddChild(u32attr(nl.TCA_FQ_CODEL_INTERVAL, q.FqCodel.Interval))
+			}
 		}
 		return o, nil
 	case "sfq":
@@ -758,6 +764,12 @@ func decodeQdiscOptions(q *Qdisc, opts []byte) {
 		}
 		if b := a[nl.TCA_FQ_CODEL_FLOWS]; len(b) >= 4 {
 			q.FqCodel.Flows = native.Uint32(b)
+		}
+		if b := a[nl.TCA_FQ_CODEL_TARGET]; len(b) >= 4 {
+			q.FqCodel.Target = native.Uint32(b)
+		}
+		if b := a[nl.TCA_FQ_CODEL_INTERVAL]; len(b) >= 4 {
+			q.FqCodel.Interval = native.Uint32(b)
 		}
 	case "sfq":
 		if len(opts) >= 20 {

@@ -106,6 +106,10 @@ type Fifo struct{ Limit uint32 }
 type FqCodel struct {
 	Limit uint32 // packets
 	Flows uint32
+	// Target and Interval (µs; 0: fq_codel's 5 ms and 100 ms) are its
+	// AQM's: packets that waited beyond Target for an Interval start
+	// its drops.
+	Target, Interval uint32
 }
 
 // Sfq options sluice sets.
@@ -147,6 +151,14 @@ type Cake struct {
 	// cake's target at its 5 ms.
 	RTT    uint32
 	Target uint32
+}
+
+// usText writes µs as tc reads a time: whole milliseconds as ms.
+func usText(us uint32) string {
+	if us%1000 == 0 {
+		return fmt.Sprintf("%dms", us/1000)
+	}
+	return fmt.Sprintf("%dus", us)
 }
 
 // CakeTarget is the target tc's `rtt` sets with interval rtt (µs).
@@ -203,6 +215,12 @@ func (q *Qdisc) optionString() string {
 		}
 		if q.FqCodel.Flows != 0 {
 			a = append(a, fmt.Sprintf("flows %d", q.FqCodel.Flows))
+		}
+		if q.FqCodel.Target != 0 {
+			a = append(a, "target "+usText(q.FqCodel.Target))
+		}
+		if q.FqCodel.Interval != 0 {
+			a = append(a, "interval "+usText(q.FqCodel.Interval))
 		}
 	case q.Sfq != nil:
 		if q.Sfq.Limit != 0 {

@@ -321,8 +321,7 @@ func qdiscOptionsEqual(l, w *tc.Qdisc) bool {
 	case w.FqCodel != nil:
 		return l.FqCodel != nil && (w.FqCodel.Limit == 0 || l.FqCodel.Limit == w.FqCodel.Limit) &&
 			(w.FqCodel.Flows == 0 || l.FqCodel.Flows == w.FqCodel.Flows) &&
-			(w.FqCodel.Target == 0 || l.FqCodel.Target == w.FqCodel.Target) &&
-			(w.FqCodel.Interval == 0 || l.FqCodel.Interval == w.FqCodel.Interval)
+			codelTimeEqual(l.FqCodel.Target, w.FqCodel.Target) && codelTimeEqual(l.FqCodel.Interval, w.FqCodel.Interval)
 	case w.Sfq != nil:
 		return l.Sfq != nil && (w.Sfq.Limit == 0 || l.Sfq.Limit == w.Sfq.Limit) &&
 			(w.Sfq.Perturb == 0 || l.Sfq.Perturb == w.Sfq.Perturb)
@@ -336,6 +335,12 @@ func qdiscOptionsEqual(l, w *tc.Qdisc) bool {
 		return l.Cake != nil && *l.Cake == *w.Cake
 	}
 	return true
+}
+
+// codelTimeEqual compares a codel time as the kernel says it (live)
+// with the one sluice sent (want; 0: the qdisc's default, any).
+func codelTimeEqual(live, want uint32) bool {
+	return want == 0 || live == want || live == tc.CodelTime(want)
 }
 
 func filterEqual(l, w *tc.U32) bool {

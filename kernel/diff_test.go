@@ -28,6 +28,14 @@ func asLive(objs []tc.Object) []tc.Object {
 				f.U32 = &u
 			}
 			out = append(out, &f)
+		case *tc.Qdisc:
+			q := *x
+			if q.FqCodel != nil {
+				f := *q.FqCodel
+				f.Target, f.Interval = tc.CodelTime(f.Target), tc.CodelTime(f.Interval)
+				q.FqCodel = &f
+			}
+			out = append(out, &q)
 		default:
 			out = append(out, o)
 		}
@@ -77,6 +85,55 @@ func TestDiffIdempotent(t *testing.T) {
 	objs := build(t, base)
 	if d := Compute(asLive(objs), objs, Options{}); !d.Empty() {
 		t.Fatalf("diff of a plan against itself: %v", describe(d))
+	}
+}
+
+// A leaf an older sluice made with fq_codel's own 5 ms and 100 ms (as
+// the kernel says them: 4999 and 99999 µs) is changed where the class is
+// slow enough for another target, and only there.
+func TestDiffCodelTargets(t *testing.T) {
+	objs := build(t, base)
+	live := asLive(objs)
+	for _, o := range live {
+		if q, ok := o.(*tc.Qdisc); ok && q.FqCodel != nil {
+			q.FqCodel.Target, q.FqCodel.Interval = 4999, 99999
+		}
+	}
+	d := Compute(live, objs, Options{})
+	if len(d.Changes) != 1 || d.Changes[0].Obj.(*tc.Qdisc).Owner != "ssh" || !strings.Contains(d.Changes[0].Obj.Describe(), "target 10ms interval 200ms") {
+		t.Fatalf("changes:\n%s", describe(d))
+	}
+}
+
+// A per-host leaf whose fq_codel has other flows is replaced: a change
+// cannot set them.
+func TestDiffCodelFlowsReplace(t *testing.T) {
+	objs := build(t, `interfaces:
+  - name: eth0
+    egress:
+      rate: 20mbit
+      default: rest
+      classes:
+        - {name: subs, rate: 19mbit, per_host: {by: dst, cidr: 10.0.0.0/31, rate: 1mbit}}
+        - {name: rest, rate: 1mbit}
+`)
+	live := asLive(objs)
+	var leaf string
+	for _, o := range live {
+		if q, ok := o.(*tc.Qdisc); ok && q.FqCodel != nil && q.FqCodel.Flows == 64 && leaf == "" {
+			q.FqCodel.Flows, leaf = 1024, q.Owner
+		}
+	}
+	d := Compute(live, objs, Options{})
+	var got []string
+	for _, c := range d.Changes {
+		if q, ok := c.Obj.(*tc.Qdisc); ok && q.Owner == leaf {
+			got = append(got, c.Verb.String())
+		}
+	}
+	// A replace is a delete and an add.
+	if leaf == "" || strings.Join(got, " ") != "delete add" {
+		t.Fatalf("leaf %q: %v\n%s", leaf, got, describe(d))
 	}
 }
 

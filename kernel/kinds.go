@@ -151,6 +151,9 @@ func (qdiscKind) compare(live, want tc.Object, D *graph) (equal, changeable bool
 	if w.Kind == "mqprio" {
 		return false, false, "mqprio cannot change its queue mapping in place"
 	}
+	if w.FqCodel != nil && w.FqCodel.Flows != 0 && (l.FqCodel == nil || l.FqCodel.Flows != w.FqCodel.Flows) {
+		return false, false, "fq_codel cannot change its flows in place"
+	}
 	return false, true, ""
 }
 

@@ -47,6 +47,9 @@ func (op Op) BatchLine() string {
 		return fmt.Sprintf("# requires: ip link set %s up", ShellWord(o.Name))
 	case *Qdisc:
 		verb := op.Verb.String()
+		if op.Verb == Change {
+			o = o.forChange()
+		}
 		switch {
 		case op.Verb == Delete:
 			verb = "del"

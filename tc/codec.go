@@ -211,7 +211,7 @@ func (c *Conn) QdiscAdd(q *Qdisc, replace bool) error {
 
 // QdiscChange changes q's options in place.
 func (c *Conn) QdiscChange(q *Qdisc) error {
-	return c.qdiscModify(unix.RTM_NEWQDISC, 0, q, "qdisc change")
+	return c.qdiscModify(unix.RTM_NEWQDISC, 0, q.forChange(), "qdisc change")
 }
 
 // QdiscDel deletes the qdisc at q's parent.

@@ -153,6 +153,26 @@ type Cake struct {
 	Target uint32
 }
 
+// forChange is q as a change sends it: fq_codel refuses a change that
+// names its flows (EINVAL), which only its creation sets. Where the flows
+// differ the diff replaces the qdisc instead.
+func (q *Qdisc) forChange() *Qdisc {
+	if q.FqCodel == nil || q.FqCodel.Flows == 0 {
+		return q
+	}
+	c, f := *q, *q.FqCodel
+	f.Flows = 0
+	c.FqCodel = &f
+	return &c
+}
+
+// CodelTime is what the kernel says a codel time of us (µs) is once set:
+// it keeps times in units of 1.024 µs (ns >> 10) and truncates both ways,
+// so a 5 ms target reads back as 4999 µs.
+func CodelTime(us uint32) uint32 {
+	return uint32((uint64(us) * 1000 >> 10 << 10) / 1000)
+}
+
 // usText writes µs as tc reads a time: whole milliseconds as ms.
 func usText(us uint32) string {
 	if us%1000 == 0 {

@@ -340,7 +340,7 @@ func qdiscOptionsEqual(l, w *tc.Qdisc) bool {
 // codelTimeEqual compares a codel time as the kernel says it (live)
 // with the one sluice sent (want; 0: the qdisc's default, any).
 func codelTimeEqual(live, want uint32) bool {
-	return want == 0 || live == want || live == tc.CodelTime(want)
+	return want == 0 || tc.SameCodelTime(live, want)
 }
 
 func filterEqual(l, w *tc.U32) bool {

@@ -32,7 +32,7 @@ func asLive(objs []tc.Object) []tc.Object {
 			q := *x
 			if q.FqCodel != nil {
 				f := *q.FqCodel
-				f.Target, f.Interval = tc.CodelTime(f.Target), tc.CodelTime(f.Interval)
+				f.Target, f.Interval = tc.CodelReadBack(f.Target), tc.CodelReadBack(f.Interval)
 				q.FqCodel = &f
 			}
 			out = append(out, &q)
@@ -88,15 +88,15 @@ func TestDiffIdempotent(t *testing.T) {
 	}
 }
 
-// A leaf an older sluice made with fq_codel's own 5 ms and 100 ms (as
-// the kernel says them: 4999 and 99999 µs) is changed where the class is
+// A leaf an older sluice made with fq_codel's own 5 ms and 100 ms is
+// changed where the class is
 // slow enough for another target, and only there.
 func TestDiffCodelTargets(t *testing.T) {
 	objs := build(t, base)
 	live := asLive(objs)
 	for _, o := range live {
 		if q, ok := o.(*tc.Qdisc); ok && q.FqCodel != nil {
-			q.FqCodel.Target, q.FqCodel.Interval = 4999, 99999
+			q.FqCodel.Target, q.FqCodel.Interval = tc.CodelReadBack(5000), tc.CodelReadBack(100000)
 		}
 	}
 	d := Compute(live, objs, Options{})

@@ -766,10 +766,10 @@ func decodeQdiscOptions(q *Qdisc, opts []byte) {
 			q.FqCodel.Flows = native.Uint32(b)
 		}
 		if b := a[nl.TCA_FQ_CODEL_TARGET]; len(b) >= 4 {
-			q.FqCodel.Target = native.Uint32(b)
+			q.FqCodel.Target = codelFromKernel(native.Uint32(b))
 		}
 		if b := a[nl.TCA_FQ_CODEL_INTERVAL]; len(b) >= 4 {
-			q.FqCodel.Interval = native.Uint32(b)
+			q.FqCodel.Interval = codelFromKernel(native.Uint32(b))
 		}
 	case "sfq":
 		if len(opts) >= 20 {

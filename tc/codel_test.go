@@ -5,12 +5,28 @@ import (
 	"testing"
 )
 
-// The kernel keeps codel times in 1.024 µs units and says them in µs.
-func TestCodelTime(t *testing.T) {
-	for us, want := range map[uint32]uint32{5000: 4999, 100000: 99999, 19000: 18999, 20000: 19999, 400000: 400000, 0: 0} {
-		if got := CodelTime(us); got != want {
-			t.Errorf("CodelTime(%d) = %d, want %d", us, got, want)
+// kernelSays is what the kernel's dump says a codel time sent as us is
+// (sch_fq_codel: us_to_codel_time, then codel_time_to_us).
+func kernelSays(us uint32) uint32 { return uint32((uint64(us) * 1000 >> 10 << 10) / 1000) }
+
+// A codel time read back and sent again sets the kernel's very units
+// (a rollback restores what it read), and a whole millisecond reads back
+// as itself.
+func TestCodelFromKernel(t *testing.T) {
+	if kernelSays(5000) != 4999 || codelFromKernel(4999) != 5000 || CodelReadBack(100000) != 100000 {
+		t.Fatalf("5 ms says %d, reads %d; 100 ms reads %d", kernelSays(5000), codelFromKernel(4999), CodelReadBack(100000))
+	}
+	for us := uint32(1); us < 2_000_000; us += 7 {
+		back := codelFromKernel(kernelSays(us))
+		if codelUnits(back) != codelUnits(us) || !SameCodelTime(back, us) {
+			t.Fatalf("%d µs: read back as %d, %d units for %d", us, back, codelUnits(back), codelUnits(us))
 		}
+		if us%1000 == 0 && back != us {
+			t.Fatalf("%d µs read back as %d", us, back)
+		}
+	}
+	if SameCodelTime(5000, 5001) {
+		t.Error("5000 and 5001 µs are other units")
 	}
 }
 

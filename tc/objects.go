@@ -166,11 +166,26 @@ func (q *Qdisc) forChange() *Qdisc {
 	return &c
 }
 
-// CodelTime is what the kernel says a codel time of us (µs) is once set:
-// it keeps times in units of 1.024 µs (ns >> 10) and truncates both ways,
-// so a 5 ms target reads back as 4999 µs.
-func CodelTime(us uint32) uint32 {
-	return uint32((uint64(us) * 1000 >> 10 << 10) / 1000)
+// codelUnits is a codel time of us µs as the kernel keeps it: ns >> 10,
+// units of 1.024 µs.
+func codelUnits(us uint32) uint64 { return uint64(us) * 1000 >> 10 }
+
+// SameCodelTime says whether two codel times (µs) are one to the kernel.
+func SameCodelTime(a, b uint32) bool { return codelUnits(a) == codelUnits(b) }
+
+// codelFromKernel turns the µs the kernel says a codel time is (its units
+// truncated to µs) into the µs that set those very units: a 5 ms target
+// reads 4999 µs, which sent back would set 4.998 ms, and a rollback that
+// restored what it read would move the target a µs at a time.
+func codelFromKernel(r uint32) uint32 {
+	units := (uint64(r)*1000 + 1023) / 1024
+	return uint32((units*1024 + 999) / 1000)
+}
+
+// CodelReadBack is what a dump decodes a codel time of us µs as, once the
+// kernel holds it: us itself for whole milliseconds.
+func CodelReadBack(us uint32) uint32 {
+	return codelFromKernel(uint32(codelUnits(us) << 10 / 1000))
 }
 
 // usText writes µs as tc reads a time: whole milliseconds as ms.

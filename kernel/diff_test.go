@@ -88,19 +88,30 @@ func TestDiffIdempotent(t *testing.T) {
 	}
 }
 
-// A leaf an older sluice made with fq_codel's own 5 ms and 100 ms is
-// changed where the class is
-// slow enough for another target, and only there.
+// An fq_codel leaf's target and interval are compared as the kernel
+// keeps them (a dump says 5 ms as 4999 µs): set and read back, they are
+// the same; another target is a change in place.
 func TestDiffCodelTargets(t *testing.T) {
 	objs := build(t, base)
-	live := asLive(objs)
-	for _, o := range live {
+	var ssh *tc.Qdisc
+	for _, o := range objs {
 		if q, ok := o.(*tc.Qdisc); ok && q.FqCodel != nil {
-			q.FqCodel.Target, q.FqCodel.Interval = tc.CodelReadBack(5000), tc.CodelReadBack(100000)
+			q.FqCodel.Target, q.FqCodel.Interval = 5000, 100000
+			if q.Owner == "ssh" {
+				ssh = q
+			}
 		}
 	}
+	if ssh == nil {
+		t.Fatal("no fq_codel leaf for ssh")
+	}
+	if d := Compute(asLive(objs), objs, Options{}); !d.Empty() {
+		t.Fatalf("targets read back: %v", describe(d))
+	}
+	live := asLive(objs)
+	ssh.FqCodel.Target, ssh.FqCodel.Interval = 10000, 200000
 	d := Compute(live, objs, Options{})
-	if len(d.Changes) != 1 || d.Changes[0].Obj.(*tc.Qdisc).Owner != "ssh" || !strings.Contains(d.Changes[0].Obj.Describe(), "target 10ms interval 200ms") {
+	if len(d.Changes) != 1 || d.Changes[0].Verb != tc.Change || d.Changes[0].Obj.(*tc.Qdisc).Owner != "ssh" || !strings.Contains(d.Changes[0].Obj.Describe(), "target 10ms interval 200ms") {
 		t.Fatalf("changes:\n%s", describe(d))
 	}
 }

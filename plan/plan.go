@@ -679,8 +679,7 @@ func (b *builder) leaf(owner string, class tc.Handle, kind string, at policy.Pos
 	}
 	switch kind {
 	case "fq_codel":
-		t, iv := CodelTimes(rate)
-		q.FqCodel = &tc.FqCodel{Limit: pk, Target: t, Interval: iv}
+		q.FqCodel = &tc.FqCodel{Limit: pk}
 		if perHost {
 			q.FqCodel.Flows = perHostFlows
 		}

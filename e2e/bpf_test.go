@@ -315,8 +315,9 @@ func TestBPFOneHostChange(t *testing.T) {
 	edited = strings.Replace(edited, "h9,10.7.0.10,", "h9,10.7.9.10,", 1)
 	os.WriteFile(hosts, []byte(edited), 0o644)
 	out := must(t, "--netns", ns, "plan", "--tc", file)
-	// h7's class changes, and its bfifo leaf with it when the limit
-	// (two of its quanta) moved; the program's maps change; nothing else.
+	// h7's class changes, and its leaf with it where the leaf's options
+	// follow the rate (a bfifo's limit, two of its quanta; an fq_codel's
+	// target); the program's maps change; nothing else.
 	changes := 0
 	for _, l := range strings.Split(out, "\n") {
 		if !strings.HasPrefix(strings.TrimSpace(l), "~") {

@@ -11,7 +11,8 @@ import (
 
 // TestLeavesAsTCMakesThem: every leaf qdisc sluice plans, applied
 // through netlink, is the qdisc tc(8) makes from the exported script's
-// line: the same options and the same derived state (cake's target,
+// line: the same options (fq_codel's targets, from its class's rate)
+// and the same derived state (cake's target,
 // which the kernel does not derive from the rtt: sent alone, the rtt
 // left cake's target at its 5 ms while the script's said 20 ms).
 func TestLeavesAsTCMakesThem(t *testing.T) {
@@ -55,6 +56,16 @@ func TestLeavesAsTCMakesThem(t *testing.T) {
 			}
 			if !strings.Contains(a, "qdisc "+kind+" ") {
 				t.Fatalf("no %s leaf:\n%s", kind, a)
+			}
+			if kind == "fq_codel" {
+				// A frame and a half at each class's rate: 2mbit 9.1 ms
+				// (10 ms), 1mbit 18.2 ms (19 ms); intervals of ten
+				// targets, at least 100 ms.
+				for _, want := range []string{`target 10(\.0)?ms.*interval 100(\.0)?ms`, `target 19(\.0)?ms.*interval 190(\.0)?ms`} {
+					if !regexp.MustCompile(want).MatchString(a) {
+						t.Errorf("no fq_codel leaf with %s:\n%s", want, a)
+					}
+				}
 			}
 			if kind == "cake" {
 				// The planned rtt is 400 ms, so the target is 20 ms: the

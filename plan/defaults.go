@@ -1,6 +1,8 @@
 package plan
 
 import (
+	"math"
+
 	"sluice/policy"
 	"sluice/units"
 )
@@ -100,6 +102,13 @@ const (
 	// not sent, and stayed at cake's 5 ms while tc's script said 20.
 	cakeRTT = 400_000
 
+	// codelTarget (µs) is fq_codel's own target, the least a leaf gets;
+	// codelTargetMax the most, a cake leaf's (cakeRTT/20). An interval
+	// is twenty targets, as in both qdiscs' defaults.
+	codelTarget    = 5000
+	codelTargetMax = cakeRTT / 20
+	codelInterval  = 100000
+
 	// perHostFlows: per-host fq_codel leaves need far fewer flow slots
 	// than a whole link's (one host, not thousands).
 	perHostFlows = 64
@@ -123,6 +132,30 @@ func BurstFor(rate units.Rate, dir string) uint32 {
 		b = 1 << 30
 	}
 	return uint32(b)
+}
+
+// CodelTimes is the target and interval (µs) of an fq_codel leaf under
+// a class of rate (bytes/s): a frame and a half at the rate, at least
+// fq_codel's 5 ms and at most a cake leaf's 20 ms, whole milliseconds.
+// A class's packets wait for its turn and, when it is held to its rate,
+// a frame's time at it: at 5 ms a slow class's lone flow sees every
+// packet late, and its leaf drops until the queue is empty at its turns,
+// which the others then take (the measurement is in docs/sharing.md).
+// cake computes its target so from its own rate; a leaf under HTB has
+// none, so sluice does.
+func CodelTimes(rate units.Rate) (target, interval uint32) {
+	target = codelTarget
+	if rate > 0 {
+		t := 1.5 * frameBytes / float64(rate) * 1e6
+		t = math.Ceil(t/1000) * 1000
+		if t > codelTargetMax {
+			t = codelTargetMax
+		}
+		if t > float64(target) {
+			target = uint32(t)
+		}
+	}
+	return target, max(codelInterval, 10*target)
 }
 
 // Leaf is what a class's leaf hands HTB, as its quantum's floor sees it.

@@ -679,7 +679,8 @@ func (b *builder) leaf(owner string, class tc.Handle, kind string, at policy.Pos
 	}
 	switch kind {
 	case "fq_codel":
-		q.FqCodel = &tc.FqCodel{Limit: pk}
+		t, iv := CodelTimes(rate)
+		q.FqCodel = &tc.FqCodel{Limit: pk, Target: t, Interval: iv}
 		if perHost {
 			q.FqCodel.Flows = perHostFlows
 		}

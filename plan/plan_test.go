@@ -442,3 +442,56 @@ func TestCburstHoldsATurn(t *testing.T) {
 		}
 	}
 }
+
+// An fq_codel leaf's target is a frame and a half at its class's rate,
+// between fq_codel's 5 ms and a cake leaf's 20 ms; its interval ten
+// targets, at least fq_codel's 100 ms. A leaf the plan builds carries
+// them.
+func TestCodelTimes(t *testing.T) {
+	for _, c := range []struct {
+		name             string
+		rate             units.Rate // bytes/s
+		target, interval uint32
+	}{
+		{"no rate: fq_codel's own", 0, 5000, 100000},
+		{"100mbit: fq_codel's own", 12500000, 5000, 100000},
+		{"3.7mbit: a frame and a half is under 5 ms", 462500, 5000, 100000},
+		{"3mbit: 6.06 ms, whole ms up; interval fq_codel's", 375000, 7000, 100000},
+		{"1mbit: 18.2 ms, ten of it the interval", 125000, 19000, 190000},
+		{"250kbit: held at cake's 20 ms", 31250, 20000, 200000},
+		{"1kbit: held at cake's 20 ms", 125, 20000, 200000},
+	} {
+		target, interval := CodelTimes(c.rate)
+		if target != c.target || interval != c.interval {
+			t.Errorf("%s: target %d interval %d µs, want %d and %d", c.name, target, interval, c.target, c.interval)
+		}
+	}
+	p, _, err := policy.Parse("p.yaml", []byte(`interfaces:
+  - name: eth0
+    egress:
+      rate: 20mbit
+      leaf: fq_codel
+      default: b
+      classes:
+        - {name: a, rate: 19mbit}
+        - {name: b, rate: 1mbit}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pl, err := Build(p, Everything, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, o := range pl.Objects() {
+		if q, ok := o.(*tc.Qdisc); ok && q.FqCodel != nil {
+			got[q.Owner] = q.Describe()
+		}
+	}
+	for class, want := range map[string]string{"a": "target 5ms interval 100ms", "b": "target 19ms interval 190ms"} {
+		if !strings.Contains(got[class], want) {
+			t.Errorf("class %s's leaf: %q, want %q in it", class, got[class], want)
+		}
+	}
+}

@@ -103,8 +103,8 @@ const (
 	cakeRTT = 400_000
 
 	// codelTarget (µs) is fq_codel's own target, the least a leaf gets;
-	// codelTargetMax the most, a cake leaf's (cakeRTT/20). An interval
-	// is twenty targets, as in both qdiscs' defaults.
+	// codelTargetMax the most, a cake leaf's (cakeRTT/20);
+	// codelInterval fq_codel's own interval, the least a leaf gets.
 	codelTarget    = 5000
 	codelTargetMax = cakeRTT / 20
 	codelInterval  = 100000
@@ -142,7 +142,10 @@ func BurstFor(rate units.Rate, dir string) uint32 {
 // packet late, and its leaf drops until the queue is empty at its turns,
 // which the others then take (the measurement is in docs/sharing.md).
 // cake computes its target so from its own rate; a leaf under HTB has
-// none, so sluice does.
+// none, so sluice does. The interval is ten targets, at least 100 ms:
+// a lone flow waits past any target at its turns, and the interval sets
+// how often it is dropped for that; at twenty targets a busy slow class
+// queued too long (a host's eight flows, 190 ms of RTT).
 func CodelTimes(rate units.Rate) (target, interval uint32) {
 	target = codelTarget
 	if rate > 0 {

@@ -523,17 +523,44 @@ static __always_inline void record_delay(__u32 hist, __u64 d)
 	h->sum += d;
 }
 
-// reserve takes the next slot of delay ns on an aggregate's clock and
-// returns when it starts: max(t_next, now - burst), t_next moving on by
-// delay. The clock is shared by every CPU and moved with atomic
-// instructions only (seed 001's way; a lock would be the root lock
-// again): the idle catch-up is a compare-and-swap that may lose to
-// another CPU, harmlessly, and the reservation a fetch-and-add, so that
-// concurrent packets take disjoint slots and the rate holds.
-static __always_inline __u64 reserve(struct pace *st, __u64 now, __u64 burst, __u64 delay)
+// reserve takes the next slot of delay ns on an aggregate's clock,
+// running at rate bytes/s, and returns when it starts: max(t_next,
+// now - burst), t_next moving on by delay. The clock is shared by every
+// CPU and moved with atomic instructions only (seed 001's way; a lock
+// would be the root lock again): the idle catch-up is a compare-and-swap
+// that may lose to another CPU, harmlessly, and the reservation a
+// fetch-and-add, so that concurrent packets take disjoint slots and the
+// rate holds.
+//
+// A raised rate (the sharing controller lifting a cap, rate: auto)
+// rescales the clock's lead to it: the bytes it stands for would take
+// that much less at the new rate. Kept, the lead a slow cap built (up to
+// its horizon, seconds at a few kbit/s) would have every packet of the
+// new cap, with its shorter horizon, dropped until the clock caught up:
+// a TCP flow lost every packet for seconds and went silent for its
+// retransmission timeout (measured: a 18.7 kbit/s default class the
+// controller released, 6.1 lane). The packets already stamped leave at
+// their times; fq sends the new, earlier ones first. A lowered rate
+// keeps the lead: its packets leave at the faster pace they were
+// stamped at. Two CPUs seeing the change at once may both rescale: a
+// lead a little shorter, once.
+static __always_inline __u64 reserve(struct pace *st, __u64 now, __u64 burst, __u64 delay, __u64 rate)
 {
 	__u64 floor = now > burst ? now - burst : 0;
 	__u64 cur = st->t_next;
+	__u64 was = st->rate;
+	if (was != rate) {
+		if (was && rate > was && cur > now) {
+			// Rates are below 2^48 bytes/s, leads below 2^47 ns.
+			__u64 r = (rate << 16) / was;
+			__u64 lead = ((cur - now) << 16) / r;
+			if (__sync_val_compare_and_swap(&st->t_next, cur, now + lead) == cur)
+				cur = now + lead;
+			else
+				cur = st->t_next;
+		}
+		st->rate = rate;
+	}
 	if (cur < floor)
 		__sync_val_compare_and_swap(&st->t_next, cur, floor);
 	return __sync_fetch_and_add(&st->t_next, delay);
@@ -589,7 +616,7 @@ static __always_inline int pace(struct __sk_buff *skb, const struct config *cfg,
 	if (!(cfg->flags & (CFG_INGRESS | CFG_EDT_ARRIVAL)) && skb->tstamp > now)
 		depart = skb->tstamp;
 	__u64 delay = (__u64)len * NS / t->rate;
-	__u64 start = reserve(st, now, t->burst, delay);
+	__u64 start = reserve(st, now, t->burst, delay, t->rate);
 	if (start > depart)
 		depart = start;
 	__u64 horizon = t->horizon ? t->horizon : cfg->horizon;
@@ -603,7 +630,7 @@ static __always_inline int pace(struct __sk_buff *skb, const struct config *cfg,
 			gst = bpf_map_lookup_elem(&paces, &gc);
 			if (gst) {
 				gdelay = (__u64)len * NS / g->rate;
-				__u64 gstart = reserve(gst, now, g->burst, gdelay);
+				__u64 gstart = reserve(gst, now, g->burst, gdelay, g->rate);
 				if (gstart > depart)
 					depart = gstart;
 				// A group slower than its host queues longer: its own
@@ -622,7 +649,7 @@ static __always_inline int pace(struct __sk_buff *skb, const struct config *cfg,
 	}
 	if (pool) {
 		pdelay = (__u64)len * NS / cfg->pool_rate;
-		__u64 pstart = reserve(pool, now, cfg->pool_burst, pdelay);
+		__u64 pstart = reserve(pool, now, cfg->pool_burst, pdelay, cfg->pool_rate);
 		if (!t->prod && pstart > depart)
 			depart = pstart;
 	}

@@ -66,6 +66,7 @@ type ClassifierPace struct {
 	_      structs.HostLayout
 	T_next uint64
 	Drops  uint64
+	Rate   uint64
 }
 
 type ClassifierPolicer struct {

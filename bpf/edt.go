@@ -12,12 +12,20 @@ import (
 type Clock struct {
 	TNext uint64 // ns at which the next byte may leave
 	Drops uint64 // packets dropped beyond the horizon (aggregates)
+	Rate  uint64 // bytes/s it last ran at: a raise rescales its lead
 }
 
-func (c *Clock) reserve(now, burst, delay uint64) uint64 {
+func (c *Clock) reserve(now, burst, delay, rate uint64) uint64 {
 	floor := uint64(0)
 	if now > burst {
 		floor = now - burst
+	}
+	if c.Rate != rate {
+		if c.Rate != 0 && rate > c.Rate && c.TNext > now {
+			r := (rate << 16) / c.Rate
+			c.TNext = now + ((c.TNext-now)<<16)/r
+		}
+		c.Rate = rate
 	}
 	c.TNext = max(c.TNext, floor)
 	start := c.TNext
@@ -52,11 +60,11 @@ func (p *Pacing) Stamp(now, ts uint64, n uint32, agg *Clock, rate units.Rate, bu
 		return depart, false
 	}
 	delay := uint64(n) * 1e9 / uint64(rate)
-	depart = max(depart, agg.reserve(now, burst, delay))
+	depart = max(depart, agg.reserve(now, burst, delay, uint64(rate)))
 	var pdelay uint64
 	if p.Pool != nil && p.PoolRate != 0 {
 		pdelay = uint64(n) * 1e9 / uint64(p.PoolRate)
-		if start := p.Pool.reserve(now, p.PoolBurst, pdelay); !prod {
+		if start := p.Pool.reserve(now, p.PoolBurst, pdelay, uint64(p.PoolRate)); !prod {
 			depart = max(depart, start)
 		}
 	}

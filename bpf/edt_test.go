@@ -100,9 +100,9 @@ func TestEDTAgreesWithReference(t *testing.T) {
 		}
 		ref := make([]*bpf.Clock, aggs)
 		for i := range ref {
-			ref[i] = &bpf.Clock{TNext: state[uint32(i+1)].T_next, Drops: state[uint32(i+1)].Drops}
+			ref[i] = &bpf.Clock{TNext: state[uint32(i+1)].T_next, Drops: state[uint32(i+1)].Drops, Rate: state[uint32(i+1)].Rate}
 		}
-		model := &bpf.Pacing{Horizon: horizon, Pool: &bpf.Clock{TNext: state[9].T_next}, PoolRate: c.EDT.PoolRate, PoolBurst: c.EDT.PoolBurst}
+		model := &bpf.Pacing{Horizon: horizon, Pool: &bpf.Clock{TNext: state[9].T_next, Rate: state[9].Rate}, PoolRate: c.EDT.PoolRate, PoolBurst: c.EDT.PoolBurst}
 		for n := 5 + rng.Intn(60); n > 0; n-- {
 			switch rng.Intn(4) {
 			case 0: // back to back
@@ -168,8 +168,8 @@ func TestEDTAgreesWithReference(t *testing.T) {
 			t.Fatal(err)
 		}
 		for i, r := range ref {
-			if got := state[uint32(i+1)]; got.T_next != r.TNext || got.Drops != r.Drops {
-				t.Fatalf("seq %d: aggregate %d: t_next %d drops %d, reference %d and %d", seq, i, got.T_next, got.Drops, r.TNext, r.Drops)
+			if got := state[uint32(i+1)]; got.T_next != r.TNext || got.Drops != r.Drops || got.Rate != r.Rate {
+				t.Fatalf("seq %d: aggregate %d: t_next %d drops %d rate %d, reference %d, %d and %d", seq, i, got.T_next, got.Drops, got.Rate, r.TNext, r.Drops, r.Rate)
 			}
 		}
 		if got := state[9].T_next; got != model.Pool.TNext {
@@ -222,6 +222,71 @@ func TestEDTBurstThenPace(t *testing.T) {
 		if d != want {
 			t.Fatalf("packet %d departs %d ns after now, want %d (all: %v)", i, d-now, want-now, departs)
 		}
+	}
+}
+
+// TestEDTRaisedCapRescalesLead: a slow cap fills its horizon; raised 100
+// times with a shorter horizon (the sharing controller releasing a
+// light class), the next packet takes the slot the clock's lead stands
+// for at the new rate, instead of a drop beyond the new horizon; a
+// lowered cap keeps the lead.
+func TestEDTRaisedCapRescalesLead(t *testing.T) {
+	testutil.RequireRoot(t)
+	const slow = 2_500 // 20 kbit/s: a 1250-byte frame every 500 ms
+	c := edtContent([]units.Rate{slow}, []uint32{0}, 2e9)
+	prog, err := bpf.Load(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer prog.Close()
+	f := udpFrame(1250, 4000, 1000)
+	now := uint64(10e9)
+	run := func(at uint64) bpf.Result {
+		t.Helper()
+		res, err := prog.Run(bpf.Packet{Frame: f, Time: at})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	// Slots at +0, +0.5, ... +2.0 s (the horizon itself); the sixth's
+	// would start at 2.5 s, beyond it.
+	for i := 0; i < 5; i++ {
+		if res := run(now); res.Verdict != bpf.VerdictOK {
+			t.Fatalf("slow packet %d dropped", i)
+		}
+	}
+	if res := run(now); res.Verdict != bpf.VerdictShot {
+		t.Fatalf("the slow cap's sixth packet passed (departs %d ns on): its horizon is full", res.Tstamp-now)
+	}
+	// The lead is 2.5 s at 2500 bytes/s. Raised to 250000 bytes/s with a
+	// 100 ms horizon: 25 ms at the new rate.
+	c.Targets[0].Rate, c.Targets[0].Horizon = 250_000, 100e6
+	if err := prog.Write(c, nil); err != nil {
+		t.Fatal(err)
+	}
+	res := run(now)
+	if res.Verdict != bpf.VerdictOK {
+		t.Fatalf("after the raise the packet was dropped: the slow cap's lead was kept")
+	}
+	if d := res.Tstamp - now; d < 24e6 || d > 26e6 {
+		t.Fatalf("after the raise the packet departs %d ns on, want the lead at the new rate, 25 ms", d)
+	}
+	// Lowered again, the lead (now 30 ms: the raised packet's 5 ms slot
+	// added) is kept, and a packet takes its 500 ms slot after it.
+	c.Targets[0].Rate, c.Targets[0].Horizon = slow, 2e9
+	if err := prog.Write(c, nil); err != nil {
+		t.Fatal(err)
+	}
+	if res := run(now); res.Verdict != bpf.VerdictOK || res.Tstamp-now != 30e6 {
+		t.Fatalf("after lowering: verdict %d, departs %d ns on, want 30 ms (the lead kept)", res.Verdict, res.Tstamp-now)
+	}
+	st, err := prog.Paces([]uint32{1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := st[1]; got.Rate != slow || got.T_next != now+530e6 || got.Drops != 1 {
+		t.Fatalf("clock: rate %d t_next +%d drops %d; want %d, +530 ms, 1", got.Rate, got.T_next-now, got.Drops, slow)
 	}
 }
 

@@ -120,6 +120,7 @@ struct target {
 struct pace {
 	__u64 t_next; // CLOCK_MONOTONIC ns at which the aggregate's next byte may leave
 	__u64 drops;  // packets dropped beyond the horizon
+	__u64 rate;   // bytes/s the clock last ran at (a raise rescales its lead)
 };
 
 // How long the EDT program held packets back, per CPU: bucket 0 counts

@@ -510,3 +510,58 @@ func TestControllerShardStandby(t *testing.T) {
 	// busy shards' rates add up to the capacity.
 	check("busy below standby", step([]float64{busy, busy, busy, 0}, []float64{1, 30, 1, 0}), capacity/32, 30*capacity/32, capacity/32, standby)
 }
+
+// A limit of a few frames a second is judged over windowFrames of them:
+// a TCP flow held to 18.7 kbit/s (a frame every 650 ms) sends 0, 1 or 2
+// frames a quantum, the second waiting; judged per quantum it read as
+// idle at every empty one and was released to its ceil. It keeps its
+// limit while it sends, and loses it within its window once idle.
+func TestControllerSlowLimitWindow(t *testing.T) {
+	c := &Controller{Capacity: toRate(5.25 * mbit), ApplyAbove: 0.8, Children: []Child{
+		{Name: "a", Weight: 1, Rate: toRate(0.25 * mbit), Ceil: toRate(5.25 * mbit)},
+		{Name: "b", Weight: 2, Rate: toRate(0.5 * mbit), Ceil: toRate(5.25 * mbit)},
+		{Name: "c", Weight: 4, Rate: toRate(1 * mbit), Ceil: toRate(5.25 * mbit)},
+		{Name: "d", Weight: 0.025, Rate: toRate(6250), Ceil: toRate(5.25 * mbit)},
+	}}
+	now := time.Unix(1000, 0)
+	var a, b, cc, d uint64
+	read := func(frames int, queued bool) []Decision {
+		now = now.Add(time.Second)
+		a, b, cc, d = a+750_000/8, b+1_500_000/8, cc+3_000_000/8, d+uint64(frames*frameBytes)
+		return c.Step(now, []Reading{{Bytes: a, Queued: true}, {Bytes: b, Queued: true}, {Bytes: cc, Queued: true}, {Bytes: d, Queued: queued}})
+	}
+	c.Step(now, []Reading{{}, {}, {}, {}})
+	share := 5.25 * mbit * 0.025 / 7.025 // 18.7 kbit/s
+	// The first quantum: d sent at its ceil and queued; cut to its share.
+	if x := read(400, true)[3]; !x.Applied || math.Abs(bitsOf(x.Ceil)-share) > 8 {
+		t.Fatalf("d: %+v, want its %.0f bit/s share applied", x, share)
+	}
+	pattern := []int{2, 1, 2, 1, 0, 2, 1, 2, 1, 0, 2, 1, 2, 0, 1, 2}
+	for q, n := range pattern {
+		if x := read(n, n == 2)[3]; !x.Applied || math.Abs(bitsOf(x.Ceil)-share) > 8 {
+			t.Fatalf("quantum %d (%d frames): d released: %+v", q, n, x)
+		}
+	}
+	// Idle: released once its window (8 frames at its limit, 5.2 s) holds
+	// no packet held back and too little use.
+	released := 0
+	for q := 1; q <= 8 && released == 0; q++ {
+		if x := read(0, false)[3]; !x.Applied {
+			released = q
+			if bitsOf(x.Ceil) != 5.25*mbit {
+				t.Fatalf("d released to %v, want its ceil", x.Ceil)
+			}
+		}
+	}
+	if released < 5 || released > 7 {
+		t.Fatalf("idle d released after %d quanta, want within its 5.2 s window", released)
+	}
+	t.Logf("idle d released after %d quanta", released)
+	// A fast limit is judged per quantum, as before: c, held to its
+	// 3 Mbit/s share, idle for one quantum, loses it at once.
+	now = now.Add(time.Second)
+	a, b = a+750_000/8, b+1_500_000/8
+	if x := c.Step(now, []Reading{{Bytes: a, Queued: true}, {Bytes: b, Queued: true}, {Bytes: cc}, {Bytes: d}})[2]; x.Applied {
+		t.Fatalf("c idle for a quantum is still limited: %+v", x)
+	}
+}

@@ -138,7 +138,6 @@ type Controller struct {
 	// is left hardHeadroom over its usage (with Assure).
 	Hard bool
 
-	last    []Reading
 	lastAt  time.Time
 	applied []float64 // the limit in force, 0 for none
 	started bool
@@ -214,8 +213,7 @@ func (c *Controller) Step(now time.Time, rs []Reading) []Decision {
 	}
 	first := !c.started
 	if first {
-		c.last, c.lastAt, c.started = append([]Reading(nil), rs...), now, true
-		c.past = nil
+		c.lastAt, c.started = now, true
 		c.remember(rs, now)
 		if !c.Assure {
 			return nil
@@ -331,7 +329,7 @@ func (c *Controller) Step(now time.Time, rs []Reading) []Decision {
 			c.applied[i] = d.limit
 		}
 	}
-	c.last, c.lastAt = append(c.last[:0], rs...), now
+	c.lastAt = now
 	if !first {
 		c.remember(rs, now)
 	}
@@ -360,5 +358,5 @@ func rate(x float64) units.Rate {
 // Reset forgets the measurements and limits (the classes were made
 // again, or the policy changed).
 func (c *Controller) Reset() {
-	c.started, c.applied, c.last, c.past = false, nil, nil, nil
+	c.started, c.applied, c.past = false, nil, nil
 }

@@ -96,7 +96,7 @@ func newMetrics(a *Agent) *metrics {
 		edtDelay:    desc("sluice_edt_delay_seconds", "How long the EDT backend held the class's packets back (its departure time minus its arrival), per class."),
 		shareDemand: desc("sluice_sharing_demand_bytes_per_second", "What the sharing controller counted the class as wanting over its last quantum, bytes per second (its ceil when it was held back)."),
 		shareShare:  desc("sluice_sharing_share_bytes_per_second", "The class's weighted max-min share of its parent's capacity, bytes per second."),
-		shareLimit:  desc("sluice_sharing_limit_bytes_per_second", "What the sharing controller holds the class to now, bytes per second: its share, as the class's guaranteed rate (a controller without a cap, over an HTB tree) or as its ceil; the configured ceil while no limit is applied."),
+		shareLimit:  desc("sluice_sharing_limit_bytes_per_second", "What the sharing controller holds the class to now, bytes per second: its share, as the class's guaranteed rate (a controller without a cap, over an HTB tree) or as its ceil; while no limit is applied, the configured ceil, or under a cap the child's open share (what it would get wanting its ceil)."),
 		oldDemand:   desc("sluice_sharing_demand_bits", "Deprecated (removed in the next release): sluice_sharing_demand_bytes_per_second, in bits per second."),
 		oldShare:    desc("sluice_sharing_share_bits", "Deprecated (removed in the next release): sluice_sharing_share_bytes_per_second, in bits per second."),
 		oldLimit:    desc("sluice_sharing_limit_bits", "Deprecated (removed in the next release): sluice_sharing_limit_bytes_per_second, in bits per second."),

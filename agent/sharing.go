@@ -140,7 +140,7 @@ type written struct {
 func newController(d *plan.Device, cfg plan.Controller) *controller {
 	ctl := &controller{dev: d.Name, cfg: cfg, drops: map[string]uint64{},
 		packets: map[string]uint64{}, held: map[string]uint64{},
-		c: &share.Controller{Capacity: cfg.Capacity, ApplyAbove: cfg.ApplyAbove, Assure: cfg.Assure, Hard: cfg.Shards}}
+		c: &share.Controller{Capacity: cfg.Capacity, ApplyAbove: cfg.ApplyAbove, Assure: cfg.Assure, Bound: cfg.Bound, Hard: cfg.Shards}}
 	for _, ch := range cfg.Children {
 		ctl.c.Children = append(ctl.c.Children, share.Child{Name: ch.Name, Weight: ch.Weight,
 			Rate: ch.Rate, Ceil: ch.Ceil, Prod: ch.Prod, Capped: ch.Capped, Standby: ch.Standby})

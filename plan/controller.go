@@ -27,6 +27,10 @@ type Controller struct {
 	// parent guarantees the capacity (its rate) and has no cap below
 	// it. Otherwise the shares are ceils (and an EDT tree's caps).
 	Assure bool `json:"assure,omitempty"`
+	// Bound: the capacity is a cap (sharing's) below what the parent
+	// lets through, so a child given no limit is still held to its
+	// open share (share.Controller.Bound).
+	Bound bool `json:"bound,omitempty"`
 	// Shards: the children are the shards of a sharded tree (their root
 	// classes), balanced so that they lend to each other: each shard's
 	// rate is its share of the direction's rate, weighed by the hosts
@@ -106,7 +110,7 @@ func (b *builder) controllers() {
 		}
 	}
 	add := func(owner string, sh *policy.Sharing, cs []*policy.Class) {
-		ctl := Controller{Owner: owner, Quantum: sh.Quantum, ApplyAbove: sh.ApplyAbove, Capacity: sh.CapBps}
+		ctl := Controller{Owner: owner, Quantum: sh.Quantum, ApplyAbove: sh.ApplyAbove, Capacity: sh.CapBps, Bound: sh.Cap != nil}
 		// Rates are the shares only where the parent class guarantees
 		// all of the capacity and no cap is meant to hold the children
 		// below it: HTB lets a class below its rate send whatever its
@@ -182,7 +186,7 @@ func (b *builder) edtControllers(hook *bpf.Hook) {
 		}
 	}
 	add := func(owner string, sh *policy.Sharing, cs []*policy.Class) {
-		ctl := Controller{Owner: owner, Quantum: sh.Quantum, ApplyAbove: sh.ApplyAbove, Capacity: sh.CapBps, Horizon: t.Horizon}
+		ctl := Controller{Owner: owner, Quantum: sh.Quantum, ApplyAbove: sh.ApplyAbove, Capacity: sh.CapBps, Horizon: t.Horizon, Bound: sh.Cap != nil}
 		prios := map[bool]bool{}
 		for _, c := range cs {
 			prios[c.Prio == 0] = true

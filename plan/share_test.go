@@ -291,11 +291,12 @@ func TestPlanEDTController(t *testing.T) {
 // the parent guarantees all it shares: the direction's top level, or a
 // class whose rate is its ceil. With a cap, or under a class that only
 // borrows part of what its children share, the shares are ceils; an
-// EDT tree's are caps.
+// EDT tree's are caps. A cap bounds the controller (share's Bound): a
+// child given no limit is held to its open share, not its ceil.
 func TestPlanControllerAssures(t *testing.T) {
 	for _, tc := range []struct {
-		name, src string
-		assure    []bool
+		name, src     string
+		assure, bound []bool
 	}{
 		{"top level", `interfaces:
   - name: eth0
@@ -306,7 +307,7 @@ func TestPlanControllerAssures(t *testing.T) {
       classes:
         - {name: a, rate: 1mbit, weight: 1, match: [{dport: 1}]}
         - {name: b, rate: 1mbit, weight: 2}
-`, []bool{true}},
+`, []bool{true}, []bool{false}},
 		{"cap", `interfaces:
   - name: eth0
     egress:
@@ -316,7 +317,7 @@ func TestPlanControllerAssures(t *testing.T) {
       classes:
         - {name: a, rate: 1mbit, weight: 1, match: [{dport: 1}]}
         - {name: b, rate: 1mbit, weight: 2}
-`, []bool{false}},
+`, []bool{false}, []bool{true}},
 		{"under classes", `interfaces:
   - name: eth0
     egress:
@@ -338,7 +339,7 @@ func TestPlanControllerAssures(t *testing.T) {
             - {name: c, rate: 1mbit, match: [{dport: 3}]}
             - {name: d, rate: 1mbit, match: [{dport: 4}]}
         - {name: other, rate: 1mbit}
-`, []bool{true, false}},
+`, []bool{true, false}, []bool{false, false}},
 		{"edt", `interfaces:
   - name: eth0
     egress:
@@ -349,18 +350,33 @@ func TestPlanControllerAssures(t *testing.T) {
       classes:
         - {name: a, rate: 1mbit, match: [{dport: 1}]}
         - {name: b, rate: 1mbit}
-`, []bool{false}},
+`, []bool{false}, []bool{false}},
+		{"edt cap", `interfaces:
+  - name: eth0
+    egress:
+      backend: edt
+      rate: 30mbit
+      default: b
+      sharing: {mode: controller, cap: 20mbit}
+      classes:
+        - {name: a, rate: 1mbit, match: [{dport: 1}]}
+        - {name: b, rate: 1mbit}
+`, []bool{false}, []bool{true}},
 	} {
 		pl, err := Build(parseEDT(t, tc.src), Everything, nil)
 		if err != nil {
 			t.Fatalf("%s: %v", tc.name, err)
 		}
-		var got []bool
+		var got, bound []bool
 		for _, c := range pl.Devices[0].Controllers {
 			got = append(got, c.Assure)
+			bound = append(bound, c.Bound)
 		}
 		if fmt.Sprint(got) != fmt.Sprint(tc.assure) {
 			t.Errorf("%s: assure %v, want %v", tc.name, got, tc.assure)
+		}
+		if fmt.Sprint(bound) != fmt.Sprint(tc.bound) {
+			t.Errorf("%s: bound %v, want %v", tc.name, bound, tc.bound)
 		}
 	}
 }

@@ -565,3 +565,65 @@ func TestControllerSlowLimitWindow(t *testing.T) {
 		t.Fatalf("c idle for a quantum is still limited: %+v", x)
 	}
 }
+
+// A bound controller (sharing's cap, below what the parent lets
+// through) holds a child it gives no limit to its open share: the
+// parent's 30 Mbit/s would let a tenant whose TCP was still ramping at
+// a reading take what a limited sibling leaves, past the 22 Mbit/s cap.
+// prod-nonprod's trace: a 13.6 and b 11.5 at the first reading, a held
+// to 10.5 (the cap less b's usage), b released while it still grew.
+func TestControllerBoundHoldsTheCap(t *testing.T) {
+	for _, bound := range []bool{true, false} {
+		c := &Controller{Children: tenants(1, 2), Capacity: toRate(22 * mbit), ApplyAbove: 0.8, Bound: bound}
+		d := newDriver(t, c, 13.6*mbit, 11.5*mbit)
+		d.l.capacity = 30 * mbit // the parent's: only the limits hold the cap
+		ds := d.step()
+		a, b := ds[0], ds[1]
+		if !a.Applied || math.Abs(bitsOf(a.Ceil)-10.5*mbit) > 1e3 || b.Applied {
+			t.Fatalf("bound %v, first reading: a %+v, b %+v; want a held to 10.5 Mbit/s, b with no limit", bound, a, b)
+		}
+		// b's open share: 0.1 each, and 21.8 by 1:2.
+		open := (0.1 + 21.8*2/3) * mbit
+		if bound && math.Abs(bitsOf(b.Ceil)-open) > 1e3 {
+			t.Errorf("b's ceil %.2f Mbit/s with no limit applied, want its open share %.2f", bitsOf(b.Ceil)/mbit, open/mbit)
+		}
+		if !bound && bitsOf(b.Ceil) != 30*mbit {
+			t.Errorf("unbound: b's ceil %.2f, want its policy's 30", bitsOf(b.Ceil)/mbit)
+		}
+		d.l.want[1] = 100 * mbit // b ramps on
+		u := usages(d.step())
+		if over := u[0] + u[1] - 22; bound && (u[1] > 14.7 || over > 3.2) {
+			t.Errorf("bound: %v Mbit/s in the quantum after; want b within its open share (14.63) and a over its share only by what b did not use", u)
+		} else if !bound && u[1] < 19 {
+			t.Errorf("unbound: %v Mbit/s; the model should let b take the parent's spare (19.5): the check above could not fail", u)
+		}
+		if !bound {
+			continue
+		}
+		d.step()
+		ds = d.step()
+		if u := usages(ds); math.Abs(u[0]-7.4) > 0.05 || math.Abs(u[1]-14.6) > 0.05 || !ds[0].Applied || !ds[1].Applied {
+			t.Errorf("settled: %v Mbit/s (%+v), want 7.4 and 14.6, both applied", u, ds)
+		}
+	}
+	// A child close to its open share (apply_above of it) without a
+	// queue counts as held back, as at an applied limit: b steady at
+	// 14.3 of its 14.63 holds its share, a gets its own at once.
+	c := &Controller{Children: tenants(1, 2), Capacity: toRate(22 * mbit), ApplyAbove: 0.8, Bound: true}
+	d := newDriver(t, c, 13.6*mbit, 11.5*mbit)
+	d.l.capacity = 30 * mbit
+	d.step()
+	d.l.want[1] = 14.3 * mbit
+	ds := d.step()
+	if a, b := ds[0], ds[1]; !b.Hungry || !b.Applied || math.Abs(bitsOf(a.Limit)-(0.1+21.8/3)*mbit) > 1e3 {
+		t.Errorf("b at 14.3 of its 14.63 open share: a %+v, b %+v; want b held back, a held to 7.37", a, b)
+	}
+	// Alone, a released child's open share is the whole cap (an idle
+	// sibling's rate reserves nothing it does not use).
+	c = &Controller{Children: tenants(1, 2), Capacity: toRate(22 * mbit), ApplyAbove: 0.8, Bound: true}
+	d = newDriver(t, c, 0, 5*mbit)
+	d.l.capacity = 30 * mbit
+	if b := d.step()[1]; b.Applied || math.Abs(bitsOf(b.Ceil)-22*mbit) > 1e3 {
+		t.Errorf("b alone: %+v, want no limit and a ceil of 22 Mbit/s", b)
+	}
+}

@@ -138,9 +138,10 @@ type Controller struct {
 	// is left hardHeadroom over its usage (with Assure).
 	Hard bool
 	// Bound: the capacity is a cap below what the parent lets the
-	// children take (sharing's cap), which only the limits hold. A child given no limit (its demand fits) is then
-	// still held, by its ceil, to its open share: what it would get if
-	// it wanted its ceil, the others wanting what they do. It grows to
+	// children take (sharing's cap), which only the limits hold. A
+	// child given no limit (its demand fits) is then still held, by its
+	// ceil, to its open share: what it would get if it wanted its ceil,
+	// the others wanting what they do. It grows to
 	// its due at once, and into what the others leave, but not past
 	// the cap. Released to its policy ceil instead, a tenant whose TCP
 	// flows were still ramping at a reading took the parent's spare
@@ -341,7 +342,7 @@ func (c *Controller) Step(now time.Time, rs []Reading) []Decision {
 		case d.applied:
 			d.ceil = d.limit
 			c.applied[i] = d.limit
-		case c.Bound && !c.Hard:
+		case c.Bound:
 			d.ceil = math.Min(math.Max(openShare(split, max(capacity, 0), ms, k, ceil), rate), ceil)
 			c.applied[i] = d.ceil
 		}

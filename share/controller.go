@@ -141,16 +141,16 @@ type Controller struct {
 	// children take (sharing's cap), which only the limits hold. A
 	// child given no limit (its demand fits) is then still held, by its
 	// ceil, to its open share: what it would get if it wanted its ceil,
-	// the others wanting what they do. It grows to
-	// its due at once, and into what the others leave, but not past
-	// the cap. Released to its policy ceil instead, a tenant whose TCP
-	// flows were still ramping at a reading took the parent's spare
-	// for a quantum (measured: prod-nonprod's b at 16 to 19 Mbit/s for
-	// a second where the 80% cap gives it 14.6, the tenants together
-	// 26 for the cap's 22). Using ApplyAbove of it counts as held back,
-	// as of an applied limit: a tenant close to its open share without
-	// a queue at the reading otherwise read as wanting only its usage,
-	// and its sibling kept the difference for another quantum.
+	// the others wanting what they do. It grows to its due at once, and
+	// into what the others leave, but not past the cap. Released to its
+	// policy ceil instead, a tenant whose TCP flows were still ramping
+	// at a reading took the parent's spare for a quantum (measured:
+	// prod-nonprod's b at 16 to 19 Mbit/s for a second where the 80%
+	// cap gives it 14.6, the tenants together 26 for the cap's 22).
+	// Using ApplyAbove of it counts as held back, as of an applied
+	// limit: a tenant close to its open share without a queue at the
+	// reading otherwise read as wanting only its usage, and its sibling
+	// kept the difference for another quantum.
 	Bound bool
 
 	lastAt  time.Time

@@ -33,7 +33,13 @@ import (
 // (0.95 of limit/alone): a reference measured on the same machine in
 // the same run, which a slow or emulated machine cannot fail alone;
 // or a share of the modem's line rate in the phase in one direction
-// (0.85 of modem up): what a variable link carried.
+// (0.85 of modem up), less what a class on the router carried
+// (0.85 of modem up less class wan/interactive): what a variable link
+// carried. An autorate controller's ramp is how long into the phase
+// its rate took to reach 90% of the modem's line in its direction.
+//
+// A trailing `after DUR` reads the phase from DUR past its start
+// instead of past the scenario's settle time.
 type Expectation struct {
 	Text    string
 	Variant string
@@ -51,12 +57,23 @@ type Expectation struct {
 	// share of the same subject's goodput there ("0.95 of limit/alone").
 	OfVariant, OfPhase string
 	// OfModem names a direction of the modem ("up", "down"): Value is a
-	// share of its line rate in the phase ("0.85 of modem down").
-	OfModem string
+	// share of its line rate in the phase ("0.85 of modem down"), less
+	// what the class LessClass carried there, where named.
+	OfModem, LessClass string
+	// After, where not zero, is how far into the phase (seconds) its
+	// statistics start, in place of the scenario's settle time.
+	After float64
 }
 
+// rampShare is the share of the modem's line an autorate controller's
+// ramp reaches.
+const rampShare = 0.9
+
+// after is a trailing "after DUR".
+var after = regexp.MustCompile(`\s+after\s+(\S+)\s*$`)
+
 // ofModem is a goodput relative to the modem's rate in a direction.
-var ofModem = regexp.MustCompile(`^([0-9.]+%?)\s+of\s+modem\s+(up|down)$`)
+var ofModem = regexp.MustCompile(`^([0-9.]+%?)\s+of\s+modem\s+(up|down)(?:\s+less\s+class\s+(\S+))?$`)
 
 // ofVariant is a goodput relative to another variant's phase.
 var ofVariant = regexp.MustCompile(`^([0-9.]+%?)\s+of\s+([A-Za-z0-9_.-]+)/([A-Za-z0-9_.-]+)$`)
@@ -73,6 +90,13 @@ func parseExpectation(s string) (*Expectation, error) {
 		scope := strings.TrimSpace(s[:i])
 		rest = s[i+1:]
 		e.Variant, e.Phase, _ = strings.Cut(scope, "/")
+	}
+	if m := after.FindStringSubmatchIndex(rest); m != nil {
+		d, err := time.ParseDuration(rest[m[2]:m[3]])
+		if err != nil || d <= 0 {
+			return nil, fmt.Errorf("after %q: want a positive duration like 5s", rest[m[2]:m[3]])
+		}
+		e.After, rest = d.Seconds(), rest[:m[0]]
 	}
 	f := strings.Fields(rest)
 	if len(f) < 4 {
@@ -148,8 +172,17 @@ func parseExpectation(s string) (*Expectation, error) {
 			return nil, fmt.Errorf("rate %q: %v", val, err)
 		}
 		e.Value = bps.BitsFloat()
+	case e.Metric == "ramp":
+		if e.Subject != "autorate" {
+			return nil, fmt.Errorf("ramp is an autorate controller's (autorate DEVICE ramp < 5s)")
+		}
+		d, err := time.ParseDuration(val)
+		if err != nil {
+			return nil, fmt.Errorf("ramp %q: want a duration like 5s", val)
+		}
+		e.Value = d.Seconds()
 	case e.Subject == "autorate":
-		return nil, fmt.Errorf("metric %q: an autorate controller has rate", e.Metric)
+		return nil, fmt.Errorf("metric %q: an autorate controller has rate and ramp", e.Metric)
 	case e.Metric == "red":
 		if e.Subject != "policers" {
 			return nil, fmt.Errorf("only policers have a red share")
@@ -180,7 +213,7 @@ func parseExpectation(s string) (*Expectation, error) {
 			if err != nil {
 				return nil, err
 			}
-			e.Value, e.OfModem = v, m[2]
+			e.Value, e.OfModem, e.LessClass = v, m[2], m[3]
 			return e, nil
 		}
 		if m := ofVariant.FindStringSubmatch(val); m != nil {
@@ -216,7 +249,7 @@ func parseExpectation(s string) (*Expectation, error) {
 		}
 		e.Value = v
 	default:
-		return nil, fmt.Errorf("metric %q: want p50 p90 p95 p99 avg max loss goodput share retransmits rtt drops fairness red rate", e.Metric)
+		return nil, fmt.Errorf("metric %q: want p50 p90 p95 p99 avg max loss goodput share retransmits rtt drops fairness red rate ramp", e.Metric)
 	}
 	return e, nil
 }
@@ -257,6 +290,15 @@ func (e *Expectation) Check(r *Result, ref *Result) Verdict {
 	if ph == nil {
 		v.Note = fmt.Sprintf("no phase %q", e.Phase)
 		return v
+	}
+	if e.After > 0 {
+		if e.After >= ph.End-ph.Start {
+			v.Note = fmt.Sprintf("after %gs: the phase lasts %gs", e.After, ph.End-ph.Start)
+			return v
+		}
+		modem := ph.Modem
+		ph = r.summarize(ph.Name, ph.Start, ph.End, e.After)
+		ph.Modem = modem
 	}
 	want := e.Value
 	unit := ""
@@ -342,6 +384,18 @@ func (e *Expectation) Check(r *Result, ref *Result) Verdict {
 			v.Note = "no autorate controller on " + e.Name + " in this variant"
 			return v
 		}
+		if e.Metric == "ramp" {
+			took, note := r.ramp(ph, e.Name)
+			if note != "" {
+				// No controller, no line, or a rate that never got
+				// there (took: the phase's length): no pass.
+				v.Actual, v.Shown, v.Note = took, formatValue(took, "s"), note
+				v.Want = fmt.Sprintf("%s %s", e.Op, formatValue(want, "s"))
+				return v
+			}
+			v.Actual, unit = took, "s"
+			break
+		}
 		v.Actual, unit = st.End, "bit/s"
 		switch {
 		case e.Of == "start":
@@ -367,6 +421,14 @@ func (e *Expectation) Check(r *Result, ref *Result) Verdict {
 		if line == 0 {
 			v.Note = "the modem has no " + e.OfModem + " rate in this phase"
 			return v
+		}
+		if e.LessClass != "" {
+			carried, ok := ph.classCarried(e.LessClass)
+			if !ok {
+				v.Note = "no class " + e.LessClass + " on the router"
+				return v
+			}
+			line -= carried
 		}
 		want = e.Value * line
 	}
@@ -426,6 +488,8 @@ func formatValue(v float64, unit string) string {
 		return fmt.Sprintf("%.2fms", v)
 	case "bit/s":
 		return units.Bits(v)
+	case "s":
+		return fmt.Sprintf("%.1fs", v)
 	}
 	return fmt.Sprintf("%.4f", v)
 }
@@ -436,4 +500,44 @@ func shareOf(part, whole float64) float64 {
 		return 0
 	}
 	return part / whole
+}
+
+// ramp is how long (seconds) into phase ph the autorate controller on
+// device took to reach rampShare of the modem's line in its direction;
+// the phase's length, with a note, where it never did.
+func (r *Result) ramp(ph *PhaseResult, device string) (float64, string) {
+	for _, a := range r.Autorate {
+		if a.Device != device {
+			continue
+		}
+		dir := "up"
+		if a.Direction == "ingress" {
+			dir = "down"
+		}
+		line := ph.Modem[dir]
+		if line == 0 {
+			return 0, "the modem has no " + dir + " rate in this phase"
+		}
+		for i := r.bucketAt(ph.Start); i < r.bucketAt(ph.End) && i < len(a.Rate); i++ {
+			if a.Rate[i] >= rampShare*line {
+				return max(r.bucketEnd(i)-ph.Start, 0), ""
+			}
+		}
+		return ph.End - ph.Start, fmt.Sprintf("never reached %g%% of the line", rampShare*100)
+	}
+	return 0, "no autorate controller on " + device + " in this variant"
+}
+
+// classCarried is what the class called name (device/name) carried in
+// the phase by the router's counters, bits per second; ok false where
+// no class matches.
+func (p *PhaseResult) classCarried(name string) (float64, bool) {
+	var s float64
+	ok := false
+	for key, cs := range p.Classes {
+		if classMatches(key, name) {
+			s, ok = s+cs.Bps, true
+		}
+	}
+	return s, ok
 }

@@ -394,3 +394,65 @@ func TestAutorateAndModemExpectations(t *testing.T) {
 		}
 	}
 }
+
+// A rise's expectations: how long the controller took to reach 90% of
+// the new line (ramp), goodput read from later in the phase (after),
+// and goodput against the line less what another class carried.
+func TestRampAfterAndLessClass(t *testing.T) {
+	r := synthetic()
+	// Two phases of 1 s: the line rises from 8 to 16 Mbit/s at 1 s; the
+	// rate stays at 8 for 0.4 s, then steps 2 Mbit/s a bucket to 16.
+	rate := make([]float64, 20)
+	for i := range rate {
+		rate[i] = 8e6
+		if i >= 14 {
+			rate[i] = min(16e6, 8e6+2e6*float64(i-13))
+		}
+	}
+	// The bulk flow follows the rate; before the rise it carries 8.
+	r.Flows[1].Goodput = append([]float64(nil), rate...)
+	r.Autorate = []*AutorateSeries{{Device: "wan", Direction: "egress", Rate: rate}}
+	r.Classes = append(r.Classes, &ClassSeries{Device: "wan", Name: "interactive", Bps: fill(20, 1e6), Drops: make([]uint64, 20)})
+	r.Phases = []*PhaseResult{r.summarize("fast", 0, 1, 0.2), r.summarize("rise", 1, 2, 0.2)}
+	r.Phases[0].Modem = map[string]float64{"up": 8e6}
+	r.Phases[1].Modem = map[string]float64{"up": 16e6}
+	// rate[i] >= 14.4 Mbit/s from bucket 17 (14 -> 10, 15 -> 12, 16 ->
+	// 14, 17 -> 16), which ends 1.8 s in: a ramp of 0.8 s.
+	for _, tc := range []struct {
+		text string
+		pass bool
+	}{
+		{"shaped/rise: autorate wan ramp < 0.85s", true},
+		{"shaped/rise: autorate wan ramp < 0.75s", false},
+		{"shaped/fast: autorate wan ramp <= 0.1s", true}, // already at the line
+		// Past 0.2 s: buckets 12..19, mean (8*2+10+12+14+16*3)/8 = 12.5.
+		{"shaped/rise: flow bulk goodput >= 0.78 of modem up", true},
+		{"shaped/rise: flow bulk goodput >= 0.79 of modem up", false},
+		// Past 0.8 s: buckets 18 and 19, 16 Mbit/s.
+		{"shaped/rise: flow bulk goodput >= 0.99 of modem up after 800ms", true},
+		// Less the interactive class's 1 Mbit/s: 12.5 of 15.
+		{"shaped/rise: flow bulk goodput >= 0.83 of modem up less class wan/interactive", true},
+		{"shaped/rise: flow bulk goodput >= 0.84 of modem up less class wan/interactive", false},
+		{"shaped/rise: flow bulk goodput >= 0.5 of modem up less class wan/voip", false}, // no such class
+		{"shaped/rise: flow bulk goodput >= 0.5 of modem up after 1s", false},            // nothing left
+	} {
+		e, err := parseExpectation(tc.text)
+		if err != nil {
+			t.Fatalf("%q: %v", tc.text, err)
+		}
+		if v := e.Check(r, nil); v.Pass != tc.pass {
+			t.Errorf("%q: pass %v (actual %v, want %s, %s)", tc.text, v.Pass, v.Actual, v.Want, v.Note)
+		}
+	}
+	// A rate that never reaches the line: the phase's length, and why.
+	r.Autorate[0].Rate = fill(20, 8e6)
+	e, _ := parseExpectation("shaped/rise: autorate wan ramp < 5s")
+	if v := e.Check(r, nil); v.Pass || v.Actual != 1 || v.Note == "" {
+		t.Errorf("never reached: %+v", v)
+	}
+	for _, bad := range []string{"flow bulk ramp < 1s", "autorate wan ramp < soon", "flow bulk goodput >= 0.5 of modem up after -1s", "flow bulk goodput >= 0.5 of modem up after later"} {
+		if _, err := parseExpectation(bad); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+}

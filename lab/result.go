@@ -374,6 +374,18 @@ func (r *Result) bucketAt(t float64) int {
 	return len(r.Spans)
 }
 
+// bucketEnd is the time (seconds into the run) bucket i ended.
+func (r *Result) bucketEnd(i int) float64 {
+	if len(r.Spans) <= i {
+		return float64(i+1) * r.Bucket
+	}
+	var end float64
+	for _, d := range r.Spans[:i+1] {
+		end += d
+	}
+	return end
+}
+
 func (r *Result) summarize(name string, from, to, settle float64) *PhaseResult {
 	p := &PhaseResult{Name: name, Start: from, End: to, Probes: map[string]*Latency{}, Flows: map[string]*FlowStat{},
 		Classes: map[string]*ClassStat{}, Hosts: map[string]float64{}, byClass: map[string][]*FlowStat{}}

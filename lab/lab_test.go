@@ -57,6 +57,7 @@ func TestScenarioErrors(t *testing.T) {
 		{"name: x\nphases: [{name: a, duration: 1s}]\ntraffic: [{name: f, type: tcp, from: client1, to: server, phases: [b]}]\n", `phase "b" is not in phases`},
 		{"name: x\nphases: [{name: a, duration: 1s}]\nexpect: [\"hosts fairness >= lots\"]\n", `want a ratio`},
 		{"name: x\nphases: [{name: a, duration: 1s}]\ncolour: red\n", `field colour not found`},
+		{"name: x\nphases: [{name: a, duration: 10s}]\nexpect: [\"x/a: link goodput >= 1mbit after 10s\"]\n", `after 10s: phase a lasts 10s`},
 		{"name: x\nphases: [{name: a, duration: 1s}]\ntraffic: [{name: f, type: udp, from: client1, to: server, rate: 5mbits}]\n", `did you mean 5mbit`},
 	} {
 		if _, err := Parse("s.yaml", []byte(tc.src)); err == nil || !strings.Contains(err.Error(), tc.want) {

@@ -400,8 +400,16 @@ func (s *Scenario) validate() error {
 		}
 	}
 	for _, e := range s.Expect {
-		if _, err := parseExpectation(e); err != nil {
+		x, err := parseExpectation(e)
+		if err != nil {
 			bad("expect %q: %v", e, err)
+			continue
+		}
+		// A window past the phase's end reads nothing.
+		for _, p := range s.Phases {
+			if d, err := time.ParseDuration(p.Duration); err == nil && p.Name == x.Phase && x.After >= d.Seconds() {
+				bad("expect %q: after %gs: phase %s lasts %s", e, x.After, p.Name, p.Duration)
+			}
 		}
 	}
 	if len(errs) > 0 {

@@ -1094,11 +1094,18 @@ func TestSlowLinkLoadedIsNotIdle(t *testing.T) {
 // at a 5 ms threshold, the rise moved over 3.2 s in 200 ms steps: past
 // its first 2 s the link carries at least 0.88 of the new capacity
 // (0.93 upstream) whenever it comes, 0.92 (0.955) on average, and the
-// buffer's p95 stays short before and after (0.893, 0.934 and 7.0 ms
-// down, 0.946, 0.966 and 3.3 ms up on 2026-12-04). A rise found more
+// buffer's p95 stays short before and after (0.895, 0.938 and 5.5 ms
+// down, 0.945, 0.965 and 3.2 ms up on 2026-12-04). A rise found more
 // slowly fails it: a probe of 3% a second just past the capacity, or a
 // 1 s time constant to close in on it. In the lab the rise's download
 // ranges as widely, by where the cycle stood (docs/autorate.md).
+//
+// The probe that finds the rise ends at speed, past the new line (the
+// modem's bucket hides the queue for a while): its cut goes under the
+// capacity by what the rate grew over a load span, so that the queue
+// drains at once. The queue stands above 8 ms for 139 ms a rise on
+// average (268 ms when the cut went 5% under the capacity read, and the
+// queue waited on the next decrease to drain).
 func TestRiseWhateverTheCycle(t *testing.T) {
 	for _, tc := range []struct {
 		name            string
@@ -1108,11 +1115,13 @@ func TestRiseWhateverTheCycle(t *testing.T) {
 		queue           time.Duration
 		downstream      bool
 		bucket, follows time.Duration
+		deep            time.Duration // the most time above 8 ms a rise, on average
 	}{
-		{"download", Config{Min: mbit(10), Base: mbit(50), Max: mbit(100)}, 40, 80, 0.88, 0.92, 8 * time.Millisecond, true, 10 * time.Millisecond, 0},
-		{"upload", Config{Min: mbit(4), Base: mbit(12), Max: mbit(20)}, 8, 15, 0.93, 0.955, 5 * time.Millisecond, false, 0, 100 * time.Millisecond},
+		{"download", Config{Min: mbit(10), Base: mbit(50), Max: mbit(100)}, 40, 80, 0.88, 0.92, 7 * time.Millisecond, true, 10 * time.Millisecond, 0, 180 * time.Millisecond},
+		{"upload", Config{Min: mbit(4), Base: mbit(12), Max: mbit(20)}, 8, 15, 0.93, 0.955, 5 * time.Millisecond, false, 0, 100 * time.Millisecond, 20 * time.Millisecond},
 	} {
 		worst, sum, queue := 1.0, 0.0, time.Duration(0)
+		var deep time.Duration
 		const n = 16
 		for k := range n {
 			rise := 10*time.Second + time.Duration(k)*200*time.Millisecond
@@ -1130,10 +1139,16 @@ func TestRiseWhateverTheCycle(t *testing.T) {
 			before, _, _ := tr.span(rise-6*time.Second, rise)
 			after, share, _ := tr.span(rise+2*time.Second, rise+10*time.Second)
 			worst, sum, queue = min(worst, share), sum+share, max(queue, before, after)
+			for i, at := range tr.at {
+				if at >= rise && at < rise+10*time.Second && tr.queue[i] > 8*time.Millisecond {
+					deep += 10 * time.Millisecond // the trace's step
+				}
+			}
 		}
-		t.Logf("%s: the new capacity carried %.3f at worst, %.3f on average; queue p95 at most %v", tc.name, worst, sum/n, queue)
-		if worst < tc.worst || sum/n < tc.mean || queue > tc.queue {
-			t.Errorf("%s: %.3f at worst, %.3f on average, queue p95 up to %v; want at least %.3f, %.3f, at most %v", tc.name, worst, sum/n, queue, tc.worst, tc.mean, tc.queue)
+		deep /= n
+		t.Logf("%s: the new capacity carried %.3f at worst, %.3f on average; queue p95 at most %v, above 8 ms for %v a rise", tc.name, worst, sum/n, queue, deep)
+		if worst < tc.worst || sum/n < tc.mean || queue > tc.queue || deep > tc.deep {
+			t.Errorf("%s: %.3f at worst, %.3f on average, queue p95 up to %v, above 8 ms for %v a rise; want at least %.3f, %.3f, at most %v and %v", tc.name, worst, sum/n, queue, deep, tc.worst, tc.mean, tc.queue, tc.deep)
 		}
 	}
 }

@@ -510,10 +510,7 @@ func (r *Result) ramp(ph *PhaseResult, device string) (float64, string) {
 		if a.Device != device {
 			continue
 		}
-		dir := "up"
-		if a.Direction == "ingress" {
-			dir = "down"
-		}
+		dir := a.ModemDir()
 		line := ph.Modem[dir]
 		if line == 0 {
 			return 0, "the modem has no " + dir + " rate in this phase"

@@ -594,10 +594,7 @@ func autorateChart(r *Result, sc scales) (chart, bool) {
 	var keys []legendKey
 	for i, a := range r.Autorate {
 		col := plotutil.Color(i)
-		dir := "up"
-		if a.Direction == "ingress" {
-			dir = "down"
-		}
+		dir := a.ModemDir()
 		var capa plotter.XYs
 		for _, ph := range r.Phases {
 			if c := ph.Modem[dir]; c > 0 {

@@ -45,6 +45,15 @@ type AutorateSeries struct {
 	Replaced uint64 `json:"reflectors_replaced"`
 }
 
+// ModemDir is the modem's direction the controller shapes: "down"
+// for the ingress (the download, on the ifb), "up" otherwise.
+func (a *AutorateSeries) ModemDir() string {
+	if a.Direction == "ingress" {
+		return "down"
+	}
+	return "up"
+}
+
 // AutorateStat is a controller over one phase: its mean rate in the
 // phase's steady part, its rate where that part starts (past the
 // settle time, as every other statistic of the phase) and its rate at

@@ -145,7 +145,12 @@ func TestEgressLimit20mbit(t *testing.T) {
 			} `json:"classes"`
 		} `json:"trees"`
 	}
+	// The kernel's own counters (tc's, not sluice's) over a span that
+	// holds show's 2 s window: what show measured is checked against
+	// what passed, apart from whether the load kept the class full.
+	before, t0 := tcClassBytes(t, p.A, p.DevA, "1:1"), time.Now()
 	out := must(t, "--netns", p.A, "show", "--json", "--interval", "2s")
+	after, t1 := tcClassBytes(t, p.A, p.DevA, "1:1"), time.Now()
 	close(stop)
 	if err := <-sent; err != nil {
 		t.Fatal(err)
@@ -160,17 +165,26 @@ func TestEgressLimit20mbit(t *testing.T) {
 		return tbfGoodput(t, p.A, p.DevA, testutil.AddrB, link20)
 	})
 	// The wire rate, headers included, is the rate: 0.95 of it at least,
-	// or 0.90 on an emulated machine, whose timers fire late for every
-	// shaper (19.07 Mbit/s there, 2026-11-26, as goodput fell to 0.93).
+	// or 0.85 on an emulated machine, whose timers fire late for every
+	// shaper and where show's own start takes the CPU the senders need
+	// (19.07 Mbit/s there on 2026-11-26, 17.35 on 2026-12-04 while
+	// iperf's 6 s read 0.94 of the rate).
 	floor := 0.95
 	if os.Getenv("SLUICE_EMULATED") == "1" {
-		floor = 0.90
+		floor = 0.85
 	}
+	passed := (after - before) * 8 / t1.Sub(t0).Seconds()
+	t.Logf("tc: the root class passed %.2f Mbit/s over the %.1f s around show", passed/1e6, t1.Sub(t0).Seconds())
 	for _, c := range sample.Trees[0].Classes {
 		c.Measured *= 8 // bits, as link20
 		t.Logf("show: %s measured %.2f Mbit/s, overlimits %d", c.Name, c.Measured/1e6, c.Over)
 		if c.Measured < floor*link20 || c.Measured > 1.03*link20 || c.Over == 0 {
 			t.Errorf("show: class %s measured %.2f Mbit/s, overlimits %d, while saturated at 20mbit", c.Name, c.Measured/1e6, c.Over)
+		}
+		// One class and its root carry the same packets: show's 2 s
+		// window inside the span reads what tc's counters read over it.
+		if r := c.Measured / passed; r < 0.92 || r > 1.08 {
+			t.Errorf("show: class %s measured %.2f Mbit/s, tc's counters %.2f over the span around it (%.3f)", c.Name, c.Measured/1e6, passed/1e6, r)
 		}
 	}
 }

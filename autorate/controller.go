@@ -363,6 +363,13 @@ func (c *Controller) queued() bool {
 	return n > 0 && c.recent[n-1].delta > c.queueLevel()
 }
 
+// Urgent reports whether the newest sample shows a queue under a probe
+// past the capacity last found: a decision now ends the probe a
+// decision interval sooner.
+func (c *Controller) Urgent() bool {
+	return c.queued() && c.capacity > 0 && c.rate > c.capacity && !c.grewAt.Before(c.lastChange)
+}
+
 // fed reports whether the link's delivery is fed (Arrived).
 func (c *Controller) fed() bool { return len(c.arrivals) > 0 }
 
@@ -868,7 +875,11 @@ func (c *Controller) probeAnswered(now time.Time, slope, depth float64, n int) b
 	if !(depth > c.queueLevel() || c.queued() && slope > 0 && n >= 3) {
 		return false
 	}
-	if c.capacity == 0 || slope <= 0 || n < 3 {
+	if c.capacity == 0 || n < 3 {
+		return true
+	}
+	if slope <= 0 {
+		c.drainStanding(now, slope, depth)
 		return true
 	}
 	sent, capacity := c.fromSlope(slope)
@@ -911,6 +922,38 @@ func (c *Controller) probeAnswered(now time.Time, slope, depth float64, n int) b
 		c.drainThenRestore(now, capacity, queue)
 	}
 	return true
+}
+
+// drainStanding cuts under the capacity last found a queue that stands
+// rather than drains (by its slope, not within DrainTime) while the
+// rate is at that capacity: a probe's end that read the capacity a
+// little high (a modem's bucket delivers its burst as the queue starts)
+// leaves the rate at the line, and the queue it built stands, under the
+// threshold, as long as the rate does (5.7 ms for seconds in the model
+// of the lab's upload, 15 Mbit/s with 10 ms of bucket). A queue that
+// drains by itself in time, or one under a rate well below the
+// capacity (a drop, bufferbloat's to find; or jitter), is left alone.
+func (c *Controller) drainStanding(now time.Time, slope, depth float64) {
+	if depth <= c.queueLevel() || slope*float64(c.cfg.DrainTime) < -depth || now.Sub(c.lastChange) < c.cfg.BloatEvery {
+		return
+	}
+	// A queue that neither grows nor drains is fed at the capacity:
+	// what the shaper sent (downstream, better, what the link
+	// delivered), where that is under the capacity last found (which
+	// read the bucket's burst: 15.45 Mbit/s on the 15 line).
+	_, capacity := c.fromSlope(slope)
+	if arrived, ok := c.delivered(); ok && c.cfg.Downstream {
+		capacity = arrived
+	}
+	capacity = math.Min(capacity, c.capacity)
+	if c.rate < capacity*(1-c.cfg.Margin)*0.999 {
+		return
+	}
+	if back := c.below(capacity, depth, true); back < c.rate {
+		c.rate, c.capacity = back, capacity
+		c.lastChange, c.probeEnded = now, true
+		c.drainThenRestore(now, capacity, depth)
+	}
 }
 
 // drainThenRestore schedules the rate's return to just under capacity

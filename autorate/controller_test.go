@@ -54,9 +54,9 @@ type link struct {
 	shaperQ    float64 // bits in the shaper's queue
 	lastLoss   time.Duration
 	arrived    uint64
-	// bucket: downstream, the modem delivers at its capacity, and up
-	// to this much more at once after it was not busy (a token bucket,
-	// as the lab's modem is: 10 ms).
+	// bucket: the modem delivers at its capacity, and up to this much
+	// more at once after it was not busy (a token bucket, as the lab's
+	// modem is: 10 ms), both ways.
 	bucket time.Duration
 	tokens float64 // bits
 
@@ -64,6 +64,9 @@ type link struct {
 	// this many samples (the agent's pass, late on a loaded or emulated
 	// machine); 0 or 1: after every sample.
 	decideEvery int
+	// periodic: decisions at the passes only, none when a sample is
+	// Urgent (the agent before 2026-12-05).
+	periodic bool
 }
 
 // shaperQueue is the downstream shaper's queue (a bfifo) at its rate,
@@ -149,8 +152,10 @@ func run(t *testing.T, c *Controller, l *link, from, d time.Duration, tr *trace)
 		}
 		if !l.downstream {
 			l.passed += uint64(send * dt.Seconds() / 8)
-			drained = math.Min(l.queue+send*dt.Seconds(), capacity*dt.Seconds())
-			l.queue = math.Max(0, l.queue+send*dt.Seconds()-capacity*dt.Seconds())
+			l.tokens = math.Min(l.tokens+capacity*dt.Seconds(), capacity*(dt+l.bucket).Seconds())
+			drained = math.Min(l.queue+send*dt.Seconds(), l.tokens)
+			l.tokens -= drained
+			l.queue = math.Max(0, l.queue+send*dt.Seconds()-drained)
 			if full := capacity * l.buffer.Seconds(); l.queue > full {
 				l.queue = full // the rest is dropped, and the sender backs off
 				l.tcp *= 0.7
@@ -183,6 +188,15 @@ func run(t *testing.T, c *Controller, l *link, from, d time.Duration, tr *trace)
 		for len(l.inFlight) > 0 && !l.inFlight[0].At.After(now) {
 			c.Delay(l.inFlight[0])
 			l.inFlight = l.inFlight[1:]
+			// As the agent does: a sample that shows a probe's queue
+			// is decided on at once, not at the next pass.
+			if !l.periodic && c.Urgent() && i%every != 0 {
+				c.Passed(now, l.passed)
+				if l.downstream && !l.blind {
+					c.Arrived(now, l.arrived)
+				}
+				dec = c.Decide(now)
+			}
 		}
 		if i%every == 0 {
 			dec = c.Decide(now)
@@ -1117,8 +1131,8 @@ func TestRiseWhateverTheCycle(t *testing.T) {
 		bucket, follows time.Duration
 		deep            time.Duration // the most time above 8 ms a rise, on average
 	}{
-		{"download", Config{Min: mbit(10), Base: mbit(50), Max: mbit(100)}, 40, 80, 0.88, 0.92, 7 * time.Millisecond, true, 10 * time.Millisecond, 0, 180 * time.Millisecond},
-		{"upload", Config{Min: mbit(4), Base: mbit(12), Max: mbit(20)}, 8, 15, 0.93, 0.955, 5 * time.Millisecond, false, 0, 100 * time.Millisecond, 20 * time.Millisecond},
+		{"download", Config{Min: mbit(10), Base: mbit(50), Max: mbit(100)}, 40, 80, 0.88, 0.92, 5 * time.Millisecond, true, 10 * time.Millisecond, 0, 40 * time.Millisecond},
+		{"upload", Config{Min: mbit(4), Base: mbit(12), Max: mbit(20)}, 8, 15, 0.93, 0.955, 5 * time.Millisecond, false, 10 * time.Millisecond, 100 * time.Millisecond, 20 * time.Millisecond},
 	} {
 		worst, sum, queue := 1.0, 0.0, time.Duration(0)
 		var deep time.Duration
@@ -1150,5 +1164,115 @@ func TestRiseWhateverTheCycle(t *testing.T) {
 		if worst < tc.worst || sum/n < tc.mean || queue > tc.queue || deep > tc.deep {
 			t.Errorf("%s: %.3f at worst, %.3f on average, queue p95 up to %v, above 8 ms for %v a rise; want at least %.3f, %.3f, at most %v and %v", tc.name, worst, sum/n, queue, deep, tc.worst, tc.mean, tc.queue, tc.deep)
 		}
+	}
+}
+
+// A probe's end that leaves the rate at the line (it read the capacity
+// with the bucket's burst in it) leaves a queue that stands under the
+// threshold; it is drained, not kept (the upload's model line with the
+// lab modem's 10 ms of bucket: above 5 ms for 660 ms in 35 s before).
+func TestStandingQueueDrains(t *testing.T) {
+	for _, line := range []float64{8, 15} {
+		cfg := Config{Min: mbit(4), Base: mbit(12), Max: mbit(20), DelayThreshold: 5 * time.Millisecond}
+		c := newController(t, cfg)
+		l := &link{capacity: steps(time.Hour, line), path: time.Millisecond, buffer: 500 * time.Millisecond, bucket: 10 * time.Millisecond, follow: 100 * time.Millisecond}
+		var tr trace
+		run(t, c, l, 0, 40*time.Second, &tr)
+		p95, share, _ := tr.span(5*time.Second, 40*time.Second)
+		var over time.Duration
+		for i, at := range tr.at {
+			if at >= 5*time.Second && tr.queue[i] > cfg.DelayThreshold {
+				over += 10 * time.Millisecond
+			}
+		}
+		t.Logf("%2.0f Mbit/s: queue p95 %v, above the threshold for %v of 35 s, goodput %.3f of the line", line, p95, over, share)
+		if over > 100*time.Millisecond || p95 > 4*time.Millisecond || share < 0.97 {
+			t.Errorf("%2.0f Mbit/s: queue above the threshold for %v of 35 s, p95 %v, goodput %.3f; want at most 100 ms, 4 ms, at least 0.97", line, over, p95, share)
+		}
+	}
+}
+
+// A sample that shows a probe's queue is decided on at once (the agent
+// does so: autoDecideNow), not at the next pass: the queue a rise's
+// probe ends at is shorter by what it grew in between.
+func TestUrgentDecisionEndsTheProbeSooner(t *testing.T) {
+	deep := map[bool]time.Duration{}
+	peak := map[bool]time.Duration{}
+	for _, periodic := range []bool{true, false} {
+		const n = 16
+		for k := range n {
+			rise := 10*time.Second + time.Duration(k)*130*time.Millisecond
+			cfg := Config{Min: mbit(10), Base: mbit(50), Max: mbit(100), DelayThreshold: 5 * time.Millisecond, Downstream: true}
+			c := newController(t, cfg)
+			l := &link{capacity: steps(rise, 40, 80), path: time.Millisecond, buffer: 500 * time.Millisecond, downstream: true, bucket: 10 * time.Millisecond, periodic: periodic}
+			var tr trace
+			run(t, c, l, 0, rise+10*time.Second, &tr)
+			for i, at := range tr.at {
+				if at >= rise {
+					if tr.queue[i] > 8*time.Millisecond {
+						deep[periodic] += 10 * time.Millisecond / n
+					}
+					peak[periodic] = max(peak[periodic], tr.queue[i])
+				}
+			}
+		}
+		t.Logf("periodic decisions only %v: above 8 ms for %v a rise, the highest queue %v", periodic, deep[periodic], peak[periodic])
+	}
+	if deep[false] > deep[true]/2 || peak[false] > peak[true]*3/4 {
+		t.Errorf("deciding on a probe's queue at once: above 8 ms %v a rise, peak %v; at the passes only %v and %v: want at most half and three quarters", deep[false], peak[false], deep[true], peak[true])
+	}
+}
+
+// Urgent is a probe's queue only: not a queue under a rate below the
+// capacity last found (a drop is bufferbloat's to find), nor one a
+// decision already answered.
+func TestUrgentOnlyForAProbesQueue(t *testing.T) {
+	cfg := Config{Min: mbit(4), Base: mbit(12), Max: mbit(20), DelayThreshold: 5 * time.Millisecond}
+	c := newController(t, cfg)
+	l := &link{capacity: steps(10*time.Second, 8, 15), path: time.Millisecond, buffer: 500 * time.Millisecond, bucket: 10 * time.Millisecond, follow: 100 * time.Millisecond, periodic: true}
+	run(t, c, l, 0, 10*time.Second, nil)
+	urgent := 0
+	const step = 10 * time.Millisecond
+	for at := 10 * time.Second; at < 20*time.Second; at += step {
+		run(t, c, l, at, step, nil)
+		if !c.Urgent() {
+			continue
+		}
+		urgent++
+		if c.rate <= c.capacity {
+			t.Fatalf("urgent %v into the rise at %.2f Mbit/s, the capacity %.2f: not a probe past it", at-10*time.Second, c.rate*8/1e6, c.capacity*8/1e6)
+		}
+		if c.Decide(t0.Add(at + step/2)); c.Urgent() {
+			t.Fatalf("still urgent after the decision %v into the rise: %.2f Mbit/s, the capacity %.2f", at-10*time.Second, c.rate*8/1e6, c.capacity*8/1e6)
+		}
+	}
+	t.Logf("a rise from 8 to 15 Mbit/s: %d urgent samples in 10 s", urgent)
+	if urgent == 0 {
+		t.Fatal("a rise from 8 to 15 Mbit/s: no sample was urgent")
+	}
+	// A drop just after a probe's end: the queue grows under a rate
+	// below the capacity last found.
+	c = newController(t, cfg)
+	drop := time.Hour
+	l = &link{capacity: func(at time.Duration) float64 {
+		if at >= drop {
+			return 8e6
+		}
+		return 15e6
+	}, path: time.Millisecond, buffer: 500 * time.Millisecond, follow: 100 * time.Millisecond, periodic: true}
+	run(t, c, l, 0, 10*time.Second, nil)
+	for drop = 10 * time.Second; c.rate >= c.capacity || c.grewAt.After(c.lastChange); drop += step {
+		run(t, c, l, drop, step, nil)
+	}
+	queued := false
+	for at := drop; at < drop+time.Second; at += step {
+		run(t, c, l, at, step, nil)
+		queued = queued || c.queued()
+		if c.Urgent() {
+			t.Fatalf("urgent %v into a drop at %.2f Mbit/s, the capacity %.2f", at-drop, c.rate*8/1e6, c.capacity*8/1e6)
+		}
+	}
+	if !queued {
+		t.Fatal("a drop from 15 to 8 Mbit/s: no sample showed the queue in its first second")
 	}
 }

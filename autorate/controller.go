@@ -882,15 +882,12 @@ func (c *Controller) probeAnswered(now time.Time, slope, depth float64, n int) b
 		c.drainStanding(now, slope, depth)
 		return true
 	}
-	sent, capacity := c.fromSlope(slope)
+	capacity := c.queueCapacity(slope)
 	margin := c.cfg.Margin
 	if c.cfg.Downstream {
-		// What passed (or, better, what the link delivered while the
-		// queue grew) reads a little above the line, as in a decrease.
-		capacity, margin = sent, math.Max(margin, c.cfg.DecreaseMargin)
-		if arrived, ok := c.delivered(); ok {
-			capacity = arrived
-		}
+		// What passed, or what the link delivered, reads a little above
+		// the line, as in a decrease.
+		margin = math.Max(margin, c.cfg.DecreaseMargin)
 	}
 	// Only a probe past the capacity last found builds a queue worth
 	// draining; below it, a queue that shows is a drop (bufferbloat's
@@ -924,6 +921,21 @@ func (c *Controller) probeAnswered(now time.Time, slope, depth float64, n int) b
 	return true
 }
 
+// queueCapacity is the capacity the samples since the last change show
+// with the queue's slope: upstream, from what the shaper sent and the
+// slope (fromSlope); downstream what passed, or, better, what the link
+// delivered while its buffer held the queue.
+func (c *Controller) queueCapacity(slope float64) float64 {
+	sent, capacity := c.fromSlope(slope)
+	if !c.cfg.Downstream {
+		return capacity
+	}
+	if arrived, ok := c.delivered(); ok {
+		return arrived
+	}
+	return sent
+}
+
 // drainStanding cuts under the capacity last found a queue that stands
 // rather than drains (by its slope, not within DrainTime) while the
 // rate is at that capacity: a probe's end that read the capacity a
@@ -937,15 +949,10 @@ func (c *Controller) drainStanding(now time.Time, slope, depth float64) {
 	if depth <= c.queueLevel() || slope*float64(c.cfg.DrainTime) < -depth || now.Sub(c.lastChange) < c.cfg.BloatEvery {
 		return
 	}
-	// A queue that neither grows nor drains is fed at the capacity:
-	// what the shaper sent (downstream, better, what the link
-	// delivered), where that is under the capacity last found (which
-	// read the bucket's burst: 15.45 Mbit/s on the 15 line).
-	_, capacity := c.fromSlope(slope)
-	if arrived, ok := c.delivered(); ok && c.cfg.Downstream {
-		capacity = arrived
-	}
-	capacity = math.Min(capacity, c.capacity)
+	// A queue that neither grows nor drains is fed at the capacity,
+	// where that is under the capacity last found (which read the
+	// bucket's burst: 15.45 Mbit/s on the 15 line).
+	capacity := math.Min(c.queueCapacity(slope), c.capacity)
 	if c.rate < capacity*(1-c.cfg.Margin)*0.999 {
 		return
 	}

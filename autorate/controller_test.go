@@ -214,6 +214,16 @@ func run(t *testing.T, c *Controller, l *link, from, d time.Duration, tr *trace)
 
 // span is the trace's figures between from and to: the queue's p95, the
 // goodput's mean as a share of the capacity, the last rate.
+// above is how long the queue stood above level from from to to.
+func (tr *trace) above(from, to, level time.Duration) (d time.Duration) {
+	for i, at := range tr.at {
+		if at >= from && at < to && tr.queue[i] > level {
+			d += 10 * time.Millisecond // the trace's step
+		}
+	}
+	return d
+}
+
 func (tr *trace) span(from, to time.Duration) (p95 time.Duration, share, last float64) {
 	var qs []time.Duration
 	var good, capa float64
@@ -1153,11 +1163,7 @@ func TestRiseWhateverTheCycle(t *testing.T) {
 			before, _, _ := tr.span(rise-6*time.Second, rise)
 			after, share, _ := tr.span(rise+2*time.Second, rise+10*time.Second)
 			worst, sum, queue = min(worst, share), sum+share, max(queue, before, after)
-			for i, at := range tr.at {
-				if at >= rise && at < rise+10*time.Second && tr.queue[i] > 8*time.Millisecond {
-					deep += 10 * time.Millisecond // the trace's step
-				}
-			}
+			deep += tr.above(rise, rise+10*time.Second, 8*time.Millisecond)
 		}
 		deep /= n
 		t.Logf("%s: the new capacity carried %.3f at worst, %.3f on average; queue p95 at most %v, above 8 ms for %v a rise", tc.name, worst, sum/n, queue, deep)
@@ -1179,12 +1185,7 @@ func TestStandingQueueDrains(t *testing.T) {
 		var tr trace
 		run(t, c, l, 0, 40*time.Second, &tr)
 		p95, share, _ := tr.span(5*time.Second, 40*time.Second)
-		var over time.Duration
-		for i, at := range tr.at {
-			if at >= 5*time.Second && tr.queue[i] > cfg.DelayThreshold {
-				over += 10 * time.Millisecond
-			}
-		}
+		over := tr.above(5*time.Second, 40*time.Second, cfg.DelayThreshold)
 		t.Logf("%2.0f Mbit/s: queue p95 %v, above the threshold for %v of 35 s, goodput %.3f of the line", line, p95, over, share)
 		if over > 100*time.Millisecond || p95 > 4*time.Millisecond || share < 0.97 {
 			t.Errorf("%2.0f Mbit/s: queue above the threshold for %v of 35 s, p95 %v, goodput %.3f; want at most 100 ms, 4 ms, at least 0.97", line, over, p95, share)
@@ -1207,11 +1208,9 @@ func TestUrgentDecisionEndsTheProbeSooner(t *testing.T) {
 			l := &link{capacity: steps(rise, 40, 80), path: time.Millisecond, buffer: 500 * time.Millisecond, downstream: true, bucket: 10 * time.Millisecond, periodic: periodic}
 			var tr trace
 			run(t, c, l, 0, rise+10*time.Second, &tr)
+			deep[periodic] += tr.above(rise, rise+10*time.Second, 8*time.Millisecond) / n
 			for i, at := range tr.at {
 				if at >= rise {
-					if tr.queue[i] > 8*time.Millisecond {
-						deep[periodic] += 10 * time.Millisecond / n
-					}
 					peak[periodic] = max(peak[periodic], tr.queue[i])
 				}
 			}

@@ -190,3 +190,22 @@ func (b *bed) route(dev, dir string, flows []Flow, del bool) error {
 	}
 	return nil
 }
+
+// mark has the gateway set the firewall mark of each flow that carries
+// one (del: removes the bed's marking).
+func (b *bed) mark(flows []Flow, del bool) error {
+	var mf []lab.MarkedFlow
+	for _, f := range flows {
+		if f.Mark != 0 {
+			proto := f.Proto
+			if proto == "ack" {
+				proto = "tcp"
+			}
+			mf = append(mf, lab.MarkedFlow{Proto: proto, Src: f.Src, Dst: f.Dst, Mark: f.Mark})
+		}
+	}
+	if len(mf) == 0 {
+		return nil
+	}
+	return lab.MarkFlows(b.gw, mf, del)
+}

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"sluice/lab"
 	"sluice/plan"
 	"sluice/policy"
 	"sluice/share"
@@ -16,7 +17,8 @@ import (
 )
 
 // Demand is what one subject sends in a cell: Flows greedy TCP flows, or
-// one UDP flow at Rate (bits/s on the wire, as the shaper counts them).
+// one flow sent at Rate (bits/s on the wire, as the shaper counts them):
+// UDP datagrams ("udp") or small pure TCP ACKs ("ack").
 type Demand struct {
 	Subject string  `json:"subject"`
 	Proto   string  `json:"proto"`
@@ -32,10 +34,53 @@ type Cell struct {
 
 // Describe says what a demand is, in a table's words.
 func (d Demand) Describe() string {
-	if d.Proto == "udp" {
+	switch d.Proto {
+	case "udp":
 		return "udp " + units.Bits(d.Rate)
+	case "ack":
+		return "acks " + units.Bits(d.Rate)
 	}
 	return fmt.Sprintf("tcp x%d", d.Flows)
+}
+
+// Senders at a rate send at most this many packets a second: what a Go
+// sender keeps up with on an emulated guest's core. A class a rated flow
+// cannot fill is judged with the demand it sent (a demand that fits).
+const (
+	maxUDPPackets = 40000
+	maxACKPackets = 20000
+)
+
+// GreedyDemand is a demand that wants more than subject s can get on a link
+// of link bits/s: flows greedy TCP flows, or for a subject only a rated
+// flow reaches (UDP, pure ACKs), its flow at a quarter past its ceil,
+// as fast as a sender keeps up at most.
+func GreedyDemand(s *Subject, flows int, link float64) Demand {
+	if len(s.Flows) == 0 || s.Flows[0].Greedy() {
+		return Demand{Subject: s.Name, Proto: "tcp", Flows: flows}
+	}
+	f := s.Flows[0]
+	want := 1.25 * min(s.Ceil, link)
+	if s.Ceil <= 0 {
+		want = 1.25 * link
+	}
+	return Demand{Subject: s.Name, Proto: f.Proto, Flows: 1, Rate: min(want, maxRate(f))}
+}
+
+// maxRate is the most bits/s on the wire a rated flow f is sent at.
+func maxRate(f Flow) float64 {
+	if f.Proto == "ack" {
+		return maxACKPackets * float64(lab.ACKFrame(f.Dst.Addr().Is6())) * 8
+	}
+	return maxUDPPackets * float64(udpFrame) * 8
+}
+
+// frame is the size on the wire of the packets of a rated demand.
+func (d Demand) frame(v6 bool) int {
+	if d.Proto == "ack" {
+		return lab.ACKFrame(v6)
+	}
+	return udpFrame
 }
 
 // autoCells lists the demand patterns of a tree whose driven subjects
@@ -50,10 +95,11 @@ func autoCells(t *policy.Tree, tree string, ss []*Subject) []Cell {
 	if n == 0 {
 		return nil
 	}
+	link := bits(t.RateBps)
 	tcp := func(idx ...int) []Demand {
 		var ds []Demand
 		for _, i := range idx {
-			ds = append(ds, Demand{Subject: ss[i].Name, Proto: "tcp", Flows: 1})
+			ds = append(ds, GreedyDemand(ss[i], 1, link))
 		}
 		return ds
 	}
@@ -106,10 +152,15 @@ func autoCells(t *policy.Tree, tree string, ss []*Subject) []Cell {
 		}
 		cells = append(cells, Cell{Name: strings.Join(names, " + "), Demands: tcp(idx...)})
 	}
-	heavy := tcp(all...)
-	heavy[0].Flows = min(maxFlows, len(ss[0].Flows))
-	if heavy[0].Flows > 1 {
-		cells = append(cells, Cell{Name: ss[0].Name + " with " + fmt.Sprint(heavy[0].Flows) + " flows", Demands: heavy})
+	// The heavy subject: the first that TCP drives with many flows.
+	for i, s := range ss {
+		heavy := tcp(all...)
+		if heavy[i].Proto != "tcp" || len(s.Flows) < 2 {
+			continue
+		}
+		heavy[i].Flows = min(maxFlows, len(s.Flows))
+		cells = append(cells, Cell{Name: s.Name + " with " + fmt.Sprint(heavy[i].Flows) + " flows", Demands: heavy})
+		break
 	}
 	for i, s := range ss {
 		if s.UDP == nil {
@@ -147,8 +198,8 @@ func ReferenceAt(t *policy.Tree, ss []*Subject, c Cell, capacity float64) (map[s
 	demand := map[string]float64{}
 	for _, d := range c.Demands {
 		switch d.Proto {
-		case "udp":
-			demand[d.Subject] = udpCounted(t, d.Rate)
+		case "udp", "ack":
+			demand[d.Subject] = counted(t, d.Rate, d.frame(false))
 		default:
 			demand[d.Subject] = math.Inf(1)
 		}
@@ -168,16 +219,17 @@ func ReferenceAt(t *policy.Tree, ss []*Subject, c Cell, capacity float64) (map[s
 // payload, 42 of UDP, IPv4 and Ethernet headers (run.go).
 const udpFrame = 1242
 
-// udpCounted is a UDP demand of rate (bits/s of frames) as tree t's
-// counters count it: with a link layer (a size table) a frame counts as
-// the cells that carry it, 1431 bytes for 1242 on ATM with 26 of
-// overhead, and the reference must want what the shaper charges.
-func udpCounted(t *policy.Tree, rate float64) float64 {
+// counted is a rated demand of rate (bits/s of frames of size frame)
+// as tree t's counters count it: with a link layer (a size table) a
+// frame counts as the cells that carry it, 1431 bytes for 1242 on ATM
+// with 26 of overhead, and the reference must want what the shaper
+// charges.
+func counted(t *policy.Tree, rate float64, frame int) float64 {
 	st := plan.LinkStab(t)
 	if st == nil {
 		return rate
 	}
-	return rate * float64(st.Size(udpFrame)) / udpFrame
+	return rate * float64(st.Size(frame)) / float64(frame)
 }
 
 // ClassReference is the weighted max-min ideal (bits/s) for tree t's
@@ -244,6 +296,12 @@ type Verdict struct {
 	WorstSubject string  `json:"worst_subject"`
 	Pass         bool    `json:"pass"`
 	Why          string  `json:"why,omitempty"`
+	// Strays is what landed in classes the cell does not drive (bits/s),
+	// where more than 2% of what it carried: it fails the cell.
+	Strays float64 `json:"strays_bps,omitempty"`
+	// Notes say how the cell was judged where it differs from its
+	// demands (a sender that fell short).
+	Notes []string `json:"notes,omitempty"`
 }
 
 // SubjectResult is one subject of a cell.

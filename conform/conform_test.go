@@ -142,7 +142,7 @@ func TestSubjectsNotDriven(t *testing.T) {
         - {name: rest, rate: 1mbit}
 `)
 	m := byName(subjects(p.Interfaces[0].Egress, 8))
-	for name, why := range map[string]string{"acks": "pure TCP ACKs", "ping": "no TCP or UDP", "shadow": "lands in class dns first"} {
+	for name, why := range map[string]string{"ping": "no TCP or UDP", "shadow": "lands in class dns first"} {
 		if s := m[name]; len(s.Flows) > 0 || !strings.Contains(s.NotDriven, why) {
 			t.Errorf("%s: flows %v, not driven %q (want %q)", name, s.Flows, s.NotDriven, why)
 		}
@@ -161,6 +161,123 @@ func TestSubjectsNotDriven(t *testing.T) {
 	}
 	if m["g1"].Flows[0].DSCP != 46 {
 		t.Errorf("g1's DSCP %d", m["g1"].Flows[0].DSCP)
+	}
+	// Small pure ACKs are sent raw, at a rate: one flow.
+	if f := m["acks"].Flows; len(f) != 1 || f[0].Proto != "ack" || f[0].Greedy() || m["acks"].UDP != nil {
+		t.Errorf("acks: %+v udp %+v (%s)", f, m["acks"].UDP, m["acks"].NotDriven)
+	}
+}
+
+// Rules users write that the bed's first choice of addresses and ports
+// does not reach: each subject is found where its rules put it, by the
+// model, and a rule the bed cannot drive says why.
+func TestSubjectsOfEveryRuleKind(t *testing.T) {
+	p := parse(t, `interfaces:
+  - name: eth0
+    egress:
+      rate: 12mbit
+      default: rest
+      classes:
+        - {name: voip, rate: 1mbit, match: [{proto: udp, dport: 5060}]}
+        - {name: marked, rate: 1mbit, match: [{mark: 0x10/0xf0}]}
+        - {name: v6, rate: 1mbit, match: [{dst: 2001:db8:9::/48}]}
+        - {name: smtp, rate: 1mbit, match: [{sport: 25}]}
+        - {name: af41, rate: 1mbit, match: [{dscp: AF41}]}
+        - {name: tos, rate: 1mbit, match: [{tos: 0x20/0xe0}]}
+        - {name: narrow, rate: 1mbit, match: [{dst: 10.1.0.0/25}]}
+        - {name: wide, rate: 1mbit, match: [{dst: 10.1.0.0/24}]}
+        - {name: ports-low, rate: 1mbit, match: [{dport: 1000-1003}]}
+        - {name: ports, rate: 1mbit, match: [{dport: 1000-2000}]}
+        - {name: rest, rate: 500kbit}
+    ingress:
+      rate: 10mbit
+      default: rest
+      classes:
+        - {name: marked, rate: 1mbit, match: [{mark: 7}]}
+        - {name: rest, rate: 1mbit}
+  - name: eth1
+    egress:
+      rate: 100mbit
+      default: local
+      classes:
+        - name: internet
+          rate: 60mbit
+          match: [{not_src: 192.168.1.0/24}]
+          per_host: {by: dst, cidr: 192.168.1.0/28}
+        - {name: other, rate: 10mbit, match: [{not_dst: 192.168.1.0/24}]}
+        - {name: local, rate: 30mbit, match: [{src: 192.168.1.0/24}]}
+`)
+	eg := p.Interfaces[0].Egress
+	m := byName(subjects(eg, 8))
+	check := func(name string, ok func(f Flow) bool) {
+		t.Helper()
+		s := m[name]
+		if len(s.Flows) == 0 || !ok(s.Flows[0]) {
+			t.Errorf("%s: %+v (%s)", name, s.Flows, s.NotDriven)
+		}
+	}
+	check("voip", func(f Flow) bool { return f.Proto == "udp" && f.Dst.Port() == 5060 })
+	check("marked", func(f Flow) bool { return f.Mark&0xf0 == 0x10 })
+	check("v6", func(f Flow) bool { return f.Dst.Addr().Is6() && f.Src.Addr().Is6() })
+	check("smtp", func(f Flow) bool { return f.Src.Port() == 25 })
+	check("af41", func(f Flow) bool { return f.DSCP == 34 })
+	check("tos", func(f Flow) bool { return (f.DSCP<<2)&0xe0 == 0x20 })
+	// Past the narrower prefix an earlier class names.
+	check("wide", func(f Flow) bool {
+		return netip.MustParsePrefix("10.1.0.0/24").Contains(f.Dst.Addr()) && !netip.MustParsePrefix("10.1.0.0/25").Contains(f.Dst.Addr())
+	})
+	check("ports", func(f Flow) bool { return f.Dst.Port() > 1003 && f.Dst.Port() <= 2000 })
+	if s := m["voip"]; s.UDP == nil || len(s.Flows) != 1 {
+		t.Errorf("voip: one UDP flow, %+v udp %+v", s.Flows, s.UDP)
+	}
+	for _, s := range m {
+		for _, f := range s.Flows {
+			pk := packet{src: f.Src.Addr(), dst: f.Dst.Addr(), proto: protoTCP, sport: f.Src.Port(), dport: f.Dst.Port(), dscp: f.DSCP, mark: f.Mark, ack: f.Proto == "ack"}
+			if f.Proto == "udp" {
+				pk.proto = protoUDP
+			}
+			if got := classOf(eg, pk); got != s.Name {
+				t.Errorf("%s: flow %+v lands in %s", s.Name, f, got)
+			}
+		}
+	}
+	in := byName(subjects(p.Interfaces[0].Ingress, 8))
+	if s := in["marked"]; len(s.Flows) > 0 || !strings.Contains(s.NotDriven, "nothing sets on an arriving packet") {
+		t.Errorf("ingress mark: %+v %q", s.Flows, s.NotDriven)
+	}
+	// A LAN-to-LAN class behind `not_src: LAN` and `not_dst: LAN`: from
+	// the LAN to the LAN, at addresses no host subject takes.
+	lan := subjects(p.Interfaces[1].Egress, 4)
+	lm := byName(lan)
+	lp := netip.MustParsePrefix("192.168.1.0/24")
+	if s := lm["local"]; len(s.Flows) == 0 || !lp.Contains(s.Flows[0].Src.Addr()) || !lp.Contains(s.Flows[0].Dst.Addr()) {
+		t.Fatalf("local: %+v (%s)", s.Flows, s.NotDriven)
+	}
+	// No address at both ends: the bed routes each to one side.
+	side := map[netip.Addr]bool{}
+	for _, s := range lan {
+		for _, f := range append(s.Flows, s.flowUDP()...) {
+			for a, src := range map[netip.Addr]bool{f.Src.Addr(): true, f.Dst.Addr(): false} {
+				if was, ok := side[a]; ok && was != src {
+					t.Errorf("%s: %v is used at both ends", s.Name, a)
+				}
+				side[a] = src
+			}
+		}
+	}
+}
+
+// Marks that contradict (one entry's bits against a gate's) cannot be
+// driven, and say so.
+func TestPickMark(t *testing.T) {
+	a := &policy.Match{Mark: &policy.Masked32{Val: 0x10, Mask: 0xf0}}
+	b := &policy.Match{Mark: &policy.Masked32{Val: 0x3, Mask: 0xf}}
+	c := &policy.Match{Mark: &policy.Masked32{Val: 0x20, Mask: 0xff}}
+	if v, ok := pickMark([]*policy.Match{a, b}); !ok || v != 0x13 {
+		t.Errorf("a, b: %#x %v", v, ok)
+	}
+	if _, ok := pickMark([]*policy.Match{a, c}); ok {
+		t.Error("a and c contradict")
 	}
 }
 

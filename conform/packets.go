@@ -14,6 +14,8 @@ type packet struct {
 	proto        uint8
 	sport, dport uint16
 	dscp         uint8
+	mark         uint32 // the firewall mark the bed's gateway sets
+	ack          bool   // a small pure TCP ACK (else a full-size segment)
 }
 
 const (
@@ -25,9 +27,7 @@ const (
 // matches only these).
 var portProtos = map[uint8]bool{protoTCP: true, protoUDP: true, 132: true, 33: true, 136: true}
 
-// entryMatches reads one match entry as docs/policy.md defines it. The
-// bed's flows carry no mark and are never pure ACKs, so entries needing
-// either do not match them.
+// entryMatches reads one match entry as docs/policy.md defines it.
 func entryMatches(m *policy.Match, p packet) bool {
 	in := func(ps []netip.Prefix, a netip.Addr) (inAny, sameFamily bool) {
 		for _, pr := range ps {
@@ -76,10 +76,10 @@ func entryMatches(m *policy.Match, p packet) bool {
 	if m.TOS != nil && (p.dscp<<2)&m.TOS.Mask != m.TOS.Val&m.TOS.Mask {
 		return false
 	}
-	if m.TCPAck {
+	if m.TCPAck && !(p.ack && p.proto == protoTCP) {
 		return false
 	}
-	if m.Mark != nil && 0&m.Mark.Mask != m.Mark.Val&m.Mark.Mask {
+	if m.Mark != nil && p.mark&m.Mark.Mask != m.Mark.Val&m.Mark.Mask {
 		return false
 	}
 	return true

@@ -43,6 +43,39 @@ func (r *Report) Measured() int {
 	return n
 }
 
+// Undriven lists the subjects of the trees that ran that no cell drove
+// ("eth0 egress: voip"): what a verdict does not speak for.
+func (r *Report) Undriven() []string {
+	var out []string
+	for _, t := range r.Trees {
+		if t.Skipped != "" {
+			continue
+		}
+		for _, s := range t.Subjects {
+			if s.NotDriven != "" {
+				out = append(out, t.Name()+": "+s.Name)
+			}
+		}
+	}
+	return out
+}
+
+// Proven says what a verdict speaks for: every subject, or all but
+// those not driven.
+func (r *Report) Proven() string {
+	un := r.Undriven()
+	if len(un) == 0 {
+		return "every subject driven"
+	}
+	n := 0
+	for _, t := range r.Trees {
+		if t.Skipped == "" {
+			n += len(t.Subjects)
+		}
+	}
+	return fmt.Sprintf("for the %d of %d subjects driven; not driven: %s (each says why)", n-len(un), n, strings.Join(un, ", "))
+}
+
 // DeviceCapacity is what the bed carried unshaped toward a device.
 type DeviceCapacity struct {
 	Device string  `json:"device"`
@@ -182,6 +215,9 @@ func (r *Report) WriteText(w io.Writer, quiet bool) {
 			if s.NotDriven != "" {
 				fmt.Fprintf(w, "  not driven: %s: %s\n", s.Name, s.NotDriven)
 			}
+			for _, m := range s.Misplaced {
+				fmt.Fprintf(w, "  left out: %s: %s\n", s.Name, m)
+			}
 		}
 		tw := tabwriter.NewWriter(w, 2, 8, 2, ' ', 0)
 		if quiet {
@@ -236,6 +272,9 @@ func (r *Report) WriteText(w io.Writer, quiet bool) {
 			if c.Limit != "" {
 				fmt.Fprintf(tw, "  \t\t\t\t\t\t\t\t(a limit the plan notes: %s)\n", c.Limit)
 			}
+			for _, n := range c.Verdict.Notes {
+				fmt.Fprintf(tw, "  \t\t\t\t\t\t\t\t(%s)\n", n)
+			}
 		}
 		tw.Flush()
 		word := "every cell within"
@@ -253,9 +292,9 @@ func (r *Report) WriteText(w io.Writer, quiet bool) {
 	case r.Measured() == 0:
 		fmt.Fprintln(w, "verdict: NOTHING MEASURED (every tree was skipped, each says why above)")
 	case r.Pass:
-		fmt.Fprintln(w, "verdict: PASS")
+		fmt.Fprintln(w, "verdict: PASS,", r.Proven())
 	default:
-		fmt.Fprintln(w, "verdict: FAIL")
+		fmt.Fprintln(w, "verdict: FAIL,", r.Proven())
 	}
 }
 
@@ -318,18 +357,19 @@ td:first-child,th:first-child,td:nth-child(2){text-align:left}
 within {{.Tol}}% of the reference's for what the tree carried in all (its rate at most; every ceil as configured; never judged finer than a quarter of an equal share), and the total no more than {{.Tol}}% short of
 what the reference wants after the bed's own efficiency and no more than {{.Tol}}% over it at the nominal rates (a cell short of it with every
 share right is measured once more, as is a cell whose worst share is past the tolerance; the second must pass). A tree the bed cannot carry at twice its rate runs with every rate scaled down.</p>
-<p class="{{if .R.Pass}}pass{{else}}fail{{end}}">Verdict: {{if .R.Pass}}PASS{{else}}FAIL{{end}}</p>
+<p class="{{if .R.Pass}}pass{{else}}fail{{end}}">Verdict: {{if .R.Pass}}PASS{{else}}FAIL{{end}}, {{.R.Proven}}</p>
 {{range .Views}}{{$t := .T}}
 <h2>{{$t.Name}}</h2>
 <p>{{$t.Describe}}{{if $t.Skipped}}. Skipped: {{$t.Skipped}}{{else}}. A plain {{mbit $t.Rate}} limit carried {{mbit $t.Reference}} on this bed.{{end}}</p>
 {{range $t.Notes}}<p>Plan says: {{.}}</p>{{end}}
-{{range $t.Subjects}}{{if .NotDriven}}<p>Not driven: {{.Name}}: {{.NotDriven}}</p>{{end}}{{end}}
+{{range $t.Subjects}}{{if .NotDriven}}<p>Not driven: {{.Name}}: {{.NotDriven}}</p>{{end}}{{$n := .Name}}{{range .Misplaced}}<p>Left out: {{$n}}: {{.}}</p>{{end}}{{end}}
 {{.Chart}}
 {{if $t.Cells}}<table><tr><th>#</th><th>cell</th><th>subject</th><th>demand</th><th>ideal</th><th>share</th><th>measured</th><th>share</th><th>deviation</th></tr>
 {{range $i, $c := $t.Cells}}{{range $j, $s := $c.Verdict.Subjects}}<tr>{{if eq $j 0}}<td>{{inc $i}}</td><td>{{$c.Name}}</td>{{else}}<td></td><td></td>{{end}}
 <td>{{$s.Name}}</td><td>{{$s.Demand}}</td><td>{{mbit $s.Ideal}}</td><td>{{pct $s.IdealShare}}</td><td>{{mbit $s.Measured}}</td><td>{{pct $s.MeasuredShare}}</td><td>{{pct $s.Deviation}}</td></tr>
 {{end}}<tr><td></td><td></td><td>total</td><td></td><td>{{mbit $c.Verdict.IdealTotal}}</td><td></td><td>{{mbit $c.Verdict.MeasuredTotal}}</td><td>{{pct $c.Verdict.Utilisation}}</td>
 <td class="{{if $c.Verdict.Pass}}pass{{else}}fail{{end}}">{{if $c.Verdict.Pass}}pass{{else}}{{$c.Verdict.Why}}{{end}}</td></tr>
+{{range $c.Verdict.Notes}}<tr><td></td><td></td><td colspan="7">{{.}}</td></tr>{{end}}
 {{end}}</table>{{end}}
 {{end}}
 </body></html>

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what sluice's build, tests, lab and benchmarks need on a fresh
-# Debian or Ubuntu machine: iproute2 (tc, ip, ss), iperf3, ping, clang,
+# Debian or Ubuntu machine: iproute2 (tc, ip, ss), nftables, iperf3, ping, clang,
 # llvm and libbpf-dev (BPF objects), Chromium (the lab report's
 # rendering test), wondershaper and FireQOS (import's equivalence
 # tests), qemu and its helpers (the stock-kernel lane). Go must
@@ -28,6 +28,9 @@ command -v nsenter >/dev/null 2>&1 || need+=(util-linux)
 # real (e2e/import_test.go): Debian's wondershaper and fireqos.
 [[ -x /sbin/wondershaper ]] || need+=(wondershaper)
 [[ -x /usr/sbin/fireqos ]] || need+=(fireqos)
+# Conformance drives a mark rule's class by having the bed's gateway
+# mark its flows, as a firewall would (nft).
+command -v nft >/dev/null 2>&1 || need+=(nftables)
 # The lab's report test opens the HTML report in headless Chromium.
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
 # The stock-kernel lane (vmlane/vmtest.sh, which `make test` prepares

@@ -26,6 +26,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -384,6 +385,20 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	defer a.sess.Close()
 	dir := records.Dir(a.cfg.Netns)
+	// Who keeps the namespace, with which policy: apply and plan read it
+	// (an apply beside the agent would be undone), show where it listens.
+	policyPath, err := filepath.Abs(a.cfg.Policy)
+	if err != nil {
+		policyPath = a.cfg.Policy
+	}
+	info := Info{PID: os.Getpid(), Policy: policyPath}
+	writeInfo := func() {
+		b, _ := json.Marshal(info)
+		if err := records.WriteAgentFile(dir, AgentFile, b); err != nil {
+			a.log.Warn("cannot write the agent file; sluice show will read the kernel itself, and apply cannot say which policy the agent keeps", "err", err)
+		}
+	}
+	writeInfo()
 	var srv *http.Server
 	if a.cfg.Listen != "" {
 		ln, err := net.Listen("tcp", a.cfg.Listen)
@@ -391,10 +406,8 @@ func (a *Agent) Run(ctx context.Context) error {
 			return fmt.Errorf("--listen: %w", err)
 		}
 		srv = a.serve(ln)
-		info, _ := json.Marshal(Info{PID: os.Getpid(), Listen: ln.Addr().String(), Policy: a.cfg.Policy})
-		if err := records.WriteAgentFile(dir, AgentFile, info); err != nil {
-			a.log.Warn("cannot write the agent file; sluice show will read the kernel itself", "err", err)
-		}
+		info.Listen = ln.Addr().String()
+		writeInfo()
 		a.log.Info("listening", "addr", ln.Addr().String())
 	}
 	a.log.Info("agent started", "policy", a.cfg.Policy, "netns", a.cfg.Netns, "interval", a.cfg.Interval.String())
@@ -925,6 +938,20 @@ func (a *Agent) Healthy() (bool, string) {
 		return true, "ok; the last edit of the policy was refused, the one before it is in force"
 	}
 	return true, "ok"
+}
+
+// Keeper is the agent that keeps netns (its pid and policy file, as it
+// wrote them), if one runs; ok is false when none does. An agent that
+// runs but could not write its file is a Keeper with no pid or policy.
+func Keeper(netns string) (info Info, ok bool) {
+	dir := records.Dir(netns)
+	if !records.AgentRunning(dir) {
+		return Info{}, false
+	}
+	if b, err := records.ReadAgentFile(dir, AgentFile); err == nil {
+		json.Unmarshal(b, &info)
+	}
+	return info, true
 }
 
 // ReadStatus asks the agent running in netns (if any) for its status;

@@ -5,12 +5,14 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"runtime/debug"
 	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
 
+	"sluice/agent"
 	"sluice/bpf"
 	"sluice/engine"
 	"sluice/kernel"
@@ -127,6 +129,9 @@ changes are needed, none, saying which differ.`,
 				fmt.Fprint(g.stdout, p.Summary())
 			}
 			printSharing(g.stderr, p.Plan)
+			if keeper, kept := agentKeeps(g.netns, args[0], false); kept && !p.Diff.Empty() {
+				fmt.Fprintf(g.stderr, "note: %s; apply refuses without --force\n", keeper)
+			}
 			if detailed && !p.Diff.Empty() {
 				return quietExit(ExitChanges)
 			}
@@ -159,13 +164,36 @@ func changeLines(p *engine.Prepared) []string {
 	return out
 }
 
+// agentKeeps says, where a sluice agent keeps the namespace with a
+// policy other than file, that it will undo what file changes (kept
+// false where none runs, or it keeps file itself: it applies the same).
+func agentKeeps(netns, file string, savedPlan bool) (string, bool) {
+	info, ok := agent.Keeper(netns)
+	if !ok {
+		return "", false
+	}
+	if abs, err := filepath.Abs(file); err == nil && info.Policy != "" && abs == info.Policy && !savedPlan {
+		return "", false
+	}
+	who := "a sluice agent"
+	if info.PID > 0 {
+		who += fmt.Sprintf(" (pid %d)", info.PID)
+	}
+	if info.Policy == "" {
+		return who + " keeps this network namespace: it puts its own policy back at its next pass (edit that policy instead; the agent reloads it)", true
+	}
+	return fmt.Sprintf("%s keeps this network namespace with %s: it puts that policy back at its next pass, undoing any difference (edit %s instead: the agent reloads it on change or SIGHUP)",
+		who, info.Policy, info.Policy), true
+}
+
 func applyCmd(g *globals) *cobra.Command {
-	var force, quiet, timings, full bool
+	var force, quiet, timings, full, tcLines bool
 	cmd := &cobra.Command{
 		Use:   "apply FILE",
 		Short: "Make the kernel match the policy (or a plan saved by plan --out) with the fewest changes",
 		Long: `Apply changes the kernel to match the policy: only the difference from the
-live state, in an order the kernel accepts. If any step fails, every step
+live state, in an order the kernel accepts. It prints what it changes as
+plan does, in the policy's terms (--tc or -v: each kernel object). If any step fails, every step
 before it is undone in reverse, leaving the kernel as it was. A second
 apply of the same policy changes nothing.
 
@@ -196,6 +224,10 @@ the changes that plan showed, for the policy as it was then, or refuses
 			if err != nil {
 				return classify(err)
 			}
+			keeper, kept := agentKeeps(g.netns, args[0], isPlan)
+			if kept && !force {
+				return badInput(fmt.Errorf("%s; apply changes nothing (--force applies anyway, until the agent's next pass)", keeper))
+			}
 			var p *engine.Prepared
 			if isPlan {
 				if force || full {
@@ -213,10 +245,18 @@ the changes that plan showed, for the policy as it was then, or refuses
 				defer func() { fmt.Fprintln(g.stderr, p.Phases.String()) }()
 			}
 			empty := p.Diff.Empty()
-			if empty {
+			switch {
+			case empty:
 				fmt.Fprintln(g.stdout, "no changes")
-			} else if !quiet {
+			case quiet:
+			case tcLines:
 				printDiff(g.stdout, p.Diff)
+			default:
+				// The plan's lines: what changes in the policy's terms,
+				// not hundreds of u32 keys (--tc lists those).
+				for _, l := range p.Summary().Lines {
+					fmt.Fprintln(g.stdout, l.String())
+				}
 			}
 			res, err := p.Apply()
 			if err != nil {
@@ -231,8 +271,9 @@ the changes that plan showed, for the policy as it was then, or refuses
 			return nil
 		},
 	}
-	cmd.Flags().BoolVar(&force, "force", false, "replace root qdiscs sluice did not create")
+	cmd.Flags().BoolVar(&force, "force", false, "replace root qdiscs and filters sluice did not create; apply beside a running agent")
 	cmd.Flags().BoolVarP(&quiet, "quiet", "q", false, "do not print the changes")
+	cmd.Flags().BoolVarP(&tcLines, "tc", "v", false, "print the kernel objects changed (tc's terms) instead of the plan's lines")
 	cmd.Flags().BoolVar(&timings, "timings", false, "print how long each step took (to stderr)")
 	cmd.Flags().BoolVar(&full, "full", false, "read every object back, not only those the edit touches (repairs changes made behind sluice's back)")
 	return cmd
@@ -385,10 +426,11 @@ func changeNote(c kernel.Change) string {
 		if o.Ceil != n.Ceil {
 			parts = append(parts, fmt.Sprintf("ceil %s -> %s", o.Ceil.TC(), n.Ceil.TC()))
 		}
-		if o.BufferTicks != tc.XmitTicks(n.Rate, n.Burst) {
+		b, cb := tc.BurstChanged(o, n)
+		if b {
 			parts = append(parts, fmt.Sprintf("burst %db -> %db", o.Burst, n.Burst))
 		}
-		if o.CbufferTicks != tc.XmitTicks(n.Ceil, n.Cburst) {
+		if cb {
 			parts = append(parts, fmt.Sprintf("cburst %db -> %db", o.Cburst, n.Cburst))
 		}
 		if o.Prio != n.Prio {

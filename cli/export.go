@@ -18,7 +18,7 @@ import (
 
 func exportCmd(g *globals) *cobra.Command {
 	var format, target string
-	var fresh bool
+	var fresh, partial bool
 	cmd := &cobra.Command{
 		Use:   "export FILE --format tc",
 		Short: "Write the policy as a tc -batch script (for audit and for hosts without sluice)",
@@ -33,9 +33,15 @@ the ids a first apply would choose. Leaf qdiscs follow this kernel's
 features; --kernel full plans for a kernel with every qdisc.
 
 tc cannot load sluice's BPF classifier: a tree sluice classifies in BPF
-is written as its u32 equivalent (one HTB, no shards, u32 hash tables for
-hosts), said in a comment at the top; a tree with policers has none, and
-its hook is left as a comment.`,
+(classifier bpf, or auto where this kernel's u32 cannot match marks) is
+written as its u32 equivalent (one HTB, no shards, u32 hash tables for
+hosts; mark rules as u32 'match mark', which needs CONFIG_CLS_U32_MARK on
+the host that runs the script), said in a comment at the top.
+
+Where a tree has no tc equivalent on any kernel (policers in BPF, the
+EDT backend's pacing, a hosts_file beside match rules), export writes
+nothing and exits 2 naming the tree and why; --partial writes the rest,
+with the part tc cannot build left as a comment.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if format != "tc" && format != "sh" {
@@ -80,25 +86,43 @@ its hook is left as a comment.`,
 				prev = kernel.RecordedAllocs(st)
 			}
 			// tc cannot load sluice's BPF program: a BPF tree is written
-			// as its u32 equivalent where there is one.
-			var notes []string
+			// as its u32 equivalent where there is one, and export
+			// refuses (unless --partial) where there is none.
+			var notes, missing []string
 			for _, in := range pol.Interfaces {
 				for _, t := range []*policy.Tree{in.Egress, in.Ingress} {
-					if t != nil && t.EDT() {
-						notes = append(notes, fmt.Sprintf("%s %s: backend edt: every class and host is paced by sluice's BPF program, which gives each packet its departure time; tc has no equivalent. The fq qdiscs below only hold packets until the time the program sets: without it they pace nothing (docs/edt.md)", in.Name, t.Dir))
+					if t == nil {
 						continue
 					}
-					if t == nil || !t.BPF {
+					if t.EDT() {
+						missing = append(missing, fmt.Sprintf("%s %s (%s): backend edt: sluice's BPF program paces every class and host; tc has no equivalent (the fq qdiscs only hold packets until the time the program sets: without it they pace nothing, docs/edt.md)", in.Name, t.Dir, pos(pol, t.Pos)))
+						continue
+					}
+					if !t.BPF && !(plan.MatchesMarks(t) && !feats.U32Mark && t.Classifier == "auto" && t.Police == nil) {
 						continue
 					}
 					if why := plan.U32Inexpressible(t); why != "" {
-						notes = append(notes, fmt.Sprintf("%s %s: classified by sluice's BPF program, which tc cannot load (%s; no u32 equivalent)", in.Name, t.Dir, why))
+						missing = append(missing, fmt.Sprintf("%s %s (%s): classified by sluice's BPF program, which tc cannot load: %s, which u32 cannot express", in.Name, t.Dir, pos(pol, t.Pos), why))
 						continue
 					}
 					t.BPF = false
-					notes = append(notes, fmt.Sprintf("%s %s: sluice classifies it in BPF; written here as the equivalent u32 filters (one HTB, no shards)", in.Name, t.Dir))
+					note := fmt.Sprintf("%s %s: sluice classifies it in BPF; written here as the equivalent u32 filters (one HTB, no shards)", in.Name, t.Dir)
+					if plan.MatchesMarks(t) && !feats.U32Mark {
+						note += "; its mark rules are u32 'match mark', which needs CONFIG_CLS_U32_MARK (this kernel's u32 ignores marks: the host that runs this script must have it)"
+					}
+					notes = append(notes, note)
 				}
 			}
+			if len(missing) > 0 && !partial {
+				return badInput(fmt.Errorf("%s: no tc equivalent, so a script would not reproduce apply:\n  %s\n(--partial writes the rest, with these left as comments)",
+					args[0], strings.Join(missing, "\n  ")))
+			}
+			for _, m := range missing {
+				notes = append(notes, "not reproduced (--partial): "+m)
+			}
+			// The script is for a host whose u32 matches marks: its
+			// mark rules are u32's, whatever this kernel's u32 does.
+			feats.U32Mark = true
 			p, err := plan.Build(pol, feats, prev)
 			if err != nil {
 				return badInput(err)
@@ -111,6 +135,7 @@ its hook is left as a comment.`,
 	}
 	cmd.Flags().StringVar(&format, "format", "tc", "tc (a tc -batch script) or sh (a shell script)")
 	cmd.Flags().BoolVar(&fresh, "fresh", false, "ignore the ids recorded for the namespace")
+	cmd.Flags().BoolVar(&partial, "partial", false, "write what tc can build where a tree has no tc equivalent (policers, EDT), instead of refusing")
 	cmd.Flags().StringVar(&target, "kernel", "local", "local (this kernel's qdiscs) or full (every qdisc)")
 	return cmd
 }
@@ -272,4 +297,9 @@ func doctorText(r *kernel.Report) string {
 		fmt.Fprintf(&b, "  - %s\n", p)
 	}
 	return b.String()
+}
+
+// pos is where p stands in pol's file ("office.yaml:12:5").
+func pos(pol *policy.Policy, p policy.Pos) string {
+	return fmt.Sprintf("%s:%d:%d", pol.File, p.Line, p.Col)
 }

@@ -5,9 +5,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
+	"sluice/kernel"
+	"sluice/records"
 	"sluice/testutil"
 )
 
@@ -139,8 +142,80 @@ func TestExportBPFTreeAsU32(t *testing.T) {
 	if f := tcShow(t, ns, "filter", "show", "dev", "eth1"); strings.Count(f, "flowid 1:") < 3 {
 		t.Errorf("tc -batch of the export left these filters:\n%s", f)
 	}
-	if out := must(t, "export", "--fresh", "../examples/isp.yaml"); !strings.Contains(out, "no u32 equivalent") {
-		t.Errorf("export of a policing tree:\n%.600s", out)
+	// A tree with no tc equivalent on any kernel: refused, naming the
+	// tree and why, unless --partial.
+	if r := sluice(t, "export", "--fresh", "../examples/isp.yaml"); r.code != 2 || r.stdout != "" ||
+		!strings.Contains(r.stderr, "eth1 egress (../examples/isp.yaml:") || !strings.Contains(r.stderr, "class guests polices") {
+		t.Errorf("export of a policing tree: exit %d\n%s\n%.300s", r.code, r.stderr, r.stdout)
+	}
+	if out := must(t, "export", "--fresh", "--partial", "../examples/isp.yaml"); !strings.Contains(out, "# not reproduced (--partial): eth1 egress") ||
+		!strings.Contains(out, "# not reproducible with tc: bpf classifier") {
+		t.Errorf("export --partial of a policing tree:\n%.600s", out)
+	}
+	if r := sluice(t, "export", "--fresh", "../examples/edt.yaml"); r.code != 2 || !strings.Contains(r.stderr, "backend edt") {
+		t.Errorf("export of an EDT tree: exit %d\n%s", r.code, r.stderr)
+	}
+}
+
+// A tree with a mark rule that this kernel classifies in BPF (its u32
+// cannot match marks) is exported with its u32 filters, `match mark`
+// included, not without filters (issue 57: the script sent everything
+// to the default class, exit 0). Where the kernel's u32 matches marks
+// (the stock-kernel lane), the script run by tc in a namespace without
+// sluice classifies marked packets as apply does.
+func TestExportMarkRuleReproducesClassification(t *testing.T) {
+	testutil.RequireRoot(t)
+	rep, err := kernel.ProbeCached(records.Dir(""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pols := func(dev string) string {
+		return policyFor(dev, `    egress:
+      rate: 100mbit
+      default: rest
+      classes:
+        - name: voip
+          rate: 10mbit
+          match: [{mark: 0x10/0xff}, {proto: udp, dport: 5060}]
+        - name: rest
+          rate: 10mbit
+`)
+	}
+	applied, exported := testutil.NewPair(t), testutil.NewPair(t)
+	pol := writePolicy(t, "p.yaml", pols(applied.DevA))
+	must(t, "--netns", applied.A, "apply", "-q", pol)
+	script := must(t, "--netns", applied.A, "export", pol)
+	if !strings.Contains(script, "match mark 0x10 0xff flowid 1:10") {
+		t.Fatalf("no mark filter in the export:\n%s", script)
+	}
+	if !rep.U32Mark && !strings.Contains(script, "needs CONFIG_CLS_U32_MARK") {
+		t.Errorf("the export does not say its mark filters need CONFIG_CLS_U32_MARK:\n%s", script)
+	}
+	sf := filepath.Join(t.TempDir(), "export.tc")
+	os.WriteFile(sf, []byte(script), 0o644)
+	testutil.NS(t, exported.A, "tc", "-batch", sf)
+	testutil.NeedFeature(t, "u32mark", rep.U32Mark)
+	// 272 = 0x110: & 0xff = 0x10, so voip; mark 17 and none: rest.
+	counts := func(ns string) (voip, rest uint64) {
+		for _, args := range [][]string{{"-m", "272", "-c", "20"}, {"-m", "17", "-c", "10"}, {"-c", "10"}} {
+			testutil.NS(t, ns, "ping", append(args, "-i", "0.01", "-q", testutil.AddrB)...)
+		}
+		out := tcShow(t, ns, "-s", "class", "show", "dev", "veth0")
+		for _, m := range regexp.MustCompile(`class htb 1:(\d+) .*\n\s*Sent \d+ bytes (\d+) pkt`).FindAllStringSubmatch(out, -1) {
+			n, _ := strconv.ParseUint(m[2], 10, 64)
+			switch m[1] {
+			case "10":
+				voip = n
+			case "11":
+				rest = n
+			}
+		}
+		return voip, rest
+	}
+	av, ar := counts(applied.A)
+	ev, er := counts(exported.A)
+	if av < 20 || av > 22 || ar < 20 || ev < 20 || ev > 22 || er < 20 {
+		t.Fatalf("packets voip/rest: apply %d/%d, the export run by tc %d/%d: want 20 marked in voip (an ARP may join), the 20 others in rest", av, ar, ev, er)
 	}
 }
 

@@ -132,12 +132,16 @@ func summarize(d *kernel.Diff, desired *plan.Plan, st *records.File) *Summary {
 	deleted := map[string]bool{}
 	added := map[string]bool{}
 	deletedQdisc := map[string]*tc.Qdisc{}
+	deletedClass := map[string]*tc.Class{}
 	for _, c := range d.Changes {
 		switch c.Verb {
 		case tc.Delete:
 			deleted[c.Obj.Key()] = true
-			if q, ok := c.Obj.(*tc.Qdisc); ok {
-				deletedQdisc[q.Key()] = q
+			switch o := c.Obj.(type) {
+			case *tc.Qdisc:
+				deletedQdisc[o.Key()] = o
+			case *tc.Class:
+				deletedClass[o.Key()] = o
 			}
 		case tc.Add:
 			added[c.Obj.Key()] = true
@@ -156,10 +160,21 @@ func summarize(d *kernel.Diff, desired *plan.Plan, st *records.File) *Summary {
 	}
 	treeRoot := map[treeOf]string{} // a tree whose root is added or deleted: its op
 	treeRate := map[treeOf]string{}
+	treeWhy := map[treeOf]string{} // a replaced tree: why its root cannot change in place
+	liveRoot := map[string]*tc.Qdisc{}
+	for _, c := range d.Changes {
+		if q, ok := c.Obj.(*tc.Qdisc); ok && q.Parent == tc.HandleRoot && c.Verb == tc.Delete {
+			liveRoot[q.Dev] = q
+		}
+	}
 	for _, c := range d.Changes {
 		if q, ok := c.Obj.(*tc.Qdisc); ok && q.Parent == tc.HandleRoot && (q.Kind == "htb" || q.Kind == "mq") {
 			if op := opOf(c); op != "~" {
-				treeRoot[where(q.Dev)] = op
+				t := where(q.Dev)
+				treeRoot[t] = op
+				if c.Reason != "" && c.Verb == tc.Add {
+					treeWhy[t] = rootReason(c.Reason, liveRoot[q.Dev], q, names[q.Dev])
+				}
 			}
 		}
 	}
@@ -229,7 +244,10 @@ func summarize(d *kernel.Diff, desired *plan.Plan, st *records.File) *Summary {
 			case "+":
 				e.details = []string{fmt.Sprintf("rate %s, ceil %s, prio %d", o.Rate.String(), o.Ceil.String(), o.Prio)}
 			case "-/+":
-				if c.Reason != "" {
+				if old := deletedClass[o.Key()]; old != nil && old.Parent != o.Parent {
+					from, to := className(o.Dev, old.Parent), className(o.Dev, o.Parent)
+					detail(e, fmt.Sprintf("replaced: moves from %s to %s (HTB cannot move a class)", under(from, old.Parent), under(to, o.Parent)))
+				} else if c.Reason != "" {
 					detail(e, "replaced: "+c.Reason)
 				}
 			case "~":
@@ -261,6 +279,8 @@ func summarize(d *kernel.Diff, desired *plan.Plan, st *records.File) *Summary {
 					old = deletedQdisc[o.Key()]
 				}
 				switch {
+				case e.op == "-/+":
+					// A replaced class's leaf is made again with it.
 				case old != nil && old.Kind != o.Kind:
 					detail(e, fmt.Sprintf("leaf %s -> %s", old.Kind, o.Kind))
 				case c.Verb == tc.Delete:
@@ -268,7 +288,7 @@ func summarize(d *kernel.Diff, desired *plan.Plan, st *records.File) *Summary {
 				case old == nil:
 					detail(e, "leaf "+o.Kind)
 				default:
-					detail(e, "leaf "+o.Kind+" settings")
+					detail(e, "leaf "+o.Kind+" "+leafChanges(old, o))
 				}
 			}
 		case *tc.Filter:
@@ -355,6 +375,9 @@ func summarize(d *kernel.Diff, desired *plan.Plan, st *records.File) *Summary {
 			if r := treeRate[t]; r != "" {
 				l.Detail = "rate " + r + ", " + classes
 			}
+			if why := treeWhy[t]; op == "-/+" && why != "" {
+				l.Detail += "; replaced: " + why
+			}
 		}
 		s.Lines = append(s.Lines, l)
 		count("tree", ops[op], 1)
@@ -406,6 +429,71 @@ func summarize(d *kernel.Diff, desired *plan.Plan, st *records.File) *Summary {
 	return s
 }
 
+// rootReason says in the policy's terms why a tree's root qdisc is
+// replaced (the kernel layer's reason, with what it means for the tree).
+func rootReason(why string, old, n *tc.Qdisc, names map[tc.Handle]string) string {
+	name := func(q *tc.Qdisc, minor uint32) string {
+		h := tc.MakeHandle(q.Handle.Major(), uint16(minor))
+		if s := names[h]; s != "" {
+			return s
+		}
+		return h.String()
+	}
+	switch {
+	case old != nil && old.HTB != nil && n.HTB != nil && old.HTB.Default != n.HTB.Default:
+		return fmt.Sprintf("its default class %s -> %s (%s)", name(old, old.HTB.Default), name(n, n.HTB.Default), why)
+	case old != nil && old.Kind != n.Kind && n.Kind == "mq":
+		return fmt.Sprintf("it becomes one HTB per transmit queue under mq (shards), from %s (%s)", old.Kind, why)
+	case old != nil && old.Kind != n.Kind && old.Kind == "mq":
+		return fmt.Sprintf("its shards become one %s (%s)", n.Kind, why)
+	case strings.HasPrefix(why, "not created by sluice"):
+		return "its root qdisc (" + describeKind(old) + ") was not created by sluice, and --force replaces it"
+	}
+	return why
+}
+
+func describeKind(q *tc.Qdisc) string {
+	if q == nil {
+		return "another tool's"
+	}
+	return q.Kind + " " + q.Handle.String()
+}
+
+// under names where a class hangs: below a class, or at the top.
+func under(name string, h tc.Handle) string {
+	switch {
+	case name == plan.RootClassName || h.Minor() <= 1:
+		return "the top level"
+	case name == "":
+		return "below " + h.String()
+	}
+	return "below " + name
+}
+
+// leafChanges lists what changed on a leaf qdisc of one kind.
+func leafChanges(o, n *tc.Qdisc) string {
+	var out []string
+	switch {
+	case o.Fifo != nil && n.Fifo != nil && o.Fifo.Limit != n.Fifo.Limit:
+		out = append(out, fmt.Sprintf("limit %d -> %d", o.Fifo.Limit, n.Fifo.Limit))
+	case o.FqCodel != nil && n.FqCodel != nil:
+		ms := func(us uint32) string { return fmt.Sprintf("%gms", float64(us)/1000) }
+		if n.FqCodel.Limit != 0 && o.FqCodel.Limit != n.FqCodel.Limit {
+			out = append(out, fmt.Sprintf("limit %d -> %d", o.FqCodel.Limit, n.FqCodel.Limit))
+		}
+		if n.FqCodel.Target != 0 && !tc.SameCodelTime(o.FqCodel.Target, n.FqCodel.Target) {
+			out = append(out, fmt.Sprintf("target %s -> %s", ms(o.FqCodel.Target), ms(n.FqCodel.Target)))
+		}
+		if n.FqCodel.Interval != 0 && !tc.SameCodelTime(o.FqCodel.Interval, n.FqCodel.Interval) {
+			out = append(out, fmt.Sprintf("interval %s -> %s", ms(o.FqCodel.Interval), ms(n.FqCodel.Interval)))
+		}
+	}
+	if len(out) == 0 {
+		return "settings"
+	}
+	return strings.Join(out, ", ")
+}
+
 // classChanges lists what changed on a class, in the policy's units.
 func classChanges(o, n *tc.Class) []string {
 	var out []string
@@ -418,8 +506,12 @@ func classChanges(o, n *tc.Class) []string {
 	if o.Prio != n.Prio {
 		out = append(out, fmt.Sprintf("prio %d -> %d", o.Prio, n.Prio))
 	}
-	if o.BufferTicks != tc.XmitTicks(n.Rate, n.Burst) || o.CbufferTicks != tc.XmitTicks(n.Ceil, n.Cburst) {
-		out = append(out, "burst")
+	b, cb := tc.BurstChanged(o, n)
+	if b {
+		out = append(out, fmt.Sprintf("burst %db -> %db", o.Burst, n.Burst))
+	}
+	if cb {
+		out = append(out, fmt.Sprintf("cburst %db -> %db", o.Cburst, n.Cburst))
 	}
 	if o.Quantum != n.Quantum {
 		out = append(out, fmt.Sprintf("quantum %d -> %d", o.Quantum, n.Quantum))

@@ -1,6 +1,10 @@
 package engine
 
 import (
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -55,7 +59,7 @@ func TestSummaryInThePolicysTerms(t *testing.T) {
 	s := summarize(d, desired, nil)
 	got := s.String()
 	want := `~ tree eth0/egress: 1 other kernel object(s) (--tc lists them)
-~ class eth0/egress/web: rate 8mbit -> 7mbit, burst
+~ class eth0/egress/web: rate 8mbit -> 7mbit
 ~ class eth0/egress/bulk: leaf bfifo -> pfifo
 + class eth0/egress/voip: rate 1mbit, ceil 19mbit, prio 0
 ~ hosts eth0/egress/users: 2 added, 1 removed
@@ -76,5 +80,86 @@ plan: trees 1 to add, 1 to change; classes 2 to add, 2 to change; hosts 2 to add
 	}}
 	if g := summarize(del, &plan.Plan{}, nil).String(); !strings.HasPrefix(g, "- tree eth0/ingress\n") || strings.Contains(g, "class") {
 		t.Errorf("a deleted tree:\n%s", g)
+	}
+}
+
+var update = flag.Bool("update", false, "rewrite golden files")
+
+// The plan's lines for policy edits that replace kernel objects, each
+// saying why in the policy's terms, and none listing a field that does
+// not change (issue 57: a default change printed no reason; a rate edit
+// printed "burst"). Golden: testdata/edits.golden (go test ./engine
+// -update rewrites it; review the diff).
+func TestSummaryOfEdits(t *testing.T) {
+	const office = `interfaces:
+  - name: wan0
+    egress:
+      rate: 11mbit
+      default: bulk
+      classes:
+        - {name: voip, rate: 2mbit, prio: 0, match: [{proto: udp, dport: 5060}]}
+        - name: staff
+          rate: 6mbit
+          classes:
+            - {name: web, rate: 3mbit, match: [{dport: 443}]}
+            - {name: mail, rate: 3mbit, match: [{dport: 25}]}
+        - {name: bulk, rate: 2mbit, leaf: bfifo}
+`
+	edits := []struct{ name, from, to string }{
+		{"a rate", "{name: voip, rate: 2mbit", "{name: voip, rate: 1mbit"},
+		{"a ceil", "{name: voip, rate: 2mbit, prio: 0", "{name: voip, rate: 2mbit, ceil: 5mbit, prio: 0"},
+		{"the default class", "default: bulk", "default: voip"},
+		{"a leaf", "leaf: bfifo", "leaf: pfifo"},
+		{"a class moved under another", "            - {name: mail, rate: 3mbit, match: [{dport: 25}]}\n        - {name: bulk, rate: 2mbit, leaf: bfifo}",
+			"        - {name: bulk, rate: 2mbit, leaf: bfifo}\n        - {name: mail, rate: 1mbit, match: [{dport: 25}]}"},
+		{"a rule", "dport: 5060", "dport: 5061"},
+		{"the classifier", "      default: bulk\n", "      default: bulk\n      classifier: bpf\n"},
+		{"a class removed", "        - {name: voip, rate: 2mbit, prio: 0, match: [{proto: udp, dport: 5060}]}\n", ""},
+	}
+	var b strings.Builder
+	for _, e := range edits {
+		to := strings.Replace(office, e.from, e.to, 1)
+		if to == office {
+			t.Fatalf("%s: the edit changes nothing", e.name)
+		}
+		prev := map[string]*plan.Alloc{}
+		build := func(src string) *plan.Plan {
+			pol, _, err := policy.Parse("p.yaml", []byte(src))
+			if err != nil {
+				t.Fatalf("%s: %v", e.name, err)
+			}
+			p, err := plan.Build(pol, plan.Everything, prev)
+			if err != nil {
+				t.Fatalf("%s: %v", e.name, err)
+			}
+			for _, d := range p.Devices {
+				prev[d.Name] = d.Alloc
+			}
+			return p
+		}
+		was, now := build(office), build(to)
+		d := kernel.Compute(tc.AsDumped(was.Objects()), now.Objects(), kernel.Options{})
+		fmt.Fprintf(&b, "# %s\n%s\n", e.name, summarize(d, now, nil))
+	}
+	got := b.String()
+	golden := filepath.Join("testdata", "edits.golden")
+	if *update {
+		os.MkdirAll("testdata", 0o755)
+		os.WriteFile(golden, []byte(got), 0o644)
+	}
+	want, err := os.ReadFile(golden)
+	if err != nil {
+		t.Fatalf("%v (go test ./engine -update)", err)
+	}
+	if got != string(want) {
+		t.Errorf("plan lines differ from %s (go test ./engine -update, and review the diff):\n%s", golden, got)
+	}
+	for _, l := range strings.Split(got, "\n") {
+		if strings.HasPrefix(l, "-/+") && !strings.Contains(l, "replaced: ") {
+			t.Errorf("a replacement without its reason: %s", l)
+		}
+		if strings.Contains(l, "burst") && !strings.Contains(l, "burst ") || strings.Contains(l, "b -> 3028b") {
+			t.Errorf("burst listed as changed: %s", l)
+		}
 	}
 }

@@ -10,38 +10,7 @@ import (
 )
 
 // asLive turns planned objects into what a kernel dump would return.
-func asLive(objs []tc.Object) []tc.Object {
-	var out []tc.Object
-	for _, o := range objs {
-		switch x := o.(type) {
-		case *tc.Class:
-			c := *x
-			c.BufferTicks, c.CbufferTicks = tc.XmitTicks(c.Rate, c.Burst), tc.XmitTicks(c.Ceil, c.Cburst)
-			out = append(out, &c)
-		case *tc.Filter:
-			f := *x
-			if f.U32 != nil && f.U32.ClassID != 0 && f.U32.Sel != nil {
-				u := *f.U32
-				s := *u.Sel
-				s.Flags |= tc.SelTerminal // as dumped
-				u.Sel = &s
-				f.U32 = &u
-			}
-			out = append(out, &f)
-		case *tc.Qdisc:
-			q := *x
-			if q.FqCodel != nil {
-				f := *q.FqCodel
-				f.Target, f.Interval = tc.CodelReadBack(f.Target), tc.CodelReadBack(f.Interval)
-				q.FqCodel = &f
-			}
-			out = append(out, &q)
-		default:
-			out = append(out, o)
-		}
-	}
-	return out
-}
+func asLive(objs []tc.Object) []tc.Object { return tc.AsDumped(objs) }
 
 // build plans src, keeping the ids of the previous build in the test (as
 // the kernel layer does with its records).

@@ -146,6 +146,9 @@ func (qdiscKind) compare(live, want tc.Object, D *graph) (equal, changeable bool
 		return true, false, ""
 	}
 	if w.Kind == "htb" {
+		if l.HTB != nil && w.HTB != nil && l.HTB.Default == w.HTB.Default {
+			return false, false, "HTB cannot change its r2q in place"
+		}
 		return false, false, "HTB cannot change its default class in place"
 	}
 	if w.Kind == "mqprio" {

@@ -273,6 +273,9 @@ func markClassifier(in *policy.Interface, feats Features) *policy.Interface {
 	return &out
 }
 
+// MatchesMarks reports whether a rule of tree t matches firewall marks.
+func MatchesMarks(t *policy.Tree) bool { return t != nil && matchesMarks(t.Classes) }
+
 func matchesMarks(cs []*policy.Class) bool {
 	for _, c := range cs {
 		for _, m := range c.Match {

@@ -102,7 +102,7 @@ func TestValidationErrors(t *testing.T) {
 			"interfaces:\n  - name: eth0\n    egress:\n      rate: 20mbit\n      classes:\n        - name: g\n          rate: 1mbit\n",
 			`:4:7: eth0 egress: default is required`},
 		{"per_host too large", wrap("        - name: a\n          rate: 1mbit\n          per_host:\n            cidr: 10.0.0.0/16\n"),
-			`:10:19: eth0 egress: class a: per_host: 10.0.0.0/16 with one class per /32 needs 65536 classes; HTB's class id space holds at most 32766`},
+			`:10:19: eth0 egress: class a: per_host: 10.0.0.0/16 with one class per /32 needs 65534 classes; one per_host class holds at most 32766, even in a sharded tree`},
 		{"port out of range", wrap("        - name: a\n          rate: 1mbit\n          match:\n            - dport: 70000\n"),
 			`:10:22: class a: match.dport: port "70000" out of range`},
 		{"port range reversed", wrap("        - name: a\n          rate: 1mbit\n          match:\n            - dport: 2000-1000\n"),

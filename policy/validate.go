@@ -349,7 +349,9 @@ func validateTree(in *Interface, t *Tree, d *Diag) {
 				sum.String(), owner, parentRate.String(), rateList(cs))
 		}
 	}
+	errsBefore := len(d.Errs)
 	walk(t.Classes, nil, t.RateBps, t.RateBps, 0)
+	classErrs := len(d.Errs) > errsBefore
 	if t.IsAuto() && d.Err() == nil {
 		checkAutoFloor(where, t, d)
 	}
@@ -380,6 +382,10 @@ func validateTree(in *Interface, t *Tree, d *Diag) {
 	}
 	switch shards := (count + MaxClasses - 1) / MaxClasses; {
 	case count <= MaxClasses || t.EDT():
+	case classErrs:
+		// A class already refused (a cidr with more hosts than HTB's
+		// ids): how to shard what cannot be planned would say the
+		// opposite of its error.
 	case !t.BPF:
 		d.Errorf(t.Pos, "%s: %d classes (%d of them hosts) do not fit one HTB, which holds at most %d; with classifier bpf on a device of several transmit queues the tree is sharded, one HTB per queue", where, count, t.Hosts, MaxClasses)
 	case shards > MaxShards:
@@ -389,11 +395,16 @@ func validateTree(in *Interface, t *Tree, d *Diag) {
 	default:
 		d.Warnf(t.Pos, "%s: %d classes (%d of them hosts) do not fit one HTB (at most %d): the tree must be sharded over at least %d transmit queues of the device (plan checks it has them)", where, count, t.Hosts, MaxClasses, shards)
 	}
+	if !classErrs {
+		deadRules(where, t, d)
+	}
 	switch def := byName[t.Default]; {
 	case t.Default == "":
 		d.Errorf(t.Pos, "%s: default is required: the class for traffic no rule matches", where)
 	case def == nil:
 		d.Errorf(t.DefaultPos, "%s: default class %q does not exist%s", where, t.Default, suggestClass(t.Default, byName))
+	case def.PerHost != nil:
+		d.Errorf(t.DefaultPos, "%s: default class %q is a per_host class (a class for each host); the default must be a leaf class that takes what no rule matches: add one without per_host", where, t.Default)
 	case !def.IsLeaf():
 		d.Errorf(t.DefaultPos, "%s: default class %q has children; the default must be a leaf class", where, t.Default)
 	}
@@ -750,8 +761,8 @@ func validatePerHost(what string, t *Tree, c *Class, ph *PerHost, d *Diag) {
 			return
 		}
 	} else if hostBits > 16 || ph.HostCount() > MaxClasses {
-		d.Errorf(ph.CIDRPos, "%s: %s with one class per /%d needs %d classes; HTB's class id space holds at most %d per tree (use a longer prefix)",
-			what, ph.CIDR, ph.Prefix, 1<<min(hostBits, 30), MaxClasses)
+		d.Errorf(ph.CIDRPos, "%s: %s with one class per /%d needs %d classes; one per_host class holds at most %d, even in a sharded tree (use a longer prefix, or split the cidr over several per_host classes)",
+			what, ph.CIDR, ph.Prefix, ph.HostCount(), MaxClasses)
 		return
 	}
 	// u32 hashes at most 8 bits per table and reads 32-bit words: each

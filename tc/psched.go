@@ -56,3 +56,11 @@ func TicksToBytes(rate units.Rate, ticks uint32) uint32 {
 	us := float64(ticks) / tickInUsec
 	return uint32(us * float64(rate) / timeUnitsSec)
 }
+
+// BurstChanged reports whether class n's burst (and cburst) in bytes
+// differ from what the kernel holds for o. The kernel keeps a burst as
+// the time it takes at the class's rate, so a rate change alone changes
+// the ticks and not the burst: compared at o's own rate.
+func BurstChanged(o, n *Class) (burst, cburst bool) {
+	return o.BufferTicks != XmitTicks(o.Rate, n.Burst), o.CbufferTicks != XmitTicks(o.Ceil, n.Cburst)
+}

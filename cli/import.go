@@ -9,7 +9,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"sluice/engine"
+	"sluice/kernel"
 	"sluice/migrate"
+	"sluice/records"
 	"sluice/tc"
 )
 
@@ -82,6 +84,7 @@ func importCmd(g *globals) *cobra.Command {
 	var strict bool
 	var opt migrate.Options
 	var lqosConfig string
+	var keepLeaves bool
 	cmd := &cobra.Command{
 		Use:   "import FORMAT SOURCE [-o DIR] | import wondershaper -- COMMAND LINE",
 		Short: "Convert another tool's configuration into a sluice policy, with a report of what carried over",
@@ -188,6 +191,13 @@ worked example per tool and how to prove the result in the lab.`,
 			if err != nil {
 				return badInput(err)
 			}
+			if !keepLeaves && privileged() {
+				// The leaves the old tool used that this kernel lacks
+				// become auto (reported): the policy applies here.
+				if rep, err := kernel.ProbeCached(records.Dir("")); err == nil {
+					d.FitLeaves(func(kind string) bool { return rep.Qdiscs[kind] })
+				}
+			}
 			fmt.Fprint(g.stderr, d.Report.String())
 			if err := d.Report.Refusals(); err != nil {
 				return badInput(err)
@@ -228,6 +238,7 @@ worked example per tool and how to prove the result in the lab.`,
 		},
 	}
 	cmd.Flags().StringVarP(&dir, "output", "o", "", "write policy.yaml (and hosts files) into `DIR` instead of printing the policy")
+	cmd.Flags().BoolVar(&keepLeaves, "keep-leaves", false, "keep the old tool's leaf qdiscs even where this kernel lacks them (a policy for another host); by default, as root, such a leaf becomes auto and the report says so")
 	cmd.Flags().BoolVar(&strict, "strict", false, "refuse the import if anything was approximated")
 	cmd.Flags().StringVar(&lqosConfig, "config", "", "libreqos: the settings `FILE` (lqos.conf or ispConfig.py)")
 	cmd.Flags().BoolVar(&opt.IPv4Only, "ipv4-only", false, "classify IPv4 alone, as the old tools did: rules without addresses do not match IPv6")

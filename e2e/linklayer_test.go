@@ -46,14 +46,15 @@ func TestLinkLayerApply(t *testing.T) {
 		t.Fatalf("second apply (code %d): want no changes:\n%s%s", r.code, r.stdout, r.stderr)
 	}
 	r = sluice(t, "--netns", p.A, "apply", pol("\n      linklayer: atm\n      overhead: 40"))
-	if r.code != 0 || !strings.Contains(r.stdout, "0 to add, 2 to change, 0 to replace, 0 to delete") {
+	if r.code != 0 || !strings.Contains(r.stdout, "~ tree veth0/egress: overhead 26 -> 40\n") || !strings.Contains(r.stdout, "~ tree veth0/ingress: overhead 26 -> 40\n") ||
+		!strings.Contains(r.stdout, "applied: 2 change(s), 2 netlink write(s)\n") {
 		t.Fatalf("overhead edit (code %d): want the two roots changed in place:\n%s%s", r.code, r.stdout, r.stderr)
 	}
 	if out := testutil.NS(t, p.A, "tc", "-d", "qdisc", "show", "dev", p.DevA, "root"); !strings.Contains(out, "linklayer atm overhead 40") {
 		t.Fatalf("the new overhead is not in the kernel:\n%s", out)
 	}
 	r = sluice(t, "--netns", p.A, "apply", pol(""))
-	if r.code != 0 || !strings.Contains(r.stdout, "0 to add, 2 to change, 0 to replace, 0 to delete") {
+	if r.code != 0 || !strings.Contains(r.stdout, "~ tree veth0/egress: overhead 40 -> 0, linklayer atm -> ethernet\n") || !strings.Contains(r.stdout, "applied: 2 change(s), 2 netlink write(s)\n") {
 		t.Fatalf("keys removed (code %d):\n%s%s", r.code, r.stdout, r.stderr)
 	}
 	if out := testutil.NS(t, p.A, "tc", "-d", "qdisc", "show", "dev", p.DevA, "root"); strings.Contains(out, "linklayer") {

@@ -264,7 +264,13 @@ func summarize(d *kernel.Diff, desired *plan.Plan, st *records.File) *Summary {
 			if owner == "" {
 				owner = className(o.Dev, o.Parent)
 			}
+			old, _ := c.Old.(*tc.Qdisc)
 			switch {
+			case o.Parent == tc.HandleRoot && op == "~" && old != nil && len(rootChanges(old, o)) > 0:
+				e := get(key{"tree", t, ""}, "~")
+				for _, s := range rootChanges(old, o) {
+					detail(e, s)
+				}
 			case owner == "":
 				other(t)
 			case strings.Contains(owner, "/"):
@@ -274,7 +280,6 @@ func summarize(d *kernel.Diff, desired *plan.Plan, st *records.File) *Summary {
 				}
 			default:
 				e := get(key{"class", t, owner}, "~")
-				old, _ := c.Old.(*tc.Qdisc)
 				if old == nil {
 					old = deletedQdisc[o.Key()]
 				}
@@ -492,6 +497,31 @@ func leafChanges(o, n *tc.Qdisc) string {
 		return "settings"
 	}
 	return strings.Join(out, ", ")
+}
+
+// rootChanges lists what changed on a tree's root qdisc in place, in
+// the policy's keys: its size table (overhead, linklayer, mpu) and the
+// default class's minor id.
+func rootChanges(o, n *tc.Qdisc) []string {
+	var out []string
+	stab := func(s *tc.Stab) tc.Stab {
+		if s == nil {
+			return tc.Stab{Linklayer: tc.LinkEthernet}
+		}
+		return *s
+	}
+	was, now := stab(o.Stab), stab(n.Stab)
+	if was.Overhead != now.Overhead {
+		out = append(out, fmt.Sprintf("overhead %d -> %d", was.Overhead, now.Overhead))
+	}
+	if was.Linklayer != now.Linklayer {
+		ll := map[uint32]string{tc.LinkEthernet: "ethernet", tc.LinkATM: "atm", 0: "ethernet"}
+		out = append(out, fmt.Sprintf("linklayer %s -> %s", ll[was.Linklayer], ll[now.Linklayer]))
+	}
+	if was.MPU != now.MPU {
+		out = append(out, fmt.Sprintf("mpu %d -> %d", was.MPU, now.MPU))
+	}
+	return out
 }
 
 // classChanges lists what changed on a class, in the policy's units.

@@ -114,6 +114,7 @@ func TestSummaryOfEdits(t *testing.T) {
 			"        - {name: bulk, rate: 2mbit, leaf: bfifo}\n        - {name: mail, rate: 1mbit, match: [{dport: 25}]}"},
 		{"a rule", "dport: 5060", "dport: 5061"},
 		{"the classifier", "      default: bulk\n", "      default: bulk\n      classifier: bpf\n"},
+		{"the link's overhead", "      rate: 11mbit\n", "      rate: 11mbit\n      linklayer: atm\n      overhead: 26\n"},
 		{"a class removed", "        - {name: voip, rate: 2mbit, prio: 0, match: [{proto: udp, dport: 5060}]}\n", ""},
 	}
 	var b strings.Builder

@@ -15,6 +15,7 @@ package migrate
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -172,7 +173,11 @@ type Report struct {
 }
 
 func (r *Report) add(at At, k Kind, what, how string, args ...any) {
-	r.Findings = append(r.Findings, Finding{At: at, Kind: k, What: what, How: fmt.Sprintf(how, args...)})
+	f := Finding{At: at, Kind: k, What: what, How: fmt.Sprintf(how, args...)}
+	if k == Refused && slices.Contains(r.Findings, f) {
+		return // a line read twice (a function called twice) is refused once
+	}
+	r.Findings = append(r.Findings, f)
 }
 
 // Exact records a construct carried over unchanged.

@@ -8,9 +8,11 @@ import (
 	"os"
 	"regexp"
 	"slices"
+	"sort"
 	"strconv"
 	"strings"
 
+	"sluice/policy"
 	"sluice/safefile"
 )
 
@@ -77,7 +79,69 @@ var fqAssign = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*=`)
 // as statements ("NAME=value" one word) for the interpreter.
 func fqStatements(file string, b []byte, r *Report) []fqStmt {
 	vars := map[string]string{}
+	funcs := map[string][]fqLine{}
 	var out []fqStmt
+	var fn string     // the function whose body is being read
+	var body []fqLine // its lines
+	var fnAt At       // where it starts
+	const maxFuncCalls = 4096
+	calls := 0 // function calls expanded: bounded, as a file's calls can multiply
+	var expand func(l fqLine, depth int)
+	expand = func(l fqLine, depth int) {
+		for _, part := range fqSplit(l.text) {
+			words, err := fqWords(part, vars)
+			if err != nil {
+				r.Refuse(l.at, strings.TrimSpace(part), "%v", err)
+				if f := strings.Fields(part); len(f) > 0 && strings.HasPrefix(f[0], "interface") {
+					// What follows belongs to it: say so there.
+					out = append(out, fqStmt{l.at, []string{fqRefusedInterface}})
+				}
+				continue
+			}
+			if len(words) == 0 {
+				continue
+			}
+			if words[0] == "export" || words[0] == "declare" || words[0] == "local" || words[0] == "readonly" {
+				words = words[1:]
+				if len(words) > 0 && strings.HasPrefix(words[0], "-") {
+					words = words[1:]
+				}
+			}
+			if len(words) == 0 {
+				continue
+			}
+			if fb, ok := funcs[words[0]]; ok {
+				// A function the file defined: its statements, here,
+				// with the variables as they are now (as bash runs it).
+				switch {
+				case len(words) > 1:
+					r.Refuse(l.at, words[0], "a function called with arguments: sluice expands functions without them")
+				case depth >= 8:
+					r.Refuse(l.at, words[0], "functions call each other more than 8 deep")
+				case calls >= maxFuncCalls:
+					if calls == maxFuncCalls {
+						r.Refuse(l.at, words[0], "more than %d function calls in all: sluice stops expanding them", maxFuncCalls)
+					}
+					calls++
+				default:
+					calls++
+					for _, bl := range fb {
+						expand(bl, depth+1)
+					}
+				}
+				continue
+			}
+			if fqAssign.MatchString(words[0]) {
+				if len(words) > 1 {
+					r.Refuse(l.at, words[0], "an assignment before a command: sluice reads literal statements")
+					continue
+				}
+				k, v, _ := strings.Cut(words[0], "=")
+				vars[k] = v
+			}
+			out = append(out, fqStmt{l.at, words})
+		}
+	}
 	sc := bufio.NewScanner(bytes.NewReader(b))
 	sc.Buffer(make([]byte, 0, 64*1024), maxSourceBytes)
 	line, start := "", 0
@@ -91,41 +155,44 @@ func fqStatements(file string, b []byte, r *Report) []fqStmt {
 			continue
 		}
 		line += text
-		at := At{file, start}
-		for _, part := range fqSplit(shellComment(line)) {
-			words, err := fqWords(part, vars)
-			if err != nil {
-				r.Refuse(at, strings.TrimSpace(part), "%v", err)
-				continue
-			}
-			if len(words) == 0 {
-				continue
-			}
-			if words[0] == "export" || words[0] == "declare" || words[0] == "local" || words[0] == "readonly" {
-				words = words[1:]
-				if len(words) > 0 && strings.HasPrefix(words[0], "-") {
-					words = words[1:]
-				}
-			}
-			if len(words) > 0 && fqAssign.MatchString(words[0]) {
-				if len(words) > 1 {
-					r.Refuse(at, words[0], "an assignment before a command: sluice reads literal statements")
-					continue
-				}
-				k, v, _ := strings.Cut(words[0], "=")
-				vars[k] = v
-			}
-			if len(words) > 0 {
-				out = append(out, fqStmt{at, words})
-			}
-		}
+		l := fqLine{At{file, start}, shellComment(line)}
 		line = ""
+		trimmed := strings.TrimSpace(l.text)
+		switch {
+		case fn != "" && trimmed == "}":
+			funcs[fn], fn = body, ""
+		case fn != "" && trimmed == "{" && len(body) == 0:
+		case fn != "":
+			body = append(body, l)
+		case fqFuncDef.MatchString(trimmed):
+			m := fqFuncDef.FindStringSubmatch(trimmed)
+			fn, body, fnAt = m[1]+m[2], nil, l.at
+		default:
+			expand(l, 0)
+		}
+	}
+	if fn != "" {
+		r.Refuse(fnAt, fn, "a function without its closing }")
 	}
 	if err := sc.Err(); err != nil {
 		r.Refuse(At{File: file}, "FireQOS config", "%v", err)
 	}
 	return out
 }
+
+// fqRefusedInterface stands for an interface statement that could not
+// be read: its classes and matches are refused as its.
+const fqRefusedInterface = "\x00refused interface"
+
+// fqLine is a line of a config (continuations joined, comment cut).
+type fqLine struct {
+	at   At
+	text string
+}
+
+// fqFuncDef is a shell function's first line, NAME() { or function
+// NAME {, its body on the lines that follow up to a lone }.
+var fqFuncDef = regexp.MustCompile(`^(?:function\s+([A-Za-z_][A-Za-z0-9_]*)\s*(?:\(\s*\))?|([A-Za-z_][A-Za-z0-9_]*)\s*\(\s*\))\s*\{?$`)
 
 // fqSplit splits a line at ; and & outside quotes; a & or | there is
 // kept in the part so that fqWords refuses it.
@@ -179,6 +246,20 @@ func fqWords(s string, vars map[string]string) ([]string, error) {
 			in = true
 		case c == '`':
 			return nil, fmt.Errorf("command substitution: sluice does not run the script")
+		case c == '$' && strings.HasPrefix(s[i:], "$(("):
+			// Integer arithmetic on literals and the file's variables:
+			// what a FireQOS config computes its rates with.
+			end := arithEnd(s[i:])
+			if end < 0 {
+				return nil, fmt.Errorf("$(( without its closing ))")
+			}
+			v, err := shellArith(s[i+3:i+end-2], vars)
+			if err != nil {
+				return nil, err
+			}
+			w.WriteString(strconv.FormatInt(v, 10))
+			in = true
+			i += end - 1
 		case c == '$':
 			name, n, err := fqVarRef(s[i:])
 			if err != nil {
@@ -186,7 +267,7 @@ func fqWords(s string, vars map[string]string) ([]string, error) {
 			}
 			v, ok := vars[name]
 			if !ok {
-				return nil, fmt.Errorf("$%s is not set in the file (sluice reads the file alone, not the environment FireQOS runs in)", name)
+				return nil, fmt.Errorf("$%s is not set in the file%s (sluice reads the file alone, not the environment FireQOS runs in)", name, varHint(name, vars))
 			}
 			i += n - 1
 			if quote == '"' {
@@ -245,7 +326,7 @@ func fqWords(s string, vars map[string]string) ([]string, error) {
 // name and the bytes it takes.
 func fqVarRef(s string) (string, int, error) {
 	if strings.HasPrefix(s, "$(") {
-		return "", 0, fmt.Errorf("command substitution or arithmetic: sluice does not run the script")
+		return "", 0, fmt.Errorf("command substitution: sluice does not run the script")
 	}
 	if strings.HasPrefix(s, "${") {
 		end := strings.IndexByte(s, '}')
@@ -280,9 +361,12 @@ type fqRun struct {
 	services     map[string][]string
 
 	// ctxs are the interfaces being built: two for `both`.
-	ctxs  []*fqIface
-	ifcs  map[string]*Interface
-	taken map[string]map[string]bool // class names per tree
+	ctxs []*fqIface
+	// refusedIface is where the last interface statement was refused
+	// (nil once another is read).
+	refusedIface *At
+	ifcs         map[string]*Interface
+	taken        map[string]map[string]bool // class names per tree
 }
 
 // fqIface is one direction of an interface while it is read.
@@ -336,11 +420,15 @@ func (f *fqRun) statement(s fqStmt) {
 		}
 	}
 	switch cmd {
+	case fqRefusedInterface:
+		f.closeInterfaces()
+		f.refusedIface = &s.at
 	case "interface":
+		f.refusedIface = nil
 		f.interfaceStmt(s.at, w[1:], ipv)
 	case "class":
 		if len(f.ctxs) == 0 {
-			f.r.Refuse(s.at, "class", "a class before any interface")
+			f.refuseOutside(s.at, "class")
 			return
 		}
 		for _, c := range f.ctxs {
@@ -348,7 +436,7 @@ func (f *fqRun) statement(s fqStmt) {
 		}
 	case "match", "server", "client":
 		if len(f.ctxs) == 0 {
-			f.r.Refuse(s.at, cmd, "a %s before any interface", cmd)
+			f.refuseOutside(s.at, cmd)
 			return
 		}
 		for _, c := range f.ctxs {
@@ -370,9 +458,24 @@ func (f *fqRun) statement(s fqStmt) {
 	}
 }
 
+// refuseOutside refuses a class or match with no interface open: one
+// that came before any, or whose interface was refused.
+func (f *fqRun) refuseOutside(at At, cmd string) {
+	if f.refusedIface != nil {
+		f.r.Refuse(at, cmd, "its interface statement (line %d) was refused", f.refusedIface.Line)
+		return
+	}
+	f.r.Refuse(at, cmd, "a %s before any interface", cmd)
+}
+
 // setting reads an assignment: FireQOS's own settings change what it
 // builds; other variables are the script's.
 func (f *fqRun) setting(at At, k, v string) {
+	if name, ok := fqServiceVar(k); ok {
+		// The file's own service (FireHOL's way: server_rtp_ports=...).
+		f.services[name] = strings.Fields(v)
+		return
+	}
 	switch k {
 	case "FIREQOS_MIN_RATE_DIVISOR":
 		n, err := strconv.ParseInt(v, 10, 64)
@@ -1023,12 +1126,22 @@ func (f *fqRun) service(c *fqIface, at At, kind string, args []string) ([][]stri
 	for _, s := range strings.Split(args[0], ",") {
 		ps, ok := f.services[s]
 		if !ok {
-			f.r.Refuse(at, kind+" "+s, "a service sluice does not know (FireHOL's services.common defines it): write `match PROTO dport PORT` instead")
+			f.r.Refuse(at, kind+" "+s, "not in FireHOL's service table (services.common, services.fireqos): define server_%s_ports=\"PROTO/PORT ...\" in the file, or write `match PROTO dport PORT`", s)
 			return nil, false
 		}
 		for _, p := range ps {
-			proto, port, _ := strings.Cut(p, "/")
-			m := []string{"proto", proto, "dports", port}
+			proto, port, ok := strings.Cut(p, "/")
+			if !ok || proto == "any" && port == "any" {
+				f.r.Refuse(at, kind+" "+s, "service %s is %q: every packet, not a service a class can be given by its ports", s, p)
+				return nil, false
+			}
+			var m []string
+			if proto != "any" {
+				m = append(m, "proto", proto)
+			}
+			if port != "any" {
+				m = append(m, "dports", port)
+			}
 			if kind == "server" && c.dir == "output" || kind == "client" && c.dir == "input" {
 				m = append(m, "reverse")
 			}
@@ -1039,13 +1152,13 @@ func (f *fqRun) service(c *fqIface, at At, kind string, args []string) ([][]stri
 }
 
 // fqServices are the services `server` and `client` name: FireHOL's
-// own table where it is installed, else the common ones.
+// table (fqServiceTable), with what a newer FireHOL installed here
+// defines besides. A config's own server_NAME_ports variables add to
+// them as it is read (setting).
 func fqServices() map[string][]string {
-	m := map[string][]string{
-		"ssh": {"tcp/22"}, "http": {"tcp/80"}, "https": {"tcp/443"}, "dns": {"udp/53", "tcp/53"},
-		"smtp": {"tcp/25"}, "smtps": {"tcp/465"}, "submission": {"tcp/587"}, "imap": {"tcp/143"},
-		"imaps": {"tcp/993"}, "pop3": {"tcp/110"}, "pop3s": {"tcp/995"}, "ntp": {"udp/123"},
-		"ftp": {"tcp/21"}, "telnet": {"tcp/23"}, "rdp": {"tcp/3389"}, "sip": {"udp/5060", "tcp/5060"},
+	m := map[string][]string{}
+	for name, ports := range fqServiceTable {
+		m[name] = strings.Fields(ports)
 	}
 	for _, file := range []string{"/usr/lib/firehol/services.common", "/usr/lib/firehol/services.fireqos"} {
 		b, err := os.ReadFile(file)
@@ -1054,22 +1167,23 @@ func fqServices() map[string][]string {
 		}
 		for _, l := range strings.Split(string(b), "\n") {
 			k, v, ok := strings.Cut(strings.TrimSpace(l), "=")
-			if !ok || !strings.HasPrefix(k, "server_") || !strings.HasSuffix(k, "_ports") {
-				continue
-			}
-			name := strings.TrimSuffix(strings.TrimPrefix(k, "server_"), "_ports")
-			var ps []string
-			for _, p := range strings.Fields(strings.Trim(v, `"'`)) {
-				if pr, port, ok := strings.Cut(p, "/"); ok && (pr == "tcp" || pr == "udp") && port != "any" {
-					ps = append(ps, p)
+			if name, ok2 := fqServiceVar(k); ok && ok2 && m[name] == nil {
+				if ps := strings.Fields(strings.Trim(v, `"'`)); len(ps) > 0 {
+					m[name] = ps
 				}
-			}
-			if len(ps) > 0 {
-				m[name] = ps
 			}
 		}
 	}
 	return m
+}
+
+// fqServiceVar reads server_NAME_ports, FireHOL's way to define a
+// service.
+func fqServiceVar(k string) (string, bool) {
+	if !strings.HasPrefix(k, "server_") || !strings.HasSuffix(k, "_ports") || len(k) <= len("server__ports") {
+		return "", false
+	}
+	return strings.TrimSuffix(strings.TrimPrefix(k, "server_"), "_ports"), true
 }
 
 // fqMatchArgs is what a match statement says.
@@ -1425,3 +1539,25 @@ func fqTOS(t string) (string, bool) {
 var fqDSCP = map[string]bool{"CS0": true, "CS1": true, "CS2": true, "CS3": true, "CS4": true, "CS5": true, "CS6": true, "CS7": true,
 	"AF11": true, "AF12": true, "AF13": true, "AF21": true, "AF22": true, "AF23": true, "AF31": true, "AF32": true, "AF33": true,
 	"AF41": true, "AF42": true, "AF43": true, "EF": true}
+
+// varHint names a variable the file sets that an unset name may have
+// meant: a typo, or one of the same family (OUTPUT_RATE for
+// OUTPUT_SPEED).
+func varHint(name string, vars map[string]string) string {
+	var names []string
+	for k := range vars {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	if s := policy.Suggest(name, names); s != "" {
+		return "; did you mean $" + s + "?"
+	}
+	if head, _, ok := strings.Cut(name, "_"); ok && len(head) >= 3 {
+		for _, k := range names {
+			if strings.HasPrefix(k, head+"_") {
+				return "; did you mean $" + k + "?"
+			}
+		}
+	}
+	return ""
+}

@@ -1,6 +1,7 @@
 package migrate
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -178,7 +179,7 @@ func TestFireQOSScript(t *testing.T) {
 		{"interface eth0 x output rate 1Mbit\nclass group end\n", `:2$`, `no class group is open`},
 		{"interface eth0 x output rate 1Mbit\nclass a frobnicate 1\n", `:2$`, `not a FireQOS class`},
 		{"interface eth0 x output rate 1Mbit\nclass a\nmatch tcp port 22 sport 1\n", `:3$`, `FireQOS refuses these together`},
-		{"interface eth0 x output rate 1Mbit\nclass a\nserver quake\n", `:3$`, `service sluice does not know`},
+		{"interface eth0 x output rate 1Mbit\nclass a\nserver quake\n", `:3$`, `not in FireHOL.s service table`},
 		{"interface eth0 x output rate 1Mbit\nif true; then class a; fi\n", `:2$`, `control flow`},
 		{"interface eth0 x output rate 1Mbit\ninterface eth0 y output rate 2Mbit\n", `:2$`, `a second output interface`},
 		{"tc qdisc add dev eth0 root htb\n", `:1$`, `not a FireQOS statement`},
@@ -208,4 +209,64 @@ func FuzzFireQOS(f *testing.F) {
 			t.Fatalf("an import without refusals does not validate: %v\n%s", err, d.Render())
 		}
 	})
+}
+
+// What FireQOS's own examples write as bash: integer arithmetic on
+// literals and the file's variables, functions without arguments
+// expanded where they are called, services the file defines with
+// server_NAME_ports, and FireHOL's whole service table.
+func TestFireQOSShellForms(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "fireqos.conf")
+	os.WriteFile(file, []byte(`LINE=12200
+IN="$(( LINE * 85 / 100 ))kbit"
+OUT="$((890  * (100 - 5) / 100))kbit"
+server_rtp_ports="udp/10000:10100"
+classes() {
+	class voip
+		server rtp
+		server sip
+	class remote
+		client mosh
+		server GRE
+		server ping
+}
+interface eth0 world input rate $IN
+	classes
+interface eth0 world-out output rate $OUT
+	classes
+`), 0o644)
+	d, err := FireQOS(file, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Report.Refusals(); err != nil {
+		t.Fatalf("%v\n%s", err, d.Report.String())
+	}
+	if err := d.Check(); err != nil {
+		t.Fatalf("%v\n%s", err, d.Render())
+	}
+	out := string(d.Render())
+	for _, want := range []string{"rate: 10370kbit", "rate: 845kbit", "dport: 10000-10100", "dport: 5060", "sport: 60000-61000", `proto: "47"`, "proto: icmp"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("no %q in:\n%s", want, out)
+		}
+	}
+	for _, c := range []struct{ expr, want string }{
+		{"1 + 2 * 3", "7"}, {"(1 + 2) * 3", "9"}, {"-7 / 2", "-3"}, {"7 % 3", "1"}, {"X * 2", "84"}, {"$X - 2", "40"}, {"${X}/4", "10"},
+	} {
+		v, err := shellArith(c.expr, map[string]string{"X": "42"})
+		if err != nil || fmt.Sprint(v) != c.want {
+			t.Errorf("$((%s)) = %d, %v; want %s", c.expr, v, err, c.want)
+		}
+	}
+	for _, bad := range []string{"1 / 0", "Y + 1", "1 +", "(1", "010", "1 < 2", "a=1"} {
+		if _, err := shellArith(bad, map[string]string{}); err == nil {
+			t.Errorf("$((%s)) read", bad)
+		}
+	}
+	// A variable the file does not set, named like one it does.
+	os.WriteFile(file, []byte("OUTPUT_SPEED=1Mbit\ninterface eth0 x output rate $OUTPUT_RATE\nclass a\n"), 0o644)
+	d, _ = FireQOS(file, Options{})
+	wantFinding(t, d, Refused, `:2$`, `did you mean \$OUTPUT_SPEED`)
+	wantFinding(t, d, Refused, `:3$`, `its interface statement \(line 2\) was refused`)
 }

@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -69,13 +70,13 @@ func LibreQoS(dir, config string) (*Draft, error) {
 	d := &Draft{Tool: "LibreQoS", Hosts: map[string][]Host{}}
 	r := &d.Report
 	cfg.check(r)
-	devFile := filepath.Join(dir, "ShapedDevices.csv")
+	devFile := lqFile(r, dir, "ShapedDevices.csv", "ShapedDevices.example.csv")
 	b, err := safefile.ReadRegular(devFile, "ShapedDevices.csv", maxShapedDevicesBytes)
 	if err != nil {
 		return nil, err
 	}
 	circuits := readShapedDevices(r, devFile, b)
-	netFile := filepath.Join(dir, "network.json")
+	netFile := lqFile(r, dir, "network.json", "network.example.json")
 	var nodes []*lqNode
 	if nb, err := safefile.ReadRegular(netFile, "network.json", maxSourceBytes); err == nil {
 		nodes = readNetworkJSON(r, netFile, nb)
@@ -104,9 +105,28 @@ func LibreQoS(dir, config string) (*Draft, error) {
 	return d.settle(At{File: dir}), nil
 }
 
+// lqFile is dir's file name, or its example as LibreQoS ships it in
+// src/ where the directory holds that and not the file (said in the
+// report: the import is of the example).
+func lqFile(r *Report, dir, name, example string) string {
+	f := filepath.Join(dir, name)
+	if _, err := os.Lstat(f); err == nil {
+		return f
+	}
+	ex := filepath.Join(dir, example)
+	if _, err := os.Lstat(ex); err == nil {
+		r.Exact(At{File: ex}, name, "no %s in %s: read LibreQoS's example %s in its place", name, dir, example)
+		return ex
+	}
+	return f
+}
+
 func readLqosConfig(dir, config string) (*lqosConfig, error) {
 	if config == "" {
-		for _, f := range []string{filepath.Join(dir, "lqos.conf"), filepath.Join(dir, "ispConfig.py"), "/etc/lqos.conf"} {
+		// The examples LibreQoS ships in src/ come last: a copy of
+		// that directory imports as the tool's own example.
+		for _, f := range []string{filepath.Join(dir, "lqos.conf"), filepath.Join(dir, "ispConfig.py"), "/etc/lqos.conf",
+			filepath.Join(dir, "lqos.example"), filepath.Join(dir, "ispConfig.example.py")} {
 			if _, err := os.Lstat(f); err == nil {
 				config = f
 				break
@@ -284,6 +304,7 @@ func readShapedDevices(r *Report, file string, b []byte) []*lqCircuit {
 	var circuits []*lqCircuit
 	byID := map[string]*lqCircuit{}
 	seenAddr := map[netip.Prefix]At{}
+	saidV20 := false
 	for {
 		rec, err := cr.Read()
 		if err == io.EOF {
@@ -319,7 +340,7 @@ func readShapedDevices(r *Report, file string, b []byte) []*lqCircuit {
 			}
 			continue
 		}
-		rec = lqFitRow(r, at, header, col, rec)
+		rec = lqFitRow(r, at, header, col, rec, &saidV20)
 		if rec == nil {
 			continue
 		}
@@ -409,10 +430,33 @@ func readShapedDevices(r *Report, file string, b []byte) []*lqCircuit {
 // Comment): where the header has a Comment column the extra fields are
 // read as part of it, and the report says so; other mismatches are
 // refused at their line.
-func lqFitRow(r *Report, at At, header []string, col map[string]int, rec []string) []string {
+func lqFitRow(r *Report, at At, header []string, col map[string]int, rec []string, saidV20 *bool) []string {
+	// The node id columns v2.2 added, where a row is written without
+	// them (LibreQoS's own v2.2 example: its header has them, its rows
+	// are v2.0's): the row is read in v2.0's layout.
+	var ids []int
+	for _, k := range []string{"parentID", "anchorID"} {
+		if i, ok := col[k]; ok {
+			ids = append(ids, i)
+		}
+	}
 	switch {
 	case len(rec) == len(header):
 		return rec
+	case len(ids) > 0 && len(rec) == len(header)-len(ids):
+		out := make([]string, 0, len(header))
+		for i := range header {
+			if slices.Contains(ids, i) {
+				out = append(out, "")
+				continue
+			}
+			out = append(out, rec[len(out)-countBelow(ids, i)])
+		}
+		if !*saidV20 {
+			*saidV20 = true
+			r.Approx(at, "the rows", "%d fields where the header names %d: read without its node id columns (v2.0's layout, as the values show); the rows after this one that do the same are read alike", len(rec), len(header))
+		}
+		return out
 	case len(rec) < len(header):
 		// Trailing optional columns left off (sqm, node ids) are empty.
 		last := 0
@@ -438,6 +482,17 @@ func lqFitRow(r *Report, at At, header []string, col map[string]int, rec []strin
 	out = append(out, rec[ci+extra+1:]...)
 	r.Approx(at, "the row", "%d fields where the header names %d: an unquoted comma; read %q as the Comment (LibreQoS reads columns by position and would not)", len(rec), len(header), out[ci])
 	return out
+}
+
+// countBelow counts the indexes in ids below i.
+func countBelow(ids []int, i int) int {
+	n := 0
+	for _, j := range ids {
+		if j < i {
+			n++
+		}
+	}
+	return n
 }
 
 // lqPrefix reads an address or prefix of the IPv4 or IPv6 column.

@@ -82,7 +82,15 @@ func SQM(file string, opt Options) (*Draft, error) {
 		}
 	}
 	if len(d.Interfaces) == 0 && r.Refusals() == nil {
-		r.Refuse(At{File: file}, "sqm config", "no enabled queue shapes anything")
+		var off []string
+		for _, q := range qs {
+			name := q.name
+			if name == "" {
+				name = "the unnamed queue"
+			}
+			off = append(off, fmt.Sprintf("%s (%s: option enabled '%s')", name, q.place("enabled"), q.get("enabled", "0")))
+		}
+		r.Refuse(At{File: file}, "sqm config", "no queue is enabled, so sqm shapes nothing with this file: %s; set option enabled '1' on the queue to import", strings.Join(off, ", "))
 	}
 	if r.Refusals() != nil {
 		return d, nil

@@ -77,7 +77,7 @@ func TestSQMRefusals(t *testing.T) {
 		{"config queue\n\toption enabled 1\n\toption interface 'eth0\n", `:3$`, `unterminated quote`},
 		{"config queue\n\toption enabled 1\n\toption interface eth0\n\toption upload 1000\n\toption linklayer atm\n\toption overhead 999\n", `:6$`, `-64 to 256`},
 		{"config queue\n\toption enabled 1\n\toption interface eth0\n\toption upload 10\n", `:4$`, `too slow`},
-		{"config queue\n\toption enabled 0\n\toption interface eth0\n", `sqm$`, `no enabled queue`},
+		{"config queue\n\toption enabled 0\n\toption interface eth0\n", `sqm$`, `no queue is enabled`},
 		{"upload=1000\n", `:1$`, `not UCI`},
 	} {
 		file := filepath.Join(t.TempDir(), "sqm")

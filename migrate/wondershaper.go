@@ -2,6 +2,7 @@ package migrate
 
 import (
 	"fmt"
+	"net/netip"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -76,6 +77,11 @@ func wsFile(file string) (*wsConfig, error) {
 		c.varAt[m[1]] = At{file, i + 1}
 	}
 	has := func(re string) bool { return regexp.MustCompile(re).MatchString(text) }
+	if has(`(?m)^\s*while\s+getopts\b`) && !has(`(?m)^\s*\[wondershaper\]`) {
+		// Releases from 1.2 on are a program that reads its settings
+		// from its options: the settings are in the command line.
+		return nil, fmt.Errorf("%s: this is the wondershaper program itself (it reads the device and rates from its options), not a configuration: import the command line that runs it, as in `sluice import wondershaper -- wondershaper -a eth0 -d 1024 -u 512`, or 1.4.1's wondershaper.conf", file)
+	}
 	switch {
 	case has(`(?m)^\s*\[wondershaper\]`) || c.vars["IFACE"] != nil || c.vars["USPEED"] != nil || c.vars["DSPEED"] != nil:
 		c.variant = ws141
@@ -369,6 +375,16 @@ func (c *wsConfig) draft(opt Options) (*Draft, error) {
 					}
 				default:
 					p, perr := parsePrefix4(w)
+					if perr != nil {
+						// tc reads what is not a dotted quad as its
+						// short form: "80" is 80.0.0.0. The rule the
+						// script installed matched that address.
+						if tp, ok := tcShortIPv4(w); ok {
+							p, perr = tp, nil
+							r.Approx(c.varAt[v], v+" "+w, "not an address as written: tc read it as %s, which the old rule matched, and so does this one (if a port was meant, it belongs in NOPRIOPORT%s)",
+								prefixText(tp), strings.TrimPrefix(v, "NOPRIOHOST"))
+						}
+					}
 					err = perr
 					if v == "NOPRIOHOSTSRC" {
 						m.Src = []string{prefixText(p)}
@@ -416,4 +432,33 @@ func (c *wsConfig) draft(opt Options) (*Draft, error) {
 		}
 	}
 	return d, nil
+}
+
+// tcShortIPv4 reads an IPv4 address as tc(8) does where it is not a
+// dotted quad: up to four parts, each a C number (0x1f, 017, 31) of at
+// most 255, the missing ones zero ("80" is 80.0.0.0, "10.1" 10.1.0.0).
+// Without a length it is one address.
+func tcShortIPv4(s string) (netip.Prefix, bool) {
+	addr, bits := s, 32
+	if a, l, ok := strings.Cut(s, "/"); ok {
+		n, err := strconv.Atoi(l)
+		if err != nil || n < 0 || n > 32 {
+			return netip.Prefix{}, false
+		}
+		addr, bits = a, n
+	}
+	var b [4]byte
+	parts := strings.Split(addr, ".")
+	if len(parts) > 4 {
+		return netip.Prefix{}, false
+	}
+	for i, part := range parts {
+		n, err := strconv.ParseUint(part, 0, 8)
+		// C's strtoul, not Go's literals: no 0b, 0o or underscores.
+		if err != nil || part == "" || strings.ContainsAny(part, "+_bBoO") {
+			return netip.Prefix{}, false
+		}
+		b[i] = byte(n)
+	}
+	return netip.PrefixFrom(netip.AddrFrom4(b), bits).Masked(), true
 }

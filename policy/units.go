@@ -175,6 +175,10 @@ func keys[V any](m map[string]V) []string {
 	return out
 }
 
+// Suggest returns the candidate closest to s, if it is close ("" if
+// none): a typo or a longer or shorter spelling of a name.
+func Suggest(s string, candidates []string) string { return suggest(s, candidates) }
+
 // suggest returns the candidate closest to s, if it is close: a typo
 // (edits, swapped letters) or a longer or shorter spelling of a name.
 func suggest(s string, candidates []string) string {

@@ -182,6 +182,7 @@ func summarize(d *kernel.Diff, desired *plan.Plan, st *records.File) *Summary {
 	// Whatever no subject claims still shows, on its tree's line: the
 	// summary never hides a change.
 	others := map[treeOf]int{}
+	var foreign []SummaryLine
 	other := func(t treeOf) {
 		if others[t] == 0 {
 			get(key{"tree", t, ""}, "~")
@@ -297,6 +298,13 @@ func summarize(d *kernel.Diff, desired *plan.Plan, st *records.File) *Summary {
 				}
 			}
 		case *tc.Filter:
+			if o.Parent == tc.HandleIngressHook && strings.HasPrefix(o.Note, kernel.ForeignNote) {
+				// Another tool's redirect, ahead of sluice's: --force
+				// takes the ingress over.
+				foreign = append(foreign, SummaryLine{Op: "-", Subject: "filter", Interface: o.Dev, Dir: policy.Ingress,
+					Detail: o.Note + ", which ran before sluice's (--force)"})
+				continue
+			}
 			t := where(o.Dev)
 			if treeRoot[t] != "" {
 				continue
@@ -431,6 +439,11 @@ func summarize(d *kernel.Diff, desired *plan.Plan, st *records.File) *Summary {
 		}
 		return rank[a.Subject] < rank[b.Subject]
 	})
+	// Other tools' filters sluice takes out, after the trees.
+	for _, l := range foreign {
+		s.Lines = append(s.Lines, l)
+		count("filter", "delete", 1)
+	}
 	return s
 }
 
@@ -560,7 +573,7 @@ func (s *Summary) String() string {
 		b.WriteString(l.String() + "\n")
 	}
 	var parts []string
-	for _, subj := range []struct{ key, one, many string }{{"tree", "tree", "trees"}, {"class", "class", "classes"}, {"hosts", "host", "hosts"}} {
+	for _, subj := range []struct{ key, one, many string }{{"tree", "tree", "trees"}, {"class", "class", "classes"}, {"hosts", "host", "hosts"}, {"filter", "filter of another tool", "filters of other tools"}} {
 		c := s.Counts[subj.key]
 		if len(c) == 0 {
 			continue

@@ -137,6 +137,15 @@ func (k *Kernel) Prepare(r Request) (*Prepared, error) {
 		return nil, fmt.Errorf("reading the kernel: %w", err)
 	}
 	mark("read")
+	for _, f := range p.Live.Foreign {
+		switch {
+		case f.Removed:
+		case f.Redirect && !r.Force:
+			warn(fmt.Sprintf("%s: %s runs before sluice's redirect: the packets it takes never reach the ingress tree; apply --force removes it (the shaping it did is what the ingress tree replaces)", f.Iface, f))
+		default:
+			warn(fmt.Sprintf("%s: %s runs before sluice's redirect: the packets it takes never reach the ingress tree (sluice leaves it; tc filter del dev %s ingress prio %d removes it)", f.Iface, f, f.Iface, f.Prio))
+		}
+	}
 	p.Diff = Compute(p.Live.Objects, p.Desired.Objects(), p.Live.Opt)
 	mark("diff")
 	if r.Force {

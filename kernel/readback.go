@@ -57,6 +57,11 @@ type Live struct {
 	Adopted map[string]bool
 	// HookShared names interfaces whose ingress qdisc sluice did not create.
 	HookShared map[string]bool
+	// Foreign lists other tools' filters on an ingress hook that run
+	// before sluice's redirect to its ifb: the packets they take never
+	// reach the ingress tree. With force those that redirect elsewhere
+	// (the shaping sluice's tree replaces) are in Objects, to be deleted.
+	Foreign []ForeignFilter
 	// deltas hold, per tree, how deltaPlan's fingerprints differ from
 	// the recorded ones, when ReadTouched read only what the edit
 	// touches: the records of that apply are the old ones plus these
@@ -94,7 +99,7 @@ func (k *Kernel) ReadLive(p *plan.Plan, only map[string]bool, force bool) (*Live
 			return nil, err
 		}
 		if r.ifb {
-			if err := k.readHook(l, r); err != nil {
+			if err := k.readHook(l, r, force); err != nil {
 				return nil, err
 			}
 		}
@@ -275,7 +280,7 @@ func (k *Kernel) clsactOwned(dev string) bool {
 	return false
 }
 
-func (k *Kernel) readHook(l *Live, r treeRef) error {
+func (k *Kernel) readHook(l *Live, r treeRef, force bool) error {
 	if !k.conn.LinkExists(r.iface) {
 		return nil
 	}
@@ -301,6 +306,7 @@ func (k *Kernel) readHook(l *Live, r treeRef) error {
 	if err != nil {
 		return err
 	}
+	k.foreignFirst(l, r, fs, force)
 	// sluice's redirect is node 1 of the u32 instance at HookPrio (or,
 	// left by an earlier sluice, at LegacyHookPrio), pointing at this
 	// tree's ifb. Another tool's filter at the same prio shares the
@@ -396,4 +402,137 @@ func readHookProgram(dev string, ingress bool, f *tc.Filter) (*bpf.Hook, error) 
 		return nil, fmt.Errorf("%s: %w", dev, err)
 	}
 	return h, nil
+}
+
+// ForeignFilter is another tool's filter instance (one prio) on an
+// interface's ingress hook, ahead of sluice's redirect.
+type ForeignFilter struct {
+	Iface string
+	Prio  uint16
+	Kind  string
+	// What it does, in tc's words ("redirect to ifb0", "police").
+	What string
+	// Redirect: it sends packets to another device (an older ingress
+	// shaper): what sluice's ingress tree replaces.
+	Redirect bool
+	// Removed: force put it in the objects to delete.
+	Removed bool
+}
+
+// ForeignNote starts the note of another tool's filter that force
+// deletes.
+const ForeignNote = "another tool's "
+
+func (f ForeignFilter) String() string {
+	s := fmt.Sprintf(ForeignNote+"%s filter at ingress prio %d", f.Kind, f.Prio)
+	if f.What != "" {
+		s += " (" + f.What + ")"
+	}
+	return s
+}
+
+// foreignFirst records the filters of other tools on r's ingress hook
+// at a prio before sluice's; with force, those that redirect to
+// another device are taken over (deleted, their whole instance).
+func (k *Kernel) foreignFirst(l *Live, r treeRef, fs []*tc.Filter, force bool) {
+	byPrio := map[uint16][]*tc.Filter{}
+	var prios []uint16
+	for _, f := range fs {
+		if f.Prio >= plan.HookPrio {
+			continue // sluice's, or evaluated after it
+		}
+		if byPrio[f.Prio] == nil {
+			prios = append(prios, f.Prio)
+		}
+		byPrio[f.Prio] = append(byPrio[f.Prio], f)
+	}
+	sort.Slice(prios, func(i, j int) bool { return prios[i] < prios[j] })
+	for _, prio := range prios {
+		ff := ForeignFilter{Iface: r.iface, Prio: prio}
+		var tp *tc.Filter
+		var what []string
+		seen := map[string]bool{}
+		add := func(s string) {
+			if s != "" && !seen[s] {
+				seen[s] = true
+				what = append(what, s)
+			}
+		}
+		mine, theirs, restorable := false, false, true
+		var nodes []*tc.Filter
+		for _, f := range byPrio[prio] {
+			if f.IsTP() {
+				tp = f
+				continue
+			}
+			if f.U32 != nil && f.U32.RedirectDev == r.dev {
+				mine = true // sluice's redirect where it used to put it
+				continue
+			}
+			if f.U32 != nil && f.U32.Divisor > 0 {
+				// u32's hash tables: its root (800:) comes with the
+				// instance; one of the tool's own is not put back.
+				if f.Handle != 0x80000000 {
+					restorable = false
+				}
+				continue
+			}
+			theirs = true
+			ff.Kind = f.Kind
+			nodes = append(nodes, f)
+			// What sluice deletes it must be able to put back should
+			// the apply fail: u32 nodes whose only action is mirred.
+			if f.U32 == nil || strings.HasPrefix(f.U32.RedirectDev, "?") {
+				restorable = false
+			}
+			for _, a := range nodeActions(f) {
+				if a != "mirred" {
+					restorable = false
+				}
+			}
+			switch {
+			case f.U32 != nil:
+				if d := f.U32.RedirectDev; d != "" && d[0] != '?' {
+					ff.Redirect = true
+					add("redirect to " + d)
+				}
+				for _, a := range f.U32.Actions {
+					if a != "mirred" {
+						add(a)
+					}
+				}
+				if f.U32.ClassID != 0 && f.U32.Divisor == 0 {
+					add("classid " + f.U32.ClassID.String())
+				}
+			case f.Matchall != nil && f.Matchall.Actions, f.FW != nil && f.FW.Actions:
+				add("actions")
+			case f.BPF != nil:
+				add("bpf " + f.BPF.Name)
+			}
+		}
+		if !theirs {
+			continue
+		}
+		if ff.Kind == "" && tp != nil {
+			ff.Kind = tp.Kind
+		}
+		ff.What = strings.Join(what, ", ")
+		if force && ff.Redirect && restorable && tp != nil && !mine {
+			ff.Removed = true
+			t := *tp
+			t.Note = ff.String()
+			l.Objects = append(l.Objects, &t)
+			for _, n := range nodes {
+				l.Objects = append(l.Objects, n)
+			}
+		}
+		l.Foreign = append(l.Foreign, ff)
+	}
+}
+
+func nodeActions(f *tc.Filter) []string {
+	if f.U32 != nil {
+		return f.U32.Actions
+	}
+	return nil
 }

@@ -41,14 +41,16 @@ func TC(live *Live, opt Options) (*Draft, error) {
 			continue
 		}
 		for _, f := range fs {
-			if f.Handle == 0 || f.U32 == nil || f.U32.Divisor > 0 {
+			if f.Handle == 0 || f.U32 != nil && f.U32.Divisor > 0 {
 				continue
 			}
 			fat := filterAt(dev, f)
 			switch {
+			case f.U32 == nil:
+				d.Report.Refuse(fat, f.Kind+" filter on the ingress hook", "only a u32 redirect of every packet to an ifb imports (this filter would still run before sluice's ingress redirect)")
 			case f.U32.RedirectDev != "" && f.U32.RedirectDev == live.IfbName && matchesAll(f):
 				r := &d.Report
-				r.Exact(fat, "redirect to "+live.IfbName, "the ingress tree, on sluice's own ifb")
+				r.Exact(fat, "redirect to "+live.IfbName, "the ingress tree, on sluice's own ifb (ifb-%s); this redirect (prio %d) would run before sluice's: `apply --force` removes it, and %s is left as it is, with nothing sent to it", dev, f.Prio, live.IfbName)
 			default:
 				d.Report.Refuse(fat, "ingress filter", "only a redirect of every packet to an ifb imports (policers and partial redirects do not yet)")
 			}

@@ -1045,9 +1045,15 @@ func (c *Conn) decodeU32(f *Filter, opts []byte) error {
 	if b := a[nl.TCA_U32_MARK]; len(b) >= 8 {
 		u.Mark = &Mark{Val: native.Uint32(b[0:]), Mask: native.Uint32(b[4:])}
 	}
+	if a[nl.TCA_U32_POLICE] != nil {
+		// tc's `police` keyword on a u32 filter (not an action).
+		u.Actions = append(u.Actions, "police")
+		u.RedirectDev = "?unsupported-action"
+	}
 	if b := a[nl.TCA_U32_ACT]; b != nil {
 		for _, act := range parseAttrList(b) {
 			aa := parseAttrs(act)
+			u.Actions = append(u.Actions, cstring(aa[nl.TCA_ACT_KIND]))
 			if cstring(aa[nl.TCA_ACT_KIND]) != "mirred" {
 				u.RedirectDev = "?unsupported-action"
 				continue

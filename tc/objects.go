@@ -421,6 +421,9 @@ type U32 struct {
 	Mark    *Mark
 	// RedirectDev is a "mirred egress redirect" action target.
 	RedirectDev string
+	// Actions lists the kinds of the node's actions (mirred, police,
+	// gact, ...), read back only: what another tool's filter does.
+	Actions []string
 }
 
 // Mark is u32's skb->mark match (needs CONFIG_CLS_U32_MARK).

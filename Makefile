@@ -2,7 +2,7 @@
 GO  ?= go
 BIN := bin/sluice
 
-.PHONY: build deps demo test test-host test-kubernetes unit fuzz soak lint vmtest vmtest-all bpf bpf-check bench bench-utilization bench-classify bench-apply bench-agent bench-edt bench-edt-lane bench-probe clean install deb
+.PHONY: build deps demo test test-host test-kubernetes unit fuzz fuzz-policies soak lint vmtest vmtest-all bpf bpf-check bench bench-utilization bench-classify bench-apply bench-agent bench-edt bench-edt-lane bench-probe clean install deb
 
 # The version `sluice version` and sluice_build_info say: the commit
 # (go's own VCS stamp is off where GOFLAGS has -buildvcs=false).
@@ -116,6 +116,18 @@ FUZZ := policy:FuzzParse policy:FuzzHostsCSV policy:FuzzUnits plan:FuzzU32Compil
 fuzz:
 	bash scripts/fuzz.sh --self-test
 	GO=$(GO) FUZZTIME=$(FUZZTIME) bash scripts/fuzz.sh $(FUZZ)
+
+# Generated policies (policy/gen: every match key, leaf, per_host form,
+# nesting, direction and classifier): N*100 through validate and plan,
+# then N applied on this kernel, re-planned (no changes), exported and
+# rebuilt by tc in a second namespace (the same dump), and the first's
+# conformance "alone" cells; a failure prints its policy shrunk. Root.
+# `make test` runs seed 1: 300 through validate and plan, 4 on the kernel.
+SEED ?= 1
+N ?= 50
+fuzz-policies: build
+	$(GO) test -count=1 -run '^TestGeneratedPoliciesValidateAndPlan$$' ./policy/gen -seed $(SEED) -policies $$(( $(N) * 100 ))
+	SLUICE_GEN_SEED=$(SEED) SLUICE_GEN_N=$(N) $(GO) test -count=1 -run '^TestGeneratedPolicies$$' -timeout 60m -v ./e2e
 
 # The stock-kernel lane: the privileged tests inside qemu on Debian's
 # kernel (KERNEL=6.1, 6.12, a package version or a vmlinuz path; see

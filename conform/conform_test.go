@@ -729,3 +729,33 @@ func TestEffectivePolicyKeepsItsFiles(t *testing.T) {
 		t.Errorf("cleanup left %s: %v", filepath.Dir(file), err)
 	}
 }
+
+// A neutral port is never 0 and never one the rules name, also where the
+// rules name every port from 1024 up (a generated policy's sport:
+// 1024-65535 once gave a flow from port 0, which connect refuses).
+func TestNeutralPortNeverZero(t *testing.T) {
+	p := loadFiles(t, `interfaces:
+  - name: eth0
+    egress:
+      rate: 10mbit
+      default: c1
+      classes:
+        - {name: c1, rate: 9mbit, match: [{proto: tcp, sport: 1024-65535, dport: 3478}]}
+`, map[string]string{})
+	nb := newNeutral(p.Interfaces[0].Egress)
+	seen := map[uint16]bool{}
+	for i := 0; i < 2000; i++ {
+		port := nb.port(&nb.nextSource)
+		if port == 0 || port >= 1024 || seen[port] {
+			t.Fatalf("port %d (after %d)", port, i)
+		}
+		seen[port] = true
+		if i == 1022 {
+			break // 1..1023 handed out
+		}
+	}
+	f := referenceFlow(p.Interfaces[0].Egress, nil)
+	if f.Src.Port() == 0 || f.Dst.Port() == 0 {
+		t.Fatalf("reference flow %v", f)
+	}
+}

@@ -116,13 +116,20 @@ func (n *neutral) addr(v6 bool) netip.Addr {
 
 // port is a fresh port no rule names, from base upward.
 func (n *neutral) port(next *uint16) uint16 {
-	for {
+	// From next on, wrapping past 65535 to 1 (0 is no port): rules
+	// that name most ports (sport: 1024-65535) leave the low ones.
+	first := *next
+	for i := 0; i < 1<<16; i++ {
 		p := *next
 		*next++
-		if !inRanges(n.ports, p) {
+		if *next == 0 {
+			*next = 1
+		}
+		if p != 0 && !inRanges(n.ports, p) {
 			return p
 		}
 	}
+	return first // every port is named: the first, named or not
 }
 
 // solve finds flows whose packets land in s's class (by the model of

@@ -838,7 +838,6 @@ func (b *builder) rule(parent tc.Handle, prio uint16, c *policy.Class, entries [
 	base := tc.Filter{Dev: b.dev.Name, Parent: parent, Prio: prio, Proto: tc.ProtoAll, Kind: "u32"}
 	tp := base
 	tp.Note = "class " + c.Name
-	b.filters = append(b.filters, &tp)
 	var tables, nodes []tc.Object
 	node := uint32(0)
 	for ei, e := range entries {
@@ -880,6 +879,13 @@ func (b *builder) rule(parent tc.Handle, prio uint16, c *policy.Class, entries [
 			nodes = append(nodes, &n)
 		}
 	}
+	if len(nodes) == 0 {
+		// Rules no packet can match (an IPv4 rule on IPv6 hosts): no
+		// filter, where an empty u32 instance would not stay in the
+		// kernel and every plan would add it again.
+		return
+	}
+	b.filters = append(b.filters, &tp)
 	b.filters = append(b.filters, tables...)
 	b.filters = append(b.filters, nodes...)
 }

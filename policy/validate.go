@@ -745,6 +745,20 @@ func validatePerHost(what string, t *Tree, c *Class, ph *PerHost, d *Diag) {
 		hostRates(what, c, ph, max(uint64(len(ph.Entries)), 1), d)
 		return
 	}
+	if len(c.Match) > 0 {
+		// A rule of the other family than the hosts' selects packets
+		// no host's address can be in.
+		dead := 0
+		for _, m := range c.Match {
+			if fam := m.family(); fam != 0 && fam != ph.CIDR.Addr().BitLen() {
+				dead++
+			}
+		}
+		if dead == len(c.Match) {
+			d.Warnf(ph.CIDRPos, "%s: its hosts (cidr %s) are IPv%d and every rule of the class matches IPv%d alone: no packet reaches a host",
+				what, ph.CIDR, map[int]int{32: 4, 128: 6}[ph.CIDR.Addr().BitLen()], map[int]int{32: 6, 128: 4}[ph.CIDR.Addr().BitLen()])
+		}
+	}
 	bits := ph.CIDR.Addr().BitLen()
 	if ph.Prefix == 0 {
 		ph.Prefix = bits
@@ -912,4 +926,22 @@ func controlled(t *Tree, c *Class) bool {
 		return c.Parent.Sharing != nil
 	}
 	return t.Sharing != nil
+}
+
+// family is the address length a rule's src or dst confines it to (32,
+// 128), or 0 where it takes both.
+func (m *Match) family() int {
+	for _, ps := range [][]netip.Prefix{m.Src, m.Dst} {
+		if len(ps) == 0 {
+			continue
+		}
+		fam := ps[0].Addr().BitLen()
+		for _, p := range ps[1:] {
+			if p.Addr().BitLen() != fam {
+				return 0
+			}
+		}
+		return fam
+	}
+	return 0
 }

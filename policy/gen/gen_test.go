@@ -1,0 +1,76 @@
+package gen_test
+
+import (
+	"flag"
+	"math/rand/v2"
+	"strings"
+	"testing"
+
+	"sluice/plan"
+	"sluice/policy"
+	"sluice/policy/gen"
+)
+
+var (
+	seed = flag.Uint64("seed", 1, "the first policy's seed")
+	n    = flag.Int("policies", 300, "how many policies")
+)
+
+// parsePlan is what every generated policy must pass without root:
+// validation (no errors) and a plan for a kernel with everything.
+func parsePlan(p *gen.Policy) error {
+	pol, _, err := policy.Parse("gen.yaml", []byte(p.YAML()))
+	if err != nil {
+		return err
+	}
+	_, err = plan.Build(pol, plan.Everything, nil)
+	return err
+}
+
+// Every generated policy validates and plans; a failure is shrunk to the
+// smallest policy that still fails.
+func TestGeneratedPoliciesValidateAndPlan(t *testing.T) {
+	o := gen.Options{Interfaces: []string{"eth0", "eth1"}, Leaves: []string{"auto", "none", "pfifo", "bfifo", "fq_codel", "sfq", "cake", "fq"}}
+	for s := *seed; s < *seed+uint64(*n); s++ {
+		p := gen.New(rand.New(rand.NewPCG(s, 0)), o)
+		if err := parsePlan(p); err != nil {
+			small := gen.Shrink(p, func(q *gen.Policy) bool { return parsePlan(q) != nil })
+			t.Fatalf("seed %d: %v\nshrunk to:\n%s\nerror: %v", s, err, small.YAML(), parsePlan(small))
+		}
+	}
+}
+
+// The generator reaches what the grammar has: each key, leaf and form
+// appears in a run's policies.
+func TestGeneratorCoversTheGrammar(t *testing.T) {
+	o := gen.Options{Interfaces: []string{"eth0"}, Leaves: []string{"auto", "none", "pfifo", "bfifo", "fq_codel", "sfq", "cake", "fq"}}
+	var all strings.Builder
+	for s := uint64(0); s < 200; s++ {
+		all.WriteString(gen.New(rand.New(rand.NewPCG(s, 0)), o).YAML())
+	}
+	for _, want := range []string{"src: ", "dst: ", "not_src: ", "not_dst: ", "sport: ", "dport: ", "proto: tcp", "proto: udp", "proto: icmp",
+		"proto: icmpv6", "dscp: ", "tos: ", "tcp_ack: true", "mark: ", "leaf: fq_codel", "leaf: none", "leaf: bfifo", "per_host:", "prefix: 60",
+		"by: src", "ingress:", "classifier: bpf", "classifier: u32", "ceil: ", "prio: 7", "          classes:\n"} {
+		if !strings.Contains(all.String(), want) {
+			t.Errorf("no policy of 200 has %q", want)
+		}
+	}
+}
+
+// Shrink finds a small policy that keeps a property failing.
+func TestShrink(t *testing.T) {
+	o := gen.Options{Interfaces: []string{"eth0", "eth1"}}
+	for s := uint64(0); s < 50; s++ {
+		p := gen.New(rand.New(rand.NewPCG(s, 0)), o)
+		if !strings.Contains(p.YAML(), "dport: 443") {
+			continue
+		}
+		small := gen.Shrink(p, func(q *gen.Policy) bool { return strings.Contains(q.YAML(), "dport: 443") })
+		y := small.YAML()
+		if !strings.Contains(y, "dport: 443") || strings.Count(y, "- name: c") > 3 || strings.Count(y, "  - name: eth") != 1 {
+			t.Fatalf("seed %d shrunk to:\n%s", s, y)
+		}
+		return
+	}
+	t.Fatal("no policy with dport: 443 in 50 seeds")
+}

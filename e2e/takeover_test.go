@@ -67,7 +67,8 @@ func TestMigrationTakesOverTheIngress(t *testing.T) {
 	}
 	pol := filepath.Join(dir, "policy.yaml")
 	removal := "- filter " + dev + "/ingress: another tool's u32 filter at ingress prio 10 (redirect to ifb0), which ran before sluice's (--force)\n"
-	if r := sluice(t, "--netns", ns, "plan", "--force", pol); r.code != 0 || !strings.Contains(r.stdout, removal) || !strings.Contains(r.stdout, "filter of another tool 1 to delete") {
+	if r := sluice(t, "--netns", ns, "plan", "--force", pol); r.code != 0 || !strings.Contains(r.stdout, removal) || !strings.Contains(r.stdout, "filter of another tool 1 to delete") ||
+		strings.Contains(r.stdout, "classification rules") {
 		t.Fatalf("plan --force (code %d): want %q:\n%s%s", r.code, removal, r.stdout, r.stderr)
 	}
 	r := sluice(t, "--netns", ns, "apply", "--force", pol)

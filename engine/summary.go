@@ -298,11 +298,13 @@ func summarize(d *kernel.Diff, desired *plan.Plan, st *records.File) *Summary {
 				}
 			}
 		case *tc.Filter:
-			if o.Parent == tc.HandleIngressHook && strings.HasPrefix(o.Note, kernel.ForeignNote) {
+			if (o.Parent == tc.HandleIngressHook || o.Parent == tc.MakeHandle(0xffff, 0)) && strings.HasPrefix(o.Note, kernel.ForeignNote) {
 				// Another tool's redirect, ahead of sluice's: --force
 				// takes the ingress over.
-				foreign = append(foreign, SummaryLine{Op: "-", Subject: "filter", Interface: o.Dev, Dir: policy.Ingress,
-					Detail: o.Note + ", which ran before sluice's (--force)"})
+				if o.IsTP() { // its nodes go with it
+					foreign = append(foreign, SummaryLine{Op: "-", Subject: "filter", Interface: o.Dev, Dir: policy.Ingress,
+						Detail: o.Note + ", which ran before sluice's (--force)"})
+				}
 				continue
 			}
 			t := where(o.Dev)

@@ -613,3 +613,69 @@ func TestDeviceVanishingMidApply(t *testing.T) {
 		t.Fatalf("error message (%d bytes):\n%.2000s", len(msg), msg)
 	}
 }
+
+// --force takes out another tool's redirect on the ingress hook that
+// runs before sluice's (the shaping the ingress tree replaces), and
+// puts it back, with everything else, when the apply fails at any write.
+func TestForceRemovesAForeignRedirectAndRollsBack(t *testing.T) {
+	b := newBed(t, "eth0")
+	for _, c := range [][]string{
+		{"ip", "link", "add", "ifb0", "type", "ifb"},
+		{"tc", "qdisc", "add", "dev", "eth0", "handle", "ffff:", "ingress"},
+		{"tc", "filter", "add", "dev", "eth0", "parent", "ffff:", "protocol", "all", "prio", "10", "u32", "match", "u32", "0", "0", "action", "mirred", "egress", "redirect", "dev", "ifb0"},
+	} {
+		testutil.NS(t, b.ns, c[0], c[1:]...)
+	}
+	pol := parse(t, "interfaces:\n  - name: eth0\n    ingress: {rate: 30mbit}\n")
+	p, err := b.k.Plan(pol, features(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	live, err := b.k.ReadLive(p, nil, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(live.Foreign) != 1 || live.Foreign[0].Prio != 10 || !live.Foreign[0].Redirect || live.Foreign[0].Removed || live.Foreign[0].What != "redirect to ifb0" {
+		t.Fatalf("without force: %+v", live.Foreign)
+	}
+	if live, err = b.k.ReadLive(p, nil, true); err != nil || len(live.Foreign) != 1 || !live.Foreign[0].Removed {
+		t.Fatalf("with force: %+v %v", live.Foreign, err)
+	}
+	writes := len(kernel.Compute(live.Objects, p.Objects(), live.Opt).Changes)
+	start := b.snapshot(t)
+	rolled := 0
+	for fail := 1; fail <= writes; fail++ {
+		rolled++
+		start0 := b.k.Writes()
+		b.k.InjectWriteFault(func(n int, what string) error {
+			if n-start0 == fail {
+				return fmt.Errorf("%w at %s", tc.ErrInjected, what)
+			}
+			return nil
+		})
+		_, err := b.apply(t, pol, true)
+		b.k.InjectWriteFault(nil)
+		var ae *kernel.ApplyError
+		if !errors.As(err, &ae) {
+			rolled--
+			break // fewer writes than changes: the apply went through
+		}
+		// The redirect put back is a new action instance: its index
+		// is the kernel's next.
+		if now := actionIndex.ReplaceAllString(b.snapshot(t), "index N"); now != actionIndex.ReplaceAllString(start, "index N") {
+			t.Fatalf("failure at write %d (%s): the kernel was not restored:\n%s", fail, ae.Op, diffLines(start, now))
+		}
+	}
+	if rolled < 3 {
+		t.Fatalf("only %d faults injected and rolled back", rolled)
+	}
+	t.Logf("%d writes failed in turn, each rolled back", rolled)
+	if _, err := b.apply(t, pol, true); err != nil {
+		t.Fatal(err)
+	}
+	if out := testutil.NS(t, b.ns, "tc", "filter", "show", "dev", "eth0", "ingress"); strings.Contains(out, "ifb0") || !strings.Contains(out, "ifb-eth0") {
+		t.Fatalf("after --force:\n%s", out)
+	}
+}
+
+var actionIndex = regexp.MustCompile(`index \d+`)

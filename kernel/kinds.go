@@ -332,7 +332,9 @@ func (filterKind) rank(g *graph, o tc.Object, dev int) []int {
 
 func (filterKind) containers(g *graph, o tc.Object) []string {
 	x := o.(*tc.Filter)
-	if x.Parent == tc.HandleIngressHook || x.Parent == tc.HandleEgressHook {
+	// ffff: is the ingress qdisc's own handle: a filter another tool
+	// put there (`parent ffff:`) hangs on the hook, not on the root.
+	if x.Parent == tc.HandleIngressHook || x.Parent == tc.HandleEgressHook || x.Parent == tc.MakeHandle(0xffff, 0) {
 		return []string{qdiscKey(x.Dev, tc.HandleIngress)}
 	}
 	out := []string{qdiscKey(x.Dev, tc.HandleRoot)}

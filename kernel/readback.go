@@ -306,7 +306,7 @@ func (k *Kernel) readHook(l *Live, r treeRef, force bool) error {
 	if err != nil {
 		return err
 	}
-	k.foreignFirst(l, r, fs, force)
+	k.foreignFirst(l, r, hook, fs, force)
 	// sluice's redirect is node 1 of the u32 instance at HookPrio (or,
 	// left by an earlier sluice, at LegacyHookPrio), pointing at this
 	// tree's ifb. Another tool's filter at the same prio shares the
@@ -434,7 +434,7 @@ func (f ForeignFilter) String() string {
 // foreignFirst records the filters of other tools on r's ingress hook
 // at a prio before sluice's; with force, those that redirect to
 // another device are taken over (deleted, their whole instance).
-func (k *Kernel) foreignFirst(l *Live, r treeRef, fs []*tc.Filter, force bool) {
+func (k *Kernel) foreignFirst(l *Live, r treeRef, hook *tc.Qdisc, fs []*tc.Filter, force bool) {
 	byPrio := map[uint16][]*tc.Filter{}
 	var prios []uint16
 	for _, f := range fs {
@@ -521,9 +521,17 @@ func (k *Kernel) foreignFirst(l *Live, r treeRef, fs []*tc.Filter, force bool) {
 			ff.Removed = true
 			t := *tp
 			t.Note = ff.String()
+			// On an ingress qdisc (not clsact) the tool wrote parent
+			// ffff:, as it is put back should the apply fail.
+			if hook.Kind == "ingress" {
+				t.Parent = tc.MakeHandle(0xffff, 0)
+			}
 			l.Objects = append(l.Objects, &t)
 			for _, n := range nodes {
-				l.Objects = append(l.Objects, n)
+				m := *n
+				m.Parent = t.Parent
+				m.Note = t.Note
+				l.Objects = append(l.Objects, &m)
 			}
 		}
 		l.Foreign = append(l.Foreign, ff)

@@ -52,7 +52,7 @@ func TestImportTheToolsOwnExamples(t *testing.T) {
 		{name: "fireqos/tests-minimal-qos.conf", run: fq,
 			has: []string{"rate: 11111kbit", "rate: 999kbit", "linklayer: atm", "leaf: fq_codel", "{sport: 22}", "{dport: 22}"}},
 		{name: "htb.init", run: func(p string) (*Draft, error) { return HTBInit(p, Options{}) },
-			has: []string{"name: www", "name: smtp", "default: dfl", "leaf: sfq"}},
+			has: []string{"name: www", "name: smtp", "default: dfl", "leaf: sfq", `classid: "1:10"`, `classid: "1:20"`, `classid: "1:30"`}},
 		{name: "sqm/sqm-uci", run: func(p string) (*Draft, error) { return SQM(p, Options{}) },
 			refused: []refusal{{`sqm-uci$`, `no queue is enabled, so sqm shapes nothing with this file: eth1 \(.*sqm-uci:3: option enabled '0'\)`}}},
 		{name: "libreqos/v1.4", run: func(p string) (*Draft, error) { return LibreQoS(p, "") },

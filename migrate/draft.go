@@ -80,6 +80,9 @@ type Class struct {
 	Burst   string
 	Cburst  string
 	Quantum string
+	// ClassID is the old tool's id kept ("1:20"; empty: sluice numbers
+	// the class): settle sets it from Origin where the tree allows.
+	ClassID string
 	Leaf    string
 	Limit   string
 	Match   []*Match

@@ -446,3 +446,27 @@ func TestCommentsHoldAnyText(t *testing.T) {
 		})
 	}
 }
+
+// The old tool's class ids are kept where sluice's tree can hold them
+// (classid), and each one that cannot is reported with why.
+func TestImportKeepsClassIDs(t *testing.T) {
+	d, err := FireQOS("testdata/fireqos/fireqos.conf", Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := string(d.Render())
+	if !strings.Contains(out, `classid: "1:11"`) {
+		t.Errorf("FireQOS's 1:11 not kept:\n%s", out)
+	}
+	// FireQOS's default class is 1:8000, past sluice's 1:7fff.
+	wantFinding(t, d, Approximated, ``, `class default id 1:8000: not kept \(sluice's classes are 1:10 to 1:7fff`)
+	d, err = Wondershaper("", []string{"wondershaper", "-a", "eth0", "-d", "1024", "-u", "512"}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 1.4.1's ingress class is 2:1 on ifb0: under sluice's 1:10.
+	wantFinding(t, d, Approximated, ``, `class all id 2:1: not kept \(sluice's classes are 1:10 to 1:7fff`)
+	if out := string(d.Render()); !strings.Contains(out, `classid: "1:10"`) || !strings.Contains(out, `classid: "1:30"`) {
+		t.Errorf("1.4.1's egress ids not kept:\n%s", out)
+	}
+}

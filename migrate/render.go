@@ -82,6 +82,11 @@ func renderClasses(cs []*Class) *yaml.Node {
 		n := mapping()
 		put(n, "name", scalar(c.Name), "")
 		n.Content[1].LineComment = commentText(classComment(c))
+		if c.ClassID != "" {
+			id := scalar(c.ClassID)
+			id.Style = yaml.DoubleQuotedStyle // 1:20 is a number to YAML 1.1
+			put(n, "classid", id, "")
+		}
 		put(n, "rate", scalar(c.Rate), "")
 		opt := func(k, v string) {
 			if v != "" {
@@ -280,6 +285,7 @@ func (d *Draft) settle(at At) *Draft {
 		return d
 	}
 	d.collapseHosts()
+	d.keepIDs()
 	if err := d.parse(); err != nil {
 		msg := strings.ReplaceAll(err.Error(), "\n", "; ")
 		d.Report.Refuse(at, "the configuration as a whole", "sluice would not accept the result: %s", msg)

@@ -355,6 +355,9 @@ func buildTree(d *policy.Diag, feats Features, in *policy.Interface, t *policy.T
 	}
 	dev.Notes = append(dev.Notes, linkNotes(t, in.Name)...)
 	if n > 1 {
+		if ids := pinnedIDs(t.Classes); len(ids) > 0 {
+			d.Errorf(ids[0].ClassIDPos, "%s %s: class %s: classid on a tree sharded over %d transmit queues (each shard numbers its own classes); set shards: 1 or remove classid", in.Name, t.Dir, ids[0].Name, n)
+		}
 		if hasSharing(t) {
 			d.Errorf(t.Pos, "%s %s: sharing: controller on a tree sharded over %d transmit queues is not supported; set shards: 1", in.Name, t.Dir, n)
 		}
@@ -365,6 +368,11 @@ func buildTree(d *policy.Diag, feats Features, in *policy.Interface, t *policy.T
 	var names []string
 	b.walkNames(t.Classes, func(name string, _ bool) { names = append(names, name) })
 	b.classes = newPool(prev.Classes, 0x10, policy.MaxClasses+1)
+	// Ids the policy pins first: a class that held one before gives it
+	// up and is numbered anew.
+	for _, c := range pinnedIDs(t.Classes) {
+		b.classes.take(c.Name, c.ClassID)
+	}
 	for _, n := range names { // new ids in policy order
 		b.minor(n)
 	}
@@ -1107,4 +1115,16 @@ func (b *builder) hostClass(owner *policy.Class, h hostItem, parent tc.Handle, l
 		*leaves = append(*leaves, leaf)
 	}
 	b.dev.Classes = append(b.dev.Classes, hi)
+}
+
+// pinnedIDs lists the classes of cs (and below) with a classid.
+func pinnedIDs(cs []*policy.Class) []*policy.Class {
+	var out []*policy.Class
+	for _, c := range cs {
+		if c.ClassID != 0 {
+			out = append(out, c)
+		}
+		out = append(out, pinnedIDs(c.Classes)...)
+	}
+	return out
 }

@@ -495,3 +495,52 @@ func TestCodelTimes(t *testing.T) {
 		}
 	}
 }
+
+// classid pins a class's id (an import keeps the old tool's); a class
+// that held it before is numbered anew; ids are checked where written.
+func TestClassIDPins(t *testing.T) {
+	src := func(www, dfl string) string {
+		return "interfaces:\n  - name: eth0\n    egress:\n      rate: 10mbit\n      default: dfl\n      classes:\n" +
+			"        - {name: smtp, rate: 3mbit, match: [{dport: 25}]}\n" +
+			"        - {name: www, " + www + "rate: 3mbit, match: [{dport: 80}]}\n" +
+			"        - {name: dfl, " + dfl + "rate: 1mbit}\n"
+	}
+	build := func(s string, prev map[string]*Alloc) (*Plan, error) {
+		p, _, err := policy.Parse("p.yaml", []byte(s))
+		if err != nil {
+			return nil, err
+		}
+		return Build(p, Everything, prev)
+	}
+	p1, err := build(src("", ""), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := p1.Devices[0].Alloc.Classes; a["smtp"] != 0x10 || a["www"] != 0x11 {
+		t.Fatalf("unpinned: %v", a)
+	}
+	// www takes smtp's 1:10; smtp moves; dfl keeps 1:30.
+	p2, err := build(src(`classid: "1:10", `, `classid: "1:30", `), map[string]*Alloc{"eth0": p1.Devices[0].Alloc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := p2.Devices[0].Alloc.Classes
+	if a["www"] != 0x10 || a["dfl"] != 0x30 || a["smtp"] == 0x10 || a["smtp"] == 0x30 || a["smtp"] == 0 {
+		t.Fatalf("pinned: %v", a)
+	}
+	for _, o := range p2.Objects() {
+		if q, ok := o.(*tc.Qdisc); ok && q.Parent == tc.HandleRoot && q.HTB.Default != 0x30 {
+			t.Errorf("the root's default is %x, want 30", q.HTB.Default)
+		}
+	}
+	for _, c := range []struct{ www, dfl, want string }{
+		{`classid: "1:10", `, `classid: "1:10", `, `p.yaml:9:32: eth0 egress: class dfl: classid 1:10 is class www's already (line 8)`},
+		{`classid: "2:10", `, ``, `classid: "2:10": write it as tc does, 1:MINOR`},
+		{`classid: "1:1", `, ``, `the minor must be from 10 to 7fff`},
+		{`classid: "1:zz", `, ``, `the minor "zz" is not hex`},
+	} {
+		if _, err := build(src(c.www, c.dfl), nil); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s %s: error %v, want %q", c.www, c.dfl, err, c.want)
+		}
+	}
+}

@@ -504,6 +504,19 @@ func (p *parser) class(n *yaml.Node) *Class {
 		"burst":   func(v *yaml.Node) { c.Burst = p.size(v, label()+": burst") },
 		"cburst":  func(v *yaml.Node) { c.Cburst = p.size(v, label()+": cburst") },
 		"quantum": func(v *yaml.Node) { c.Quantum = p.size(v, label()+": quantum") },
+		"classid": func(v *yaml.Node) {
+			c.ClassIDPos = pos(v)
+			s, ok := p.str(v, label()+": classid")
+			if !ok {
+				return
+			}
+			id, err := ParseClassID(s)
+			if err != nil {
+				p.d.Errorf(pos(v), "%s: classid: %v", label(), err)
+				return
+			}
+			c.ClassID = id
+		},
 		"weight":  func(v *yaml.Node) { c.Weight = p.weight(v, label()+": weight"); c.WeightPos = pos(v) },
 		"sharing": func(v *yaml.Node) { c.Sharing = p.sharing(v, label()+": sharing") },
 		"leaf":    func(v *yaml.Node) { c.Leaf, _ = p.str(v, label()+": leaf"); c.LeafPos = pos(v) },
@@ -904,4 +917,27 @@ func parseDSCP(s string) (uint8, error) {
 		hint = fmt.Sprintf(" (did you mean %s?)", strings.ToUpper(sg))
 	}
 	return 0, fmt.Errorf("unknown DSCP %q%s; use a name (EF, AF41, CS1, ...) or a number 0-63", s, hint)
+}
+
+// Class ids a policy may pin: sluice's tree is 1:, its own class 1:1.
+const (
+	MinClassID = 0x10
+	MaxClassID = MaxClasses + 1
+)
+
+// ParseClassID reads a class id as tc writes it, "1:20" (the minor in
+// hex), and returns its minor: sluice's trees have the handle 1:.
+func ParseClassID(s string) (uint16, error) {
+	major, minor, ok := strings.Cut(strings.TrimSpace(s), ":")
+	if !ok || major != "1" || minor == "" || len(minor) > 4 {
+		return 0, fmt.Errorf("%q: write it as tc does, 1:MINOR with the minor in hex (1:20); sluice's trees have the handle 1:", s)
+	}
+	n, err := strconv.ParseUint(minor, 16, 16)
+	if err != nil {
+		return 0, fmt.Errorf("%q: the minor %q is not hex", s, minor)
+	}
+	if n < MinClassID || n > MaxClassID {
+		return 0, fmt.Errorf("%q: the minor must be from %x to %x (1:1 is the tree's own class; sluice numbers its classes from 1:10)", s, MinClassID, MaxClassID)
+	}
+	return uint16(n), nil
 }

@@ -156,6 +156,11 @@ type Class struct {
 	Match     []*Match
 	Classes   []*Class
 	PerHost   *PerHost
+	// ClassID pins the class's HTB minor id (classid: "1:20"; 0: sluice
+	// numbers it), so that monitoring keyed on an old tool's ids keeps
+	// working after an import.
+	ClassID    uint16
+	ClassIDPos Pos
 	// Default, on a class with children and match rules, names the child
 	// that takes the class's traffic no child rule matches.
 	Default    string

@@ -263,6 +263,7 @@ func validateTree(in *Interface, t *Tree, d *Diag) {
 	where := in.Name + " " + t.Dir
 	validateBackend(where, t, d)
 	validateLink(where, t, d)
+	validateClassIDs(where, t, d)
 	if t.Police != nil {
 		if t.Rate != nil || t.Auto != nil || len(t.Classes) > 0 || t.Default != "" {
 			d.Errorf(t.Police.Pos, "%s: police directly under %s polices without a tree; for policing inside a tree put police on a class", where, t.Dir)
@@ -944,4 +945,27 @@ func (m *Match) family() int {
 		return fam
 	}
 	return 0
+}
+
+// validateClassIDs checks the classid keys of t: each once, and only on
+// a tree of one HTB sluice numbers (an EDT tree has no classes).
+func validateClassIDs(where string, t *Tree, d *Diag) {
+	seen := map[uint16]*Class{}
+	var walk func(cs []*Class)
+	walk = func(cs []*Class) {
+		for _, c := range cs {
+			if c.ClassID != 0 {
+				switch prev := seen[c.ClassID]; {
+				case t.EDT():
+					d.Errorf(c.ClassIDPos, "%s: class %s: classid: an EDT tree has no HTB classes to number", where, c.Name)
+				case prev != nil:
+					d.Errorf(c.ClassIDPos, "%s: class %s: classid 1:%x is class %s's already (line %d)", where, c.Name, c.ClassID, prev.Name, prev.ClassIDPos.Line)
+				default:
+					seen[c.ClassID] = c
+				}
+			}
+			walk(c.Classes)
+		}
+	}
+	walk(t.Classes)
 }

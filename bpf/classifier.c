@@ -242,6 +242,8 @@ static __always_inline int rule_match(const struct rule *r, const struct pkt *p)
 	// IP length (IPv6: payload length) under 128.
 	if ((r->flags & F_TCP_ACK) && (!p->flags || (p->tcpflags & 0x3f) != 0x10 || p->iplen >= 128))
 		return 0;
+	if ((r->flags & F_TCP_SYN) && (!p->flags || !(p->tcpflags & 0x02)))
+		return 0;
 	return 1;
 }
 

@@ -32,6 +32,7 @@ const (
 	RuleTCPAck = 16
 	RuleMark   = 32
 	RuleTOS    = 64
+	RuleTCPSyn = 128
 
 	KindClass = 0
 	KindGate  = 1

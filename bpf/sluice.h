@@ -29,6 +29,7 @@
 #define F_TCP_ACK 16 // a small pure ACK
 #define F_MARK 32
 #define F_TOS 64
+#define F_TCP_SYN 128 // SYN set
 
 // rule.kind
 #define K_CLASS 0 // target: index in targets

@@ -198,7 +198,7 @@ func (b *bed) mark(flows []Flow, del bool) error {
 	for _, f := range flows {
 		if f.Mark != 0 {
 			proto := f.Proto
-			if proto == "ack" {
+			if rawTCP(proto) {
 				proto = "tcp"
 			}
 			mf = append(mf, lab.MarkedFlow{Proto: proto, Src: f.Src, Dst: f.Dst, Mark: f.Mark})

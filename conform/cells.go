@@ -18,7 +18,7 @@ import (
 
 // Demand is what one subject sends in a cell: Flows greedy TCP flows, or
 // one flow sent at Rate (bits/s on the wire, as the shaper counts them):
-// UDP datagrams ("udp") or small pure TCP ACKs ("ack").
+// UDP datagrams ("udp"), small pure TCP ACKs ("ack") or bare SYNs ("syn").
 type Demand struct {
 	Subject string  `json:"subject"`
 	Proto   string  `json:"proto"`
@@ -39,6 +39,8 @@ func (d Demand) Describe() string {
 		return "udp " + units.Bits(d.Rate)
 	case "ack":
 		return "acks " + units.Bits(d.Rate)
+	case "syn":
+		return "syns " + units.Bits(d.Rate)
 	}
 	return fmt.Sprintf("tcp x%d", d.Flows)
 }
@@ -69,7 +71,7 @@ func GreedyDemand(s *Subject, flows int, link float64) Demand {
 
 // maxRate is the most bits/s on the wire a rated flow f is sent at.
 func maxRate(f Flow) float64 {
-	if f.Proto == "ack" {
+	if rawTCP(f.Proto) {
 		return maxACKPackets * float64(lab.ACKFrame(f.Dst.Addr().Is6())) * 8
 	}
 	return maxUDPPackets * float64(udpFrame) * 8
@@ -77,11 +79,15 @@ func maxRate(f Flow) float64 {
 
 // frame is the size on the wire of the packets of a rated demand.
 func (d Demand) frame(v6 bool) int {
-	if d.Proto == "ack" {
+	if rawTCP(d.Proto) {
 		return lab.ACKFrame(v6)
 	}
 	return udpFrame
 }
+
+// rawTCP reports whether flows of proto are TCP segments sent raw at a
+// rate (ACKs, SYNs), with no connection.
+func rawTCP(proto string) bool { return proto == "ack" || proto == "syn" }
 
 // autoCells lists the demand patterns of a tree whose driven subjects
 // are ss: all at once; each alone (four of them, spread, beyond six);
@@ -198,7 +204,7 @@ func ReferenceAt(t *policy.Tree, ss []*Subject, c Cell, capacity float64) (map[s
 	demand := map[string]float64{}
 	for _, d := range c.Demands {
 		switch d.Proto {
-		case "udp", "ack":
+		case "udp", "ack", "syn":
 			demand[d.Subject] = counted(t, d.Rate, d.frame(false))
 		default:
 			demand[d.Subject] = math.Inf(1)

@@ -135,6 +135,7 @@ func TestSubjectsNotDriven(t *testing.T) {
       default: rest
       classes:
         - {name: acks, rate: 1mbit, match: [{tcp_ack: true}]}
+        - {name: syns, rate: 1mbit, match: [{tcp_syn: true, dport: 443}]}
         - {name: ping, rate: 1mbit, match: [{proto: icmp}]}
         - {name: dns, rate: 1mbit, match: [{proto: udp, dport: 53}]}
         - {name: shadow, rate: 1mbit, match: [{proto: udp, dport: 53}]}
@@ -165,6 +166,10 @@ func TestSubjectsNotDriven(t *testing.T) {
 	// Small pure ACKs are sent raw, at a rate: one flow.
 	if f := m["acks"].Flows; len(f) != 1 || f[0].Proto != "ack" || f[0].Greedy() || m["acks"].UDP != nil {
 		t.Errorf("acks: %+v udp %+v (%s)", f, m["acks"].UDP, m["acks"].NotDriven)
+	}
+	// So are bare SYNs, to the port the rule names.
+	if f := m["syns"].Flows; len(f) != 1 || f[0].Proto != "syn" || f[0].Greedy() || f[0].Dst.Port() != 443 {
+		t.Errorf("syns: %+v (%s)", f, m["syns"].NotDriven)
 	}
 }
 
@@ -232,7 +237,7 @@ func TestSubjectsOfEveryRuleKind(t *testing.T) {
 	}
 	for _, s := range m {
 		for _, f := range s.Flows {
-			pk := packet{src: f.Src.Addr(), dst: f.Dst.Addr(), proto: protoTCP, sport: f.Src.Port(), dport: f.Dst.Port(), dscp: f.DSCP, mark: f.Mark, ack: f.Proto == "ack"}
+			pk := packet{src: f.Src.Addr(), dst: f.Dst.Addr(), proto: protoTCP, sport: f.Src.Port(), dport: f.Dst.Port(), dscp: f.DSCP, mark: f.Mark, ack: f.Proto == "ack", syn: f.Proto == "syn"}
 			if f.Proto == "udp" {
 				pk.proto = protoUDP
 			}

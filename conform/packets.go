@@ -16,6 +16,7 @@ type packet struct {
 	dscp         uint8
 	mark         uint32 // the firewall mark the bed's gateway sets
 	ack          bool   // a small pure TCP ACK (else a full-size segment)
+	syn          bool   // a bare TCP SYN
 }
 
 const (
@@ -77,6 +78,9 @@ func entryMatches(m *policy.Match, p packet) bool {
 		return false
 	}
 	if m.TCPAck && !(p.ack && p.proto == protoTCP) {
+		return false
+	}
+	if m.TCPSyn && !(p.syn && p.proto == protoTCP) {
 		return false
 	}
 	if m.Mark != nil && p.mark&m.Mark.Mask != m.Mark.Val&m.Mark.Mask {

@@ -19,6 +19,7 @@ import (
 // class changed to 6 of its 8 Mbit/s after each apply) fails beside a
 // plain limit that does not.
 func TestShortCellMeasuresThePlainLimitAgain(t *testing.T) {
+	testutil.Slow(t)
 	testutil.RequireRoot(t)
 	for _, tc := range []struct {
 		name  string

@@ -1119,6 +1119,8 @@ func (r *runner) drive(ctx context.Context, dev, dir string, ds []drive, settle,
 				err = lab.UDPSend(ctx, sendNS, d.flow.Src, d.flow.Dst, payload, udpPayload, int(d.flow.DSCP), fc)
 			case "ack":
 				err = lab.ACKSend(ctx, sendNS, d.flow.Src, d.flow.Dst, d.rate, int(d.flow.DSCP), fc)
+			case "syn":
+				err = lab.SYNSend(ctx, sendNS, d.flow.Src, d.flow.Dst, d.rate, int(d.flow.DSCP), fc)
 			default:
 				err = lab.TCPSend(ctx, sendNS, d.flow.Src, d.flow.Dst, d.idx, "", int(d.flow.DSCP), fc)
 			}

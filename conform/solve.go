@@ -170,16 +170,19 @@ func solve(t *policy.Tree, s *Subject, nb *neutral, only uint8) ([]Flow, string)
 }
 
 // kind is how a packet of a flow is sent: its protocol, and for TCP
-// whether it is a small pure ACK.
+// whether it is a small pure ACK or a bare SYN.
 type kind struct {
 	proto uint8
 	ack   bool
+	syn   bool
 }
 
 func (k kind) name() string {
 	switch {
 	case k.ack:
 		return "ack"
+	case k.syn:
+		return "syn"
 	case k.proto == protoUDP:
 		return "udp"
 	}
@@ -248,7 +251,7 @@ func solveEntry(t *policy.Tree, s *Subject, own, gate *policy.Match, nb *neutral
 					for _, dscp := range dscps {
 						for _, sp := range sports[:min(3, len(sports))] {
 							for _, dp := range dports[:min(3, len(dports))] {
-								p := packet{src: src, dst: dst, proto: k.proto, sport: sp, dport: dp, dscp: dscp, mark: mark, ack: k.ack}
+								p := packet{src: src, dst: dst, proto: k.proto, sport: sp, dport: dp, dscp: dscp, mark: mark, ack: k.ack, syn: k.syn}
 								got := classOf(t, p)
 								if got == s.Name {
 									return flowsAround(t, s, p, k, sports, dports), ""
@@ -279,7 +282,7 @@ func flowsAround(t *policy.Tree, s *Subject, p packet, k kind, sports, dports []
 		return Flow{Proto: k.name(), Src: netip.AddrPortFrom(p.src, p.sport), Dst: netip.AddrPortFrom(p.dst, p.dport), DSCP: p.dscp, Mark: p.mark}
 	}
 	flows := []Flow{mk(p)}
-	if k.proto != protoTCP || k.ack {
+	if k.proto != protoTCP || k.ack || k.syn {
 		return flows
 	}
 	seen := map[[2]uint16]bool{{p.sport, p.dport}: true}
@@ -305,7 +308,7 @@ func family(v6 bool) string {
 }
 
 func (p packet) String() string {
-	s := fmt.Sprintf("%s %s:%d > %s:%d dscp %d", kind{p.proto, p.ack}.name(), p.src, p.sport, p.dst, p.dport, p.dscp)
+	s := fmt.Sprintf("%s %s:%d > %s:%d dscp %d", kind{p.proto, p.ack, p.syn}.name(), p.src, p.sport, p.dst, p.dport, p.dscp)
 	if p.mark != 0 {
 		s += fmt.Sprintf(" mark %#x", p.mark)
 	}
@@ -327,15 +330,19 @@ func protoNames(ms []*policy.Match) string {
 
 // flowKinds lists how the entries may be driven: TCP before UDP (a
 // greedy sender is what a share is about), only only if not 0; small
-// pure ACKs where an entry asks for them.
+// pure ACKs or bare SYNs where an entry asks for them.
 func flowKinds(ms []*policy.Match, only uint8) []kind {
-	ack := false
+	ack, syn := false, false
 	for _, m := range ms {
 		ack = ack || m.TCPAck
+		syn = syn || m.TCPSyn
+	}
+	if ack && syn {
+		return nil // a gate's tcp_ack over a child's tcp_syn: no packet is both
 	}
 	var out []kind
 	for _, p := range []uint8{protoTCP, protoUDP} {
-		if only != 0 && p != only || ack && p != protoTCP {
+		if only != 0 && p != only || (ack || syn) && p != protoTCP {
 			continue
 		}
 		ok := true
@@ -345,7 +352,7 @@ func flowKinds(ms []*policy.Match, only uint8) []kind {
 			}
 		}
 		if ok {
-			out = append(out, kind{proto: p, ack: ack})
+			out = append(out, kind{proto: p, ack: ack, syn: syn})
 		}
 	}
 	return out

@@ -47,7 +47,8 @@ type Subject struct {
 type Flow struct {
 	// Proto is how the flow is sent: "tcp" a greedy TCP connection,
 	// "udp" datagrams at a rate, "ack" small pure TCP ACKs at a rate
-	// (what a tcp_ack rule matches: a download's ACKs, sent raw).
+	// (what a tcp_ack rule matches: a download's ACKs, sent raw), "syn"
+	// bare TCP SYNs at a rate (what a tcp_syn rule matches, sent raw).
 	Proto string         `json:"proto"`
 	Src   netip.AddrPort `json:"src"`
 	Dst   netip.AddrPort `json:"dst"`

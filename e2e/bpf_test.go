@@ -124,7 +124,7 @@ func TestBPFClassifierMatchesPolicy(t *testing.T) {
 	if res, err := prog.Run(bpf.Packet{Frame: arp}); err != nil || res.Priority != byName[tree.Default] {
 		t.Errorf("ARP: class %s, err %v; want the default %s", tc.Handle(res.Priority), err, tree.Default)
 	}
-	for _, c := range []string{"ssh", "voip", "acks", "lowdelay", "web6", "outside", "users", "users6", "g-dns", "gate-icmp", "gate-rest", "other"} {
+	for _, c := range []string{"ssh", "voip", "acks", "syns", "lowdelay", "web6", "outside", "users", "users6", "g-dns", "gate-icmp", "gate-rest", "other"} {
 		if seen[c] == 0 {
 			t.Errorf("no packet exercised class %s", c)
 		}
@@ -236,6 +236,7 @@ func mustAddr(s string) netip.Addr { return netip.MustParseAddr(s) }
 // rate offered, the committed rate passes; show reports the colours, and
 // reset removes the program.
 func TestBPFIngressPolicer(t *testing.T) {
+	testutil.Slow(t)
 	light(t)
 	p := testutil.NewPair(t)
 	file := writePolicy(t, "p.yaml", policyFor(p.DevA, "    ingress:\n      police: {cir: 20mbit, cbs: 30kb}\n"))

@@ -19,7 +19,7 @@ import (
 )
 
 // A policy using every kind of rule: lists, ranges, negations, both IP
-// families, tcp_ack, tos and dscp, per-host hashing in one and two levels
+// families, tcp_ack, tcp_syn, tos and dscp, per-host hashing in one and two levels
 // (IPv4 by dst, IPv6 /64s by src), a grouping class whose children's
 // rules join the root's, and a gating class with a default child.
 const everyRule = `interfaces:
@@ -39,6 +39,9 @@ const everyRule = `interfaces:
         - name: acks
           rate: 10mbit
           match: [{tcp_ack: true}]
+        - name: syns
+          rate: 10mbit
+          match: [{tcp_syn: true}]
         - name: lowdelay
           rate: 10mbit
           match: [{tos: minimize-delay}]
@@ -217,6 +220,9 @@ func refEntry(m *policy.Match, p *testutil.Packet) bool {
 	if m.TCPAck && !(l4 && proto == 6 && p.TCPFlags&0x3f == 0x10 && p.IPLength() < 128) {
 		return false
 	}
+	if m.TCPSyn && !(l4 && proto == 6 && p.TCPFlags&0x02 != 0) {
+		return false
+	}
 	return true
 }
 
@@ -248,7 +254,7 @@ func randomPacket(r *rand.Rand) *testutil.Packet {
 	ports := []uint16{22, 53, 80, 443, 5060, 7999, 8000, 8500, 8999, 9000, 9999, 10000, 15000, 20000, 20001, uint16(r.Intn(65536))}
 	p.Sport, p.Dport = pick(r, ports), pick(r, ports)
 	p.TOS = pick(r, []uint8{0, 0xb8, 0xb9, 0xa0, 0x10, 0x14, 0x11, 0x12, uint8(r.Intn(256))})
-	p.TCPFlags = pick(r, []uint8{0x10, 0x10, 0x18, 0x02, 0x50, 0x11})
+	p.TCPFlags = pick(r, []uint8{0x10, 0x10, 0x18, 0x02, 0x12, 0x50, 0x11})
 	p.Payload = pick(r, []int{0, 0, 10, 40, 70, 100, 600})
 	return p
 }
@@ -275,7 +281,7 @@ func TestCraftedPacketsLandInTheirClass(t *testing.T) {
 	light(t)
 	for _, c := range []string{"u32", "bpf"} {
 		t.Run(c, func(t *testing.T) {
-			craftedPackets(t, c, everyRule, []string{"ssh", "voip", "acks", "lowdelay", "web6", "outside", "users", "users6", "g-dns", "gate-icmp", "gate-rest", "other"})
+			craftedPackets(t, c, everyRule, []string{"ssh", "voip", "acks", "syns", "lowdelay", "web6", "outside", "users", "users6", "g-dns", "gate-icmp", "gate-rest", "other"})
 		})
 	}
 }

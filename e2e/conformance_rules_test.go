@@ -37,9 +37,10 @@ const ruleKindsPolicy = `interfaces:
         - {name: dscp-only, rate: 3mbit, match: [{dscp: AF41}]}
         - {name: mark-only, rate: 3mbit, match: [{mark: 7}]}
         - {name: acks-only, rate: 1mbit, prio: 0, match: [{tcp_ack: true}]}
+        - {name: syns-only, rate: 1mbit, prio: 0, match: [{tcp_syn: true}]}
         - {name: v6-only, rate: 3mbit, match: [{src: 2001:db8:77::/48}]}
         - {name: sport-only, rate: 2mbit, match: [{sport: 25}]}
-        - {name: rest, rate: 6mbit}
+        - {name: rest, rate: 5mbit}
   - name: lan0
     egress:
       rate: 40mbit
@@ -55,6 +56,7 @@ const ruleKindsPolicy = `interfaces:
 `
 
 func TestConformanceDrivesEveryRuleKind(t *testing.T) {
+	testutil.Slow(t)
 	testutil.RequireRoot(t)
 	testutil.Quiet(t)
 	file := writePolicy(t, "kinds.yaml", ruleKindsPolicy)
@@ -99,7 +101,7 @@ func TestConformanceDrivesEveryRuleKind(t *testing.T) {
 	var out strings.Builder
 	r.WriteText(&out, false)
 	t.Logf("\n%s", out.String())
-	kinds := map[string]string{"voip": "udp", "udp-only": "udp", "acks-only": "ack", "mark-only": "tcp", "dscp-only": "tcp", "v6-only": "tcp", "sport-only": "tcp", "local": "tcp"}
+	kinds := map[string]string{"voip": "udp", "udp-only": "udp", "acks-only": "ack", "syns-only": "syn", "mark-only": "tcp", "dscp-only": "tcp", "v6-only": "tcp", "sport-only": "tcp", "local": "tcp"}
 	for _, tr := range r.Trees {
 		if tr.Skipped != "" {
 			t.Errorf("%s: skipped: %s", tr.Name(), tr.Skipped)

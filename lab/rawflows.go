@@ -15,7 +15,8 @@ import (
 )
 
 // ACKFrame is the size on the wire (Ethernet, IP, TCP, no options or
-// payload) of one pure ACK ACKSend sends, IPv4 and IPv6.
+// payload) of one pure ACK ACKSend sends, or one SYN SYNSend sends, IPv4
+// and IPv6.
 func ACKFrame(v6 bool) int {
 	if v6 {
 		return 14 + 40 + 20
@@ -30,6 +31,23 @@ func ACKFrame(v6 bool) int {
 // each with a reset, in the other direction. f's sent bytes count whole
 // frames.
 func ACKSend(ctx context.Context, ns string, from, dst netip.AddrPort, rate float64, dscp int, f *FlowCounter) error {
+	return rawTCPSend(ctx, ns, from, dst, rate, dscp, tcpACK, f)
+}
+
+// SYNSend sends bare TCP SYNs (no options, no payload: what a tcp_syn
+// rule matches; a connection's first packet) like ACKSend sends ACKs.
+// A receiver with no listener on dst answers each with a reset.
+func SYNSend(ctx context.Context, ns string, from, dst netip.AddrPort, rate float64, dscp int, f *FlowCounter) error {
+	return rawTCPSend(ctx, ns, from, dst, rate, dscp, tcpSYN, f)
+}
+
+// TCP flags a raw sender sets.
+const (
+	tcpSYN = 0x02
+	tcpACK = 0x10
+)
+
+func rawTCPSend(ctx context.Context, ns string, from, dst netip.AddrPort, rate float64, dscp int, flags byte, f *FlowCounter) error {
 	v6 := dst.Addr().Is6()
 	fam := unix.AF_INET
 	if v6 {
@@ -60,7 +78,12 @@ func ACKSend(ctx context.Context, ns string, from, dst netip.AddrPort, rate floa
 	if v6 {
 		to = &unix.SockaddrInet6{Addr: dst.Addr().As16()}
 	}
-	seg := ackSegment(from, dst, 1, 1)
+	seg := tcpSegment(from, dst, 1, 1, flags)
+	what := "a pure ACK"
+	if flags&tcpSYN != 0 {
+		what = "a SYN"
+		binary.BigEndian.PutUint32(seg[8:], 0) // no acknowledgment number without ACK
+	}
 	frame := ACKFrame(v6)
 	start := time.Now()
 	var sent uint64
@@ -77,7 +100,7 @@ func ACKSend(ctx context.Context, ns string, from, dst netip.AddrPort, rate floa
 				binary.BigEndian.PutUint32(seg[4:], seq)
 				setTCPChecksum(seg, from.Addr(), dst.Addr())
 				if err := unix.Sendto(fd, seg, 0, to); err != nil && !errors.Is(err, syscall.ENOBUFS) {
-					return fmt.Errorf("sending a pure ACK: %w", err)
+					return fmt.Errorf("sending %s: %w", what, err)
 				}
 				sent += uint64(frame)
 				f.tx.Add(uint64(frame))
@@ -86,15 +109,15 @@ func ACKSend(ctx context.Context, ns string, from, dst netip.AddrPort, rate floa
 	}
 }
 
-// ackSegment is a 20-byte TCP header with the ACK flag alone.
-func ackSegment(from, dst netip.AddrPort, seq, ack uint32) []byte {
+// tcpSegment is a 20-byte TCP header with flags.
+func tcpSegment(from, dst netip.AddrPort, seq, ack uint32, flags byte) []byte {
 	b := make([]byte, 20)
 	binary.BigEndian.PutUint16(b[0:], from.Port())
 	binary.BigEndian.PutUint16(b[2:], dst.Port())
 	binary.BigEndian.PutUint32(b[4:], seq)
 	binary.BigEndian.PutUint32(b[8:], ack)
 	b[12] = 5 << 4 // data offset: five words, no options
-	b[13] = 0x10   // ACK
+	b[13] = flags
 	binary.BigEndian.PutUint16(b[14:], 64240)
 	return b
 }

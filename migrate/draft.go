@@ -134,6 +134,7 @@ type Match struct {
 	DSCP   string
 	TOS    string
 	TCPAck bool
+	TCPSyn bool
 	Mark   string
 }
 

@@ -1189,7 +1189,7 @@ func fqServiceVar(k string) (string, bool) {
 // fqMatchArgs is what a match statement says.
 type fqMatchArgs struct {
 	protos, ports, sports, dports, src, dst, ips, tos, dscp, marks []string
-	ack, reverse                                                   bool
+	ack, syn, reverse                                              bool
 	class, prio                                                    string
 }
 
@@ -1228,8 +1228,7 @@ func (f *fqRun) matchStmt(c *fqIface, at At, what string, args []string, ipv str
 		case "ack", "acks":
 			m.ack = true
 		case "syn", "syns":
-			f.r.Refuse(at, "match syn", "sluice has no SYN rule (its tcp_ack takes small ACKs)")
-			return
+			m.syn = true
 		case "mark", "marks", "connmark", "connmarks", "custommark", "custommarks":
 			f.r.Refuse(at, "match "+a, "FireHOL's mark types map onto bit ranges set in firehol-defaults.conf, which sluice does not read: write `rawmark VALUE/MASK`")
 			return
@@ -1462,6 +1461,19 @@ func (f *fqRun) rules(at At, m *fqMatchArgs, ipv string) ([]*Match, bool) {
 			f.r.Approx(at, "match ack", "sluice's tcp_ack: TCP with only ACK among its flags (ECE/CWR may be set) under 128 bytes; FireQOS's: exactly ACK, under 64 bytes, no IP options")
 		} else {
 			f.r.Approx(at, "match ack", "FireQOS reads ack only with tcp: ignored here as there")
+		}
+	}
+	if m.syn {
+		tcp := false
+		for _, x := range base {
+			if x.Proto == "tcp" {
+				x.TCPSyn, tcp = true, true
+			}
+		}
+		if tcp {
+			f.r.Approx(at, "match syn", "sluice's tcp_syn: TCP with SYN set (SYN-ACKs too), its flags read past any IP options; FireQOS's u32 read them at a fixed offset (no IP options)")
+		} else {
+			f.r.Approx(at, "match syn", "FireQOS reads syn only with tcp: ignored here as there")
 		}
 	}
 	fam6 := ipv == "6"

@@ -168,7 +168,6 @@ func TestFireQOSScript(t *testing.T) {
 		{"interface eth0 x output\n", `:1$`, `no rate`},
 		{"class a\n", `:1$`, `before any interface`},
 		{"interface eth0 x output rate 1Mbit\nmatch tcp\n", `:2$`, `above all classes`},
-		{"interface eth0 x output rate 1Mbit\nclass a\nmatch tcp syn\n", `:3$`, `no SYN rule`},
 		{"interface eth0 x output rate 1Mbit\nclass a\nmatch mark 1\n", `:3$`, `rawmark`},
 		{"interface eth0 x output rate 1Mbit\nclass a\nmatch tcp port http\n", `:3$`, `port number`},
 		{"interface eth0 x output rate 1Mbit\nclass a\nmatch src 10.0.0.300\n", `:3$`, `not an address`},
@@ -269,4 +268,31 @@ interface eth0 world-out output rate $OUT
 	d, _ = FireQOS(file, Options{})
 	wantFinding(t, d, Refused, `:2$`, `did you mean \$OUTPUT_SPEED`)
 	wantFinding(t, d, Refused, `:3$`, `its interface statement \(line 2\) was refused`)
+}
+
+// FireQOS's `match tcp syn` (its shipped example's synacks class) is
+// sluice's tcp_syn; with more protocols than TCP, syn holds for the TCP
+// filter only, as FireQOS documents.
+func TestFireQOSSyn(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "fireqos.conf")
+	os.WriteFile(file, []byte("interface eth0 x output rate 1Mbit\nclass synacks\n  match tcp syn\n  match tcp ack\n  match proto tcp,udp syn dport 53\nclass default\n"), 0o644)
+	d, err := FireQOS(file, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Report.Refusals(); err != nil {
+		t.Fatalf("%v\n%s", err, d.Report.String())
+	}
+	if err := d.Check(); err != nil {
+		t.Fatalf("%v\n%s", err, d.Render())
+	}
+	m := class(t, d, "eth0/egress/synacks").Match
+	if len(m) != 4 || !m[0].TCPSyn || m[0].Proto != "tcp" || !m[1].TCPAck || m[1].TCPSyn ||
+		!m[2].TCPSyn || m[2].Proto != "tcp" || m[3].TCPSyn || m[3].Proto != "udp" {
+		t.Errorf("synacks: %s", matchText(m))
+	}
+	if !strings.Contains(string(d.Render()), "tcp_syn: true") {
+		t.Errorf("no tcp_syn in:\n%s", d.Render())
+	}
+	wantFinding(t, d, Approximated, `fireqos.conf:3$`, `tcp_syn: TCP with SYN set`)
 }

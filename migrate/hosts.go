@@ -72,7 +72,7 @@ func singleHost(c *Class) (by string, addrs []string, ok bool) {
 		return "", nil, false
 	}
 	for _, m := range c.Match {
-		only := m.Proto == "" && m.DSCP == "" && m.TOS == "" && !m.TCPAck && m.Mark == "" && len(m.Sport)+len(m.Dport)+len(m.NotSrc)+len(m.NotDst) == 0
+		only := m.Proto == "" && m.DSCP == "" && m.TOS == "" && !m.TCPAck && !m.TCPSyn && m.Mark == "" && len(m.Sport)+len(m.Dport)+len(m.NotSrc)+len(m.NotDst) == 0
 		side := ""
 		switch {
 		case !only:

@@ -202,6 +202,9 @@ func renderMatch(m *Match) *yaml.Node {
 	if m.TCPAck {
 		put(n, "tcp_ack", &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!bool", Value: "true"}, "")
 	}
+	if m.TCPSyn {
+		put(n, "tcp_syn", &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!bool", Value: "true"}, "")
+	}
 	if m.Mark != "" {
 		put(n, "mark", plain(m.Mark), "")
 	}

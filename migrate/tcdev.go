@@ -586,7 +586,7 @@ func u32Match(r *Report, at At, f *tc.Filter) (*Match, error) {
 
 func (m *Match) empty() bool {
 	return len(m.Src)+len(m.Dst)+len(m.NotSrc)+len(m.NotDst)+len(m.Sport)+len(m.Dport) == 0 &&
-		m.Proto == "" && m.DSCP == "" && m.TOS == "" && !m.TCPAck && m.Mark == ""
+		m.Proto == "" && m.DSCP == "" && m.TOS == "" && !m.TCPAck && !m.TCPSyn && m.Mark == ""
 }
 
 var protoNames = map[int]string{1: "icmp", 6: "tcp", 17: "udp", 58: "icmpv6", 132: "sctp"}

@@ -277,6 +277,9 @@ func bpfRules(m *policy.Match) []bpf.Rule {
 		if a.tcpAck {
 			r.Flags |= bpf.RuleTCPAck
 		}
+		if a.tcpSyn {
+			r.Flags |= bpf.RuleTCPSyn
+		}
 		sports, dports := a.sports, a.dports
 		if len(sports)+len(dports) == 0 {
 			r.SportHi, r.DportHi = 0xFFFF, 0xFFFF

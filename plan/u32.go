@@ -133,6 +133,7 @@ type alt struct {
 	sports   []policy.PortRange // empty: any
 	dports   []policy.PortRange
 	tcpAck   bool
+	tcpSyn   bool
 	needL4   bool
 }
 
@@ -164,7 +165,7 @@ func familyAlts(m *policy.Match, v4 bool) []alt {
 	switch {
 	case len(m.Proto) > 0 && len(protos) == 0:
 		return nil // icmp in IPv6 or icmpv6 in IPv4
-	case len(protos) == 0 && m.TCPAck:
+	case len(protos) == 0 && (m.TCPAck || m.TCPSyn):
 		protos = []int{6}
 	case len(protos) == 0 && hasPorts:
 		protos = []int{6, 17}
@@ -180,7 +181,7 @@ func familyAlts(m *policy.Match, v4 bool) []alt {
 		for _, d := range dsts {
 			for _, pr := range protos {
 				out = append(out, alt{v4: v4, src: s, dst: d, proto: pr, dscps: dscps, tos: m.TOS,
-					sports: m.Sport, dports: m.Dport, tcpAck: m.TCPAck, needL4: hasPorts || m.TCPAck})
+					sports: m.Sport, dports: m.Dport, tcpAck: m.TCPAck, tcpSyn: m.TCPSyn, needL4: hasPorts || m.TCPAck || m.TCPSyn})
 			}
 		}
 	}
@@ -205,6 +206,11 @@ func (a alt) u32Nodes(mark *tc.Mark) []rootNode {
 		for i := range l4 {
 			// Only ACK among URG ACK PSH RST SYN FIN (CWR/ECE may be set).
 			l4[i].add(l4off+12, 0x003f0000, 0x00100000, nh)
+		}
+	}
+	if a.tcpSyn {
+		for i := range l4 {
+			l4[i].add(l4off+12, 0x00020000, 0x00020000, nh) // SYN, whatever else is set
 		}
 	}
 	dscps := a.dscps

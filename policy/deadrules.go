@@ -147,7 +147,7 @@ func covers(a, b *Match) bool {
 		negationCovers(a.NotSrc, b.NotSrc, b.Src) && negationCovers(a.NotDst, b.NotDst, b.Dst) &&
 		portsCover(a.Sport, b.Sport) && portsCover(a.Dport, b.Dport) &&
 		valuesCover(a.Proto, b.Proto) && valuesCover(a.DSCP, b.DSCP) && tosCovers(a.TOS, b.TOS) &&
-		(!a.TCPAck || b.TCPAck) && markCovers(a.Mark, b.Mark)
+		(!a.TCPAck || b.TCPAck) && (!a.TCPSyn || b.TCPSyn) && markCovers(a.Mark, b.Mark)
 }
 
 // prefixesCover: a (any address where empty) holds every address of b.

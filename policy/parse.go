@@ -881,6 +881,20 @@ func (p *parser) match(n *yaml.Node, label string) *Match {
 				p.d.Errorf(pos(v), "%s.tcp_ack: expected true or false, found %q", what, s)
 			}
 		},
+		"tcp_syn": func(v *yaml.Node) {
+			m.Fields["tcp_syn"] = pos(v)
+			s, ok := p.str(v, what+".tcp_syn")
+			if !ok {
+				return
+			}
+			switch s {
+			case "true":
+				m.TCPSyn = true
+			case "false":
+			default:
+				p.d.Errorf(pos(v), "%s.tcp_syn: expected true or false, found %q", what, s)
+			}
+		},
 		"mark": func(v *yaml.Node) {
 			m.Fields["mark"] = pos(v)
 			s, ok := p.str(v, what+".mark")

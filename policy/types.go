@@ -435,6 +435,7 @@ type Match struct {
 	DSCP   []uint8
 	TOS    *Masked8
 	TCPAck bool
+	TCPSyn bool // SYN set (a connection's first packet, or its SYN-ACK)
 	Mark   *Masked32
 	// Fields records where each field was written.
 	Fields map[string]Pos

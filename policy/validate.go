@@ -900,6 +900,13 @@ func validateMatch(what string, m *Match, d *Diag) {
 			d.Errorf(m.Fields["tcp_ack"], "%s: tcp_ack matches TCP packets, but proto says %d", what, pr)
 			break
 		}
+		if m.TCPSyn && pr != 6 {
+			d.Errorf(m.Fields["tcp_syn"], "%s: tcp_syn matches TCP packets, but proto says %d", what, pr)
+			break
+		}
+	}
+	if m.TCPAck && m.TCPSyn {
+		d.Errorf(m.Fields["tcp_syn"], "%s: no packet can match: tcp_ack takes packets with SYN clear, tcp_syn those with SYN set; put them in two rules", what)
 	}
 	if m.TOS != nil && len(m.DSCP) > 0 {
 		d.Errorf(m.Fields["tos"], "%s: dscp and tos read the same bits; use one of them", what)

@@ -248,8 +248,13 @@ func (g *generator) match() Match {
 			add("dport", "3478")
 		}
 	}
-	if proto == "tcp" && g.r.IntN(4) == 0 {
-		add("tcp_ack", "true")
+	if proto == "tcp" {
+		switch g.r.IntN(8) {
+		case 0, 1:
+			add("tcp_ack", "true")
+		case 2:
+			add("tcp_syn", "true")
+		}
 	}
 	switch g.r.IntN(8) {
 	case 0:

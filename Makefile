@@ -2,7 +2,7 @@
 GO  ?= go
 BIN := bin/sluice
 
-.PHONY: build deps demo test test-host test-kubernetes unit fuzz fuzz-policies soak lint vmtest vmtest-all bpf bpf-check bench bench-utilization bench-classify bench-apply bench-agent bench-edt bench-edt-lane bench-probe clean install deb
+.PHONY: build deps demo test test-host test-kubernetes unit check fuzz fuzz-policies soak lint vmtest vmtest-all bpf bpf-check bench bench-utilization bench-classify bench-apply bench-agent bench-edt bench-edt-lane bench-probe clean install deb
 
 # The version `sluice version` and sluice_build_info say: the commit
 # (go's own VCS stamp is off where GOFLAGS has -buildvcs=false).
@@ -91,6 +91,14 @@ test-host: deps lint
 # 1,000 pods churning). The host suite skips it without the binaries.
 test-kubernetes: deps
 	SLUICE_KUBEAPI_BIN=$$(./scripts/kubeapi.sh) SLUICE_REQUIRE_KUBEAPI=1 $(GO) test -count=1 -run '^TestKubernetesAgainstAPIServer$$' -timeout 15m -v ./e2e
+
+# The fast tier, for every change: lint, then the unit, kernel and
+# end-to-end tests as root (packages one at a time, e2e's light tests
+# three at once) but for those marked testutil.Slow (lab scenarios,
+# measurements held to a reference, VMs, browsers, builds: make test
+# runs them). docs/design.md says how long it takes.
+check: lint
+	SLUICE_TIER=check GO=$(GO) ./scripts/gotest.sh -count=1 -p 1 -parallel 3 -timeout 10m ./...
 
 # Unit tests only (no root needed), under the race detector.
 unit:

@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"sluice/conform"
+	"sluice/safefile"
 	"sluice/vmlane"
 )
 
@@ -143,8 +144,8 @@ func (g *globals) conformanceInVM(file string, f *conformanceFlags) error {
 	if file, err = filepath.Abs(file); err != nil {
 		return badInput(err)
 	}
-	if err := os.MkdirAll(out, 0o755); err != nil {
-		return failure(err)
+	if err := safefile.OutDir(out); err != nil {
+		return outDirErr(err)
 	}
 	self, err := os.Executable()
 	if err != nil {

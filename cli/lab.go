@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -17,6 +18,7 @@ import (
 	"sluice/kernel"
 	"sluice/lab"
 	"sluice/records"
+	"sluice/safefile"
 	"sluice/vmlane"
 )
 
@@ -199,6 +201,13 @@ func (g *globals) runScenario(nameOrPath string, f *runFlags) error {
 	if f.out == "" {
 		f.out = "sluice-lab-" + s.Name
 	}
+	// What would fail the run after the bed is built fails it before.
+	if err := s.Preflight(f.scale); err != nil {
+		return badInput(err)
+	}
+	if err := safefile.OutDir(f.out); err != nil {
+		return outDirErr(err)
+	}
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
 	release, err := lab.Hold(f.name)
@@ -267,8 +276,8 @@ func (g *globals) runScenarioInVM(nameOrPath string, s *lab.Scenario, f *runFlag
 	if err != nil {
 		return badInput(err)
 	}
-	if err := os.MkdirAll(out, 0o755); err != nil {
-		return failure(err)
+	if err := safefile.OutDir(out); err != nil {
+		return outDirErr(err)
 	}
 	if _, err := os.Stat(nameOrPath); err == nil {
 		if nameOrPath, err = filepath.Abs(nameOrPath); err != nil {
@@ -332,23 +341,29 @@ type reporter interface {
 	WriteHTML(io.Writer) error
 }
 
-// writeReports writes report.json and report.html into dir.
+// writeReports writes report.json and report.html into dir: one the
+// caller owns (or makes), each file whole and never through a link.
 func writeReports(dir string, r reporter) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := safefile.OutDir(dir); err != nil {
 		return err
 	}
 	for name, write := range map[string]func(io.Writer) error{"report.json": r.WriteJSON, "report.html": r.WriteHTML} {
-		w, err := os.Create(filepath.Join(dir, name))
-		if err != nil {
+		var b bytes.Buffer
+		if err := write(&b); err != nil {
 			return err
 		}
-		err = write(w)
-		if cerr := w.Close(); err == nil {
-			err = cerr
-		}
-		if err != nil {
+		if err := safefile.WriteOut(filepath.Join(dir, name), b.Bytes(), 0o644); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// outDirErr is a refused --out directory as bad input (exit 2), any
+// other failure to make it as a failure.
+func outDirErr(err error) error {
+	if errors.Is(err, safefile.ErrUnsafe) {
+		return badInput(fmt.Errorf("--out: %w", err))
+	}
+	return failure(err)
 }

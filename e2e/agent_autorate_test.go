@@ -22,6 +22,7 @@ import (
 // base; a reflector that stops answering is replaced by the spare; all
 // of them silent, the rate holds. Status and metrics show each of it.
 func TestAgentAutoRate(t *testing.T) {
+	testutil.Slow(t)
 	testutil.RequireRoot(t)
 	testutil.Quiet(t)
 	t.Setenv("SLUICE_STATE_DIR", stateDir(t))
@@ -235,6 +236,7 @@ func directPackets(t *testing.T, ns, dev string) int {
 // download's, beside the unshaped reference
 // (testdata/variable-rate-lane.yaml).
 func TestVariableRateScenario(t *testing.T) {
+	testutil.Slow(t)
 	testutil.RequireRoot(t)
 	testutil.Quiet(t)
 	dir := t.TempDir()

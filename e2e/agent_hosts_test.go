@@ -7,6 +7,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"sluice/testutil"
 )
 
 // SIGHUP re-reads the policy even when its files look unchanged, and an
@@ -29,6 +31,7 @@ const hostsPolicy = `interfaces:
 `
 
 func TestAgentReloadsHostsFileAndSIGHUP(t *testing.T) {
+	testutil.Slow(t)
 	light(t)
 	ns := devNS(t, "eth0")
 	dir := t.TempDir()

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"sluice/agent"
+	"sluice/testutil"
 )
 
 // The bounds the agent keeps under a hostile load (docs/agent.md, Under
@@ -41,6 +42,7 @@ const (
 // every minute, and the agent's RSS at the end must be within 20% of
 // its RSS after the first minute.
 func TestAgentUnderLoad(t *testing.T) {
+	testutil.Slow(t)
 	duration := loadDuration
 	if v := os.Getenv("SLUICE_LOAD_SOAK"); v != "" {
 		d, err := time.ParseDuration(v)

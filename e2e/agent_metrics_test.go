@@ -81,6 +81,7 @@ func tcClassBytes(t *testing.T, ns, dev, id string) float64 {
 // headers), within 2%; `sluice show` prints the agent's reading and
 // `sluice munin` its counters.
 func TestAgentMetricsMatchTraffic(t *testing.T) {
+	testutil.Slow(t)
 	light(t)
 	p := testutil.NewPair(t)
 	pol := writePolicy(t, "p.yaml", policyFor(p.DevA, `    egress:

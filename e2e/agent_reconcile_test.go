@@ -38,6 +38,7 @@ const agentPolicy = `interfaces:
 // agent once applied the half-written files it read: a 12-class policy
 // rewritten over 3 s lost 10 classes and got them back.
 func TestAgentWaitsForFilesToSettle(t *testing.T) {
+	testutil.Slow(t)
 	light(t)
 	ns := devNS(t, "eth0")
 	var src strings.Builder
@@ -90,6 +91,7 @@ func TestAgentWaitsForFilesToSettle(t *testing.T) {
 // refused (logged and shown by the API) while the old policy stays, a
 // second agent is refused, and SIGTERM leaves the shaping in place.
 func TestAgentRepairsDriftAndReloads(t *testing.T) {
+	testutil.Slow(t)
 	light(t)
 	ns := devNS(t, "eth0")
 	pol := writePolicy(t, "p.yaml", fmt.Sprintf(agentPolicy, "15mbit"))

@@ -19,6 +19,7 @@ import (
 // the policy's back. Without a cap it gives the shares as the classes'
 // rates (the ceils stay the policy's); with one, as their ceils.
 func TestAgentSharingController(t *testing.T) {
+	testutil.Slow(t)
 	light(t)
 	for _, tc := range []struct{ name, sharing, field string }{
 		{"rates", "{mode: controller, quantum: 500ms}", "rate_bytes_per_second"},

@@ -20,6 +20,7 @@ import (
 // it), a classifier map entry (no notification) by the full read that
 // comes at least every engine.FullEvery. Steady passes resume after.
 func TestAgentSteadyPasses(t *testing.T) {
+	testutil.Slow(t)
 	ns := devNS(t, "eth0")
 	dir := t.TempDir()
 	os.WriteFile(filepath.Join(dir, "hosts.csv"), []byte("name,addresses,rate,ceil\nalice,10.1.0.1,2mbit,10mbit\nbob,10.1.0.2,3mbit,10mbit\n"), 0o644)

@@ -184,6 +184,7 @@ type matrixRow struct {
 }
 
 func TestConformanceMatrix(t *testing.T) {
+	testutil.Slow(t)
 	testutil.RequireRoot(t)
 	testutil.Quiet(t)
 	rep, err := kernel.ProbeCached(records.Dir(""))

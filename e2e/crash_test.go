@@ -145,6 +145,7 @@ var writesRE = regexp.MustCompile(`applied: \d+ change\(s\), (\d+) netlink write
 // plain apply (of the new policy, or of the old one) or reset makes the
 // kernel exactly what an undisturbed run makes, without --force.
 func TestKilledApplyIsRecovered(t *testing.T) {
+	testutil.Slow(t)
 	light(t)
 	rate1 := crashPolicy(t, "200kbit")
 	// References, from undisturbed runs.

@@ -35,6 +35,7 @@ func chromium(t *testing.T) string {
 // change from one screenshot to the next, and the page requests nothing
 // from anywhere but the agent.
 func TestDashboardInChromium(t *testing.T) {
+	testutil.Slow(t)
 	browser := chromium(t)
 	p := testutil.NewPair(t)
 	pol := writePolicy(t, "p.yaml", policyFor(p.DevA, `    egress:
@@ -146,6 +147,7 @@ func TestDashboardInChromium(t *testing.T) {
 // against its rate and ceil, with drops and backlog, once the page has
 // asked for it.
 func TestConsoleHostsInChromium(t *testing.T) {
+	testutil.Slow(t)
 	browser := chromium(t)
 	p := testutil.NewPair(t)
 	pol := writePolicy(t, "p.yaml", policyFor(p.DevA, `    egress:

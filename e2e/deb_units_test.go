@@ -26,6 +26,7 @@ import (
 // own; the host's files and links are not touched. In the stock-kernel
 // lane the package is the one vmlane/vmtest.sh built (SLUICE_TEST_DEB).
 func TestDebUnitsStartUnderSystemd(t *testing.T) {
+	testutil.Slow(t)
 	testutil.RequireRoot(t)
 	for _, tool := range []string{"unshare", "nsenter", "dpkg", "/lib/systemd/systemd"} {
 		if _, err := exec.LookPath(tool); err != nil {

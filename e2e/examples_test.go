@@ -67,6 +67,7 @@ func TestEveryExampleIsMeasured(t *testing.T) {
 // guests (one TCP flow through a 2 Mbit/s policer, at a tenth) read
 // 11.5% off the reference, 0.7% alone (2026-11-28).
 func TestExamplesConform(t *testing.T) {
+	testutil.Slow(t)
 	testutil.RequireRoot(t)
 	order := []string{"sharing.yaml", "police.yaml", "per-user.yaml", "isp.yaml"}
 	if got := examplesMeasuredBy("conformance"); !slices.Equal(slices.Sorted(slices.Values(order)), got) {

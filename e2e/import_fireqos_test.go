@@ -59,6 +59,7 @@ func runFireQOS(t *testing.T, ns, conf string) string {
 // carried as the import's origins), and UDP floods get the same
 // shares.
 func TestImportedFireQOSClassifiesAsTheOriginal(t *testing.T) {
+	testutil.Slow(t)
 	light(t)
 	rep, err := kernel.ProbeCached(records.Dir(""))
 	if err != nil {

@@ -76,6 +76,7 @@ func libreqosDryRun(dev string, capMbps float64, sqm string, nodes [][3]string, 
 // (or the default class), and UDP floods to three circuits get the same
 // rates through both.
 func TestImportedLibreQoSClassifiesAsTheOriginal(t *testing.T) {
+	testutil.Slow(t)
 	light(t)
 	rep, err := kernel.ProbeCached(records.Dir(""))
 	if err != nil {

@@ -345,6 +345,7 @@ func importPacket(r *rand.Rand, v4, v6 []string, ports []uint16) *testutil.Packe
 // packets the report flags land where it says, and TCP through each
 // tree gets the same rates.
 func TestImportedHTBInitClassifiesAsTheOriginal(t *testing.T) {
+	testutil.Slow(t)
 	light(t)
 	const dir = "testdata/htbinit"
 	out := t.TempDir()
@@ -620,6 +621,7 @@ func importRates(t *testing.T, old, imp *importBed, d *migrate.Draft, policyFile
 // import tc` and applied elsewhere: the same classes for every crafted
 // packet, the same shares for TCP, and the ingress tree behind its ifb.
 func TestImportedTCScriptClassifiesAsTheOriginal(t *testing.T) {
+	testutil.Slow(t)
 	light(t)
 	rep, err := kernel.ProbeCached(records.Dir(""))
 	if err != nil {

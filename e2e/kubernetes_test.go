@@ -27,6 +27,7 @@ import (
 // addresses of namespace B, behind veth0 of A, which the policy shapes
 // (as a node shapes cni0 toward its pods).
 func TestKubernetesPodsShaped(t *testing.T) {
+	testutil.Slow(t)
 	testutil.RequireRoot(t)
 	client := kubetest.Client(
 		kubetest.Pod("shop", "web", "node-a", map[string]string{kube.IngressBandwidth: "5M"}, testutil.AddrB),
@@ -106,6 +107,7 @@ func TestKubernetesPodsShaped(t *testing.T) {
 // the two sharing the aggregate evenly; removed, the pods hang below the
 // pods class again, each at its own cap.
 func TestKubernetesNamespaceAggregate(t *testing.T) {
+	testutil.Slow(t)
 	testutil.RequireRoot(t)
 	client := kubetest.Client(
 		kubetest.Namespace("shop", map[string]string{kube.IngressGuarantee: "2M", kube.IngressCap: "6M"}),

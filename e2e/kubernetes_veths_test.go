@@ -92,6 +92,7 @@ func (n *podNode) goodput(t *testing.T, from, to string, port int) float64 {
 // (its veth) goes before the API says so costs no error and leaves no
 // ifb; a pod deleted leaves nothing on its veth.
 func TestKubernetesPodVeths(t *testing.T) {
+	testutil.Slow(t)
 	testutil.RequireRoot(t)
 	n := newPodNode(t)
 	web := n.add(t, "web", "caliweb", "10.66.0.2")

@@ -100,6 +100,7 @@ func renders(t *testing.T, html string) (charts, rendered int) {
 // before/after table, writes a report whose charts render, and leaves no
 // namespace behind.
 func TestDemo(t *testing.T) {
+	testutil.Slow(t)
 	testutil.RequireRoot(t)
 	// The demo pushes 100 Mbit/s through four namespaces, a CPU's worth
 	// on this machine. With its download shaped at 95mbit, a slow start
@@ -363,6 +364,7 @@ func TestLabRunExpectationsAndExitCodes(t *testing.T) {
 // namespaces, reset its policy under its traffic, then fail to bind its
 // ports ("address already in use", two demos at once).
 func TestLabRunHoldsItsBed(t *testing.T) {
+	testutil.Slow(t)
 	light(t)
 	dir := t.TempDir()
 	file := filepath.Join(dir, "tiny.yaml")
@@ -469,6 +471,7 @@ func runTiny(t *testing.T, src string, during func(b *lab.Bed)) *lab.Result {
 // a clean-clone run beside the API server's build, iperf3 read 18.50
 // Mbit/s after the generator's 19.16).
 func TestGeneratorAgreesWithIperf3(t *testing.T) {
+	testutil.Slow(t)
 	testutil.Quiet(t)
 	src := `name: gen
 topology: {clients: 1}
@@ -541,6 +544,7 @@ func TestFlowCounterCountsWhatTheSocketReceived(t *testing.T) {
 
 // The ICMP probe agrees with ping(8) measuring the same loaded queue.
 func TestProbeAgreesWithPing(t *testing.T) {
+	testutil.Slow(t)
 	testutil.RequireRoot(t)
 	src := `name: probe
 topology: {clients: 1}
@@ -592,6 +596,7 @@ traffic:
 // windows, checked against the router's class counters: the udp flow
 // marked EF lands in the class matching EF, at the rate it was sent.
 func TestLabTrafficTypes(t *testing.T) {
+	testutil.Slow(t)
 	testutil.RequireRoot(t)
 	src := `name: types
 topology: {clients: 2}
@@ -656,6 +661,7 @@ traffic:
 // late timers with the 1 ms burst it then had (4 ms since;
 // docs/kernels.md), and a shaper that falls short does it twice.
 func TestPolicerVsShaper(t *testing.T) {
+	testutil.Slow(t)
 	light(t)
 	dir := t.TempDir()
 	var r result
@@ -714,6 +720,7 @@ func TestPolicerVsShaper(t *testing.T) {
 // `lab up` refuses it (and creates nothing), `lab run` adds the delay
 // to every round trip. Forced here, so that it runs on every kernel.
 func TestDelayLine(t *testing.T) {
+	testutil.Slow(t)
 	light(t)
 	scenario := func(modem string) string {
 		file := filepath.Join(t.TempDir(), "delay.yaml")
@@ -783,6 +790,7 @@ func pingLatency(t *testing.T, file, name string) lab.Latency {
 // With netem the modem's delay and loss are netem's, under the modem's
 // rate; the line's loss is tested beside it for the same figures.
 func TestNetemDelayAndLoss(t *testing.T) {
+	testutil.Slow(t)
 	light(t)
 	rep, err := kernel.ProbeCached(records.Dir(""))
 	if err != nil {
@@ -829,6 +837,7 @@ expect:
 // only for a qdisc the kernel lacks (and in the stock-kernel lane, which
 // has them all, none is).
 func TestCCMatrixFillsEveryRow(t *testing.T) {
+	testutil.Slow(t)
 	light(t) // 10 Mbit/s
 	dir := t.TempDir()
 	name := strings.TrimPrefix(testutil.Unique("cc"), testutil.Prefix)
@@ -1064,6 +1073,7 @@ func failedExpectations(out string) []string {
 // that kernel (emulated: VM_KVM=0 skips the trial boot that finds KVM
 // cannot run it on these machines).
 func TestLabRunOnAnotherKernel(t *testing.T) {
+	testutil.Slow(t)
 	testutil.RequireRoot(t)
 	if os.Getenv("SLUICE_VM_KERNEL") != "" {
 		t.Skip("already inside the stock-kernel lane's VM")
@@ -1102,6 +1112,7 @@ expect:
 // controller over equal quanta, where equal quanta alone split it
 // equally. Its expectations are the checks.
 func TestWeightsScenario(t *testing.T) {
+	testutil.Slow(t)
 	light(t)
 	runScenario(t, "weights", 0.75, []string{"EQUAL-QUANTA", "WEIGHTS", "CONTROLLER", "RATES"}, 20)
 }
@@ -1111,6 +1122,7 @@ func TestWeightsScenario(t *testing.T) {
 // others, and comes back to it, within two quanta (the scenario's
 // expectations, measured from 2 s after each change).
 func TestDemandShiftScenario(t *testing.T) {
+	testutil.Slow(t)
 	light(t)
 	runScenario(t, "demand-shift", 0.75, []string{"CONTROLLER", "QUANTA"}, 17)
 }
@@ -1119,6 +1131,7 @@ func TestDemandShiftScenario(t *testing.T) {
 // cap 80% prod's ping keeps its idle latency (within 20%) while the
 // nonprod tenants share the rest by weight; without the cap it does not.
 func TestProdNonprodScenario(t *testing.T) {
+	testutil.Slow(t)
 	runScenario(t, "prod-nonprod", 0.75, []string{"NO-CAP", "CAP-80"}, 7)
 }
 
@@ -1143,6 +1156,7 @@ func TestProdNonprodScenario(t *testing.T) {
 // guest has room, the leaves' byte floors made the delays another
 // experiment (240 ms), so the rates stay.
 func TestFairShareScenario(t *testing.T) {
+	testutil.Slow(t)
 	testutil.Quiet(t)
 	runScenarioExcusing(t, "fair-share", 1, []string{"FIFO", "LIMIT", "PER-HOST"}, 4, emulatedAlone)
 }
@@ -1252,6 +1266,7 @@ func TestEmulatedAloneExcuse(t *testing.T) {
 // it (20 -> 5 -> 20 Mbit/s, unshaped), the report says the rate of each
 // phase, and the next variant starts from the topology's rate again.
 func TestModemRateChangesByPhase(t *testing.T) {
+	testutil.Slow(t)
 	light(t)
 	src := `name: variable
 topology:
@@ -1358,4 +1373,41 @@ func labRunFile(t *testing.T, tag, src string) (dir, file string, r result) {
 		t.Fatal(err)
 	}
 	return dir, file, sluice(t, "lab", "run", file, "--out", dir, "--name", strings.TrimPrefix(testutil.Unique(tag), testutil.Prefix))
+}
+
+// A report directory another user made (in a shared /tmp, with links
+// planted inside) is refused before any bed is built (issue 58), as is a
+// scenario whose traffic names a congestion control the kernel lacks.
+func TestLabRefusesOutDirAndCCBeforeTheBed(t *testing.T) {
+	light(t)
+	base := t.TempDir()
+	theirs := filepath.Join(base, "sluice-lab-home")
+	os.Mkdir(theirs, 0o777)
+	secret := filepath.Join(base, "secret")
+	os.WriteFile(secret, []byte("root's\n"), 0o600)
+	os.Symlink(secret, filepath.Join(theirs, "report.html"))
+	if err := os.Chown(theirs, 65534, 65534); err != nil {
+		t.Fatal(err)
+	}
+	name := strings.TrimPrefix(testutil.Unique("od"), testutil.Prefix)
+	start := time.Now()
+	r := sluice(t, "lab", "run", "home", "--name", name, "--out", theirs)
+	if r.code != 2 || !strings.Contains(r.stderr, "belongs to uid 65534") || time.Since(start) > 10*time.Second {
+		t.Fatalf("another user's --out: exit %d after %v\n%s%s", r.code, time.Since(start), r.stdout, r.stderr)
+	}
+	if b, _ := os.ReadFile(secret); string(b) != "root's\n" {
+		t.Fatalf("the planted link's target was written: %q", b)
+	}
+	if out := testutil.Run(t, "ip", "netns", "list"); strings.Contains(out, name) {
+		t.Fatalf("a bed was built:\n%s", out)
+	}
+	scen := filepath.Join(t.TempDir(), "cc.yaml")
+	os.WriteFile(scen, []byte("name: cc\nphases: [{name: a, duration: 1s}]\ntraffic: [{name: f, type: tcp, from: client1, to: server, cc: nosuchcc}]\n"), 0o644)
+	r = sluice(t, "lab", "run", scen, "--name", name, "--out", filepath.Join(t.TempDir(), "out"))
+	if r.code != 2 || !strings.Contains(r.stderr, `cc "nosuchcc": this kernel has no such congestion control`) {
+		t.Fatalf("a missing cc: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	if out := testutil.Run(t, "ip", "netns", "list"); strings.Contains(out, name) {
+		t.Fatalf("a bed was built:\n%s", out)
+	}
 }

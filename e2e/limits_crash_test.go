@@ -19,6 +19,7 @@ import (
 // start leaves the kernel as an undisturbed agent's first step does,
 // and a plain apply after it puts the policy back.
 func TestControllerStepKilledAtEveryWrite(t *testing.T) {
+	testutil.Slow(t)
 	light(t)
 	// Without traffic the first step splits the link as if every class
 	// wanted its ceil (each its 100kbit rate and 19.8 Mbit/s by 1:3,

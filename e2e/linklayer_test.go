@@ -67,6 +67,7 @@ func TestLinkLayerApply(t *testing.T) {
 // bytes the modem's buffer fills (ping's median over 100 ms); counting
 // cells (linklayer atm, overhead 26) it never queues, both ways.
 func TestLinkLayerATM(t *testing.T) {
+	testutil.Slow(t)
 	light(t)
 	dir := t.TempDir()
 	r := sluice(t, "lab", "run", "dsl", "--out", dir, "--name", strings.TrimPrefix(testutil.Unique("dsl"), testutil.Prefix))
@@ -89,6 +90,7 @@ func TestLinkLayerATM(t *testing.T) {
 // a GSO packet once) and on EDT (the program counts each segment of a
 // GSO packet, so segmentation stays on).
 func TestLinkLayerGoodput(t *testing.T) {
+	testutil.Slow(t)
 	light(t)
 	const rate = 20e6
 	frames := rate * 1514 / 1749

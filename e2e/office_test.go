@@ -17,6 +17,7 @@ import (
 // the LAN side decide, so two users with two flows and one flow get
 // equal shares, and pings stay fast through downloads and uploads.
 func TestOfficeExample(t *testing.T) {
+	testutil.Slow(t)
 	light(t)
 	scenarioIsExample(t, "office", "office.yaml", strings.NewReplacer("name: eth0", "name: wan", "name: eth1", "name: lan", "192.168.1.0/24", "10.77.0.0/24"))
 	runExampleScenario(t, "office", 6)
@@ -30,6 +31,7 @@ func TestOfficeExample(t *testing.T) {
 // the example's ssh rule (TOS minimize-delay) catching no ssh of today
 // (OpenSSH marks AF21 since 7.8): ssh waited 2.6 s behind an upload.
 func TestWondershaperExample(t *testing.T) {
+	testutil.Slow(t)
 	// Alone, not light: beside the others its 1 Mbit/s download read
 	// 467 kbit/s against 513 alone (want 450): one loss more at this
 	// rate is a tenth of the goodput.

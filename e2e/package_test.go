@@ -7,6 +7,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"sluice/testutil"
 )
 
 // make install puts the binary, man pages and completions made from the
@@ -15,6 +17,7 @@ import (
 // already there; make deb packages the same, the policy a conffile, and
 // the binary unpacked from it runs.
 func TestInstallAndPackage(t *testing.T) {
+	testutil.Slow(t)
 	for _, tool := range []string{"make", "dpkg-deb", "go"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			if os.Getenv("CI") != "" {

@@ -63,6 +63,7 @@ func genOptions(t *testing.T) gen.Options {
 // the first policy's trees pass conformance's "each alone" cells for up
 // to three subjects per tree. A failing policy is printed shrunk.
 func TestGeneratedPolicies(t *testing.T) {
+	testutil.Slow(t)
 	testutil.RequireRoot(t)
 	first, n := genRange(t)
 	o := genOptions(t)

@@ -126,6 +126,8 @@ func TestRecordsDirectoryRefusesPlantedFiles(t *testing.T) {
 	ns := devNS(t, "eth0")
 	pol := writePolicy(t, "p.yaml", "interfaces:\n  - name: eth0\n    egress: {rate: 10mbit}\n")
 	base := t.TempDir()
+	os.Chmod(base, 0o755)
+	const baseMode = 0o755
 	env := []string{"SLUICE_STATE_DIR=" + base}
 	dir := filepath.Join(base, "netns", ns)
 	victim := filepath.Join(t.TempDir(), "victim")
@@ -178,10 +180,16 @@ func TestRecordsDirectoryRefusesPlantedFiles(t *testing.T) {
 			t.Errorf("%s is mode %v: records must be private", e.Name(), fi.Mode().Perm())
 		}
 	}
-	for _, d := range []string{base, filepath.Join(base, "netns"), dir} {
+	for _, d := range []string{filepath.Join(base, "netns"), dir} {
 		if fi, _ := os.Stat(d); fi.Mode().Perm() != 0o700 {
 			t.Errorf("%s is mode %v, want 0700", d, fi.Mode().Perm())
 		}
+	}
+	// The state directory the user gave is theirs: its mode stays
+	// (issue 58: a shared SLUICE_STATE_DIR, or /var/lib under a
+	// hosts_file, was made 0700).
+	if fi, _ := os.Stat(base); fi.Mode().Perm() != baseMode {
+		t.Errorf("SLUICE_STATE_DIR %s changed to mode %v from %v", base, fi.Mode().Perm(), baseMode)
 	}
 	// Corrupt records: a failure (exit 1) that says how to start over,
 	// not bad input; a bulk file changed behind sluice's back is caught.

@@ -4,7 +4,9 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"sluice/testutil"
 )
@@ -84,9 +86,24 @@ func TestSavedPlan(t *testing.T) {
 	if b, _ := os.ReadFile(target); string(b) != "keep" {
 		t.Fatalf("the link's target was written: %q", b)
 	}
-	// A plan made now applies.
+	// A FIFO at the name is refused at once (O_TRUNC on one blocked
+	// for a reader); a world-readable file there is replaced by a
+	// private one (the plan holds the whole policy).
+	fifo := filepath.Join(dir, "fifo.plan")
+	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if r := sluice(t, "--netns", p.A, "plan", "--out", fifo, pol); r.code != 2 || !strings.Contains(r.stderr, "a FIFO") || time.Since(start) > 10*time.Second {
+		t.Fatalf("--out onto a FIFO (code %d, %v):\n%s%s", r.code, time.Since(start), r.stdout, r.stderr)
+	}
 	third := filepath.Join(dir, "third.plan")
+	os.WriteFile(third, []byte("an older, world-readable file"), 0o644)
 	must(t, "--netns", p.A, "plan", "--out", third, pol)
+	if fi, err := os.Stat(third); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("plan --out over a 0644 file: %v %v; want mode 0600", fi.Mode(), err)
+	}
+	// A plan made now applies.
 	if r := sluice(t, "--netns", p.A, "apply", third); r.code != 0 || !strings.Contains(r.stdout, "applied: ") {
 		t.Fatalf("a fresh plan (code %d):\n%s%s", r.code, r.stdout, r.stderr)
 	}

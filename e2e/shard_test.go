@@ -253,6 +253,7 @@ func subsPolicyShards(t *testing.T, csv, classifier, shards string) (file, hosts
 // shards: auto does not shard such a tree (and says why): the same host
 // gets the whole rate, as with shards: 1.
 func TestShardedHostGetsRateOverN(t *testing.T) {
+	testutil.Slow(t)
 	light(t)
 	a, b := shardedPair(t, 4, 0)
 	file := filepath.Join(t.TempDir(), "p.yaml")
@@ -292,6 +293,7 @@ func TestShardedHostGetsRateOverN(t *testing.T) {
 // host alone with a ceil of the whole rate gets it, where without the
 // agent it gets rate/4 (above).
 func TestShardsBalancedByTheAgent(t *testing.T) {
+	testutil.Slow(t)
 	light(t)
 	a, b := shardedPair(t, 4, 0)
 	file := filepath.Join(t.TempDir(), "p.yaml")

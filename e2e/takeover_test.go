@@ -19,6 +19,7 @@ import (
 // packet (ifb0 none). A foreign redirect added later is warned of by
 // plan and apply without --force, and left alone.
 func TestMigrationTakesOverTheIngress(t *testing.T) {
+	testutil.Slow(t)
 	p := testutil.NewPair(t)
 	ns, dev := p.A, p.DevA
 	for _, c := range [][]string{

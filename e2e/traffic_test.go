@@ -114,6 +114,7 @@ func mbits(xs []float64) []string {
 }
 
 func TestEgressLimit20mbit(t *testing.T) {
+	testutil.Slow(t)
 	light(t)
 	p := testutil.NewPair(t)
 	must(t, "--netns", p.A, "apply", "-q", writePolicy(t, "p.yaml", policyFor(p.DevA, "    egress:\n      rate: 20mbit\n")))
@@ -198,6 +199,7 @@ func TestEgressLimit20mbit(t *testing.T) {
 }
 
 func TestIngressLimit20mbit(t *testing.T) {
+	testutil.Slow(t)
 	light(t)
 	p := testutil.NewPair(t)
 	must(t, "--netns", p.A, "apply", "-q", writePolicy(t, "p.yaml", policyFor(p.DevA, "    ingress:\n      rate: 20mbit\n")))
@@ -274,6 +276,7 @@ func latencyUnderLoad(t *testing.T, p *testutil.Pair) (ping, tcp22 time.Duration
 }
 
 func TestInteractiveLatencyUnderLoad(t *testing.T) {
+	testutil.Slow(t)
 	p := testutil.NewPair(t)
 	testutil.IperfServer(t, p.B, testutil.AddrB, 5201)
 	echo, err := testutil.TCPEchoServer(p.B, testutil.AddrB, 22)
@@ -318,6 +321,7 @@ func TestInteractiveLatencyUnderLoad(t *testing.T) {
 // only leaf this kernel has, a host's own flows fight in its queue; see
 // docs/benchmarks.md for the 4-against-1 flows numbers.)
 func TestPerHostFairness(t *testing.T) {
+	testutil.Slow(t)
 	light(t)
 	p := testutil.NewPair(t)
 	hosts := []string{"10.9.0.11", "10.9.0.12", "10.9.0.13", "10.9.0.14"}

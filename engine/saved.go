@@ -4,11 +4,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 	"time"
 
 	"sluice/policy"
@@ -84,22 +82,13 @@ func (s *SavedPlan) Write(path string) error {
 	if err != nil {
 		return err
 	}
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0o600)
-	if err != nil {
-		if errors.Is(err, syscall.ELOOP) {
-			return input(fmt.Errorf("plan --out %s: a symbolic link; sluice writes no file through one", path))
+	if err := safefile.WriteOut(path, append(b, '\n'), 0o600); err != nil {
+		if errors.Is(err, safefile.ErrUnsafe) {
+			return input(fmt.Errorf("plan --out: %w", err))
 		}
-		return input(fmt.Errorf("plan --out: %w", err))
+		return fmt.Errorf("plan --out: %w", err)
 	}
-	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
-		f.Close()
-		return input(fmt.Errorf("plan --out %s: not a regular file", path))
-	}
-	if _, err := f.Write(append(b, '\n')); err != nil {
-		f.Close()
-		return fmt.Errorf("plan --out %s: %w", path, err)
-	}
-	return f.Close()
+	return nil
 }
 
 // ReadSavedPlan reads path as a saved plan. ok is false when it is not

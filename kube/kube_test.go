@@ -401,3 +401,23 @@ func oneEvent(t *testing.T, client kubetest.Fake, ns string) corev1.Event {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// The pods' hosts file may live in a directory sluice did not make
+// (hosts_file: /var/lib/pods.csv): writing it changes nothing of the
+// directory (issue 58: it was made 0700), and the file is private.
+func TestWriteFileLeavesItsDirectoryAlone(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "lib")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(dir, 0o755)
+	if err := writeFile(filepath.Join(dir, "pods.csv"), []byte("a,10.0.0.1\n")); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(dir); err != nil || fi.Mode().Perm() != 0o755 {
+		t.Errorf("the directory is now %v (%v), was 0755", fi.Mode().Perm(), err)
+	}
+	if fi, err := os.Stat(filepath.Join(dir, "pods.csv")); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("pods.csv: %v %v, want 0600", fi.Mode(), err)
+	}
+}

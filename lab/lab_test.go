@@ -54,6 +54,15 @@ func TestScenarioErrors(t *testing.T) {
 		{"name: x\nphases: [{name: a, duration: 1s}]\ntraffic: [{name: f, type: tcpp, from: client1, to: server}]\n", `type "tcpp"`},
 		{"name: x\nphases: [{name: a, duration: 1s}]\ntraffic: [{name: f, type: tcp, from: client9, to: server}]\n", `host "client9"`},
 		{"name: x\nphases: [{name: a, duration: soon}]\n", `duration "soon"`},
+		// Issue 58: phases that sum past any clock, clients below one,
+		// names holding a newline.
+		{"name: x\nphases: [{name: a, duration: 2562047h}, {name: b, duration: 2562047h}]\n", `the phases last more than 168h0m0s in all`},
+		{"name: x\nphases: [{name: a, duration: 100h}, {name: b, duration: 100h}]\n", `phase b: duration "100h": the phases last more than`},
+		{"name: x\nphases: [{name: a, duration: 1s}]\ntraffic: [{name: f, type: tcp, from: client1, to: server, cc: \"cubic;x\"}]\n", `cc "cubic;x": want a congestion control's name`},
+		{"name: x\ntopology: {clients: -3}\nphases: [{name: a, duration: 1s}]\n", `clients -3: want 1 to 200`},
+		{"name: \"x\\ny\"\nphases: [{name: a, duration: 1s}]\n", `name "x\ny": must not contain control characters`},
+		{"name: x\nphases: [{name: \"a\\u001b[2J\", duration: 1s}]\n", `phase "a\x1b[2J": must not contain control characters`},
+		{"name: x\nphases: [{name: a, duration: 1s}]\nvariants: [{name: \"v\\tw\"}]\n", `variant "v\tw": must not contain`},
 		{"name: x\nphases: [{name: a, duration: 1s}]\ntraffic: [{name: f, type: tcp, from: client1, to: server, phases: [b]}]\n", `phase "b" is not in phases`},
 		{"name: x\nphases: [{name: a, duration: 1s}]\nexpect: [\"hosts fairness >= lots\"]\n", `want a ratio`},
 		{"name: x\nphases: [{name: a, duration: 1s}]\ncolour: red\n", `field colour not found`},
@@ -455,5 +464,24 @@ func TestRampAfterAndLessClass(t *testing.T) {
 		if _, err := parseExpectation(bad); err == nil {
 			t.Errorf("%q accepted", bad)
 		}
+	}
+}
+
+// What parsing cannot see fails before a bed is built: a congestion
+// control this kernel lacks, a timeline scaled past a week.
+func TestPreflight(t *testing.T) {
+	s, err := Parse("s.yaml", []byte("name: x\nphases: [{name: a, duration: 1h}]\ntraffic: [{name: f, type: tcp, from: client1, to: server, cc: nosuchcc}]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Preflight(1); err == nil || !strings.Contains(err.Error(), `cc "nosuchcc": this kernel has no such congestion control`) {
+		t.Errorf("a missing cc: %v", err)
+	}
+	s.Traffic[0].CC = "reno" // built in, always
+	if err := s.Preflight(1); err != nil {
+		t.Errorf("reno: %v", err)
+	}
+	if err := s.Preflight(1000); err == nil || !strings.Contains(err.Error(), "more than 168h0m0s") {
+		t.Errorf("scaled past a week: %v", err)
 	}
 }

@@ -5,12 +5,14 @@ import (
 	"embed"
 	"fmt"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"time"
 
+	"golang.org/x/sys/unix"
 	"gopkg.in/yaml.v3"
 
 	"sluice/policy"
@@ -253,6 +255,18 @@ func parse(file string, src []byte) (*Scenario, error) {
 	return s, s.validate()
 }
 
+// allTraffic is every variant's traffic (a matrix's, its keys filled in).
+func (s *Scenario) allTraffic() []Traffic {
+	if len(s.Matrix) == 0 {
+		return s.Traffic
+	}
+	var out []Traffic
+	for _, v := range s.Variants {
+		out = append(out, s.TrafficFor(v)...)
+	}
+	return out
+}
+
 // TrafficFor returns the traffic a variant runs.
 func (s *Scenario) TrafficFor(v Variant) []Traffic {
 	if v.traffic != nil {
@@ -291,11 +305,66 @@ func (s *Scenario) phaseTimes(scale float64) ([]Phase, []time.Duration, time.Dur
 		if err != nil || d <= 0 {
 			return nil, nil, 0, fmt.Errorf("%s: phase %s: duration %q: want a duration like 5s", s.File, p.Name, p.Duration)
 		}
-		d = time.Duration(float64(d) * scale)
+		f := float64(d) * scale
+		// Checked before adding: two phases of 2562047h wrapped the
+		// sum negative, and a "584-year" run ended at once.
+		if f > float64(maxTimeline) || float64(total)+f > float64(maxTimeline) {
+			return nil, nil, 0, fmt.Errorf("%s: phase %s: duration %q: the phases last more than %s in all, the most a run may", s.File, p.Name, p.Duration, maxTimeline)
+		}
+		d = time.Duration(f)
 		ds = append(ds, d)
 		total += d
 	}
 	return s.Phases, ds, total, nil
+}
+
+// ccName is what the kernel takes as a congestion control's name
+// (TCP_CA_NAME_MAX, 16 with its NUL).
+var ccName = regexp.MustCompile(`^[a-z0-9_]{1,15}$`)
+
+// Preflight checks on this host, before a test bed is built, what a
+// run at scale needs that parsing cannot see: the timeline scaled, and
+// every congestion control a traffic names (a TCP socket is given it,
+// which loads its module where there is one).
+func (s *Scenario) Preflight(scale float64) error {
+	if _, _, _, err := s.phaseTimes(scale); err != nil {
+		return err
+	}
+	seen := map[string]bool{}
+	for _, t := range s.allTraffic() {
+		if t.CC == "" || seen[t.CC] {
+			continue
+		}
+		seen[t.CC] = true
+		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			return err
+		}
+		err = unix.SetsockoptString(fd, unix.IPPROTO_TCP, unix.TCP_CONGESTION, t.CC)
+		unix.Close(fd)
+		if err != nil {
+			return fmt.Errorf("%s: traffic %s: cc %q: this kernel has no such congestion control (%v; see /proc/sys/net/ipv4/tcp_available_congestion_control)", s.File, t.Name, t.CC, err)
+		}
+	}
+	return nil
+}
+
+// maxTimeline bounds a scenario's phases together (a week: a soak).
+const maxTimeline = 7 * 24 * time.Hour
+
+// nameProblem says what is wrong with a name a scenario gives (of
+// itself, a phase, a variant, a traffic): names land in reports,
+// terminals and file names.
+func nameProblem(n string) string {
+	for _, r := range n {
+		if r < 0x20 || r == 0x7f || r >= 0x80 && r < 0xa0 {
+			return "must not contain control characters (a newline, a tab, an escape)"
+		}
+	}
+	if len(n) > 64 {
+		return "may be at most 64 bytes"
+	}
+	return ""
 }
 
 func (s *Scenario) validate() error {
@@ -305,6 +374,29 @@ func (s *Scenario) validate() error {
 	}
 	if s.Name == "" {
 		bad("name is required")
+	}
+	named := func(what, n string) {
+		if why := nameProblem(n); why != "" {
+			bad("%s %q: %s", what, n, why)
+		}
+	}
+	named("name", s.Name)
+	for _, p := range s.Phases {
+		named("phase", p.Name)
+	}
+	for _, v := range s.Variants {
+		named("variant", v.Name)
+	}
+	for _, t := range s.Traffic {
+		named("traffic", t.Name)
+	}
+	for _, t := range s.allTraffic() {
+		if t.CC != "" && !ccName.MatchString(t.CC) {
+			bad("traffic %s: cc %q: want a congestion control's name (reno, cubic, bbr: letters, digits and _, at most 15)", t.Name, t.CC)
+		}
+	}
+	if c := s.Topology.Clients; c < 0 || c > 200 {
+		bad("topology: clients %d: want 1 to 200 (0 or none for 1)", c)
 	}
 	if len(s.Phases) == 0 {
 		bad("phases: at least one phase is required")
@@ -458,7 +550,7 @@ func (s *Scenario) readPolicies() error {
 			case !filepath.IsLocal(ref):
 				return fmt.Errorf("%s: policy %q: must name a file in the scenario's folder (%s), not outside it", where, v.Policy, s.dir)
 			}
-			b, err := safefile.ReadRegular(filepath.Join(s.dir, ref), "policy", policy.MaxPolicyBytes)
+			b, err := safefile.ReadIn(s.dir, ref, "policy", policy.MaxPolicyBytes)
 			if err != nil {
 				return fmt.Errorf("%s: policy %q: %w", where, v.Policy, err)
 			}

@@ -44,7 +44,17 @@ func TestScenarioPolicyFiles(t *testing.T) {
 	if text, _ := s.policyText(s.Variants[1]); !strings.Contains(text, "10mbit") {
 		t.Errorf("@good.yaml read as %q", text)
 	}
+	// A link inside the folder that leads out of it.
+	os.Mkdir(filepath.Join(dir, "sub"), 0o755)
+	if err := os.Symlink(root, filepath.Join(dir, "sub", "up")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("/", filepath.Join(dir, "sub", "root")); err != nil {
+		t.Fatal(err)
+	}
 	for _, c := range []struct{ ref, want string }{
+		{`"@sub/up/secret"`, "leads outside"},
+		{`"@sub/root/etc/passwd"`, "leads outside"},
 		{`"@../secret"`, "in the scenario's folder"},
 		{`"@../../../../dev/zero"`, "in the scenario's folder"},
 		{`"@/dev/zero"`, "in the scenario's folder"},

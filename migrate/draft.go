@@ -17,7 +17,9 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
+	"unicode/utf8"
 )
 
 // At is where a construct was read: a file and a line (0: the file as
@@ -177,7 +179,7 @@ type Report struct {
 }
 
 func (r *Report) add(at At, k Kind, what, how string, args ...any) {
-	f := Finding{At: at, Kind: k, What: what, How: fmt.Sprintf(how, args...)}
+	f := Finding{At: at, Kind: k, What: printable(what), How: printable(fmt.Sprintf(how, args...))}
 	if k == Refused && slices.Contains(r.Findings, f) {
 		return // a line read twice (a function called twice) is refused once
 	}
@@ -342,4 +344,36 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	sort.Strings(ks)
 	return ks
+}
+
+// printable quotes what a terminal would act on in text taken from the
+// source (an OSC title, a clear-screen, a carriage return, bytes that
+// are not UTF-8) as Go escapes: a report shows the file, it never
+// drives the terminal that reads it.
+func printable(s string) string {
+	clean := true
+	for _, r := range s {
+		if r < 0x20 || r == 0x7f || r >= 0x80 && r < 0xa0 || r == utf8.RuneError {
+			clean = false
+			break
+		}
+	}
+	if clean {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); {
+		r, n := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && n <= 1:
+			fmt.Fprintf(&b, "\\x%02x", s[i])
+		case r < 0x20 || r == 0x7f || r >= 0x80 && r < 0xa0:
+			q := strconv.QuoteRune(r)
+			b.WriteString(q[1 : len(q)-1])
+		default:
+			b.WriteString(s[i : i+n])
+		}
+		i += n
+	}
+	return b.String()
 }

@@ -470,3 +470,30 @@ func TestImportKeepsClassIDs(t *testing.T) {
 		t.Errorf("1.4.1's egress ids not kept:\n%s", out)
 	}
 }
+
+// A report quotes what would drive the terminal that reads it: an OSC
+// title, a clear-screen, a carriage return, bytes that are not UTF-8
+// taken from the source (issue 58).
+func TestReportQuotesControlBytes(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "fireqos.conf")
+	os.WriteFile(file, []byte("interface eth0 x output rate 1Mbit\nclass a\nmatch \x1b]0;pwned\x07\x1b[2J\rtcp\xff\n"), 0o644)
+	d, err := FireQOS(file, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := d.Report.String()
+	if err := d.Report.Refusals(); err != nil {
+		out += err.Error()
+	}
+	for _, c := range []string{"\x1b", "\x07", "\r", "\xff"} {
+		if strings.Contains(out, c) {
+			t.Errorf("the report holds %q:\n%s", c, out)
+		}
+	}
+	if !strings.Contains(out, `match \x1b]0`) || !strings.Contains(out, `pwned\a\x1b[2J\rtcp\xff`) {
+		t.Errorf("the bytes are not shown quoted:\n%s", out)
+	}
+	if printable("plain, ünïcode") != "plain, ünïcode" {
+		t.Error("printable changed printable text")
+	}
+}

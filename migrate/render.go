@@ -13,6 +13,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"sluice/policy"
+	"sluice/safefile"
 )
 
 // Render writes the draft as a policy file: each class carries a
@@ -338,7 +339,7 @@ func (d *Draft) Write(dir string, strict bool) (string, error) {
 	for name, hosts := range d.Hosts {
 		files[name] = RenderHosts(hosts)
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := safefile.OutDir(dir); err != nil {
 		return "", err
 	}
 	// Validate in a scratch directory beside the target, so that a

@@ -21,6 +21,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -34,6 +35,28 @@ func ReadRegular(path, what string, limit int64) ([]byte, error) {
 	// O_NONBLOCK: opening a FIFO must not wait for a writer.
 	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
 	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return readBounded(f, path, what, limit)
+}
+
+// ReadIn reads file name inside directory dir as ReadRegular reads a
+// path, but only what lies inside dir: a link in name that leads out of
+// it (sub/root -> /) is refused, as is "..".
+func ReadIn(dir, name, what string, limit int64) ([]byte, error) {
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer root.Close()
+	path := filepath.Join(dir, name)
+	f, err := root.OpenFile(name, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		var pe *os.PathError
+		if errors.As(err, &pe) && strings.Contains(pe.Err.Error(), "escapes") {
+			return nil, unsafeErr("%s: leads outside %s (through a link or ..); the %s must be a file in it", path, dir, what)
+		}
 		return nil, err
 	}
 	defer f.Close()
@@ -100,9 +123,9 @@ func unsafeErr(format string, args ...any) error {
 // missing parents when create is set. The directories above path are
 // trusted as the system has them (/run, or what SLUICE_STATE_DIR
 // names); path itself must not be a link, must belong to the caller's
-// effective user and must not be writable by group or others. One the
-// caller owns that others may read is made private (0700): records
-// name subscribers.
+// effective user and must not be writable by group or others. sluice
+// never changes a directory's mode: one it creates is 0700, and every
+// file it writes is 0600 (records name subscribers).
 func OpenDir(path string, create bool) (*Dir, error) {
 	path = filepath.Clean(path)
 	if create {
@@ -146,11 +169,8 @@ func (d *Dir) check() error {
 	if st.Mode&0o022 != 0 {
 		return unsafeErr("%s is writable by other users (mode %#o); sluice will not keep its records there (chmod 700 it)", d.path, st.Mode&0o777)
 	}
-	if st.Mode&0o077 != 0 {
-		if err := unix.Fchmod(d.fd, 0o700); err != nil {
-			return &os.PathError{Op: "chmod", Path: d.path, Err: err}
-		}
-	}
+	// A directory others may read is left as it is (it may be /var/lib,
+	// which a hosts_file names): what sluice writes in it is 0600.
 	return nil
 }
 
@@ -361,4 +381,63 @@ func (d *Dir) Stat(name string) (unix.Stat_t, error) {
 		err = &os.PathError{Op: "stat", Path: filepath.Join(d.path, name), Err: err}
 	}
 	return st, err
+}
+
+// WriteOut writes b as the file at path, which a user named (plan
+// --out, a report): whole or not at all (a new file beside it, renamed
+// over it), never through a symbolic link and never over anything but a
+// regular file (a FIFO would block the write, a device take it), with
+// mode perm whatever an older file's was.
+func WriteOut(path string, b []byte, perm os.FileMode) error {
+	if fi, err := os.Lstat(path); err == nil && !fi.Mode().IsRegular() {
+		return unsafeErr("%s is %s; sluice writes only over a regular file (remove it or choose another name)", path, kindOf(fi.Mode()))
+	} else if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*.tmp") // O_EXCL, 0600
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	_, err = f.Write(b)
+	if err == nil {
+		err = f.Chmod(perm)
+	}
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		// rename(2) replaces a link planted since, never what it names.
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	return nil
+}
+
+// OutDir readies path, a directory a user named for a command's output
+// (a lab run's report), to be written into with WriteOut: created (0755,
+// with its parents) where missing; else it must be a directory, not a
+// link to one, and belong to the caller. Root writing into a directory
+// another user made (in /tmp, say) could be led by links planted in it.
+func OutDir(path string) error {
+	fi, err := os.Lstat(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return os.MkdirAll(path, 0o755)
+	}
+	if err != nil {
+		return err
+	}
+	if !fi.IsDir() {
+		return unsafeErr("%s is %s, not a directory (remove it or choose another)", path, kindOf(fi.Mode()))
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) != os.Geteuid() {
+		return unsafeErr("%s belongs to uid %d, not to this user (uid %d); sluice writes only into a directory of its own user (remove it or choose another)", path, st.Uid, os.Geteuid())
+	}
+	return nil
 }

@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // ReadRegular reads only a plain file, however the user's path reaches
@@ -71,7 +73,8 @@ func TestReadRegularRefusesWhatIsNotAPlainFile(t *testing.T) {
 
 // OpenDir uses a records directory only when nobody else can have put
 // anything in it: never through a link, never one others may write or
-// own; one that others may only read is made private.
+// own; one that others may only read is kept as it is (it may be
+// /var/lib, where a hosts_file lives): sluice changes no directory's mode.
 func TestOpenDirRefusesWhatOthersControl(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
@@ -80,9 +83,9 @@ func TestOpenDirRefusesWhatOthersControl(t *testing.T) {
 		mode  os.FileMode
 	}{
 		{name: "missing, created private", setup: func(t *testing.T, path string) {}, mode: 0o700},
-		{name: "readable by others is made private", setup: func(t *testing.T, path string) {
+		{name: "readable by others is left so", setup: func(t *testing.T, path string) {
 			mkdir(t, path, 0o755)
-		}, mode: 0o700},
+		}, mode: 0o755},
 		{name: "a link to a directory", setup: func(t *testing.T, path string) {
 			target := path + ".real"
 			mkdir(t, target, 0o700)
@@ -286,5 +289,89 @@ func symlink(t *testing.T, target, path string) {
 	t.Helper()
 	if err := os.Symlink(target, path); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// WriteOut, for a file a user names: never through a link planted at
+// the name, never into a FIFO (which would block) or other special
+// file, whole or not at all, with its own mode whatever the old file's.
+func TestWriteOutWritesOnlyARegularFile(t *testing.T) {
+	dir := t.TempDir()
+	secret := filepath.Join(dir, "secret")
+	if err := os.WriteFile(secret, []byte("root's"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(dir, "plan.json")
+	symlink(t, secret, link)
+	if err := WriteOut(link, []byte("plan"), 0o600); !errors.Is(err, ErrUnsafe) || !strings.Contains(err.Error(), "a symbolic link") {
+		t.Errorf("over a link: %v", err)
+	}
+	if b, _ := os.ReadFile(secret); string(b) != "root's" {
+		t.Errorf("the link's target was written: %q", b)
+	}
+	fifo := filepath.Join(dir, "fifo")
+	if err := unix.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- WriteOut(fifo, []byte("plan"), 0o600) }()
+	select {
+	case err := <-done:
+		if !errors.Is(err, ErrUnsafe) || !strings.Contains(err.Error(), "a FIFO") {
+			t.Errorf("into a FIFO: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("WriteOut blocked on a FIFO")
+	}
+	// Over a world-readable file: the new one is private.
+	old := filepath.Join(dir, "old.json")
+	if err := os.WriteFile(old, []byte("a much longer old content"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteOut(old, []byte("new"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Lstat(old)
+	if b, _ := os.ReadFile(old); err != nil || string(b) != "new" || fi.Mode().Perm() != 0o600 {
+		t.Errorf("%s: %q, %v, %v", old, b, fi.Mode(), err)
+	}
+	ents, _ := os.ReadDir(dir)
+	for _, e := range ents {
+		if strings.HasSuffix(e.Name(), ".tmp") {
+			t.Errorf("a temporary file was left: %s", e.Name())
+		}
+	}
+}
+
+// OutDir takes a directory the caller owns or creates, never a link to
+// one nor another user's (root writing reports into it could be led by
+// links planted inside).
+func TestOutDirRefusesAnotherUsersDirectory(t *testing.T) {
+	base := t.TempDir()
+	fresh := filepath.Join(base, "a", "b")
+	if err := OutDir(fresh); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Lstat(fresh); err != nil || !fi.IsDir() {
+		t.Fatalf("not created: %v", err)
+	}
+	if err := OutDir(fresh); err != nil {
+		t.Errorf("its own directory again: %v", err)
+	}
+	link := filepath.Join(base, "link")
+	symlink(t, fresh, link)
+	if err := OutDir(link); !errors.Is(err, ErrUnsafe) || !strings.Contains(err.Error(), "a symbolic link") {
+		t.Errorf("a link: %v", err)
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to give a directory away")
+	}
+	theirs := filepath.Join(base, "theirs")
+	mkdir(t, theirs, 0o755)
+	if err := os.Chown(theirs, 65534, 65534); err != nil {
+		t.Fatal(err)
+	}
+	if err := OutDir(theirs); !errors.Is(err, ErrUnsafe) || !strings.Contains(err.Error(), "belongs to uid 65534") {
+		t.Errorf("another user's: %v", err)
 	}
 }

@@ -157,3 +157,14 @@ func NeedFeature(t testing.TB, name string, have bool) {
 	}
 	t.Skipf("kernel lacks %s", name)
 }
+
+// Slow marks a test that takes more than a few seconds: a lab scenario,
+// a measurement held to a reference, a VM, a browser, a build. `make
+// check` (SLUICE_TIER=check) skips it to stay under five minutes;
+// `make test` and CI run it.
+func Slow(t testing.TB) {
+	t.Helper()
+	if os.Getenv("SLUICE_TIER") == "check" {
+		t.Skip("slow: make check skips it, make test runs it")
+	}
+}

@@ -83,6 +83,10 @@ type Config struct {
 // where a running agent listens (for `sluice show`).
 const AgentFile = "agent.json"
 
+// ListenRetry is how often the agent tries --listen's address again
+// while another process holds it.
+var ListenRetry = 2 * time.Second
+
 // Info is what AgentFile holds.
 type Info struct {
 	PID    int    `json:"pid"`
@@ -399,19 +403,36 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 	}
 	writeInfo()
+	a.log.Info("agent started", "policy", a.cfg.Policy, "netns", a.cfg.Netns, "interval", a.cfg.Interval.String())
+	// Shape first, serve second: a user holding --listen's port (an
+	// unprivileged one) must not keep the policy from being applied.
+	// The address is tried again every ListenRetry until it frees.
+	a.pass("start")
 	var srv *http.Server
-	if a.cfg.Listen != "" {
+	retry := time.NewTicker(ListenRetry)
+	retry.Stop()
+	defer retry.Stop()
+	var listenC <-chan time.Time
+	listen := func() {
 		ln, err := net.Listen("tcp", a.cfg.Listen)
 		if err != nil {
-			return fmt.Errorf("--listen: %w", err)
+			if listenC == nil {
+				a.log.Warn("cannot listen; shaping goes on, and the address is tried again", "addr", a.cfg.Listen, "every", ListenRetry.String(), "err", err)
+				retry.Reset(ListenRetry)
+				listenC = retry.C
+			}
+			return
 		}
+		retry.Stop()
+		listenC = nil
 		srv = a.serve(ln)
 		info.Listen = ln.Addr().String()
 		writeInfo()
 		a.log.Info("listening", "addr", ln.Addr().String())
 	}
-	a.log.Info("agent started", "policy", a.cfg.Policy, "netns", a.cfg.Netns, "interval", a.cfg.Interval.String())
-	a.pass("start")
+	if a.cfg.Listen != "" {
+		listen()
+	}
 	defer func() {
 		a.stopAuto()
 		if a.autoK != nil {
@@ -449,6 +470,9 @@ loop:
 			break loop
 		case <-tick.C:
 			a.pass("interval")
+		case <-listenC:
+			listen()
+			continue
 		case <-watch.C:
 			if changed, now := a.filesChanged(); changed && !a.editHosts(now) {
 				a.reloadPolicy(false)

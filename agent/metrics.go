@@ -128,6 +128,15 @@ func newMetrics(a *Agent) *metrics {
 		}
 		return float64(a.health.LastSuccess.UnixNano()) / 1e9
 	})
+	if a.cfg.Kubernetes != nil {
+		m.registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_kubernetes_caps_unreadable",
+			Help: "Pods whose bandwidth annotation cannot be read, held at their last good cap or their class's per-pod rate (fail closed)."}, func() float64 {
+			if a.kube == nil {
+				return 0
+			}
+			return float64(a.kube.Status().CapsUnreadable)
+		}))
+	}
 	m.registry.MustRegister(m.reconciles, m.reloads, m.repairs, m.shareWrites, m.autoWrites, autoCollector{a}, m.hostEdits, m.steady, m.applySeconds, build, healthy, lastOK,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.classes.MustRegister(m)

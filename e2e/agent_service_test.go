@@ -3,6 +3,7 @@ package e2e
 import (
 	"bytes"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -128,5 +129,54 @@ func TestSystemdUnit(t *testing.T) {
 	}
 	if strings.Contains(log.String(), "level=ERROR") {
 		t.Errorf("errors with the unit's capabilities:\n%s", log.String())
+	}
+}
+
+// A user holding the agent's --listen port (an unprivileged one) does
+// not keep the policy from being applied: the agent shapes first, warns,
+// and serves once the port frees (issue 58; it exited 1, and systemd
+// retried into its start limit with nothing shaped).
+func TestAgentShapesWhileItsPortIsHeld(t *testing.T) {
+	light(t)
+	ns := devNS(t, "eth0")
+	pol := writePolicy(t, "p.yaml", fmt.Sprintf(agentPolicy, "15mbit"))
+	holder, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := holder.Addr().String()
+	a := &agentProc{t: t, done: make(chan struct{})}
+	a.cmd = exec.Command(bin, "--netns", ns, "agent", pol, "--listen", addr, "--log-format", "json")
+	a.cmd.Env = append(os.Environ(), "SLUICE_STATE_DIR="+stateDir(t))
+	a.cmd.Stdout, a.cmd.Stderr = a, a
+	if err := a.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { a.err = a.cmd.Wait(); close(a.done) }()
+	t.Cleanup(func() {
+		a.cmd.Process.Kill()
+		<-a.done
+		if t.Failed() {
+			t.Logf("agent log:\n%s", a.Log())
+		}
+	})
+	if _, ok := within(10*time.Second, func() bool {
+		return strings.Contains(tcShow(t, ns, "class", "show", "dev", "eth0"), "rate 15Mbit")
+	}); !ok {
+		holder.Close()
+		t.Fatalf("not shaped while the port is held:\n%s", a.Log())
+	}
+	if !strings.Contains(a.Log(), "cannot listen; shaping goes on") {
+		t.Errorf("no warning about the port:\n%s", a.Log())
+	}
+	select {
+	case <-a.done:
+		t.Fatalf("the agent exited: %v", a.err)
+	default:
+	}
+	holder.Close()
+	a.addr = addr
+	if _, ok := within(8*time.Second, func() bool { code, _ := a.get("/healthz"); return code == 200 }); !ok {
+		t.Fatalf("not serving after the port freed:\n%s", a.Log())
 	}
 }

@@ -3,6 +3,7 @@ package kube
 import (
 	"fmt"
 	"math"
+	"regexp"
 	"strconv"
 	"strings"
 
@@ -40,6 +41,14 @@ const (
 // is as much as a weight can mean.
 const MaxWeight = 1e6
 
+// MinWeight bounds it below as the policy's weight is (1e-320, a
+// subnormal, passed).
+const MinWeight = policy.MinWeight
+
+// decimal is how a weight is written: digits with an optional fraction
+// (ParseFloat also takes hex floats, exponents, "Inf" and "1_0").
+var decimal = regexp.MustCompile(`^[0-9]+(\.[0-9]+)?$|^\.[0-9]+$`)
+
 // capForm is one annotation that caps a direction.
 type capForm struct {
 	name string
@@ -66,10 +75,15 @@ func (p Problem) String() string {
 
 // Wants is what a pod's annotations ask in one direction.
 type Wants struct {
-	Cap    units.Rate // 0: none (the pods class's ceil)
-	Class  string     // "": the pods class itself
-	Weight float64    // 0: none (1)
-	Prio   *int       // nil: its class's
+	Cap units.Rate // 0: none (the pods class's ceil)
+	// CapUnread: a cap annotation is there but cannot be read (a typo:
+	// "10Mbit"). The pod is held closed, not let run to the class's
+	// ceil: the watcher keeps its last good cap, or gives it the class's
+	// per-pod rate (as the CNI bandwidth plugin fails such a pod).
+	CapUnread bool
+	Class     string  // "": the pods class itself
+	Weight    float64 // 0: none (1)
+	Prio      *int    // nil: its class's
 }
 
 // Read reads the annotations of direction dir (policy.Egress: what the
@@ -86,7 +100,8 @@ func Read(ann map[string]string, dir string) (w Wants, ok bool, problems []Probl
 		ok = true
 		bits, err := capOf(v, f.mbit)
 		if err != nil {
-			problems = append(problems, Problem{f.name, v, err.Error()})
+			problems = append(problems, Problem{f.name, v, err.Error() + "; the pod keeps its last cap (or its class's per-pod rate)"})
+			w.CapUnread = true
 			continue
 		}
 		if r := units.FromBits(bits); w.Cap == 0 || r < w.Cap {
@@ -101,10 +116,10 @@ func Read(ann map[string]string, dir string) (w Wants, ok bool, problems []Probl
 		ok = true
 		x, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
 		switch {
-		case err != nil || math.IsNaN(x):
-			problems = append(problems, Problem{Weight, v, "not a number"})
-		case x <= 0 || x > MaxWeight:
-			problems = append(problems, Problem{Weight, v, fmt.Sprintf("a weight is more than 0 and at most %g", MaxWeight)})
+		case err != nil || math.IsNaN(x) || !decimal.MatchString(strings.TrimSpace(v)):
+			problems = append(problems, Problem{Weight, v, "not a decimal number (like 2 or 0.5)"})
+		case x < MinWeight || x > MaxWeight:
+			problems = append(problems, Problem{Weight, v, fmt.Sprintf("a weight is from %g to %g", MinWeight, MaxWeight)})
 		default:
 			w.Weight = x
 		}

@@ -43,17 +43,22 @@ func TestRead(t *testing.T) {
 		{name: "kube-ovn, Mbit/s", ann: map[string]string{OVNIngress: "20"}, dir: policy.Ingress, want: Wants{Cap: mbit(20)}, ok: true},
 		{name: "several: the smallest", ann: map[string]string{EgressBandwidth: "50M", CalicoEgress: "30M", OVNEgress: "40"}, dir: policy.Egress, want: Wants{Cap: mbit(30)}, ok: true},
 		{name: "a class alone", ann: map[string]string{Class: " gold "}, dir: policy.Ingress, want: Wants{Class: "gold"}, ok: true},
-		{name: "not a quantity", ann: map[string]string{EgressBandwidth: "ten"}, dir: policy.Egress, ok: true, problems: []string{EgressBandwidth + `: "ten": not a quantity`}},
-		{name: "below 1k", ann: map[string]string{EgressBandwidth: "999"}, dir: policy.Egress, ok: true, problems: []string{"outside 1k to 1P"}},
-		{name: "negative Mbit/s", ann: map[string]string{OVNEgress: "-5"}, dir: policy.Egress, ok: true, problems: []string{"outside 1k to 1P"}},
-		{name: "not a number of Mbit/s", ann: map[string]string{OVNEgress: "5M"}, dir: policy.Egress, ok: true, problems: []string{"not a number of Mbit/s"}},
+		{name: "not a quantity", ann: map[string]string{EgressBandwidth: "ten"}, dir: policy.Egress, want: Wants{CapUnread: true}, ok: true, problems: []string{EgressBandwidth + `: "ten": not a quantity`}},
+		{name: "below 1k", ann: map[string]string{EgressBandwidth: "999"}, dir: policy.Egress, want: Wants{CapUnread: true}, ok: true, problems: []string{"outside 1k to 1P"}},
+		{name: "negative Mbit/s", ann: map[string]string{OVNEgress: "-5"}, dir: policy.Egress, want: Wants{CapUnread: true}, ok: true, problems: []string{"outside 1k to 1P"}},
+		{name: "not a number of Mbit/s", ann: map[string]string{OVNEgress: "5M"}, dir: policy.Egress, want: Wants{CapUnread: true}, ok: true, problems: []string{"not a number of Mbit/s"}},
 		{name: "a weight", ann: map[string]string{Weight: "2.5"}, dir: policy.Ingress, want: Wants{Weight: 2.5}, ok: true},
-		{name: "a weight of 0", ann: map[string]string{Weight: "0", EgressBandwidth: "1M"}, dir: policy.Egress, want: Wants{Cap: mbit(1)}, ok: true, problems: []string{"more than 0"}},
-		{name: "a weight that is not a number", ann: map[string]string{Weight: "high"}, dir: policy.Egress, ok: true, problems: []string{"not a number"}},
+		{name: "a weight of 0", ann: map[string]string{Weight: "0", EgressBandwidth: "1M"}, dir: policy.Egress, want: Wants{Cap: mbit(1)}, ok: true, problems: []string{"a weight is from 0.001"}},
+		{name: "a weight that is not a number", ann: map[string]string{Weight: "high"}, dir: policy.Egress, ok: true, problems: []string{"not a decimal number"}},
+		// Issue 58: what ParseFloat takes that is no weight.
+		{name: "a subnormal weight", ann: map[string]string{Weight: "1e-320"}, dir: policy.Egress, ok: true, problems: []string{"not a decimal number"}},
+		{name: "a hex float weight", ann: map[string]string{Weight: "0x1p-2"}, dir: policy.Egress, ok: true, problems: []string{"not a decimal number"}},
+		{name: "an underscored weight", ann: map[string]string{Weight: "1_0"}, dir: policy.Egress, ok: true, problems: []string{"not a decimal number"}},
+		{name: "a tiny weight", ann: map[string]string{Weight: "0.0001"}, dir: policy.Egress, ok: true, problems: []string{"a weight is from 0.001"}},
 		{name: "a priority", ann: map[string]string{Priority: " 0 "}, dir: policy.Egress, want: Wants{Prio: ptr(0)}, ok: true},
 		{name: "a priority of 8", ann: map[string]string{Priority: "8", EgressBandwidth: "1M"}, dir: policy.Egress, want: Wants{Cap: mbit(1)}, ok: true, problems: []string{Priority + `: "8": a prio is a number from 0 (served first) to 7`}},
 		{name: "a priority by name", ann: map[string]string{Priority: "high"}, dir: policy.Egress, ok: true, problems: []string{"a prio is a number"}},
-		{name: "a bad form beside a good", ann: map[string]string{EgressBandwidth: "x", CalicoEgress: "8M"}, dir: policy.Egress, want: Wants{Cap: mbit(8)}, ok: true, problems: []string{"not a quantity"}},
+		{name: "a bad form beside a good", ann: map[string]string{EgressBandwidth: "x", CalicoEgress: "8M"}, dir: policy.Egress, want: Wants{Cap: mbit(8), CapUnread: true}, ok: true, problems: []string{"not a quantity"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -419,5 +424,60 @@ func TestWriteFileLeavesItsDirectoryAlone(t *testing.T) {
 	}
 	if fi, err := os.Stat(filepath.Join(dir, "pods.csv")); err != nil || fi.Mode().Perm() != 0o600 {
 		t.Errorf("pods.csv: %v %v, want 0600", fi.Mode(), err)
+	}
+}
+
+// An unreadable cap fails closed (issue 58): a pod whose annotation a
+// typo breaks keeps its last good cap, a new pod with one gets its
+// class's per-pod rate, never the class's ceil; the status counts them.
+func TestWatcherFailsClosedOnAnUnreadableCap(t *testing.T) {
+	client := kubetest.Client(
+		kubetest.Pod("shop", "web", "node-a", map[string]string{EgressBandwidth: "10M"}, "10.1.0.2"),
+		kubetest.Pod("shop", "db", "node-a", map[string]string{EgressBandwidth: "10 M"}, "10.1.0.3"),
+	)
+	changed := make(chan struct{}, 16)
+	w := New(Config{Client: client, Node: "node-a", Changed: func() { changed <- struct{}{} }})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := w.Start(ctx, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), "pods", "egress.csv")
+	if err := w.SetTargets([]Target{{File: file, Dir: policy.Egress, Classes: []string{"pods"}, PodRate: units.FromBits(2e6)}}); err != nil {
+		t.Fatal(err)
+	}
+	read := reader(t, file)
+	const header = "name,addresses,rate,ceil,parent\n"
+	if got := read(); got != header+"shop.db,10.1.0.3,,2mbit,\nshop.web,10.1.0.2,,10mbit,\n" {
+		t.Fatalf("first list:\n%s", got)
+	}
+	wait := func(want string) { t.Helper(); waitFiles(t, changed, read, want) }
+	pods := client.Pods("shop")
+	set := func(v string) {
+		t.Helper()
+		web, _ := pods.Get(ctx, "web", metav1.GetOptions{})
+		web.Annotations[EgressBandwidth] = v
+		if _, err := pods.Update(ctx, web, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	set("10Mbit") // a typo: web keeps 10mbit
+	deadline := time.Now().Add(5 * time.Second)
+	for w.Status().CapsUnreadable != 2 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if s := w.Status(); s.CapsUnreadable != 2 {
+		t.Fatalf("status %+v: want 2 caps unreadable", s)
+	}
+	if got := read(); got != header+"shop.db,10.1.0.3,,2mbit,\nshop.web,10.1.0.2,,10mbit,\n" {
+		t.Fatalf("after a typo:\n%s", got)
+	}
+	set("30M")
+	wait(header + "shop.db,10.1.0.3,,2mbit,\nshop.web,10.1.0.2,,30mbit,\n")
+	set("30") // kubelet's would be 30 bit/s: refused, 30mbit kept
+	set("40M")
+	wait(header + "shop.db,10.1.0.3,,2mbit,\nshop.web,10.1.0.2,,40mbit,\n")
+	if s := w.Status(); s.CapsUnreadable != 1 {
+		t.Errorf("status %+v: want 1 cap unreadable", s)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"slices"
 
 	"sluice/policy"
+	"sluice/units"
 )
 
 // Target is a pods file to keep: the hosts of a pods class
@@ -20,6 +21,9 @@ type Target struct {
 	// Veths: File is the policy's pod_veths file (each pod's device and
 	// caps), not a pods class's hosts.
 	Veths bool
+	// PodRate is the pods class's per-pod rate: the cap of a pod whose
+	// cap annotation cannot be read and that had no good one before.
+	PodRate units.Rate
 }
 
 // Targets lists pol's pods classes, one per file, after its pod_veths
@@ -67,7 +71,8 @@ func Targets(pol *policy.Policy) []Target {
 					continue
 				}
 				seen[f] = len(out)
-				out = append(out, Target{File: f, Dir: c.PerHost.Pods, Classes: classes, Groups: abs(c.PerHost.GroupsFile)})
+				out = append(out, Target{File: f, Dir: c.PerHost.Pods, Classes: classes, Groups: abs(c.PerHost.GroupsFile),
+					PodRate: max(c.PerHost.RateBps, units.FromBits(minCap))})
 			}
 		}
 	}

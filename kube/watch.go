@@ -23,6 +23,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"sluice/safefile"
+	"sluice/units"
 )
 
 // Config is what a Watcher watches and whom it tells.
@@ -68,6 +69,11 @@ type Watcher struct {
 	// pending counts the pods whose veth the last write did not find
 	// yet (pod_veths): the loop looks again.
 	pending int
+	// goodCaps is each host's last readable cap, by file and host: a
+	// typo in the annotation keeps it (fail closed). unread counts the
+	// hosts so held at the last write.
+	goodCaps map[string]units.Rate
+	unread   int
 }
 
 // klogOnce sets klog's logger once per process.
@@ -239,6 +245,10 @@ func (w *Watcher) write() (changed bool, err error) {
 	defer w.mu.Unlock()
 	pods := w.Pods()
 	w.pending = 0
+	// Rebuilt each write: the pods of now, never those gone.
+	good := map[string]units.Rate{}
+	w.unread = 0
+	defer func() { w.goodCaps = good }()
 	for _, t := range w.targets {
 		if t.Veths {
 			if err := w.writeVeths(t.File, pods, &changed); err != nil {
@@ -263,6 +273,22 @@ func (w *Watcher) write() (changed bool, err error) {
 			h, ok := HostIn(p, t.Dir, grouped)
 			if !ok {
 				continue
+			}
+			key := t.File + "\x00" + h.Name
+			switch {
+			case h.CapUnread:
+				// Fail closed: a typo never lifts the cap to the class's ceil.
+				last, had := w.goodCaps[key]
+				if !had {
+					last = t.PodRate
+				}
+				if h.Cap == 0 || last < h.Cap {
+					h.Cap = last
+				}
+				good[key] = last
+				w.unread++
+			case h.Cap > 0:
+				good[key] = h.Cap
 			}
 			hosts = append(hosts, h)
 			for _, pr := range h.Problems {
@@ -442,7 +468,10 @@ type Status struct {
 	Pods   int      `json:"pods"`
 	Files  []string `json:"files"`
 	Writes int      `json:"writes"`
-	Error  string   `json:"error,omitempty"`
+	// CapsUnreadable counts the pods whose cap annotation cannot be
+	// read, held at their last good cap or their class's per-pod rate.
+	CapsUnreadable int    `json:"caps_unreadable"`
+	Error          string `json:"error,omitempty"`
 }
 
 // Status reports the node, the pods known, the files kept and how often
@@ -450,7 +479,7 @@ type Status struct {
 func (w *Watcher) Status() Status {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	s := Status{Node: w.cfg.Node, Pods: len(w.Pods()), Writes: w.writes}
+	s := Status{Node: w.cfg.Node, Pods: len(w.Pods()), Writes: w.writes, CapsUnreadable: w.unread}
 	for _, t := range w.targets {
 		s.Files = append(s.Files, t.File)
 	}

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"sluice/policy"
 )
 
 func TestFireQOSOffice(t *testing.T) {
@@ -295,4 +297,26 @@ func TestFireQOSSyn(t *testing.T) {
 		t.Errorf("no tcp_syn in:\n%s", d.Render())
 	}
 	wantFinding(t, d, Approximated, `fireqos.conf:3$`, `tcp_syn: TCP with SYN set`)
+}
+
+// A file of more classes than one HTB tree holds is refused where the
+// limit is passed, and read no further (issue 58: 20,000 classes took
+// 18 s and 1.7 GB before the plan refused them): one refusal, not one
+// per class beyond.
+func TestFireQOSRefusesPastHTBsClasses(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("interface eth0 x output rate 100Mbit\n")
+	for i := 0; i < policy.MaxClasses+100; i++ {
+		fmt.Fprintf(&b, "class c%d commit 1kbit\n", i)
+	}
+	file := filepath.Join(t.TempDir(), "fireqos.conf")
+	os.WriteFile(file, []byte(b.String()), 0o644)
+	d, err := FireQOS(file, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantFinding(t, d, Refused, fmt.Sprintf(`:%d$`, policy.MaxClasses), `the most one HTB tree holds`)
+	if n := d.Report.Count(Refused); n > 2 {
+		t.Errorf("%d refusals; want the one at the limit (and the default class's)", n)
+	}
 }

@@ -209,8 +209,19 @@ func portsCover(a, b []PortRange) bool {
 	if len(b) == 0 {
 		return false
 	}
-	rs := append([]PortRange(nil), a...)
-	sort.Slice(rs, func(i, j int) bool { return rs[i].Lo < rs[j].Lo })
+	if len(a) == 1 { // the common case, without allocating: every rule meets every earlier one
+		for _, r := range b {
+			if r.Lo < a[0].Lo || r.Hi > a[0].Hi {
+				return false
+			}
+		}
+		return true
+	}
+	rs := a
+	if !sort.SliceIsSorted(a, func(i, j int) bool { return a[i].Lo < a[j].Lo }) {
+		rs = append([]PortRange(nil), a...)
+		sort.Slice(rs, func(i, j int) bool { return rs[i].Lo < rs[j].Lo })
+	}
 	for _, r := range b {
 		next := int(r.Lo) // the first port of r not yet known covered
 		for _, q := range rs {

@@ -50,6 +50,7 @@ deb:
 	  " per-host fair shares, BPF classification and policers, an EDT backend," \
 	  " an agent with metrics and a dashboard, and a lab that measures it." > out/deb/root/DEBIAN/control
 	echo /etc/sluice/policy.yaml > out/deb/root/DEBIAN/conffiles
+	install -m 0755 deploy/deb/postinst deploy/deb/prerm deploy/deb/postrm out/deb/root/DEBIAN/
 	dpkg-deb --root-owner-group -Zgzip --build out/deb/root out/sluice_$(DEBVERSION)_$$(dpkg --print-architecture).deb
 
 # The main job: a lab demo in network namespaces (about 30 seconds).

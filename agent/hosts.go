@@ -71,6 +71,11 @@ const (
 
 var hostSorts = []string{"measured", "bytes", "drops", "backlog"}
 
+// key is the query in one canonical form (the cache's key).
+func (q hostQuery) key() string {
+	return fmt.Sprintf("%q %q %s %d", q.search, q.host, q.sort, q.limit)
+}
+
 // parseHostQuery reads q, host, sort and limit; anything else, or a bad
 // value, is an error naming it.
 func parseHostQuery(v url.Values) (hostQuery, error) {

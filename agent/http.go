@@ -63,7 +63,11 @@ func (a *Agent) Handler() http.Handler {
 			apiError(w, http.StatusBadRequest, err.Error())
 			return
 		}
-		writeJSON(w, http.StatusOK, a.Hosts(q))
+		// One reply per query and reading, shared; the queries of a
+		// reading beyond the cache's bound are worked out one at a time,
+		// so that a flood of them takes one CPU at most, never the
+		// passes' (eight flooding clients took a pass from 37 to 134 ms).
+		writeShared(w, a.replies.hosts(q.key(), a.generation(), func() any { return a.Hosts(q) }))
 	})
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		ok, why := a.Healthy()

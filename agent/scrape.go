@@ -64,11 +64,15 @@ func newScrapes(m *metrics, inflight int) *scrapes {
 
 // ServeHTTP answers a scrape as promhttp would: the format the client
 // accepts (text, or protobuf when asked), gzip when accepted, 503 beyond
-// the in-flight bound.
+// the in-flight bound. The bound covers gathering and encoding, not
+// writing: a client that never reads holds the shared body, not a slot
+// (two such clients kept every scrape at 503 for the 30 s write timeout).
 func (s *scrapes) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	var slot sync.Once
+	free := func() { slot.Do(func() { <-s.inflight }) }
 	select {
 	case s.inflight <- struct{}{}:
-		defer func() { <-s.inflight }()
+		defer free()
 	default:
 		http.Error(w, "Limit of concurrent requests reached, try again later.", http.StatusServiceUnavailable)
 		return
@@ -104,6 +108,7 @@ func (s *scrapes) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer s.release(key, classes)
+	free()
 	w.Header().Set("Content-Type", string(format))
 	if zip {
 		w.Header().Set("Content-Encoding", "gzip")

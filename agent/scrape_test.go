@@ -144,3 +144,45 @@ func TestGzipAccepted(t *testing.T) {
 		}
 	}
 }
+
+// blockedWriter is a client that never reads: its Write waits.
+type blockedWriter struct {
+	h       http.Header
+	started chan struct{}
+	release chan struct{}
+}
+
+func (b *blockedWriter) Header() http.Header { return b.h }
+func (b *blockedWriter) WriteHeader(int)     {}
+func (b *blockedWriter) Write(p []byte) (int, error) {
+	select {
+	case b.started <- struct{}{}:
+	default:
+	}
+	<-b.release
+	return len(p), nil
+}
+
+// Clients that never read do not hold the in-flight slots: the slots
+// bound gathering and encoding, and a body being written is shared
+// (issue 58: two such clients kept every scrape at 503 for 30 s).
+func TestScrapeSlotsAreNotHeldByReaders(t *testing.T) {
+	a := fakeAgent(50, true)
+	s := newScrapes(a.metrics, 2)
+	release := make(chan struct{})
+	defer close(release)
+	for i := 0; i < 4; i++ {
+		w := &blockedWriter{h: http.Header{}, started: make(chan struct{}, 1), release: release}
+		go s.ServeHTTP(w, httptest.NewRequest("GET", "/metrics", nil))
+		select {
+		case <-w.started:
+		case <-time.After(5 * time.Second):
+			t.Fatalf("blocked client %d never got to write", i)
+		}
+	}
+	rec := httptest.NewRecorder()
+	s.ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	if rec.Code != 200 {
+		t.Fatalf("with four clients that never read: status %d, want 200", rec.Code)
+	}
+}

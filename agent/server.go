@@ -2,6 +2,7 @@ package agent
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"io"
 	"log"
@@ -60,7 +61,11 @@ func (a *Agent) serve(ln net.Listener) *http.Server {
 }
 
 // connLimiter is the listener that holds the server to MaxConns
-// connections, evicting the longest idle one to make room.
+// connections, evicting the longest idle one to make room, or where
+// none is idle the one busy the longest: clients that ask and never read
+// would otherwise hold every connection (260 of them left /healthz, the
+// readiness probe, unanswered). The replies are shared, so an evicted
+// writer frees no work, only its socket.
 type connLimiter struct {
 	net.Listener
 	max   int
@@ -71,7 +76,7 @@ type connLimiter struct {
 
 type connUse struct {
 	busy bool   // a request is being read or answered
-	last uint64 // when it last became idle (a sequence, not a clock)
+	last uint64 // when it last became idle or busy (a sequence, not a clock)
 }
 
 func (l *connLimiter) Accept() (net.Conn, error) {
@@ -82,18 +87,17 @@ func (l *connLimiter) Accept() (net.Conn, error) {
 		}
 		l.mu.Lock()
 		if len(l.conns) >= l.max {
-			var oldest net.Conn
-			var at uint64
+			var idle, busy net.Conn
+			var idleAt, busyAt uint64
 			for oc, u := range l.conns {
-				if !u.busy && (oldest == nil || u.last < at) {
-					oldest, at = oc, u.last
+				switch {
+				case !u.busy && (idle == nil || u.last < idleAt):
+					idle, idleAt = oc, u.last
+				case u.busy && (busy == nil || u.last < busyAt):
+					busy, busyAt = oc, u.last
 				}
 			}
-			if oldest == nil {
-				l.mu.Unlock()
-				c.Close() // every connection is answering a request
-				continue
-			}
+			oldest := cmp.Or(idle, busy)
 			delete(l.conns, oldest)
 			oldest.Close()
 		}
@@ -115,7 +119,8 @@ func (l *connLimiter) state(c net.Conn, s http.ConnState) {
 		delete(l.conns, c)
 	case !ok:
 	case s == http.StateActive:
-		u.busy = true
+		l.seq++
+		u.busy, u.last = true, l.seq
 	default: // new, idle
 		l.seq++
 		u.busy, u.last = false, l.seq
@@ -137,6 +142,46 @@ type replies struct {
 	mu   sync.Mutex
 	gen  map[string]uint64
 	body map[string][]byte
+	// The /api/v1/hosts replies of reading hostGen, by query; work
+	// lets one request at a time work one out.
+	hostGen  uint64
+	hostBody map[string][]byte
+	work     sync.Mutex
+}
+
+// maxHostReplies bounds the /api/v1/hosts replies held for a reading
+// (a search string makes any number of queries).
+const maxHostReplies = 64
+
+// hosts returns the /api/v1/hosts reply for query key at generation
+// gen: held while the reading lasts (up to maxHostReplies of them),
+// and encoded by one request at a time.
+func (r *replies) hosts(key string, gen uint64, v func() any) []byte {
+	r.mu.Lock()
+	if r.hostGen != gen || r.hostBody == nil {
+		r.hostGen, r.hostBody = gen, map[string][]byte{}
+	}
+	if b, ok := r.hostBody[key]; ok {
+		r.mu.Unlock()
+		return b
+	}
+	r.mu.Unlock()
+	r.work.Lock()
+	defer r.work.Unlock()
+	r.mu.Lock()
+	if b, ok := r.hostBody[key]; ok && r.hostGen == gen { // made while this one waited
+		r.mu.Unlock()
+		return b
+	}
+	r.mu.Unlock()
+	var buf bytes.Buffer
+	json.NewEncoder(&buf).Encode(v())
+	r.mu.Lock()
+	if r.hostGen == gen && len(r.hostBody) < maxHostReplies {
+		r.hostBody[key] = buf.Bytes()
+	}
+	r.mu.Unlock()
+	return buf.Bytes()
 }
 
 // get returns the reply named key for generation gen, encoding v() when

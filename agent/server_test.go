@@ -119,8 +119,8 @@ func TestRepliesSharedPerReading(t *testing.T) {
 
 // The server holds at most max connections. Idle ones (silent, or kept
 // alive) give their place to a new one, the longest idle first, so that
-// clients holding connections cannot keep out one that asks; only when
-// every connection is answering a request is a new one closed.
+// clients holding connections cannot keep out one that asks; when every
+// connection is answering a request, the one busy the longest gives way.
 func TestConnLimiter(t *testing.T) {
 	const max = 8
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -199,9 +199,19 @@ func TestConnLimiter(t *testing.T) {
 	if n := busyNow(); n != max {
 		t.Fatalf("%d connections busy, want %d", n, max)
 	}
+	// A new one is answered all the same: the connection busy the
+	// longest gives way (clients that ask and never read must not keep
+	// out /healthz, issue 58).
 	late := dial()
-	if _, err := ask(late, "/"); err == nil {
-		t.Error("answered while every connection was busy")
+	if line, err := ask(late, "/"); err != nil || !strings.Contains(line, "200") {
+		t.Errorf("while every connection was busy: %q %v", line, err)
+	}
+	busy[0].SetReadDeadline(time.Now().Add(time.Second))
+	if _, err := busy[0].Read(make([]byte, 1)); err == nil || strings.Contains(err.Error(), "timeout") {
+		t.Errorf("the connection busy the longest was not closed: %v", err)
+	}
+	if n := lim.held(); n > max {
+		t.Errorf("%d connections held, limit %d", n, max)
 	}
 	close(release)
 	for _, b := range busy {

@@ -92,7 +92,22 @@ func TestImportedCorpusClassifiesAsTheOriginal(t *testing.T) {
 				}
 				ps = append(ps, p)
 			}
-			seen := compareImport(t, old, imp, d, "veth0/egress", ps)
+			// A match FireQOS tried early (`prio 1` on a service) takes a
+			// packet another class's earlier rule takes here: the report
+			// says so ("match order"), naming both classes.
+			explained := func(was, is string) bool {
+				for _, f := range d.Report.Findings {
+					if f.Kind == migrate.Approximated && f.What == "match order" &&
+						strings.Contains(f.How, "(for "+was+")") && strings.Contains(f.How, " "+is+"'s at line ") {
+						return true
+					}
+				}
+				return false
+			}
+			seen, told := compareImportExplained(t, old, imp, d, "veth0/egress", ps, explained)
+			if told > 0 {
+				t.Logf("%d packets went where the report's match-order notes say", told)
+			}
 			for _, cl := range c.classes {
 				if seen[cl] == 0 {
 					t.Errorf("no packet exercised class %s (seen %v)", cl, seen)

@@ -96,6 +96,20 @@ func TestInstallAndPackage(t *testing.T) {
 	if b, _ := os.ReadFile(filepath.Join(ctl, "conffiles")); string(b) != "/etc/sluice/policy.yaml\n" {
 		t.Errorf("conffiles %q", b)
 	}
+	// Maintainer scripts: an upgrade restarts a running agent on the new
+	// binary (it went on running the old one), a removal stops both
+	// services (issue 58).
+	for name, want := range map[string]string{"postinst": "systemctl try-restart sluice-agent.service", "prerm": "systemctl stop sluice-agent.service sluice-apply.service", "postrm": "daemon-reload"} {
+		p := filepath.Join(ctl, name)
+		b, err := os.ReadFile(p)
+		fi, _ := os.Stat(p)
+		if err != nil || !strings.Contains(string(b), want) || fi.Mode().Perm()&0o111 == 0 {
+			t.Errorf("DEBIAN/%s: %v, executable %v, says %q: want %q", name, err, fi != nil && fi.Mode().Perm()&0o111 != 0, b, want)
+		}
+		if out, err := exec.Command("sh", "-n", p).CombinedOutput(); err != nil {
+			t.Errorf("DEBIAN/%s is not a valid shell script: %v %s", name, err, out)
+		}
+	}
 	if v := run(filepath.Join(x, "usr/bin/sluice"), "version"); !strings.HasPrefix(v, "sluice ") {
 		t.Errorf("the packaged binary says %q", v)
 	}

@@ -70,8 +70,17 @@ type Problem struct {
 }
 
 func (p Problem) String() string {
-	return fmt.Sprintf("annotation %s: %q: %s", p.Annotation, p.Value, p.Why)
+	v := p.Value
+	if len(v) > maxShown {
+		// A value is up to 256 KiB: the log, the Event and what the
+		// agent remembers quote its start.
+		v = fmt.Sprintf("%s... (%d bytes)", strings.ToValidUTF8(v[:maxShown], ""), len(p.Value))
+	}
+	return fmt.Sprintf("annotation %s: %q: %s", p.Annotation, v, p.Why)
 }
+
+// maxShown is how much of an annotation's value a problem quotes.
+const maxShown = 64
 
 // Wants is what a pod's annotations ask in one direction.
 type Wants struct {

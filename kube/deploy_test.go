@@ -64,6 +64,23 @@ func TestDeployManifest(t *testing.T) {
 	if args[0] != "agent" || !slices.Contains(args, "--kubernetes") || args[1] != "/etc/sluice/policy.yaml" {
 		t.Errorf("args %v", args)
 	}
+	// Bounded and confined (issue 58): a memory limit, the runtime's
+	// capabilities dropped but shaping's, its seccomp profile.
+	sc := get(c, "securityContext")
+	var drop, add []string
+	for _, x := range get(sc, "capabilities", "drop").([]any) {
+		drop = append(drop, x.(string))
+	}
+	for _, x := range get(sc, "capabilities", "add").([]any) {
+		add = append(add, x.(string))
+	}
+	if !slices.Equal(drop, []string{"ALL"}) || strings.Join(add, ",") != "NET_ADMIN,BPF,PERFMON,SYS_ADMIN" ||
+		get(sc, "seccompProfile", "type") != "RuntimeDefault" || get(sc, "allowPrivilegeEscalation") != false {
+		t.Errorf("securityContext %v", sc)
+	}
+	if get(c, "resources", "limits", "memory") == nil {
+		t.Errorf("no memory limit: %v", get(c, "resources"))
+	}
 	env := get(c, "env", 0)
 	if get(env, "name") != "NODE_NAME" || get(env, "valueFrom", "fieldRef", "fieldPath") != "spec.nodeName" {
 		t.Errorf("env %v: the node's name must come from spec.nodeName", env)

@@ -1,13 +1,17 @@
 package kube
 
 import (
+	"bytes"
 	"context"
+	"fmt"
+	"log/slog"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"reflect"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -480,4 +484,76 @@ func TestWatcherFailsClosedOnAnUnreadableCap(t *testing.T) {
 	if s := w.Status(); s.CapsUnreadable != 1 {
 		t.Errorf("status %+v: want 1 cap unreadable", s)
 	}
+}
+
+// A tenant editing a bad annotation in a loop with large values gets a
+// bounded number of warnings and Events, each quoting the value's start
+// only, and the watcher remembers hashes, not values (issue 58: 150 edits
+// of up to 256 KiB left 149 Events and grew the agent by 32 MB). The
+// fake API names no Event (GenerateName), so the log counts them: one
+// line per Event.
+func TestWatcherBoundsWhatABadAnnotationCosts(t *testing.T) {
+	client := kubetest.Client(kubetest.Pod("shop", "web", "node-a", map[string]string{EgressBandwidth: "10M"}, "10.1.0.2"))
+	var logs syncBuffer
+	w := New(Config{Client: client, Node: "node-a", Log: slog.New(slog.NewTextHandler(&logs, nil))})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := w.Start(ctx, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), "pods", "egress.csv")
+	if err := w.SetTargets([]Target{{File: file, Dir: policy.Egress, Classes: []string{"pods"}}}); err != nil {
+		t.Fatal(err)
+	}
+	pods := client.Pods("shop")
+	const edits = 20
+	for i := 0; i < edits; i++ {
+		web, _ := pods.Get(ctx, "web", metav1.GetOptions{})
+		web.Annotations[EgressBandwidth] = fmt.Sprintf("%d%s", i, strings.Repeat("x", 100_000))
+		if _, err := pods.Update(ctx, web, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(30 * time.Millisecond)
+	}
+	time.Sleep(300 * time.Millisecond)
+	var told []string
+	for _, l := range strings.Split(logs.String(), "\n") {
+		if strings.Contains(l, "annotation not used") {
+			told = append(told, l)
+		}
+	}
+	if len(told) != MaxTells+1 || !strings.Contains(told[len(told)-1], "the next are not told") {
+		t.Errorf("%d warnings for %d bad values; want %d, the last saying the rest are not told:\n%s", len(told), edits, MaxTells+1, strings.Join(told, "\n"))
+	}
+	for _, l := range told {
+		if len(l) > 600 {
+			t.Errorf("a warning of %d bytes: %.200s", len(l), l)
+		}
+	}
+	w.mu.Lock()
+	for k := range w.told {
+		if len(k) > 100 {
+			t.Errorf("the watcher remembers %d bytes for one problem", len(k))
+		}
+	}
+	w.mu.Unlock()
+}
+
+// syncBuffer is a bytes.Buffer for a logger that writes from several
+// goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

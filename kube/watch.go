@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -63,7 +65,8 @@ type Watcher struct {
 	mu      sync.Mutex
 	targets []Target
 	written map[string][]byte // what each file was last written with
-	told    map[string]bool   // Events sent: pod UID + problem
+	told    map[string]bool   // Events sent: object UID + a hash of the problem
+	tells   map[string]int    // problems told per object UID (at most MaxTells)
 	writes  int
 	lastErr error
 	// pending counts the pods whose veth the last write did not find
@@ -106,7 +109,7 @@ func New(cfg Config) *Watcher {
 			return pods.Watch(ctx, o)
 		},
 	}, cfg.Client)
-	w := &Watcher{cfg: cfg, kick: make(chan struct{}, 1), written: map[string][]byte{}, told: map[string]bool{}}
+	w := &Watcher{cfg: cfg, kick: make(chan struct{}, 1), written: map[string][]byte{}, told: map[string]bool{}, tells: map[string]int{}}
 	w.informer = cache.NewSharedIndexInformerWithOptions(lw, &corev1.Pod{}, cache.SharedIndexInformerOptions{})
 	nss := cfg.Client.Namespaces()
 	nlw := cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
@@ -350,6 +353,11 @@ func (w *Watcher) write() (changed bool, err error) {
 			delete(w.told, k)
 		}
 	}
+	for uid := range w.tells {
+		if !live[uid] {
+			delete(w.tells, uid)
+		}
+	}
 	return changed, nil
 }
 
@@ -427,14 +435,26 @@ func (w *Watcher) tell(o metav1.Object, kind, why string) {
 // shape on a device of its own.
 const NotOnVeth = "NotShapedOnVeth"
 
+// MaxTells bounds the problems told of one object over its life: a
+// tenant editing an annotation in a loop gets that many Events and log
+// lines, then one saying the rest are not told (issue 58: 150 edits
+// left 149 Events, 14 MB in etcd, and grew the agent).
+const MaxTells = 5
+
 // warn reports a problem with o once: a log line (msg) and a Warning
-// Event with reason.
+// Event with reason. What is remembered is a hash of it, per object.
 func (w *Watcher) warn(o metav1.Object, kind, reason, msg, why string) {
-	key := string(o.GetUID()) + "\x00" + why
-	if w.told[key] {
+	uid := string(o.GetUID())
+	sum := sha256.Sum256([]byte(why))
+	key := uid + "\x00" + hex.EncodeToString(sum[:8])
+	if w.told[key] || w.tells[uid] > MaxTells {
 		return
 	}
 	w.told[key] = true
+	w.tells[uid]++
+	if w.tells[uid] > MaxTells {
+		why = fmt.Sprintf("more than %d problems with its annotations: the next are not told until it is made again", MaxTells)
+	}
 	who := o.GetName()
 	if o.GetNamespace() != "" {
 		who = o.GetNamespace() + "/" + who

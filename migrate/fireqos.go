@@ -1132,10 +1132,34 @@ func (f *fqRun) orderNotes(parent *fqClass) {
 	}
 	for _, a := range rs {
 		n := start[a.class]
-		if k := sort.Search(n, func(k int) bool { return pm[k] > a.prio }); k < n {
-			b := rs[k]
-			f.r.Approx(a.at, "match order", "FireQOS tried this match (for %s) before %s's at %s; here %s's rules come first (classes in file order): a packet matching both goes to %s", a.name, b.name, b.at, b.name, b.name)
+		k := sort.Search(n, func(k int) bool { return pm[k] > a.prio })
+		if k == n {
+			continue
 		}
+		// Every earlier class with a rule FireQOS tried after this one
+		// (a note is rare: the scan runs only for one).
+		var names []string
+		first := map[string]At{} // its first such rule
+		for _, b := range rs[k:n] {
+			if b.prio > a.prio {
+				if _, ok := first[b.name]; !ok {
+					first[b.name] = b.at
+					names = append(names, b.name)
+				}
+			}
+		}
+		list := ""
+		for i, name := range names {
+			if i == 8 {
+				list += fmt.Sprintf(", and %d more", len(names)-i)
+				break
+			}
+			if i > 0 {
+				list += ", "
+			}
+			list += fmt.Sprintf("%s's at line %d", name, first[name].Line)
+		}
+		f.r.Approx(a.at, "match order", "FireQOS tried this match (for %s) before the rules of %s; here those come first (classes in file order): a packet matching both goes to the earlier class (%s)", a.name, list, strings.Join(names[:min(len(names), 8)], ", "))
 	}
 }
 

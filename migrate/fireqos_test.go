@@ -88,7 +88,7 @@ func TestFireQOSOffice(t *testing.T) {
 	wantFinding(t, d, Exact, `fireqos.conf:8$`, `linklayer atm, overhead 26`)
 	wantFinding(t, d, Exact, `fireqos.conf:24$`, `raised to the interface's minimum`)
 	wantFinding(t, d, Approximated, `fireqos.conf:28$`, `DSCP by name only`)
-	wantFinding(t, d, Approximated, `fireqos.conf:37$`, `tried this match \(for interactive\) before voip's`)
+	wantFinding(t, d, Approximated, `fireqos.conf:37$`, `tried this match \(for interactive\) before the rules of voip's at line`)
 	wantFinding(t, d, Approximated, `fireqos.conf:35$`, `tcp_ack`)
 	wantFinding(t, d, Approximated, `fireqos.conf:8$`, `IPv4 alone`)
 }

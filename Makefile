@@ -97,7 +97,7 @@ test-kubernetes: deps
 # end-to-end tests as root (packages one at a time, e2e's light tests
 # three at once) but for those marked testutil.Slow (lab scenarios,
 # measurements held to a reference, VMs, browsers, builds: make test
-# runs them). docs/design.md says how long it takes.
+# runs them). The README says how long it takes.
 check: lint
 	SLUICE_TIER=check GO=$(GO) ./scripts/gotest.sh -count=1 -p 1 -parallel 3 -timeout 10m ./...
 

@@ -1,5 +1,5 @@
 // Package gen writes random valid policies: every match key, leaf,
-// per_host form, nesting, default placement, direction and classifier
+// per_host form, nesting, weights, default placement, direction and classifier
 // the grammar allows, from a seed, as YAML a user could have written.
 // A property test runs each through validate, plan, apply and export;
 // when one fails, Shrink cuts the policy down to a small one that still
@@ -58,6 +58,7 @@ type Class struct {
 	Name       string
 	Kbit, Ceil int // Ceil 0: unset
 	Prio       int
+	Weight     int // 0: unset (set on every sibling or none)
 	Leaf       string
 	Match      []Match
 	Classes    []*Class
@@ -131,6 +132,9 @@ func (g *generator) tree() *Tree {
 		// Every leaf is per_host: a plain class for the rest.
 		c := g.class(max(t.Kbit/10, 8), t.Kbit, 0)
 		c.Match, c.PerHost = nil, nil
+		if t.Classes[0].Weight > 0 {
+			c.Weight = 1 // weights on every sibling, or none
+		}
 		t.Classes = append(t.Classes, c)
 		leaves = append(leaves, c.Name)
 	}
@@ -146,11 +150,15 @@ func (g *generator) classes(kbit, ceil int, budget *int, depth int) []*Class {
 	var out []*Class
 	// Rates add up to at most the parent's: shares of 90%.
 	share := kbit * 9 / 10 / n
+	weighted := g.r.IntN(5) == 0
 	for i := 0; i < n; i++ {
 		c := g.class(max(share, 8), ceil, depth)
 		if depth < 2 && *budget > 0 && g.r.IntN(3) == 0 {
 			c.Match, c.PerHost, c.Leaf = nil, nil, ""
 			c.Classes = g.classes(c.Kbit, c.ceil(ceil), budget, depth+1)
+		}
+		if weighted {
+			c.Weight = 1 + g.r.IntN(10)
 		}
 		out = append(out, c)
 	}
@@ -327,6 +335,9 @@ func writeClasses(b *strings.Builder, cs []*Class, ind string) {
 		}
 		if c.Prio > 0 {
 			fmt.Fprintf(b, "%s  prio: %d\n", ind, c.Prio)
+		}
+		if c.Weight > 0 {
+			fmt.Fprintf(b, "%s  weight: %d\n", ind, c.Weight)
 		}
 		if c.Leaf != "" {
 			fmt.Fprintf(b, "%s  leaf: %s\n", ind, c.Leaf)

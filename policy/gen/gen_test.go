@@ -49,7 +49,7 @@ func TestGeneratorCoversTheGrammar(t *testing.T) {
 		all.WriteString(gen.New(rand.New(rand.NewPCG(s, 0)), o).YAML())
 	}
 	for _, want := range []string{"src: ", "dst: ", "not_src: ", "not_dst: ", "sport: ", "dport: ", "proto: tcp", "proto: udp", "proto: icmp",
-		"proto: icmpv6", "dscp: ", "tos: ", "tcp_ack: true", "mark: ", "leaf: fq_codel", "leaf: none", "leaf: bfifo", "per_host:", "prefix: 60",
+		"proto: icmpv6", "dscp: ", "tos: ", "tcp_ack: true", "tcp_syn: true", "weight: ", "mark: ", "leaf: fq_codel", "leaf: none", "leaf: bfifo", "per_host:", "prefix: 60",
 		"by: src", "ingress:", "classifier: bpf", "classifier: u32", "ceil: ", "prio: 7", "          classes:\n"} {
 		if !strings.Contains(all.String(), want) {
 			t.Errorf("no policy of 200 has %q", want)

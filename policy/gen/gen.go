@@ -31,6 +31,9 @@ type Options struct {
 	// CONFIG_CLS_U32_MARK), so a tree set to classifier u32 has no mark
 	// rules (sluice refuses them there).
 	NoU32Mark bool
+	// EDT lets a tree take backend edt (the kernel has fq): classes
+	// paced in BPF, no leaves or weights, classified in BPF.
+	EDT bool
 }
 
 // Policy is a generated policy: its parts can be cut (Shrink).
@@ -47,6 +50,7 @@ type Interface struct {
 // Tree is one direction.
 type Tree struct {
 	Kbit       int
+	Backend    string // "" (htb) or edt
 	Classifier string // "", u32, bpf, auto
 	Leaf       string
 	Default    string
@@ -105,6 +109,7 @@ func New(r *rand.Rand, o Options) *Policy {
 
 type generator struct {
 	u32   bool // the tree being made is classifier u32
+	edt   bool // the tree being made is backend edt
 	r     *rand.Rand
 	o     Options
 	n     int // classes named so far
@@ -116,8 +121,11 @@ func (g *generator) pick(xs ...string) string { return xs[g.r.IntN(len(xs))] }
 func (g *generator) tree() *Tree {
 	rates := []int{512, 2000, 10000, 50000, 100000}
 	t := &Tree{Kbit: rates[g.r.IntN(len(rates))], Classifier: g.pick("", "", "u32", "bpf", "auto")}
-	g.u32 = t.Classifier == "u32"
-	if g.r.IntN(3) == 0 {
+	if g.o.EDT && g.r.IntN(4) == 0 {
+		t.Backend, t.Classifier = "edt", g.pick("", "bpf")
+	}
+	g.u32, g.edt = t.Classifier == "u32", t.Backend == "edt"
+	if g.r.IntN(3) == 0 && !g.edt {
 		t.Leaf = g.pick(g.o.Leaves...)
 	}
 	budget := 1 + g.r.IntN(g.o.MaxClasses)
@@ -150,7 +158,7 @@ func (g *generator) classes(kbit, ceil int, budget *int, depth int) []*Class {
 	var out []*Class
 	// Rates add up to at most the parent's: shares of 90%.
 	share := kbit * 9 / 10 / n
-	weighted := g.r.IntN(5) == 0
+	weighted := g.r.IntN(5) == 0 && !g.edt
 	for i := 0; i < n; i++ {
 		c := g.class(max(share, 8), ceil, depth)
 		if depth < 2 && *budget > 0 && g.r.IntN(3) == 0 {
@@ -178,7 +186,7 @@ func (g *generator) class(kbit, ceil, depth int) *Class {
 	if g.r.IntN(3) == 0 {
 		c.Ceil = kbit + g.r.IntN(ceil-kbit+1)
 	}
-	if g.r.IntN(3) == 0 {
+	if g.r.IntN(3) == 0 && !g.edt {
 		c.Leaf = g.pick(g.o.Leaves...)
 	}
 	for i, n := 0, g.r.IntN(3); i < n; i++ {
@@ -314,6 +322,9 @@ func (p *Policy) YAML() string {
 			}
 			t := d.t
 			fmt.Fprintf(&b, "    %s:\n      rate: %dkbit\n", d.dir, t.Kbit)
+			if t.Backend != "" {
+				fmt.Fprintf(&b, "      backend: %s\n", t.Backend)
+			}
 			if t.Classifier != "" {
 				fmt.Fprintf(&b, "      classifier: %s\n", t.Classifier)
 			}

@@ -30,7 +30,7 @@ func parsePlan(p *gen.Policy) error {
 // Every generated policy validates and plans; a failure is shrunk to the
 // smallest policy that still fails.
 func TestGeneratedPoliciesValidateAndPlan(t *testing.T) {
-	o := gen.Options{Interfaces: []string{"eth0", "eth1"}, Leaves: []string{"auto", "none", "pfifo", "bfifo", "fq_codel", "sfq", "cake", "fq"}}
+	o := gen.Options{Interfaces: []string{"eth0", "eth1"}, Leaves: []string{"auto", "none", "pfifo", "bfifo", "fq_codel", "sfq", "cake", "fq"}, EDT: true}
 	for s := *seed; s < *seed+uint64(*n); s++ {
 		p := gen.New(rand.New(rand.NewPCG(s, 0)), o)
 		if err := parsePlan(p); err != nil {
@@ -43,14 +43,14 @@ func TestGeneratedPoliciesValidateAndPlan(t *testing.T) {
 // The generator reaches what the grammar has: each key, leaf and form
 // appears in a run's policies.
 func TestGeneratorCoversTheGrammar(t *testing.T) {
-	o := gen.Options{Interfaces: []string{"eth0"}, Leaves: []string{"auto", "none", "pfifo", "bfifo", "fq_codel", "sfq", "cake", "fq"}}
+	o := gen.Options{Interfaces: []string{"eth0"}, Leaves: []string{"auto", "none", "pfifo", "bfifo", "fq_codel", "sfq", "cake", "fq"}, EDT: true}
 	var all strings.Builder
 	for s := uint64(0); s < 200; s++ {
 		all.WriteString(gen.New(rand.New(rand.NewPCG(s, 0)), o).YAML())
 	}
 	for _, want := range []string{"src: ", "dst: ", "not_src: ", "not_dst: ", "sport: ", "dport: ", "proto: tcp", "proto: udp", "proto: icmp",
 		"proto: icmpv6", "dscp: ", "tos: ", "tcp_ack: true", "tcp_syn: true", "weight: ", "mark: ", "leaf: fq_codel", "leaf: none", "leaf: bfifo", "per_host:", "prefix: 60",
-		"by: src", "ingress:", "classifier: bpf", "classifier: u32", "ceil: ", "prio: 7", "          classes:\n"} {
+		"by: src", "ingress:", "classifier: bpf", "classifier: u32", "backend: edt", "ceil: ", "prio: 7", "          classes:\n"} {
 		if !strings.Contains(all.String(), want) {
 			t.Errorf("no policy of 200 has %q", want)
 		}

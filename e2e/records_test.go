@@ -257,3 +257,35 @@ func TestHostileInputsRefused(t *testing.T) {
 		}
 	}
 }
+
+// A process `ip netns exec B` put in named namespace B keeps B's records,
+// as `--netns B` does, not the root namespace's (issue 58: it wrote over
+// the records of the namespace an agent kept, and the agent failed every
+// pass after).
+func TestRecordsFollowTheNamespaceEntered(t *testing.T) {
+	light(t)
+	ns := devNS(t, "eth0")
+	pol := writePolicy(t, "p.yaml", "interfaces:\n  - name: eth0\n    egress: {rate: 10mbit}\n")
+	base := stateDir(t)
+	// Where the root namespace's records are (an agent keeping it).
+	rootFile := filepath.Join(base, "state.json")
+	cmd := exec.Command("ip", "netns", "exec", ns, bin, "apply", "-q", pol)
+	cmd.Env = append(os.Environ(), "SLUICE_STATE_DIR="+base)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("ip netns exec %s sluice apply: %v\n%s", ns, err, out)
+	}
+	if _, err := os.Stat(rootFile); err == nil {
+		t.Errorf("the apply inside %s wrote the root namespace's records (%s)", ns, rootFile)
+	}
+	if r := sluice(t, "--netns", ns, "plan", pol); r.code != 0 || r.stdout != "no changes\n" {
+		t.Errorf("--netns %s does not find the records the apply inside it wrote: exit %d\n%s%s", ns, r.code, r.stdout, r.stderr)
+	}
+	cmd = exec.Command("ip", "netns", "exec", ns, bin, "reset", "--all")
+	cmd.Env = append(os.Environ(), "SLUICE_STATE_DIR="+base)
+	if out, err := cmd.CombinedOutput(); err != nil || !strings.Contains(string(out), "eth0") {
+		t.Errorf("reset inside %s: %v\n%s", ns, err, out)
+	}
+	if q := tcShow(t, ns, "qdisc", "show", "dev", "eth0"); strings.Contains(q, "htb") {
+		t.Errorf("reset inside the namespace left the tree:\n%s", q)
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -28,12 +29,49 @@ const DefaultDir = "/run/sluice"
 // Dir is where the records for network namespace ns live; the
 // SLUICE_STATE_DIR environment variable moves the base (tests use it).
 // ns must be a valid namespace name (ValidNetnsName).
+//
+// ns "" is the namespace the process is in: the root namespace's
+// records, or, where `ip netns exec NAME` put the process in a named
+// namespace, NAME's. Records follow the namespace entered, not the name
+// given (issue 58: `ip netns exec B sluice apply` wrote over the records
+// of the root namespace an agent kept, which then failed every pass).
 func Dir(ns string) string {
 	base := os.Getenv("SLUICE_STATE_DIR")
 	if base == "" {
 		base = DefaultDir
 	}
+	if ns == "" {
+		ns = EnteredNetns()
+	}
 	return DirIn(base, ns)
+}
+
+var entered struct {
+	once sync.Once
+	name string
+}
+
+// EnteredNetns is the name (under /run/netns) of the network namespace
+// this process was started in, "" for one without a name (the root's,
+// as a rule). Process 1's namespace is not what tells the root's: it
+// cannot always be read, even by root.
+func EnteredNetns() string {
+	entered.once.Do(func() {
+		var self syscall.Stat_t
+		if syscall.Stat("/proc/self/ns/net", &self) != nil {
+			return
+		}
+		ents, _ := os.ReadDir("/run/netns")
+		for _, e := range ents {
+			var st syscall.Stat_t
+			if ValidNetnsName(e.Name()) == nil && syscall.Stat(filepath.Join("/run/netns", e.Name()), &st) == nil &&
+				st.Ino == self.Ino && st.Dev == self.Dev {
+				entered.name = e.Name()
+				return
+			}
+		}
+	})
+	return entered.name
 }
 
 // DirIn is Dir with the base given: where a process that holds several

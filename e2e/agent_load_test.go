@@ -105,81 +105,51 @@ func TestAgentUnderLoad(t *testing.T) {
 		conns = append(conns, c)
 		cmu.Unlock()
 	}
-	// Idle connections, opened again as the server closes them.
+	// hold runs a client that connects, sends request (nothing: an idle
+	// connection) and then never reads, for up to 35 s, again and again
+	// until the load stops: the server may close it sooner.
+	hold := func(request string) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				c, err := net.DialTimeout("tcp", a.addr, 5*time.Second)
+				if err != nil {
+					time.Sleep(100 * time.Millisecond)
+					continue
+				}
+				keep(c)
+				if request == "" {
+					c.Read(make([]byte, 1)) // until the server gives up on it
+				} else {
+					fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: localhost\r\n\r\n", request)
+					select {
+					case <-stop:
+					case <-time.After(35 * time.Second):
+					}
+				}
+				c.Close()
+			}
+		}()
+	}
+	// Idle connections, opened again as the server closes them; readers
+	// that ask for everything and never read; scrapers that never read
+	// (the in-flight slots must not be theirs); and clients flooding
+	// /api/v1/hosts with searches of their own.
 	for i := 0; i < loadIdle; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				c, err := net.DialTimeout("tcp", a.addr, 5*time.Second)
-				if err != nil {
-					time.Sleep(100 * time.Millisecond)
-					continue
-				}
-				keep(c)
-				buf := make([]byte, 1)
-				c.Read(buf) // until the server gives up on it
-				c.Close()
-			}
-		}()
+		hold("")
 	}
-	// Readers that ask for everything and never read.
 	for i := 0; i < loadSlow; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				c, err := net.DialTimeout("tcp", a.addr, 5*time.Second)
-				if err != nil {
-					time.Sleep(100 * time.Millisecond)
-					continue
-				}
-				keep(c)
-				fmt.Fprintf(c, "GET /api/v1/status HTTP/1.1\r\nHost: localhost\r\n\r\n")
-				select {
-				case <-stop:
-				case <-time.After(35 * time.Second):
-				}
-				c.Close()
-			}
-		}()
+		hold("/api/v1/status")
 	}
-	// Scrapers that never read (the in-flight slots must not be theirs)
-	// and clients flooding /api/v1/hosts with searches of their own.
 	for i := 0; i < loadHogs; i++ {
-		wg.Add(2)
-		go func() {
-			defer wg.Done()
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				c, err := net.DialTimeout("tcp", a.addr, 5*time.Second)
-				if err != nil {
-					time.Sleep(100 * time.Millisecond)
-					continue
-				}
-				keep(c)
-				fmt.Fprintf(c, "GET /metrics HTTP/1.1\r\nHost: localhost\r\n\r\n")
-				select {
-				case <-stop:
-				case <-time.After(35 * time.Second):
-				}
-				c.Close()
-			}
-		}()
+		hold("/metrics")
+		wg.Add(1)
 		go func(i int) {
 			defer wg.Done()
 			client := http.Client{Timeout: 5 * time.Second}

@@ -154,21 +154,7 @@ func TestAgentShapesWhileItsPortIsHeld(t *testing.T) {
 		t.Fatal(err)
 	}
 	addr := holder.Addr().String()
-	a := &agentProc{t: t, done: make(chan struct{})}
-	a.cmd = exec.Command(bin, "--netns", ns, "agent", pol, "--listen", addr, "--log-format", "json")
-	a.cmd.Env = append(os.Environ(), "SLUICE_STATE_DIR="+stateDir(t))
-	a.cmd.Stdout, a.cmd.Stderr = a, a
-	if err := a.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { a.err = a.cmd.Wait(); close(a.done) }()
-	t.Cleanup(func() {
-		a.cmd.Process.Kill()
-		<-a.done
-		if t.Failed() {
-			t.Logf("agent log:\n%s", a.Log())
-		}
-	})
+	a := spawnAgent(t, bin, nil, "--netns", ns, "agent", pol, "--listen", addr, "--log-format", "json")
 	if _, ok := within(10*time.Second, func() bool {
 		return strings.Contains(tcShow(t, ns, "class", "show", "dev", "eth0"), "rate 15Mbit")
 	}); !ok {

@@ -70,9 +70,11 @@ func startAgentWithin(t *testing.T, within time.Duration, ns, pol string, extra 
 	return launchAgent(t, bin, nil, within, ns, pol, extra...)
 }
 
-func launchAgent(t *testing.T, binary string, env []string, within time.Duration, ns, pol string, extra ...string) *agentProc {
+// spawnAgent starts binary with args (an agent's) and env added, its
+// output kept as its log; it is killed when the test ends, its log
+// printed if the test failed. It does not wait for the agent to be up.
+func spawnAgent(t *testing.T, binary string, env []string, args ...string) *agentProc {
 	t.Helper()
-	args := append([]string{"--netns", ns, "agent", pol, "--listen", "127.0.0.1:0", "--log-format", "json"}, extra...)
 	a := &agentProc{t: t, cmd: exec.Command(binary, args...), done: make(chan struct{})}
 	a.cmd.Env = append(append(os.Environ(), "SLUICE_STATE_DIR="+stateDir(t)), env...)
 	a.cmd.Stdout, a.cmd.Stderr = a, a
@@ -87,6 +89,12 @@ func launchAgent(t *testing.T, binary string, env []string, within time.Duration
 			t.Logf("agent log:\n%s", a.Log())
 		}
 	})
+	return a
+}
+
+func launchAgent(t *testing.T, binary string, env []string, within time.Duration, ns, pol string, extra ...string) *agentProc {
+	t.Helper()
+	a := spawnAgent(t, binary, env, append([]string{"--netns", ns, "agent", pol, "--listen", "127.0.0.1:0", "--log-format", "json"}, extra...)...)
 	info := filepath.Join(stateDir(t), "netns", ns, agent.AgentFile)
 	start := time.Now()
 	deadline := start.Add(within)

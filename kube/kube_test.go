@@ -440,16 +440,10 @@ func TestWatcherFailsClosedOnAnUnreadableCap(t *testing.T) {
 		kubetest.Pod("shop", "db", "node-a", map[string]string{EgressBandwidth: "10 M"}, "10.1.0.3"),
 	)
 	changed := make(chan struct{}, 16)
-	w := New(Config{Client: client, Node: "node-a", Changed: func() { changed <- struct{}{} }})
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	if err := w.Start(ctx, 5*time.Second); err != nil {
-		t.Fatal(err)
-	}
 	file := filepath.Join(t.TempDir(), "pods", "egress.csv")
-	if err := w.SetTargets([]Target{{File: file, Dir: policy.Egress, Classes: []string{"pods"}, PodRate: units.FromBits(2e6)}}); err != nil {
-		t.Fatal(err)
-	}
+	w := startWatcher(t, Config{Client: client, Node: "node-a", Changed: func() { changed <- struct{}{} }},
+		Target{File: file, Dir: policy.Egress, Classes: []string{"pods"}, PodRate: units.FromBits(2e6)})
+	ctx := context.Background()
 	read := reader(t, file)
 	const header = "name,addresses,rate,ceil,parent\n"
 	if got := read(); got != header+"shop.db,10.1.0.3,,2mbit,\nshop.web,10.1.0.2,,10mbit,\n" {
@@ -495,16 +489,9 @@ func TestWatcherFailsClosedOnAnUnreadableCap(t *testing.T) {
 func TestWatcherBoundsWhatABadAnnotationCosts(t *testing.T) {
 	client := kubetest.Client(kubetest.Pod("shop", "web", "node-a", map[string]string{EgressBandwidth: "10M"}, "10.1.0.2"))
 	var logs syncBuffer
-	w := New(Config{Client: client, Node: "node-a", Log: slog.New(slog.NewTextHandler(&logs, nil))})
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	if err := w.Start(ctx, 5*time.Second); err != nil {
-		t.Fatal(err)
-	}
-	file := filepath.Join(t.TempDir(), "pods", "egress.csv")
-	if err := w.SetTargets([]Target{{File: file, Dir: policy.Egress, Classes: []string{"pods"}}}); err != nil {
-		t.Fatal(err)
-	}
+	w := startWatcher(t, Config{Client: client, Node: "node-a", Log: slog.New(slog.NewTextHandler(&logs, nil))},
+		Target{File: filepath.Join(t.TempDir(), "pods", "egress.csv"), Dir: policy.Egress, Classes: []string{"pods"}})
+	ctx := context.Background()
 	pods := client.Pods("shop")
 	const edits = 20
 	for i := 0; i < edits; i++ {
@@ -556,4 +543,20 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// startWatcher starts a watcher with cfg keeping targets ts, stopped
+// when the test ends.
+func startWatcher(t *testing.T, cfg Config, ts ...Target) *Watcher {
+	t.Helper()
+	w := New(cfg)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	if err := w.Start(ctx, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.SetTargets(ts); err != nil {
+		t.Fatal(err)
+	}
+	return w
 }

@@ -1163,6 +1163,24 @@ func (f *fqRun) orderNotes(parent *fqClass) {
 	}
 }
 
+// tcpFlag sets a TCP flag rule (FireQOS's ack or syn) on the TCP rules
+// of base, noting how sluice's differs (how); FireQOS ignores it for
+// other protocols, and so does this.
+func (f *fqRun) tcpFlag(at At, base []*Match, name string, set func(*Match), how string) {
+	tcp := false
+	for _, x := range base {
+		if x.Proto == "tcp" {
+			set(x)
+			tcp = true
+		}
+	}
+	if tcp {
+		f.r.Approx(at, "match "+name, "%s", how)
+	} else {
+		f.r.Approx(at, "match "+name, "FireQOS reads %s only with tcp: ignored here as there", name)
+	}
+}
+
 // service turns `server|client SERVICE[,SERVICE...] [params]` into
 // match arguments, one match per protocol and port as FireQOS's
 // simple_service makes them: the service's ports as destination ports
@@ -1501,30 +1519,12 @@ func (f *fqRun) rules(at At, m *fqMatchArgs, ipv string) ([]*Match, bool) {
 	cross(len(dscp), func(x *Match, i int) { x.DSCP = dscp[i] })
 	cross(len(m.marks), func(x *Match, i int) { x.Mark = m.marks[i] })
 	if m.ack {
-		tcp := false
-		for _, x := range base {
-			if x.Proto == "tcp" {
-				x.TCPAck, tcp = true, true
-			}
-		}
-		if tcp {
-			f.r.Approx(at, "match ack", "sluice's tcp_ack: TCP with only ACK among its flags (ECE/CWR may be set) under 128 bytes; FireQOS's: exactly ACK, under 64 bytes, no IP options")
-		} else {
-			f.r.Approx(at, "match ack", "FireQOS reads ack only with tcp: ignored here as there")
-		}
+		f.tcpFlag(at, base, "ack", func(x *Match) { x.TCPAck = true },
+			"sluice's tcp_ack: TCP with only ACK among its flags (ECE/CWR may be set) under 128 bytes; FireQOS's: exactly ACK, under 64 bytes, no IP options")
 	}
 	if m.syn {
-		tcp := false
-		for _, x := range base {
-			if x.Proto == "tcp" {
-				x.TCPSyn, tcp = true, true
-			}
-		}
-		if tcp {
-			f.r.Approx(at, "match syn", "sluice's tcp_syn: TCP with SYN set (SYN-ACKs too), its flags read past any IP options; FireQOS's u32 read them at a fixed offset (no IP options)")
-		} else {
-			f.r.Approx(at, "match syn", "FireQOS reads syn only with tcp: ignored here as there")
-		}
+		f.tcpFlag(at, base, "syn", func(x *Match) { x.TCPSyn = true },
+			"sluice's tcp_syn: TCP with SYN set (SYN-ACKs too), its flags read past any IP options; FireQOS's u32 read them at a fixed offset (no IP options)")
 	}
 	fam6 := ipv == "6"
 	var out []*Match

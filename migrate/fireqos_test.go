@@ -137,16 +137,7 @@ func TestFireQOSScript(t *testing.T) {
 	}
 	for _, c := range ok {
 		t.Run(c.name, func(t *testing.T) {
-			d, err := FireQOS(write(c.conf), Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := d.Report.Refusals(); err != nil {
-				t.Fatalf("%v\n%s", err, d.Report.String())
-			}
-			if err := d.Check(); err != nil {
-				t.Fatalf("%v\n%s", err, d.Render())
-			}
+			d := importFQ(t, c.conf)
 			if cl := class(t, d, c.path); cl.Rate != c.rate {
 				t.Errorf("%s: rate %s, want %s", c.path, cl.Rate, c.rate)
 			}
@@ -217,8 +208,7 @@ func FuzzFireQOS(f *testing.F) {
 // expanded where they are called, services the file defines with
 // server_NAME_ports, and FireHOL's whole service table.
 func TestFireQOSShellForms(t *testing.T) {
-	file := filepath.Join(t.TempDir(), "fireqos.conf")
-	os.WriteFile(file, []byte(`LINE=12200
+	d := importFQ(t, `LINE=12200
 IN="$(( LINE * 85 / 100 ))kbit"
 OUT="$((890  * (100 - 5) / 100))kbit"
 server_rtp_ports="udp/10000:10100"
@@ -235,17 +225,7 @@ interface eth0 world input rate $IN
 	classes
 interface eth0 world-out output rate $OUT
 	classes
-`), 0o644)
-	d, err := FireQOS(file, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := d.Report.Refusals(); err != nil {
-		t.Fatalf("%v\n%s", err, d.Report.String())
-	}
-	if err := d.Check(); err != nil {
-		t.Fatalf("%v\n%s", err, d.Render())
-	}
+`)
 	out := string(d.Render())
 	for _, want := range []string{"rate: 10370kbit", "rate: 845kbit", "dport: 10000-10100", "dport: 5060", "sport: 60000-61000", `proto: "47"`, "proto: icmp"} {
 		if !strings.Contains(out, want) {
@@ -266,6 +246,7 @@ interface eth0 world-out output rate $OUT
 		}
 	}
 	// A variable the file does not set, named like one it does.
+	file := filepath.Join(t.TempDir(), "fireqos.conf")
 	os.WriteFile(file, []byte("OUTPUT_SPEED=1Mbit\ninterface eth0 x output rate $OUTPUT_RATE\nclass a\n"), 0o644)
 	d, _ = FireQOS(file, Options{})
 	wantFinding(t, d, Refused, `:2$`, `did you mean \$OUTPUT_SPEED`)
@@ -276,18 +257,7 @@ interface eth0 world-out output rate $OUT
 // sluice's tcp_syn; with more protocols than TCP, syn holds for the TCP
 // filter only, as FireQOS documents.
 func TestFireQOSSyn(t *testing.T) {
-	file := filepath.Join(t.TempDir(), "fireqos.conf")
-	os.WriteFile(file, []byte("interface eth0 x output rate 1Mbit\nclass synacks\n  match tcp syn\n  match tcp ack\n  match proto tcp,udp syn dport 53\nclass default\n"), 0o644)
-	d, err := FireQOS(file, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := d.Report.Refusals(); err != nil {
-		t.Fatalf("%v\n%s", err, d.Report.String())
-	}
-	if err := d.Check(); err != nil {
-		t.Fatalf("%v\n%s", err, d.Render())
-	}
+	d := importFQ(t, "interface eth0 x output rate 1Mbit\nclass synacks\n  match tcp syn\n  match tcp ack\n  match proto tcp,udp syn dport 53\nclass default\n")
 	m := class(t, d, "eth0/egress/synacks").Match
 	if len(m) != 4 || !m[0].TCPSyn || m[0].Proto != "tcp" || !m[1].TCPAck || m[1].TCPSyn ||
 		!m[2].TCPSyn || m[2].Proto != "tcp" || m[3].TCPSyn || m[3].Proto != "udp" {
@@ -319,4 +289,23 @@ func TestFireQOSRefusesPastHTBsClasses(t *testing.T) {
 	if n := d.Report.Count(Refused); n > 2 {
 		t.Errorf("%d refusals; want the one at the limit (and the default class's)", n)
 	}
+}
+
+// importFQ imports conf as a FireQOS file and fails the test unless it
+// imports without refusals into a policy that validates.
+func importFQ(t *testing.T, conf string) *Draft {
+	t.Helper()
+	file := filepath.Join(t.TempDir(), "fireqos.conf")
+	os.WriteFile(file, []byte(conf), 0o644)
+	d, err := FireQOS(file, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Report.Refusals(); err != nil {
+		t.Fatalf("%v\n%s", err, d.Report.String())
+	}
+	if err := d.Check(); err != nil {
+		t.Fatalf("%v\n%s", err, d.Render())
+	}
+	return d
 }

@@ -165,6 +165,20 @@ func (p *parser) str(n *yaml.Node, what string) (string, bool) {
 	return n.Value, true
 }
 
+// flag reads rule field key (a boolean: only true and false, as
+// written) and records where it was.
+func (p *parser) flag(n *yaml.Node, what, key string, fields map[string]Pos) bool {
+	fields[key] = pos(n)
+	s, ok := p.str(n, what+"."+key)
+	if !ok {
+		return false
+	}
+	if s != "true" && s != "false" {
+		p.d.Errorf(pos(n), "%s.%s: expected true or false, found %q", what, key, s)
+	}
+	return s == "true"
+}
+
 func (p *parser) intIn(n *yaml.Node, what string, lo, hi int) (int, bool) {
 	s, ok := p.str(n, what)
 	if !ok {
@@ -867,34 +881,8 @@ func (p *parser) match(n *yaml.Node, label string) *Match {
 			}
 			m.TOS = &Masked8{Val: uint8(val), Mask: uint8(mask)}
 		},
-		"tcp_ack": func(v *yaml.Node) {
-			m.Fields["tcp_ack"] = pos(v)
-			s, ok := p.str(v, what+".tcp_ack")
-			if !ok {
-				return
-			}
-			switch s {
-			case "true":
-				m.TCPAck = true
-			case "false":
-			default:
-				p.d.Errorf(pos(v), "%s.tcp_ack: expected true or false, found %q", what, s)
-			}
-		},
-		"tcp_syn": func(v *yaml.Node) {
-			m.Fields["tcp_syn"] = pos(v)
-			s, ok := p.str(v, what+".tcp_syn")
-			if !ok {
-				return
-			}
-			switch s {
-			case "true":
-				m.TCPSyn = true
-			case "false":
-			default:
-				p.d.Errorf(pos(v), "%s.tcp_syn: expected true or false, found %q", what, s)
-			}
-		},
+		"tcp_ack": func(v *yaml.Node) { m.TCPAck = p.flag(v, what, "tcp_ack", m.Fields) },
+		"tcp_syn": func(v *yaml.Node) { m.TCPSyn = p.flag(v, what, "tcp_syn", m.Fields) },
 		"mark": func(v *yaml.Node) {
 			m.Fields["mark"] = pos(v)
 			s, ok := p.str(v, what+".mark")

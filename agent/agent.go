@@ -414,7 +414,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	defer retry.Stop()
 	var listenC <-chan time.Time
 	listen := func() {
-		ln, err := net.Listen("tcp", a.cfg.Listen)
+		ln, err := listenHTTP(a.cfg.Listen)
 		if err != nil {
 			if listenC == nil {
 				a.log.Warn("cannot listen; shaping goes on, and the address is tried again", "addr", a.cfg.Listen, "every", ListenRetry.String(), "err", err)

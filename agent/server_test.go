@@ -121,6 +121,8 @@ func TestRepliesSharedPerReading(t *testing.T) {
 // alive) give their place to a new one, the longest idle first, so that
 // clients holding connections cannot keep out one that asks; when every
 // connection is answering a request, the one busy the longest gives way.
+// (Its clock moves connGrace at each reading: every connection is past
+// the grace TestConnLimiterFavoursClientsThatAsk tests.)
 func TestConnLimiter(t *testing.T) {
 	const max = 8
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -128,6 +130,8 @@ func TestConnLimiter(t *testing.T) {
 		t.Fatal(err)
 	}
 	lim := &connLimiter{Listener: ln, max: max, conns: map[net.Conn]*connUse{}}
+	var at time.Time
+	lim.now = func() time.Time { at = at.Add(connGrace); return at } // under lim.mu
 	release := make(chan struct{})
 	srv := &http.Server{ConnState: lim.state, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/block" {
@@ -222,6 +226,114 @@ func TestConnLimiter(t *testing.T) {
 	defer again.Close()
 	if line, err := ask(again, "/"); err != nil || !strings.Contains(line, "200") {
 		t.Errorf("after the busy ones ended: %q %v", line, err)
+	}
+}
+
+// At the limit a connection that asked (its request waiting to be read)
+// outlasts every silent one, whatever their ages; a silent one is let be
+// connGrace before it gives way to a client that asks; and a new
+// connection that is silent itself, while every silent one held is
+// within its grace, is closed instead. Clients reconnecting as fast as
+// they were closed otherwise made each new connection the oldest within
+// milliseconds, and /healthz requests were closed unread.
+func TestConnLimiterFavoursClientsThatAsk(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	var now time.Time
+	lim := &connLimiter{Listener: ln, max: 3, conns: map[net.Conn]*connUse{}, now: func() time.Time { return now }}
+	var clients []net.Conn
+	defer func() {
+		for _, c := range clients {
+			c.Close()
+		}
+	}()
+	dial := func(asks bool) net.Conn {
+		t.Helper()
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if asks {
+			fmt.Fprintf(c, "GET / HTTP/1.1\r\nHost: localhost\r\n\r\n")
+		}
+		clients = append(clients, c)
+		time.Sleep(20 * time.Millisecond) // on the server's side, accepted and read
+		return c
+	}
+	accept := func() {
+		t.Helper()
+		c, err := lim.Accept()
+		if err != nil {
+			t.Fatal(err)
+		}
+		clients = append(clients, c)
+		now = now.Add(time.Millisecond) // an order of age
+	}
+	closed := func(c net.Conn) bool {
+		c.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+		_, err := c.Read(make([]byte, 1))
+		return err != nil && !strings.Contains(err.Error(), "timeout")
+	}
+	a, b, c := dial(true), dial(false), dial(false)
+	accept()
+	accept()
+	accept()
+	now = now.Add(10 * time.Millisecond)
+	d, e := dial(false), dial(true)
+	accept() // d closed at once, e in b's place (the oldest silent one)
+	if dc, bc := closed(d), closed(b); !dc || !bc {
+		t.Errorf("a silent newcomer while the silent ones are young: closed %v (want true); the oldest silent one closed %v (want true)", dc, bc)
+	}
+	now = now.Add(connGrace)
+	f := dial(true)
+	accept() // in c's place: silent, though a asked before it
+	if cc, ac := closed(c), closed(a); !cc || ac {
+		t.Errorf("a client that asks, past the grace: the silent one closed %v (want true), the older one that asked %v (want false)", cc, ac)
+	}
+	dial(true)
+	accept() // every one asked: the oldest gives way
+	if ac, ec, fc := closed(a), closed(e), closed(f); !ac || ec || fc {
+		t.Errorf("every held one asked: the oldest closed %v (want true), the others %v %v (want false)", ac, ec, fc)
+	}
+	if n := lim.held(); n != 3 {
+		t.Errorf("%d held, want 3", n)
+	}
+}
+
+// The agent's listener hands over a connection only once it has sent
+// something: a silent client costs the agent nothing.
+func TestListenHTTPDefersSilentClients(t *testing.T) {
+	ln, err := listenHTTP("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	got := make(chan net.Conn, 1)
+	go func() {
+		if c, err := ln.Accept(); err == nil {
+			got <- c
+		}
+	}()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	select {
+	case s := <-got:
+		s.Close()
+		t.Fatal("a client that sent nothing was handed to the server")
+	case <-time.After(300 * time.Millisecond):
+	}
+	fmt.Fprintf(c, "GET / HTTP/1.1\r\n")
+	select {
+	case s := <-got:
+		s.Close()
+	case <-time.After(2 * time.Second):
+		t.Fatal("a client that asked was not handed to the server")
 	}
 }
 

@@ -137,6 +137,45 @@ func TestKubernetesAgainstAPIServer(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 
+	// A tenant editing the annotation to one large bad value after
+	// another (issue 58: 150 edits took the agent from 44 to 76 MB, left
+	// 149 Events, 14 MB in etcd, and 14 MB of log): the problems are told
+	// at most kube.MaxTells times, quoting a bounded part of the value,
+	// and the agent's memory does not follow the edits.
+	logBefore, rssBefore := fileSize(log), procRSSMB(agent.Process.Pid)
+	const edits = 150
+	for i := 0; i < edits; i++ {
+		pod, err := pods.Get(ctx, "bad", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pod.Annotations[kube.IngressBandwidth] = fmt.Sprintf("%d%s", i, strings.Repeat("x", 64<<10))
+		if _, err := pods.Update(ctx, pod, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(2 * time.Second) // the last edits seen and told, were they to be
+	evs, err := client.Events("shop").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=bad"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	evBytes := 0
+	for _, e := range evs.Items {
+		evBytes += len(e.Message)
+	}
+	logGrew, rssAfter := fileSize(log)-logBefore, procRSSMB(agent.Process.Pid)
+	t.Logf("%d edits of a 64 KiB bad annotation: %d Events (%d bytes of messages), the log grew %d bytes, RSS %.0f -> %.0f MB",
+		edits, len(evs.Items), evBytes, logGrew, rssBefore, rssAfter)
+	if len(evs.Items) > kube.MaxTells+1 || evBytes > 8<<10 {
+		t.Errorf("%d Events with %d bytes of messages for one pod's bad annotation; want at most %d, a few KB", len(evs.Items), evBytes, kube.MaxTells+1)
+	}
+	if logGrew > 64<<10 {
+		t.Errorf("the agent's log grew %d bytes over %d bad edits; want under 64 KB", logGrew, edits)
+	}
+	if rssAfter > rssBefore+20 {
+		t.Errorf("the agent's RSS went from %.0f to %.0f MB over %d bad edits; want within 20 MB", rssBefore, rssAfter, edits)
+	}
+
 	// A namespace's aggregate: annotated, the namespace's pods hang below
 	// one class at its cap (the agent lists and watches namespaces); a
 	// malformed value is an Event on the namespace (in default); the
@@ -251,4 +290,13 @@ func tail(s string, n int) string {
 		return s[len(s)-n:]
 	}
 	return s
+}
+
+// fileSize is path's size, 0 if it cannot be read.
+func fileSize(path string) int64 {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return 0
+	}
+	return fi.Size()
 }

@@ -2,13 +2,23 @@
 GO  ?= go
 BIN := bin/sluice
 
-.PHONY: build deps demo test test-host test-kubernetes unit check fuzz fuzz-policies soak lint vmtest vmtest-all bpf bpf-check bench bench-utilization bench-classify bench-apply bench-agent bench-edt bench-edt-lane bench-probe clean install deb
+.PHONY: build dist deps demo test test-host test-kubernetes unit check fuzz fuzz-policies soak lint vmtest vmtest-all bpf bpf-check bench bench-utilization bench-classify bench-apply bench-agent bench-edt bench-edt-lane bench-probe clean install deb
 
-# The version `sluice version` and sluice_build_info say: the commit
-# (go's own VCS stamp is off where GOFLAGS has -buildvcs=false).
-VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo devel)
+# The version and commit `sluice version`, sluice_build_info and the
+# packages say: v0.1.0 on a release tag, v0.1.1-dev.N+gCOMMIT after it
+# (scripts/version.sh). The binary is static (no cgo: it runs on any
+# Linux of its architecture, glibc or musl), trimmed and stripped, as
+# make dist builds it for each architecture.
+VERSION ?= $(shell ./scripts/version.sh 2>/dev/null || echo v0.0.0-dev)
+COMMIT  ?= $(shell git rev-parse --short=12 HEAD 2>/dev/null)$(shell git diff --quiet HEAD -- 2>/dev/null || echo -dirty)
 build:
-	$(GO) build -ldflags "-X sluice/agent.stamped=$(VERSION)" -o $(BIN) ./cmd/sluice
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w -X sluice/version.stamped=$(VERSION) -X sluice/version.commit=$(COMMIT)" -o $(BIN) ./cmd/sluice
+
+# Static binaries for linux/amd64, arm64, armv7 and mipsle (softfloat),
+# stamped, each held to a size budget (scripts/dist.sh):
+# out/dist/sluice-VERSION-linux-ARCH and out/dist/sizes.json.
+dist:
+	GO=$(GO) VERSION=$(VERSION) COMMIT=$(COMMIT) ./scripts/dist.sh
 
 # Installs the binary, man pages and completions (made from the commands
 # by cmd/gendocs), the examples, the systemd units (the agent, and a
@@ -37,7 +47,7 @@ install: build
 
 # A Debian package of the above (PREFIX /usr, units in /lib/systemd),
 # /etc/sluice/policy.yaml a conffile; out/sluice_VERSION_ARCH.deb.
-DEBVERSION ?= 0~$(subst -,+,$(VERSION))
+DEBVERSION ?= $(shell ./scripts/version.sh --deb 2>/dev/null || echo 0.0.0~dev)
 deb:
 	rm -rf out/deb
 	$(MAKE) install DESTDIR=$(CURDIR)/out/deb/root PREFIX=/usr UNITDIR=/lib/systemd/system

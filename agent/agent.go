@@ -339,7 +339,7 @@ func stampOf(f string) stamp {
 	if unix.Stat(f, &st) != nil {
 		return stamp{}
 	}
-	return stamp{st.Dev, st.Ino, uint64(st.Size), st.Mtim.Nano(), st.Ctim.Nano()}
+	return stamp{uint64(st.Dev), uint64(st.Ino), uint64(st.Size), st.Mtim.Nano(), st.Ctim.Nano()}
 }
 
 // watch hashes and stamps the files pol was read from (with a nil pol,

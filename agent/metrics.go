@@ -2,7 +2,6 @@ package agent
 
 import (
 	"runtime"
-	"runtime/debug"
 
 	"sort"
 	"strings"
@@ -10,6 +9,7 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 	"sluice/stats"
+	"sluice/version"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -110,7 +110,7 @@ func newMetrics(a *Agent) *metrics {
 		m.reconciles.WithLabelValues(r)
 	}
 	build := prometheus.NewGauge(prometheus.GaugeOpts{Name: "sluice_build_info",
-		Help: "Always 1: the sluice build, in its labels.", ConstLabels: prometheus.Labels{"version": Version(), "goversion": runtime.Version()}})
+		Help: "Always 1: the sluice build, in its labels.", ConstLabels: prometheus.Labels{"version": version.String(), "commit": version.Commit(), "goversion": runtime.Version()}})
 	build.Set(1)
 	healthy := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_healthy",
 		Help: "1 while the policy is in force (what /healthz answers 200 to), else 0."}, func() float64 {
@@ -348,41 +348,4 @@ func (m *metrics) collectExtras(ch chan<- prometheus.Metric, s *stats.Sample) {
 			ch <- prometheus.MustNewConstHistogram(m.edtDelay, count, float64(d.SumNS)/1e9, buckets, lv...)
 		}
 	}
-}
-
-// stamped is the version `make build` stamps in (-X).
-var stamped string
-
-// Version is this build's version: the one stamped in, the module's, or
-// the commit it was built from (go build stamps it), or "devel".
-func Version() string {
-	if stamped != "" {
-		return stamped
-	}
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		return "devel"
-	}
-	if v := bi.Main.Version; v != "" && v != "(devel)" {
-		return v
-	}
-	rev, dirty := "", false
-	for _, s := range bi.Settings {
-		switch s.Key {
-		case "vcs.revision":
-			rev = s.Value
-		case "vcs.modified":
-			dirty = s.Value == "true"
-		}
-	}
-	if len(rev) > 12 {
-		rev = rev[:12]
-	}
-	switch {
-	case rev == "":
-		return "devel"
-	case dirty:
-		return rev + "-dirty"
-	}
-	return rev
 }

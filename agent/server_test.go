@@ -371,7 +371,7 @@ func TestHistoryDoesNotPinReadings(t *testing.T) {
 func TestHealthMetrics(t *testing.T) {
 	a := fakeAgent(1, false)
 	body := scrape(t, a)
-	for _, want := range []string{`sluice_build_info{goversion="`, "sluice_healthy 0", "sluice_last_success_timestamp_seconds 0",
+	for _, want := range []string{`sluice_build_info{commit="`, "sluice_healthy 0", "sluice_last_success_timestamp_seconds 0",
 		`sluice_reload_total{result="refused"} 0`, `sluice_reconcile_total{result="error"} 0`} {
 		if !strings.Contains(body, want) {
 			t.Errorf("no %q in the scrape", want)

@@ -6,16 +6,16 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"sluice/agent"
+	"sluice/version"
 )
 
 func versionCmd(g *globals) *cobra.Command {
 	return &cobra.Command{
 		Use:   "version",
-		Short: "Print sluice's version (the commit it was built from) and Go's",
+		Short: "Print sluice's version, the commit it was built from, and Go's",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			fmt.Fprintf(g.stdout, "sluice %s (%s, %s/%s)\n", agent.Version(), runtime.Version(), runtime.GOOS, runtime.GOARCH)
+			fmt.Fprintf(g.stdout, "sluice %s (commit %s, %s, %s/%s)\n", version.String(), version.Commit(), runtime.Version(), runtime.GOOS, runtime.GOARCH)
 			return nil
 		},
 	}

@@ -431,7 +431,7 @@ func TestWithoutRoot(t *testing.T) {
 	if r := run("export", pol); r.code != 0 || !strings.Contains(r.stdout, "qdisc add dev eth0 root") || !strings.Contains(r.stderr, "as --kernel full --fresh") {
 		t.Errorf("export without root: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
-	if r := run("version"); r.code != 0 || !regexp.MustCompile(`^sluice \S+ \(go1\.[0-9.]+, linux/\w+\)\n$`).MatchString(r.stdout) {
+	if r := run("version"); r.code != 0 || !regexp.MustCompile(`^sluice v\S+ \(commit \S+, go1\.[0-9.]+, linux/\w+\)\n$`).MatchString(r.stdout) {
 		t.Errorf("version: exit %d %q %s", r.code, r.stdout, r.stderr)
 	}
 	// Each scenario with how long its traffic runs: fair-share's three

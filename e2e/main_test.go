@@ -32,7 +32,10 @@ func TestMain(m *testing.M) {
 		bin, faultBin = b, fb
 	} else {
 		for _, b := range [][]string{{"-o", bin}, {"-tags", "faults", "-o", faultBin}} {
-			if out, err := exec.Command("go", append(append([]string{"build"}, b...), "../cmd/sluice")...).CombinedOutput(); err != nil {
+			// Static, as make build and make dist build it.
+			build := exec.Command("go", append(append([]string{"build"}, b...), "../cmd/sluice")...)
+			build.Env = append(os.Environ(), "CGO_ENABLED=0")
+			if out, err := build.CombinedOutput(); err != nil {
 				fmt.Fprintf(os.Stderr, "building sluice: %v\n%s", err, out)
 				os.Exit(1)
 			}

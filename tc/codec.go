@@ -22,13 +22,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-var native = binary.LittleEndian // x86, arm64, riscv: the kernels sluice targets
-
-func init() {
-	if nl.NativeEndian() != binary.ByteOrder(binary.LittleEndian) {
-		panic("sluice: big-endian hosts are not supported")
-	}
-}
+// native is the byte order of netlink's attributes: the host's (big on
+// mips, little elsewhere).
+var native = binary.NativeEndian
 
 const (
 	tcaKind    = nl.TCA_KIND

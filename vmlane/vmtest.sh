@@ -150,8 +150,8 @@ if [[ -z ${VM_RUN_ONLY:-} ]]; then
     rm -rf "$out" && mkdir -p "$out"
     say "building tests"
     for p in kernel bpf e2e; do go test -c -o "$out/$p.test" "./$p"; done
-    go build -o "$out/sluice" ./cmd/sluice
-    go build -tags faults -o "$out/sluice-faults" ./cmd/sluice
+    CGO_ENABLED=0 go build -o "$out/sluice" ./cmd/sluice
+    CGO_ENABLED=0 go build -tags faults -o "$out/sluice-faults" ./cmd/sluice
     echo "$stamp" >"$out/.built"
   fi
   if [[ ${VM_BUILD_ONLY:-} == 1 ]]; then

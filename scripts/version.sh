@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Prints the version of the git tree at DIR (default: this repository),
+# from its release tags, vMAJOR.MINOR.PATCH:
+#
+#   on a release tag, clean     v0.1.0
+#   N commits after it          v0.1.1-dev.N+gCOMMIT   (after v0.1.0, before v0.1.1)
+#   with uncommitted changes    v0.1.1-dev.N+gCOMMIT.dirty (N may be 0)
+#   before any release tag      v0.0.0-dev.N+gCOMMIT
+#   not a git tree              v0.0.0-dev
+#
+# Semantic versioning orders them as written; the count N orders two
+# builds between the same releases. --deb prints Debian's form of the
+# same (0.1.1~dev.N+gCOMMIT: dpkg sorts ~ before the release), which
+# RPM, apk and opkg order alike.
+#
+#   scripts/version.sh [--deb] [DIR]
+set -euo pipefail
+deb=0
+if [[ ${1:-} == --deb ]]; then
+	deb=1
+	shift
+fi
+cd "${1:-$(dirname "$0")/..}"
+v=v0.0.0-dev
+if commit=$(git rev-parse --short=12 HEAD 2>/dev/null); then
+	dirty=""
+	git diff --quiet HEAD -- 2>/dev/null || dirty=.dirty
+	if tag=$(git describe --tags --abbrev=0 --match 'v[0-9]*' --exclude '*-*' 2>/dev/null) &&
+		[[ $tag =~ ^v([0-9]+)\.([0-9]+)\.([0-9]+)$ ]]; then
+		n=$(git rev-list --count "$tag..HEAD")
+		if [[ $n == 0 && -z $dirty ]]; then
+			v=$tag
+		else
+			v="v${BASH_REMATCH[1]}.${BASH_REMATCH[2]}.$((BASH_REMATCH[3] + 1))-dev.$n+g$commit$dirty"
+		fi
+	else
+		v="v0.0.0-dev.$(git rev-list --count HEAD)+g$commit$dirty"
+	fi
+fi
+if ((deb)); then
+	v=${v#v}
+	v=${v/-/\~}
+fi
+echo "$v"

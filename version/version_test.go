@@ -1,0 +1,107 @@
+package version
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// scripts/version.sh, which stamps every build, on a tree's life: no
+// tag, a release, changes on it, commits after it, a pre-release tag
+// (not a release); and the forms sort as releases must, in dpkg's order
+// (which RPM, apk and opkg share) and by semantic versioning's rules.
+func TestVersionScript(t *testing.T) {
+	script, err := filepath.Abs("../scripts/version.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	run := func(args ...string) string {
+		t.Helper()
+		out, err := exec.Command(script, append(args, dir)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("version.sh %v: %v\n%s", args, err, out)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	git := func(args ...string) string {
+		t.Helper()
+		cmd := exec.Command("git", append([]string{"-C", dir, "-c", "user.name=t", "-c", "user.email=t@localhost", "-c", "commit.gpgsign=false", "-c", "tag.gpgsign=false"}, args...)...)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("git %v: %v\n%s", args, err, out)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	commit := func(n int) {
+		t.Helper()
+		for i := 0; i < n; i++ {
+			f := filepath.Join(dir, "f")
+			b, _ := os.ReadFile(f)
+			os.WriteFile(f, append(b, 'x'), 0o644)
+			git("add", "f")
+			git("commit", "-q", "-m", "c")
+		}
+	}
+	if v := run(); v != "v0.0.0-dev" {
+		t.Errorf("outside git: %q", v)
+	}
+	git("init", "-q")
+	commit(2)
+	head := func() string { return git("rev-parse", "--short=12", "HEAD") }
+	semver := regexp.MustCompile(`^v(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)(-dev\.(0|[1-9][0-9]*))?(\+g[0-9a-f]{12}(\.dirty)?)?$`)
+	var debs []string
+	for _, step := range []struct {
+		name, want, deb string
+		do              func()
+	}{
+		{"no release yet", "v0.0.0-dev.2+g@", "0.0.0~dev.2+g@", func() {}},
+		{"a release", "v0.1.0", "0.1.0", func() { git("tag", "-a", "-m", "r", "v0.1.0") }},
+		{"changes on it", "v0.1.1-dev.0+g@.dirty", "0.1.1~dev.0+g@.dirty", func() { os.WriteFile(filepath.Join(dir, "f"), []byte("changed"), 0o644) }},
+		{"a commit after it", "v0.1.1-dev.1+g@", "0.1.1~dev.1+g@", func() { git("add", "f"); git("commit", "-q", "-m", "c") }},
+		{"a pre-release tag is not a release", "v0.1.1-dev.3+g@", "0.1.1~dev.3+g@", func() { commit(2); git("tag", "v0.2.0-rc1") }},
+		{"the next release", "v0.1.1", "0.1.1", func() { git("tag", "v0.1.1") }},
+		{"after it", "v0.1.2-dev.12+g@", "0.1.2~dev.12+g@", func() { commit(12) }},
+	} {
+		step.do()
+		want := strings.ReplaceAll(step.want, "@", head())
+		if v := run(); v != want {
+			t.Errorf("%s: %q, want %q", step.name, v, want)
+		}
+		if !semver.MatchString(want) {
+			t.Errorf("%s: %q is not a version of the form semver orders", step.name, want)
+		}
+		deb := strings.ReplaceAll(step.deb, "@", head())
+		if v := run("--deb"); v != deb {
+			t.Errorf("%s: --deb %q, want %q", step.name, v, deb)
+		}
+		if step.name != "changes on it" {
+			debs = append(debs, deb)
+		}
+	}
+	// Each build sorts after the one before it.
+	if _, err := exec.LookPath("dpkg"); err != nil {
+		t.Skip("no dpkg to order the Debian versions")
+	}
+	for i := 1; i < len(debs); i++ {
+		if err := exec.Command("dpkg", "--compare-versions", debs[i-1], "lt", debs[i]).Run(); err != nil {
+			t.Errorf("dpkg does not order %s before %s", debs[i-1], debs[i])
+		}
+	}
+}
+
+// A stamped build says what was stamped.
+func TestStamped(t *testing.T) {
+	defer func(s, c string) { stamped, commit = s, c }(stamped, commit)
+	stamped, commit = "v0.3.1-dev.4+g0123456789ab", "0123456789ab"
+	if String() != stamped || Commit() != commit {
+		t.Errorf("String %q, Commit %q", String(), Commit())
+	}
+	stamped, commit = "", ""
+	if s := String(); !strings.HasPrefix(s, "v") {
+		t.Errorf("unstamped: %q", s)
+	}
+}

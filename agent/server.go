@@ -15,7 +15,10 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+
+	"sluice/nsrun"
 )
 
 // The agent's HTTP server is bounded in every resource a client can
@@ -54,7 +57,30 @@ const (
 // to come straight back. Measured with 2,000 such clients reconnecting
 // as fast as they were closed: the server accepted and closed 10,000
 // connections a second without it.
-func listenHTTP(addr string) (net.Listener, error) {
+//
+// The socket is made in the namespace the process started in (startNS),
+// on a thread known to be there: --netns moves threads into the shaped
+// namespace, and a listener made on one left there under load was bound
+// inside it, beside a process that held the address outside.
+func listenHTTP(addr string) (ln net.Listener, err error) {
+	if !startNS.IsOpen() {
+		return listenHere(addr)
+	}
+	err = nsrun.OnThread(func() error {
+		if err := netns.Set(startNS); err != nil {
+			return err
+		}
+		ln, err = listenHere(addr)
+		return err
+	})
+	return ln, err
+}
+
+// startNS is the network namespace the process started in, taken before
+// any thread moved.
+var startNS, _ = netns.Get()
+
+func listenHere(addr string) (net.Listener, error) {
 	lc := net.ListenConfig{Control: func(_, _ string, rc syscall.RawConn) error {
 		var serr error
 		err := rc.Control(func(fd uintptr) {

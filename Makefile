@@ -2,7 +2,7 @@
 GO  ?= go
 BIN := bin/sluice
 
-.PHONY: build dist deps demo test test-host test-kubernetes unit check fuzz fuzz-policies soak lint vmtest vmtest-all bpf bpf-check bench bench-utilization bench-classify bench-apply bench-agent bench-edt bench-edt-lane bench-probe clean install deb
+.PHONY: build dist deps demo test test-host test-kubernetes unit unit-cross check fuzz fuzz-policies soak lint vmtest vmtest-all bpf bpf-check bench bench-utilization bench-classify bench-apply bench-agent bench-edt bench-edt-lane bench-probe clean install deb
 
 # The version and commit `sluice version`, sluice_build_info and the
 # packages say: v0.1.0 on a release tag, v0.1.1-dev.N+gCOMMIT after it
@@ -20,8 +20,9 @@ build:
 dist:
 	GO=$(GO) VERSION=$(VERSION) COMMIT=$(COMMIT) ./scripts/dist.sh
 
-# Installs the binary, man pages and completions (made from the commands
-# by cmd/gendocs), the examples, the systemd units (the agent, and a
+# Installs the binary, man pages (sluice(1) and a page per command,
+# sluice-policy(5), sluice-agent(8)) and completions (cmd/gendocs), the
+# documentation and examples, the systemd units (the agent, and a
 # oneshot apply for boxes without it; neither is enabled) and, unless
 # one is there, /etc/sluice/policy.yaml. DESTDIR stages it (make deb).
 PREFIX  ?= /usr/local
@@ -31,8 +32,11 @@ export SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null)
 install: build
 	rm -rf out/share && $(GO) run ./cmd/gendocs out/share
 	install -D -m 0755 $(BIN) $(DESTDIR)$(PREFIX)/bin/sluice
-	install -d $(DESTDIR)$(PREFIX)/share/man/man1 $(DESTDIR)$(PREFIX)/share/doc/sluice/examples
+	install -d $(DESTDIR)$(PREFIX)/share/man/man1 $(DESTDIR)$(PREFIX)/share/man/man5 $(DESTDIR)$(PREFIX)/share/man/man8 $(DESTDIR)$(PREFIX)/share/doc/sluice/examples
 	install -m 0644 out/share/man/man1/*.1 $(DESTDIR)$(PREFIX)/share/man/man1/
+	install -m 0644 out/share/man/man5/*.5 $(DESTDIR)$(PREFIX)/share/man/man5/
+	install -m 0644 out/share/man/man8/*.8 $(DESTDIR)$(PREFIX)/share/man/man8/
+	install -m 0644 docs/*.md $(DESTDIR)$(PREFIX)/share/doc/sluice/
 	install -D -m 0644 out/share/bash-completion/completions/sluice $(DESTDIR)$(PREFIX)/share/bash-completion/completions/sluice
 	install -D -m 0644 out/share/zsh/site-functions/_sluice $(DESTDIR)$(PREFIX)/share/zsh/site-functions/_sluice
 	install -D -m 0644 out/share/fish/vendor_completions.d/sluice.fish $(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d/sluice.fish
@@ -90,7 +94,7 @@ test: deps
 	FUZZTIME=$(TEST_FUZZTIME) GO=$(GO) KERNEL=$(KERNEL) ./scripts/beside.sh start
 	SLUICE_BESIDE=$(CURDIR)/out/beside/pid $(MAKE) test-host || { ./scripts/beside.sh stop; exit 1; }
 	./scripts/beside.sh wait
-	$(MAKE) unit test-kubernetes vmtest VM_PREBUILT=1
+	$(MAKE) unit unit-cross test-kubernetes vmtest VM_PREBUILT=1
 
 test-host: deps lint
 	GO=$(GO) ./scripts/gotest.sh -count=1 -p 1 -parallel 3 -timeout 25m ./...
@@ -114,6 +118,15 @@ check: lint
 # Unit tests only (no root needed), under the race detector.
 unit:
 	$(GO) test -race -count=1 -short ./...
+
+# The unit suites of the packages that need no kernel, built for arm64
+# and armv7 and run under qemu-user (the boxes that shape: routers, Pis):
+# byte order, word size and alignment. tc's tests need netlink, which
+# qemu-user does not translate; the lane boots real kernels for them.
+CROSS_PKGS ?= ./policy/... ./plan ./share ./units ./migrate/... ./safefile ./autorate ./version ./records ./stats ./kube ./conform ./cmd/gendocs
+unit-cross:
+	CGO_ENABLED=0 GOARCH=arm64 SLUICE_TIER=check $(GO) test -count=1 -exec qemu-aarch64 $(CROSS_PKGS)
+	CGO_ENABLED=0 GOARCH=arm GOARM=7 SLUICE_TIER=check $(GO) test -count=1 -exec qemu-arm $(CROSS_PKGS)
 
 # The agent under traffic for SOAK (10 minutes; HOURS=24 for a day) with
 # the policy rewritten every second and drift injected every few: prints

@@ -65,6 +65,15 @@ with rates, ceilings and priorities, rules that sort packets into classes,
 per-host fair shares, in both directions. It applies the policy through
 netlink with the fewest changes, rolls back on failure, and shows what
 every class is doing.`,
+		Example: `  sluice validate office.yaml                   # every problem, as FILE:LINE:COL: message
+  sudo sluice plan office.yaml                  # what apply would change, and why
+  sudo sluice apply office.yaml                 # apply it: only the difference, rolled back on failure
+  sudo sluice show                              # each class's rate, drops and backlog, live
+  sluice export office.yaml --format sh > tc.sh # the same as a plain tc script
+  sudo sluice reset --all                       # remove what sluice made, nothing else
+  sudo sluice import tc wan0 > policy.yaml      # a hand-written tc tree, as a policy
+  sudo sluice lab run fair-share                # measure a policy in network namespaces
+  sudo sluice agent policy.yaml                 # keep it applied; metrics and a dashboard`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRunE: func(cmd *cobra.Command, args []string) error {

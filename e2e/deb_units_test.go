@@ -51,8 +51,33 @@ func TestDebUnitsStartUnderSystemd(t *testing.T) {
 		}
 	}
 
+	// The installed policy is a template: the oneshot refuses it (the
+	// unit fails, saying to edit it), the agent runs but shapes nothing
+	// and says why; deleting its template line puts it in force.
+	if out, err := m.run("systemctl", "start", "sluice-apply"); err == nil {
+		t.Errorf("sluice-apply started with the installed template:\n%s", out)
+	}
+	m.waitActive("sluice-apply", "failed")
+	if j := m.must("journalctl", "-u", "sluice-apply", "-o", "cat", "--no-pager"); !strings.Contains(j, "this is the template sluice installs") {
+		t.Errorf("sluice-apply's journal does not say the policy is the template:\n%s", j)
+	}
+	m.must("systemctl", "reset-failed", "sluice-apply")
+	// The agent exits 2 (bad input), which its unit does not restart.
+	m.run("systemctl", "enable", "--now", "sluice-agent")
+	m.waitActive("sluice-agent", "failed")
+	if st := m.must("systemctl", "show", "-p", "ExecMainStatus,NRestarts", "sluice-agent"); !strings.Contains(st, "ExecMainStatus=2") || !strings.Contains(st, "NRestarts=0") {
+		t.Errorf("the agent on the template: %q, want exit 2 and no restart", st)
+	}
+	if j := m.must("journalctl", "-u", "sluice-agent", "-o", "cat", "--no-pager"); !strings.Contains(j, "this is the template sluice installs") {
+		t.Errorf("the agent's journal does not say the policy is the template:\n%s", j)
+	}
+	if q := m.must("tc", "qdisc", "show", "dev", "eth0"); strings.Contains(q, "htb") {
+		t.Fatalf("eth0 was shaped with the template:\n%s", q)
+	}
+	m.must("sed", "-i", "/^template: true/d", "/etc/sluice/policy.yaml")
+	m.must("systemctl", "restart", "sluice-agent")
+
 	// The agent: started, serving, shaping the policy's interface.
-	m.must("systemctl", "enable", "--now", "sluice-agent")
 	m.waitActive("sluice-agent", "active")
 	m.waitHealthy()
 	if q := m.must("tc", "qdisc", "show", "dev", "eth0"); !strings.Contains(q, "htb 1: root") {

@@ -13,7 +13,7 @@ import (
 
 // make install puts the binary, man pages and completions made from the
 // commands, the examples, both units (pointing at the installed binary)
-// and a valid /etc/sluice/policy.yaml under DESTDIR, and keeps a policy
+// and /etc/sluice/policy.yaml (a template, refused until edited) under DESTDIR, and keeps a policy
 // already there; make deb packages the same, the policy a conffile, and
 // the binary unpacked from it runs.
 func TestInstallAndPackage(t *testing.T) {
@@ -52,6 +52,36 @@ func TestInstallAndPackage(t *testing.T) {
 			t.Errorf("%s is not the man page of its command:\n%.300s", page, m)
 		}
 	}
+	// sluice(1) has what --help does not; the policy and the agent have
+	// their sections' pages; the documents are installed beside them.
+	page := read("usr/share/man/man1/sluice.1")
+	for _, sec := range []string{".SH EXAMPLE", ".SH EXIT STATUS", ".SH ENVIRONMENT", ".SH FILES", "sluice-policy\\fP(5)", "sluice-agent(8)"} {
+		if !strings.Contains(page, sec) {
+			t.Errorf("sluice.1 has no %q", sec)
+		}
+	}
+	if m := read("usr/share/man/man5/sluice-policy.5"); !strings.Contains(m, ".TH SLUICE-POLICY 5") || !strings.Contains(m, "template: true") || !strings.Contains(m, ".SH Classes") || strings.Contains(m, "\n.TS") {
+		t.Errorf("sluice-policy.5: not the policy reference as a page without tables:\n%.400s", m)
+	}
+	if m := read("usr/share/man/man8/sluice-agent.8"); !strings.Contains(m, `.TH "SLUICE-AGENT" "8"`) || !strings.Contains(m, ".SH SIGNALS") || !strings.Contains(m, "SIGHUP") {
+		t.Errorf("sluice-agent.8 has no signals:\n%.400s", m)
+	}
+	if _, err := os.Stat(filepath.Join(root, "usr/share/man/man1/sluice-agent.1")); err == nil {
+		t.Error("sluice-agent is installed as a page of section 1 too")
+	}
+	if !strings.Contains(read("usr/share/doc/sluice/policy.md"), "# Policy reference") {
+		t.Error("docs/policy.md is not installed")
+	}
+	// Every page renders without a warning where groff is.
+	if groff, err := exec.LookPath("groff"); err == nil {
+		pages, _ := filepath.Glob(filepath.Join(root, "usr/share/man/man*/*"))
+		for _, p := range pages {
+			out, err := exec.Command(groff, "-man", "-Tutf8", "-ww", "-z", p).CombinedOutput()
+			if err != nil || len(out) > 0 {
+				t.Errorf("groff %s: %v\n%s", filepath.Base(p), err, out)
+			}
+		}
+	}
 	if !strings.Contains(read("usr/share/man/man1/sluice-plan.1"), "detailed-exitcode") {
 		t.Error("sluice-plan.1 does not list plan's flags")
 	}
@@ -65,7 +95,15 @@ func TestInstallAndPackage(t *testing.T) {
 			t.Errorf("%s does not run the installed binary:\n%s", unit, u)
 		}
 	}
+	// The installed policy is a template: refused (bad input, 2) with
+	// the line to delete, and valid once it is deleted.
 	pol := filepath.Join(root, "etc/sluice/policy.yaml")
+	out, err := exec.Command(filepath.Join(root, "usr/bin/sluice"), "validate", pol).CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.Contains(string(out), "this is the template sluice installs") {
+		t.Errorf("sluice validate of the installed template: %v\n%s\nwant exit 2 and the template's message", err, out)
+	}
+	tmpl := read("etc/sluice/policy.yaml")
+	os.WriteFile(pol, []byte(regexp.MustCompile(`(?m)^template: true.*\n`).ReplaceAllString(tmpl, "")), 0o644)
 	run(filepath.Join(root, "usr/bin/sluice"), "validate", pol)
 	run(filepath.Join(root, "usr/bin/sluice"), "validate", filepath.Join(root, "usr/share/doc/sluice/examples/office.yaml"))
 	// A policy already there is the user's: a second install keeps it.
@@ -80,7 +118,7 @@ func TestInstallAndPackage(t *testing.T) {
 		t.Errorf("control:\n%s", f)
 	}
 	list := run("dpkg-deb", "-c", deb)
-	for _, want := range []string{"./usr/bin/sluice", "./usr/share/man/man1/sluice-agent.1", "./lib/systemd/system/sluice-agent.service",
+	for _, want := range []string{"./usr/bin/sluice", "./usr/share/man/man8/sluice-agent.8", "./usr/share/man/man5/sluice-policy.5", "./lib/systemd/system/sluice-agent.service",
 		"./lib/systemd/system/sluice-apply.service", "./etc/sluice/policy.yaml", "./usr/share/bash-completion/completions/sluice"} {
 		if !strings.Contains(list, want+"\n") {
 			t.Errorf("the package lacks %s", want)

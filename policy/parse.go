@@ -296,12 +296,24 @@ func (p *parser) policy(pol *Policy, n *yaml.Node) {
 			}
 		},
 		"pod_veths": func(v *yaml.Node) { pol.PodVeths = p.podVeths(v) },
+		// The policy a package installs is a template: what it shapes
+		// (eth0 at 19mbit) fits no real link, and enabling a unit
+		// without editing it must not shape a box at a made-up rate.
+		"template": func(v *yaml.Node) {
+			if p.flag(v, "policy", "template", map[string]Pos{}) {
+				p.d.Errorf(pos(v), "%s", TemplateRefused)
+			}
+		},
 	})
 	if len(pol.Interfaces) == 0 && pol.PodVeths == nil && len(p.d.Errs) == 0 {
 		p.d.Errorf(pos(n), "policy: no interfaces; expected \"interfaces:\" with at least one entry (or pod_veths:)")
 	}
 	p.expandPodVeths(pol)
 }
+
+// TemplateRefused is the error for a policy that still says
+// `template: true`, as the one installed in /etc/sluice does.
+const TemplateRefused = "template: true: this is the template sluice installs, not a policy for your link; set the interface, its rate and the classes, then delete this line (nothing is shaped until then)"
 
 func (p *parser) iface(n *yaml.Node) *Interface {
 	i := &Interface{Pos: pos(n)}

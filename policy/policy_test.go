@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"fmt"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -458,5 +459,43 @@ func TestPrioOnAClassWithChildrenWarns(t *testing.T) {
 		if _, warns, err := Parse("p.yaml", []byte(src)); err != nil || len(warns) != 0 {
 			t.Errorf("warnings %v, error %v for:\n%s", warns, err, src)
 		}
+	}
+}
+
+// The policy the package installs says `template: true`: refused with a
+// message that says to edit it, at the key's line, and valid once the
+// line goes (so the template itself stays a working example).
+func TestTemplateRefused(t *testing.T) {
+	src, err := os.ReadFile("../deploy/policy.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	line := 0
+	var kept []string
+	for i, l := range strings.Split(string(src), "\n") {
+		if strings.HasPrefix(l, "template:") {
+			line = i + 1
+			continue
+		}
+		kept = append(kept, l)
+	}
+	if line == 0 {
+		t.Fatal("deploy/policy.yaml has no top-level template: line")
+	}
+	_, _, err = Parse("policy.yaml", src)
+	if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("policy.yaml:%d:", line)) || !strings.Contains(err.Error(), "delete this line") {
+		t.Fatalf("the installed template: %v; want line %d refused with %q", err, line, TemplateRefused)
+	}
+	if strings.Count(err.Error(), "\n") != 0 {
+		t.Errorf("the template has other problems than being one:\n%v", err)
+	}
+	if _, _, err := Parse("policy.yaml", []byte(strings.Join(kept, "\n"))); err != nil {
+		t.Errorf("the template without its template line: %v", err)
+	}
+	if _, _, err := Parse("p.yaml", []byte("template: false\n"+strings.Join(kept, "\n"))); err != nil {
+		t.Errorf("template: false: %v", err)
+	}
+	if _, _, err := Parse("p.yaml", []byte("template: yes\n"+strings.Join(kept, "\n"))); err == nil || !strings.Contains(err.Error(), "p.yaml:1:11: policy.template: expected true or false") {
+		t.Errorf("template: yes: %v", err)
 	}
 }

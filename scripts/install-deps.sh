@@ -3,7 +3,8 @@
 # Debian or Ubuntu machine: iproute2 (tc, ip, ss), nftables, iperf3, ping, clang,
 # llvm and libbpf-dev (BPF objects), Chromium (the lab report's
 # rendering test), wondershaper and FireQOS (import's equivalence
-# tests), qemu and its helpers (the stock-kernel lane). Go must
+# tests), qemu and its helpers (the stock-kernel lane), qemu-user
+# (the arm suites) and groff (the man pages). Go must
 # already be installed (https://go.dev/doc/install); modules come from
 # the Go module proxy. Idempotent: does nothing when all is present.
 set -euo pipefail
@@ -33,6 +34,10 @@ command -v nsenter >/dev/null 2>&1 || need+=(util-linux)
 command -v nft >/dev/null 2>&1 || need+=(nftables)
 # The lab's report test opens the HTML report in headless Chromium.
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
+# The unit suites of the pure packages run for arm64 and armv7 under
+# qemu-user (make unit-cross); the man pages are rendered with groff.
+command -v qemu-aarch64 >/dev/null 2>&1 || need+=(qemu-user)
+command -v groff >/dev/null 2>&1 || need+=(groff-base)
 # The stock-kernel lane (vmlane/vmtest.sh, which `make test` prepares
 # beside the host suite, where installing packages could race the
 # package tests' dpkg): qemu, kmod, file, busybox, and a Python venv

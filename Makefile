@@ -2,7 +2,7 @@
 GO  ?= go
 BIN := bin/sluice
 
-.PHONY: build dist deps demo test test-host test-kubernetes unit unit-cross check fuzz fuzz-policies soak lint vmtest vmtest-all bpf bpf-check bench bench-utilization bench-classify bench-apply bench-agent bench-edt bench-edt-lane bench-probe clean install deb
+.PHONY: build dist deps demo test test-host test-kubernetes unit unit-cross check fuzz fuzz-policies soak lint vmtest vmtest-all bpf bpf-check bench bench-utilization bench-classify bench-apply bench-agent bench-edt bench-edt-lane bench-probe clean install deb packages
 
 # The version and commit `sluice version`, sluice_build_info and the
 # packages say: v0.1.0 on a release tag, v0.1.1-dev.N+gCOMMIT after it
@@ -49,23 +49,14 @@ install: build
 	  install -D -m 0644 out/share/$$u $(DESTDIR)$(UNITDIR)/$$u; done
 	[ -e $(DESTDIR)$(SYSCONF)/sluice/policy.yaml ] || install -D -m 0644 deploy/policy.yaml $(DESTDIR)$(SYSCONF)/sluice/policy.yaml
 
-# A Debian package of the above (PREFIX /usr, units in /lib/systemd),
-# /etc/sluice/policy.yaml a conffile; out/sluice_VERSION_ARCH.deb.
-DEBVERSION ?= $(shell ./scripts/version.sh --deb 2>/dev/null || echo 0.0.0~dev)
+# The packages, from one description (deploy/nfpm.yaml, nfpm): deb, rpm
+# and apk for amd64, arm64 and armv7, ipk (OpenWrt) for arm64, armv7 and
+# mipsle, in out/pkg (scripts/packages.sh). make deb: this machine's deb
+# alone. The policy is a conffile; nothing is enabled or started.
+packages:
+	GO=$(GO) VERSION=$(VERSION) COMMIT=$(COMMIT) ./scripts/packages.sh
 deb:
-	rm -rf out/deb
-	$(MAKE) install DESTDIR=$(CURDIR)/out/deb/root PREFIX=/usr UNITDIR=/lib/systemd/system
-	mkdir -p out/deb/root/DEBIAN
-	printf '%s\n' "Package: sluice" "Version: $(DEBVERSION)" "Architecture: $$(dpkg --print-architecture)" \
-	  "Maintainer: sluice developers <sluice@localhost>" "Depends: iproute2" "Section: net" "Priority: optional" \
-	  "Installed-Size: $$(du -sk out/deb/root | cut -f1)" \
-	  "Description: declarative traffic shaping for Linux" \
-	  " sluice shapes a network link from a declarative policy: HTB class trees," \
-	  " per-host fair shares, BPF classification and policers, an EDT backend," \
-	  " an agent with metrics and a dashboard, and a lab that measures it." > out/deb/root/DEBIAN/control
-	echo /etc/sluice/policy.yaml > out/deb/root/DEBIAN/conffiles
-	install -m 0755 deploy/deb/postinst deploy/deb/prerm deploy/deb/postrm out/deb/root/DEBIAN/
-	dpkg-deb --root-owner-group -Zgzip --build out/deb/root out/sluice_$(DEBVERSION)_$$(dpkg --print-architecture).deb
+	GO=$(GO) VERSION=$(VERSION) COMMIT=$(COMMIT) ./scripts/packages.sh deb:$$(dpkg --print-architecture | sed 's/^armhf$$/armv7/')
 
 # The main job: a lab demo in network namespaces (about 30 seconds).
 demo: deps build

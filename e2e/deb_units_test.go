@@ -51,9 +51,9 @@ func TestDebUnitsStartUnderSystemd(t *testing.T) {
 		}
 	}
 
-	// The installed policy is a template: the oneshot refuses it (the
-	// unit fails, saying to edit it), the agent runs but shapes nothing
-	// and says why; deleting its template line puts it in force.
+	// The installed policy is a template: the oneshot refuses it and the
+	// agent exits 2 (each unit fails, saying to edit it) and nothing is
+	// shaped; deleting its template line puts it in force.
 	if out, err := m.run("systemctl", "start", "sluice-apply"); err == nil {
 		t.Errorf("sluice-apply started with the installed template:\n%s", out)
 	}

@@ -161,11 +161,160 @@ func makeDeb(t *testing.T) string {
 	if err != nil {
 		t.Fatalf("make deb: %v\n%s", err, out)
 	}
-	m := regexp.MustCompile(`building package 'sluice' in '([^']+\.deb)'`).FindStringSubmatch(string(out))
+	m := regexp.MustCompile(`(?m)^package: (\S+\.deb)$`).FindStringSubmatch(string(out))
 	if m == nil {
 		t.Fatalf("make deb built no package:\n%s", out)
 	}
 	deb := filepath.Join("..", m[1])
 	t.Cleanup(func() { os.Remove(deb) })
 	return deb
+}
+
+// The other packages of the one description (deploy/nfpm.yaml): rpm and
+// apk as a server gets them, ipk as OpenWrt does, each with the version
+// in its own format, its files, its conffile, its dependencies and
+// maintainer scripts of its own init system that enable and start
+// nothing; the binary in it runs and says the same version. (Debian's
+// is installed and started under systemd: TestDebUnitsStartUnderSystemd.)
+func TestPackagesForEveryFormat(t *testing.T) {
+	testutil.Slow(t)
+	for _, tool := range []string{"rpm", "tar", "go"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			if os.Getenv("CI") != "" {
+				t.Fatalf("no %s (scripts/install-deps.sh installs it)", tool)
+			}
+			t.Skipf("no %s", tool)
+		}
+	}
+	run := func(dir, name string, args ...string) string {
+		t.Helper()
+		cmd := exec.Command(name, args...)
+		cmd.Dir = dir
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("%s %v: %v\n%s", name, args, err, out)
+		}
+		return string(out)
+	}
+	version := strings.TrimSpace(run("..", "scripts/version.sh"))
+	debv := strings.TrimSpace(run("..", "scripts/version.sh", "--deb", "--from", version))
+	apkv := strings.TrimSpace(run("..", "scripts/version.sh", "--apk", "--from", version))
+	out := run("..", "scripts/packages.sh", "rpm:amd64", "apk:amd64", "ipk:amd64")
+	pkgs := map[string]string{}
+	for _, m := range regexp.MustCompile(`(?m)^package: (\S+\.(rpm|apk|ipk))$`).FindAllStringSubmatch(out, -1) {
+		pkgs[m[2]] = filepath.Join("..", m[1])
+		t.Cleanup(func() { os.Remove(filepath.Join("..", m[1])) })
+	}
+	if len(pkgs) != 3 {
+		t.Fatalf("packages.sh built %v:\n%s", pkgs, out)
+	}
+	has := func(what, list string, want ...string) {
+		t.Helper()
+		for _, w := range want {
+			if !regexp.MustCompile(`(?m)^\.?` + regexp.QuoteMeta(w) + `$`).MatchString(list) {
+				t.Errorf("%s lacks %s:\n%.1500s", what, w, list)
+			}
+		}
+	}
+	// Maintainer scripts: they may reload the init system and stop what
+	// runs; they never enable or start.
+	starts := regexp.MustCompile(`\b(systemctl (enable|start|restart)|rc-update add|/etc/init\.d/sluice-agent (enable|start)|rc-service \S+ start)\b`)
+	checkScripts := func(what, scripts string) {
+		t.Helper()
+		for _, l := range strings.Split(scripts, "\n") {
+			l = strings.TrimSpace(l)
+			if strings.HasPrefix(l, "#") || strings.HasPrefix(l, "echo ") {
+				continue // what the user is told to do
+			}
+			if m := starts.FindString(l); m != "" {
+				t.Errorf("%s's scripts start or enable a service: %q", what, l)
+			}
+		}
+	}
+	unpack := func(archive string, args ...string) string {
+		t.Helper()
+		dir := t.TempDir()
+		run("", "tar", append([]string{"-x", "-z", "-f", archive, "-C", dir}, args...)...)
+		return dir
+	}
+
+	// rpm: Fedora's unit directory, %config(noreplace), iproute.
+	rpm := pkgs["rpm"]
+	if q := run("", "rpm", "-qp", "--qf", "%{VERSION}|%{ARCH}|[%{REQUIRES} ]", rpm); !strings.HasPrefix(q, debv+"|x86_64|") || !strings.Contains(q, "iproute ") {
+		t.Errorf("rpm: %q, want version %s, x86_64, requires iproute", q, debv)
+	}
+	has("rpm", run("", "rpm", "-qpl", rpm), "/usr/bin/sluice", "/usr/lib/systemd/system/sluice-agent.service",
+		"/usr/lib/systemd/system/sluice-apply.service", "/etc/sluice/policy.yaml", "/usr/share/man/man5/sluice-policy.5",
+		"/usr/share/man/man8/sluice-agent.8", "/usr/share/doc/sluice/policy.md")
+	has("rpm config files", run("", "rpm", "-qp", "--configfiles", rpm), "/etc/sluice/policy.yaml")
+	scripts := run("", "rpm", "-qp", "--scripts", rpm)
+	checkScripts("rpm", scripts)
+	if !strings.Contains(scripts, "try-restart sluice-agent") || !strings.Contains(scripts, "preuninstall") {
+		t.Errorf("rpm scripts:\n%s", scripts)
+	}
+
+	// apk: OpenRC's script, apk's version grammar.
+	apk := unpack(pkgs["apk"], "--warning=no-unknown-keyword", "--ignore-zeros")
+	info, err := os.ReadFile(filepath.Join(apk, ".PKGINFO"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"pkgver = " + apkv + "\n", "arch = x86_64\n", "depend = iproute2\n"} {
+		if !strings.Contains(string(info), want) {
+			t.Errorf("apk .PKGINFO lacks %q:\n%s", want, info)
+		}
+	}
+	for _, f := range []string{"usr/bin/sluice", "etc/init.d/sluice-agent", "etc/sluice/policy.yaml", "usr/share/man/man1/sluice.1"} {
+		if _, err := os.Stat(filepath.Join(apk, f)); err != nil {
+			t.Errorf("apk: %v", err)
+		}
+	}
+	var all string
+	for _, s := range []string{".post-install", ".pre-deinstall", ".post-deinstall"} {
+		b, err := os.ReadFile(filepath.Join(apk, s))
+		if err != nil {
+			t.Errorf("apk: %v", err)
+		}
+		all += string(b)
+		run("", "sh", "-n", filepath.Join(apk, s))
+	}
+	if strings.Contains(all, "systemctl") {
+		t.Errorf("apk scripts speak to systemd:\n%s", all)
+	}
+	checkScripts("apk", all)
+	run("", "sh", "-n", filepath.Join(apk, "etc/init.d/sluice-agent"))
+	if v := run("", filepath.Join(apk, "usr/bin/sluice"), "version"); !strings.Contains(v, version) {
+		t.Errorf("the packaged binary says %q, want %s", v, version)
+	}
+
+	// ipk: procd's script, a router's dependencies, no pages on flash.
+	ipk := unpack(pkgs["ipk"])
+	ctl := unpack(filepath.Join(ipk, "control.tar.gz"))
+	control, _ := os.ReadFile(filepath.Join(ctl, "control"))
+	for _, want := range []string{"Version: " + debv + "\n", "Architecture: x86_64\n", "Depends: kmod-sched-core, kmod-ifb\n"} {
+		if !strings.Contains(string(control), want) {
+			t.Errorf("ipk control lacks %q:\n%s", want, control)
+		}
+	}
+	if b, _ := os.ReadFile(filepath.Join(ctl, "conffiles")); string(b) != "/etc/sluice/policy.yaml\n" {
+		t.Errorf("ipk conffiles: %q", b)
+	}
+	all = ""
+	for _, s := range []string{"postinst", "prerm", "postrm"} {
+		b, err := os.ReadFile(filepath.Join(ctl, s))
+		if err != nil {
+			t.Errorf("ipk: %v", err)
+		}
+		all += string(b)
+		run("", "sh", "-n", filepath.Join(ctl, s))
+	}
+	if strings.Contains(all, "systemctl") {
+		t.Errorf("ipk scripts speak to systemd:\n%s", all)
+	}
+	checkScripts("ipk", all)
+	data := run("", "tar", "-t", "-z", "-f", filepath.Join(ipk, "data.tar.gz"))
+	has("ipk", data, "./usr/bin/sluice", "./etc/init.d/sluice-agent", "./etc/sluice/policy.yaml")
+	if strings.Contains(data, "usr/share") {
+		t.Errorf("ipk carries pages or documents to a router's flash:\n%s", data)
+	}
 }

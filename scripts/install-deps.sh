@@ -24,6 +24,9 @@ command -v llvm-strip >/dev/null 2>&1 || need+=(llvm)
 # under a systemd of its own (e2e/deb_units_test.go).
 [[ -x /lib/systemd/systemd ]] || need+=(systemd)
 command -v dpkg-deb >/dev/null 2>&1 || need+=(dpkg)
+# The rpm package's headers, files and scripts are read with rpm
+# (e2e/package_test.go, TestPackagesForEveryFormat).
+command -v rpm >/dev/null 2>&1 || need+=(rpm)
 command -v nsenter >/dev/null 2>&1 || need+=(util-linux)
 # `sluice import` is checked against the tools it imports from, run for
 # real (e2e/import_test.go): Debian's wondershaper and fireqos.

@@ -11,18 +11,28 @@
 # Semantic versioning orders them as written; the count N orders two
 # builds between the same releases. --deb prints Debian's form of the
 # same (0.1.1~dev.N+gCOMMIT: dpkg sorts ~ before the release), which
-# RPM, apk and opkg order alike.
+# RPM and opkg order alike; --apk Alpine's (0.1.1_preN: apk knows only
+# its own suffixes, and _pre sorts before the release; no commit).
 #
-#   scripts/version.sh [--deb] [DIR]
+#   scripts/version.sh [--deb|--apk] [--from VERSION | DIR]
+#
+# --from gives the version (one this script printed) instead of reading
+# git: the other forms of a version already stamped.
 set -euo pipefail
-deb=0
-if [[ ${1:-} == --deb ]]; then
-	deb=1
+form="" from=""
+while (($#)); do
+	case $1 in
+	--deb | --apk) form=${1#--} ;;
+	--from) from=$2 && shift ;;
+	*) break ;;
+	esac
 	shift
-fi
+done
 cd "${1:-$(dirname "$0")/..}"
 v=v0.0.0-dev
-if commit=$(git rev-parse --short=12 HEAD 2>/dev/null); then
+if [[ -n $from ]]; then
+	v=$from
+elif commit=$(git rev-parse --short=12 HEAD 2>/dev/null); then
 	dirty=""
 	git diff --quiet HEAD -- 2>/dev/null || dirty=.dirty
 	if tag=$(git describe --tags --abbrev=0 --match 'v[0-9]*' --exclude '*-*' 2>/dev/null) &&
@@ -37,8 +47,16 @@ if commit=$(git rev-parse --short=12 HEAD 2>/dev/null); then
 		v="v0.0.0-dev.$(git rev-list --count HEAD)+g$commit$dirty"
 	fi
 fi
-if ((deb)); then
+case $form in
+deb)
 	v=${v#v}
 	v=${v/-/\~}
-fi
+	;;
+apk)
+	v=${v#v}
+	v=${v%%+*}
+	v=${v/-dev./_pre}
+	v=${v/-dev/_pre0}
+	;;
+esac
 echo "$v"

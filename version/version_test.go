@@ -55,16 +55,16 @@ func TestVersionScript(t *testing.T) {
 	semver := regexp.MustCompile(`^v(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)(-dev\.(0|[1-9][0-9]*))?(\+g[0-9a-f]{12}(\.dirty)?)?$`)
 	var debs []string
 	for _, step := range []struct {
-		name, want, deb string
-		do              func()
+		name, want, deb, apk string
+		do                   func()
 	}{
-		{"no release yet", "v0.0.0-dev.2+g@", "0.0.0~dev.2+g@", func() {}},
-		{"a release", "v0.1.0", "0.1.0", func() { git("tag", "-a", "-m", "r", "v0.1.0") }},
-		{"changes on it", "v0.1.1-dev.0+g@.dirty", "0.1.1~dev.0+g@.dirty", func() { os.WriteFile(filepath.Join(dir, "f"), []byte("changed"), 0o644) }},
-		{"a commit after it", "v0.1.1-dev.1+g@", "0.1.1~dev.1+g@", func() { git("add", "f"); git("commit", "-q", "-m", "c") }},
-		{"a pre-release tag is not a release", "v0.1.1-dev.3+g@", "0.1.1~dev.3+g@", func() { commit(2); git("tag", "v0.2.0-rc1") }},
-		{"the next release", "v0.1.1", "0.1.1", func() { git("tag", "v0.1.1") }},
-		{"after it", "v0.1.2-dev.12+g@", "0.1.2~dev.12+g@", func() { commit(12) }},
+		{"no release yet", "v0.0.0-dev.2+g@", "0.0.0~dev.2+g@", "0.0.0_pre2", func() {}},
+		{"a release", "v0.1.0", "0.1.0", "0.1.0", func() { git("tag", "-a", "-m", "r", "v0.1.0") }},
+		{"changes on it", "v0.1.1-dev.0+g@.dirty", "0.1.1~dev.0+g@.dirty", "0.1.1_pre0", func() { os.WriteFile(filepath.Join(dir, "f"), []byte("changed"), 0o644) }},
+		{"a commit after it", "v0.1.1-dev.1+g@", "0.1.1~dev.1+g@", "0.1.1_pre1", func() { git("add", "f"); git("commit", "-q", "-m", "c") }},
+		{"a pre-release tag is not a release", "v0.1.1-dev.3+g@", "0.1.1~dev.3+g@", "0.1.1_pre3", func() { commit(2); git("tag", "v0.2.0-rc1") }},
+		{"the next release", "v0.1.1", "0.1.1", "0.1.1", func() { git("tag", "v0.1.1") }},
+		{"after it", "v0.1.2-dev.12+g@", "0.1.2~dev.12+g@", "0.1.2_pre12", func() { commit(12) }},
 	} {
 		step.do()
 		want := strings.ReplaceAll(step.want, "@", head())
@@ -77,6 +77,17 @@ func TestVersionScript(t *testing.T) {
 		deb := strings.ReplaceAll(step.deb, "@", head())
 		if v := run("--deb"); v != deb {
 			t.Errorf("%s: --deb %q, want %q", step.name, v, deb)
+		}
+		// apk's grammar: numbers, then its own suffixes (_pre sorts
+		// before the release it precedes).
+		if v := run("--apk"); v != step.apk || !apkVersion.MatchString(v) {
+			t.Errorf("%s: --apk %q, want %q", step.name, v, step.apk)
+		}
+		if v := run("--apk", "--from", want); v != step.apk {
+			t.Errorf("%s: --apk --from %s: %q, want %q", step.name, want, v, step.apk)
+		}
+		if v := run("--deb", "--from", want); v != deb {
+			t.Errorf("%s: --deb --from %s: %q, want %q", step.name, want, v, deb)
 		}
 		if step.name != "changes on it" {
 			debs = append(debs, deb)
@@ -92,6 +103,8 @@ func TestVersionScript(t *testing.T) {
 		}
 	}
 }
+
+var apkVersion = regexp.MustCompile(`^[0-9]+(\.[0-9]+)*(_(alpha|beta|pre|rc|cvs|svn|git|hg|p)[0-9]*)*$`)
 
 // A stamped build says what was stamped.
 func TestStamped(t *testing.T) {

@@ -160,7 +160,7 @@ if [[ -z ${VM_RUN_ONLY:-} ]]; then
   fi
   # The package, installed and its units started in the guest
   # (TestDebUnitsStartUnderSystemd).
-  deb=$(make -s deb 2>&1 | sed -n "s/.*building package 'sluice' in '\(.*\.deb\)'.*/\1/p")
+  deb=$(make -s deb 2>&1 | sed -n "s/^package: \(.*\.deb\)$/\1/p")
   [[ -n $deb ]] || die "make deb built no package"
   mv "$deb" "$out/sluice.deb"
 else

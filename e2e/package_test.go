@@ -318,3 +318,35 @@ func TestPackagesForEveryFormat(t *testing.T) {
 		t.Errorf("ipk carries pages or documents to a router's flash:\n%s", data)
 	}
 }
+
+// make image writes the same image twice (the same digest), and the
+// DaemonSet's manifest beside it names that image by digest.
+func TestMakeImageIsReproducible(t *testing.T) {
+	testutil.Slow(t)
+	if _, err := exec.LookPath("make"); err != nil {
+		t.Skip("no make")
+	}
+	build := func() string {
+		t.Helper()
+		out, err := exec.Command("make", "-C", "..", "image", "IMAGE_ARCHES=amd64").CombinedOutput()
+		if err != nil {
+			t.Fatalf("make image: %v\n%s", err, out)
+		}
+		d, err := os.ReadFile("../out/image/digest")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.TrimSpace(string(d))
+	}
+	d1, d2 := build(), build()
+	if d1 != d2 || !strings.HasPrefix(d1, "sha256:") {
+		t.Fatalf("two builds: %s and %s", d1, d2)
+	}
+	m, err := os.ReadFile("../out/image/sluice.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !regexp.MustCompile(`(?m)^\s+image: registry\.example/sluice@` + regexp.QuoteMeta(d1) + `$`).Match(m) {
+		t.Errorf("out/image/sluice.yaml does not name the image by its digest %s", d1)
+	}
+}

@@ -110,7 +110,7 @@ test-host: deps lint
 # (about 45 s: caps with traffic, live edits, an API server restart,
 # 1,000 pods churning). The host suite skips it without the binaries.
 test-kubernetes: deps
-	SLUICE_KUBEAPI_BIN=$$(./scripts/kubeapi.sh) SLUICE_REQUIRE_KUBEAPI=1 $(GO) test -count=1 -run '^(TestKubernetesAgainstAPIServer|TestHelmChartAcceptedByAPIServer)$$' -timeout 15m -v ./e2e
+	SLUICE_KUBEAPI_BIN=$$(./scripts/kubeapi.sh) SLUICE_REQUIRE_KUBEAPI=1 $(GO) test -count=1 -run '^(TestKubernetesAgainstAPIServer|TestHelmChartAcceptedByAPIServer|TestImageRunsWithAReadOnlyRoot)$$' -timeout 15m -v ./e2e
 
 # The fast tier, for every change: lint, then the unit, kernel and
 # end-to-end tests as root (packages one at a time, e2e's light tests

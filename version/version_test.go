@@ -118,3 +118,41 @@ func TestStamped(t *testing.T) {
 		t.Errorf("unstamped: %q", s)
 	}
 }
+
+// Every release tag of the repository has its section in
+// docs/changelog.md, and the changelog names no release that has no tag.
+func TestChangelogHasEveryRelease(t *testing.T) {
+	b, err := os.ReadFile("../docs/changelog.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sections := map[string]bool{}
+	for _, m := range regexp.MustCompile(`(?m)^## (v[0-9]+\.[0-9]+\.[0-9]+) \(\d{4}-\d{2}-\d{2}\)$`).FindAllStringSubmatch(string(b), -1) {
+		sections[m[1]] = true
+	}
+	if !strings.Contains(string(b), "\n## Unreleased\n") {
+		t.Error("docs/changelog.md has no Unreleased section for what comes next")
+	}
+	out, err := exec.Command("git", "-C", "..", "tag", "--list", "v*").Output()
+	if err != nil {
+		t.Skipf("no git repository to read tags from: %v", err)
+	}
+	tags := map[string]bool{}
+	for _, tag := range strings.Fields(string(out)) {
+		if regexp.MustCompile(`^v[0-9]+\.[0-9]+\.[0-9]+$`).MatchString(tag) {
+			tags[tag] = true
+			if !sections[tag] {
+				t.Errorf("release %s has no section in docs/changelog.md (## %s (YYYY-MM-DD))", tag, tag)
+			}
+		}
+	}
+	// A section for a release not tagged is a release not cut; in a clone
+	// without tags (a shallow one) there is nothing to compare.
+	if len(tags) > 0 {
+		for s := range sections {
+			if !tags[s] {
+				t.Errorf("docs/changelog.md has a section for %s, which is not tagged", s)
+			}
+		}
+	}
+}

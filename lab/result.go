@@ -2,6 +2,7 @@ package lab
 
 import (
 	"math"
+	"sluice/share"
 	"sort"
 	"strings"
 )
@@ -259,19 +260,8 @@ func Summarize(samples []Sample) *Latency {
 	return l
 }
 
-// Jain is Jain's fairness index of xs: 1 when all are equal, 1/n when one
-// takes everything.
-func Jain(xs []float64) float64 {
-	var s, s2 float64
-	for _, x := range xs {
-		s += x
-		s2 += x * x
-	}
-	if s2 == 0 || len(xs) == 0 {
-		return math.NaN()
-	}
-	return s * s / (float64(len(xs)) * s2)
-}
+// Jain is Jain's fairness index of xs (share.Jain).
+func Jain(xs []float64) float64 { return share.Jain(xs) }
 
 func (r *Result) phase(name string) *PhaseResult {
 	if name == "" {

@@ -228,3 +228,17 @@ func waterfill(capacity float64, ms []Member) []float64 {
 	}
 	return out
 }
+
+// Jain is Jain's fairness index of xs: 1 when all are equal, 1/n when
+// one takes everything; NaN for nothing measured.
+func Jain(xs []float64) float64 {
+	var s, s2 float64
+	for _, x := range xs {
+		s += x
+		s2 += x * x
+	}
+	if s2 == 0 || len(xs) == 0 {
+		return math.NaN()
+	}
+	return s * s / (float64(len(xs)) * s2)
+}

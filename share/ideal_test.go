@@ -298,3 +298,15 @@ func TestIdealProperties(t *testing.T) {
 		}
 	}
 }
+
+func TestJain(t *testing.T) {
+	if j := Jain([]float64{2, 2, 2, 2}); j != 1 {
+		t.Errorf("equal shares: %v", j)
+	}
+	if j := Jain([]float64{3, 0, 0}); math.Abs(j-1.0/3) > 1e-12 {
+		t.Errorf("one takes all of three: %v", j)
+	}
+	if j := Jain(nil); !math.IsNaN(j) {
+		t.Errorf("nothing measured: %v", j)
+	}
+}

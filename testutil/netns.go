@@ -9,12 +9,18 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"sluice/lab"
+	"sluice/nsrun"
 )
 
-// InNetns runs f on a thread inside network namespace ns (see
-// lab.InNetns).
-func InNetns(ns string, f func() error) error { return lab.InNetns(ns, f) }
+// InNetns runs f on a thread inside network namespace ns (nsrun.In).
+// testutil reaches no further up than nsrun: the tc and bpf packages'
+// tests would otherwise compile the whole stack.
+func InNetns(ns string, f func() error) error {
+	if ns == "" {
+		return fmt.Errorf("network namespace: no name")
+	}
+	return nsrun.In(ns, f)
+}
 
 // TCPEchoServer listens on addr:port in ns and echoes whatever it reads.
 func TCPEchoServer(ns, addr string, port int) (io.Closer, error) {

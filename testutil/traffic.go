@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"sluice/lab"
+	"sluice/share"
 )
 
 // IperfServer starts `iperf3 -s` bound to addr:port inside ns and stops
@@ -115,7 +115,7 @@ func iperfNeverStarted(out []byte) bool {
 }
 
 // Jain is Jain's fairness index of xs: 1 is perfectly fair.
-func Jain(xs []float64) float64 { return lab.Jain(xs) }
+func Jain(xs []float64) float64 { return share.Jain(xs) }
 
 // Ping runs count pings from ns to addr every interval and returns the
 // average RTT.

@@ -51,6 +51,18 @@ func TestDebUnitsStartUnderSystemd(t *testing.T) {
 		}
 	}
 
+	// The units as installed, scored by the running systemd itself.
+	for _, u := range []string{"sluice-agent", "sluice-apply"} {
+		out, _ := m.run("systemd-analyze", "security", "--no-pager", u+".service")
+		if sm := regexp.MustCompile(`Overall exposure level for \S+: ([0-9.]+)`).FindStringSubmatch(out); sm == nil {
+			t.Errorf("systemd-analyze security %s: no score:\n%.500s", u, out)
+		} else if v, _ := strconv.ParseFloat(sm[1], 64); v > 2.5 {
+			t.Errorf("%s as installed: exposure %s, want 2.5 at most", u, sm[1])
+		} else {
+			t.Logf("%s: systemd-analyze security %s", u, sm[1])
+		}
+	}
+
 	// The installed policy is a template: the oneshot refuses it and the
 	// agent exits 2 (each unit fails, saying to edit it) and nothing is
 	// shaped; deleting its template line puts it in force.

@@ -225,12 +225,21 @@ func doctorCmd(g *globals) *cobra.Command {
 action on a veth pair in a throwaway network namespace (never by reading
 config files), checks BPF features by loading programs and maps, and says
 what sluice will therefore do. --json gives the same as a stable object
-(see docs/json.md).`,
+(see docs/json.md).
+
+Without root (or CAP_NET_ADMIN) it probes nothing: it reads what anyone
+may (the release, sysctls, BTF, the kernel's modules), takes each kind to
+exist when its module does, and says what it could not find out.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			r, err := kernel.Probe()
-			if err != nil {
-				return failure(err)
+			// Without privileges, what anyone may read, saying what
+			// only a probe would tell.
+			r := kernel.Inventory()
+			if privileged() {
+				var err error
+				if r, err = kernel.Probe(); err != nil {
+					return failure(err)
+				}
 			}
 			if asJSON {
 				enc := json.NewEncoder(g.stdout)
@@ -271,9 +280,16 @@ func yesNo(m map[string]bool, order []string) string {
 func doctorText(r *kernel.Report) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "kernel          %s\n", r.Kernel)
-	fmt.Fprintf(&b, "qdiscs          %s\n", yesNo(r.Qdiscs, kernel.ProbeQdiscs))
-	fmt.Fprintf(&b, "classifiers     %s\n", yesNo(r.Classifiers, kernel.ProbeClassifiers))
-	fmt.Fprintf(&b, "actions         %s\n", yesNo(r.Actions, kernel.ProbeActions))
+	for _, u := range r.Unread {
+		fmt.Fprintf(&b, "not read        %s\n", u)
+	}
+	if r.KindsKnown() {
+		fmt.Fprintf(&b, "qdiscs          %s\n", yesNo(r.Qdiscs, kernel.ProbeQdiscs))
+		fmt.Fprintf(&b, "classifiers     %s\n", yesNo(r.Classifiers, kernel.ProbeClassifiers))
+		fmt.Fprintf(&b, "actions         %s\n", yesNo(r.Actions, kernel.ProbeActions))
+	} else {
+		fmt.Fprintf(&b, "qdiscs          unknown (not probed)\nclassifiers     unknown (not probed)\nactions         unknown (not probed)\n")
+	}
 	fmt.Fprintf(&b, "u32 mark match  %v\n", r.U32Mark)
 	bp := r.BPF
 	fmt.Fprintf(&b, "bpf             syscall %v, jit %v, btf %v, sched_cls %v, tcx %v, test_run %v, spin_lock %v\n",

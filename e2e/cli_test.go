@@ -346,6 +346,7 @@ func TestFeaturesTheKernelMayLack(t *testing.T) {
 type doctorReport struct {
 	Qdiscs  map[string]bool `json:"qdiscs"`
 	U32Mark bool            `json:"u32_mark"`
+	Probed  bool            `json:"probed"`
 }
 
 func doctorJSON(t *testing.T) *doctorReport {
@@ -418,12 +419,28 @@ func TestWithoutRoot(t *testing.T) {
 		}
 		return r
 	}
-	for _, args := range [][]string{{"plan", pol}, {"apply", pol}, {"show"}, {"reset", "--all"}, {"doctor"}, {"demo"},
+	for _, args := range [][]string{{"plan", pol}, {"apply", pol}, {"show"}, {"reset", "--all"}, {"demo"},
 		{"lab", "up", "fair-share"}, {"lab", "run", "fair-share"}, {"lab", "down", "--all"}, {"agent", pol}} {
 		r := run(args...)
 		if r.code != 1 || !strings.Contains(r.stderr, "needs root (or CAP_NET_ADMIN)") || strings.Contains(r.stderr, "panic") {
 			t.Errorf("%v without root: exit %d\n%s", args, r.code, r.stderr)
 		}
+	}
+	// doctor reads what anyone may and says what only a probe would
+	// tell (issue 61); as root it probes.
+	if r := run("doctor"); r.code != 0 || !strings.Contains(r.stdout, "not read        qdiscs, classifiers and actions: not probed") {
+		t.Errorf("doctor without root: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	var unprobed struct {
+		Probed bool     `json:"probed"`
+		Unread []string `json:"unread"`
+		Kernel string   `json:"kernel"`
+	}
+	if r := run("doctor", "--json"); r.code != 0 || json.Unmarshal([]byte(r.stdout), &unprobed) != nil || unprobed.Probed || len(unprobed.Unread) != 3 || unprobed.Kernel == "" {
+		t.Errorf("doctor --json without root: exit %d %+v\n%s", r.code, unprobed, r.stderr)
+	}
+	if rep := doctorJSON(t); !rep.Probed {
+		t.Error("doctor as root did not probe")
 	}
 	if r := run("validate", pol); r.code != 0 || !strings.Contains(r.stdout, "valid") {
 		t.Errorf("validate without root: exit %d\n%s%s", r.code, r.stdout, r.stderr)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"slices"
 	"sort"
 	"strings"
 
@@ -48,6 +49,11 @@ type Report struct {
 	Modules Modules `json:"modules"`
 	// Plan lists what sluice will therefore do.
 	Plan []string `json:"plan"`
+	// Probed: the kinds and BPF were probed by creating them (root).
+	// Without privileges Inventory reads what anyone may instead, and
+	// Unread says what it could not find out, and why.
+	Probed bool     `json:"probed"`
+	Unread []string `json:"unread,omitempty"`
 }
 
 // BPFReport lists BPF capabilities.
@@ -113,6 +119,60 @@ func ProbeCached(stateDir string) (*Report, error) {
 // throwaway network namespace (never by reading config files, which may
 // not match the running kernel or its modules).
 func Probe() (*Report, error) {
+	r := readable()
+	r.Probed = true
+	errc := make(chan error, 1)
+	go func() {
+		// The namespace switch is per thread: keep this goroutine on one
+		// and never give the thread back to the scheduler.
+		runtime.LockOSThread()
+		errc <- probeInScratch(r)
+	}()
+	if err := <-errc; err != nil {
+		return nil, err
+	}
+	r.explain()
+	return r, nil
+}
+
+// Inventory is what an unprivileged process can learn without probing:
+// the kernel's release, sysctls, BTF and its module inventory, from
+// which each qdisc, classifier and action is taken to exist when its
+// module is loaded, built in or loadable (or it is part of the core).
+// Unread says what only a probe (root) would tell.
+func Inventory() *Report { return inventory(readable()) }
+
+// inventory completes r (read, not probed) from its module inventory.
+func inventory(r *Report) *Report {
+	r.Unread = append(r.Unread, "qdiscs, classifiers and actions: not probed (creating them in a scratch namespace needs root); taken from the kernel's modules")
+	if r.Modules.NoModules {
+		r.Unread[0] = "qdiscs, classifiers and actions: not probed (needs root), and this kernel has no module list to read them from: unknown"
+	}
+	has := func(kind, name string) bool {
+		m := moduleOf(kind, name)
+		if m == "" {
+			return true
+		}
+		return slices.Contains(r.Modules.Loaded, m) || slices.Contains(r.Modules.Builtin, m) || slices.Contains(r.Modules.Loadable, m)
+	}
+	for _, set := range []struct {
+		kind  string
+		names []string
+		into  map[string]bool
+	}{{"qdisc", ProbeQdiscs, r.Qdiscs}, {"classifier", ProbeClassifiers, r.Classifiers}, {"action", ProbeActions, r.Actions}} {
+		for _, n := range set.names {
+			set.into[n] = !r.Modules.NoModules && has(set.kind, n)
+		}
+	}
+	r.Unread = append(r.Unread,
+		"u32 mark: not probed (needs root); taken as absent",
+		"bpf: program and map types not probed (loading them needs CAP_BPF); taken as absent")
+	r.explain()
+	return r
+}
+
+// readable is the part of a report anyone may read.
+func readable() *Report {
 	r := &Report{
 		Kernel:       readTrim("/proc/sys/kernel/osrelease"),
 		BootID:       readTrim("/proc/sys/kernel/random/boot_id"),
@@ -130,19 +190,7 @@ func Probe() (*Report, error) {
 	r.BPF.JIT = jit != "" && jit != "0"
 	_, err := os.Stat("/sys/kernel/btf/vmlinux")
 	r.BPF.BTF = err == nil
-
-	errc := make(chan error, 1)
-	go func() {
-		// The namespace switch is per thread: keep this goroutine on one
-		// and never give the thread back to the scheduler.
-		runtime.LockOSThread()
-		errc <- probeInScratch(r)
-	}()
-	if err := <-errc; err != nil {
-		return nil, err
-	}
-	r.explain()
-	return r, nil
+	return r
 }
 
 func probeInScratch(r *Report) error {
@@ -265,7 +313,16 @@ func probeBPF(r *Report, c *tc.Conn) {
 }
 
 // explain turns the findings into sluice's decisions.
+// KindsKnown reports whether the qdiscs, classifiers and actions are
+// known: probed, or read from a module list.
+func (r *Report) KindsKnown() bool { return r.Probed || !r.Modules.NoModules }
+
 func (r *Report) explain() {
+	if !r.KindsKnown() {
+		r.Plan = append(r.Plan, "unknown without a probe: run `sluice doctor` as root")
+		sort.Strings(r.CongestionControls)
+		return
+	}
 	f := r.Features()
 	leaf := "bfifo of about 50 ms at each class's rate (no fq_codel or sfq: no AQM)"
 	switch {

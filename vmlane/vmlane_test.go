@@ -57,3 +57,45 @@ func TestOutIsNotWalked(t *testing.T) {
 		t.Errorf("go list ./... lists packages under out/:\n%s", out)
 	}
 }
+
+// ending_summary, which decides whether a guest that left no status is
+// booted again, runs to its end under the lane's set -euo pipefail
+// whatever is missing: a qemu killed outright logs no SHUTDOWN event,
+// and grep's status there ended the lane before its second boot
+// (2026-12-06's CI: a soft lockup under emulation, then "Error 1").
+func TestEndingSummaryCompletes(t *testing.T) {
+	b, err := os.ReadFile("vmtest.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := string(b)
+	start := strings.Index(src, "\nheadline='")
+	fn := strings.Index(src, "\nending_summary() {")
+	if start < 0 || fn < 0 {
+		t.Fatal("vmtest.sh has no headline= or ending_summary()")
+	}
+	end := strings.Index(src[fn:], "\n}\n")
+	if end < 0 {
+		t.Fatal("ending_summary() does not end")
+	}
+	out := t.TempDir()
+	for name, body := range map[string]string{
+		"console.log": "[ 1357.417869] watchdog: BUG: soft lockup - CPU#0 stuck for 26s! [e2e.test:3772]\n",
+		"e2e.log":     "=== RUN   TestDebUnitsStartUnderSystemd\n",
+		"kernel.log":  "ok\n", "kernel.rc": "0\n",
+		"bpf.log": "nothing ran\n",
+	} {
+		os.WriteFile(filepath.Join(out, name), []byte(body), 0o644)
+	}
+	script := "set -euo pipefail\nout=" + out + "\nsay() { echo \"vmtest: $*\" >&2; }\n" +
+		src[start:fn+end+3] + "ending_summary\necho \"done slow_only=$slow_only\"\n"
+	res, err := exec.Command("bash", "-c", script).CombinedOutput()
+	if err != nil || !strings.Contains(string(res), "done slow_only=1") {
+		t.Fatalf("ending_summary did not complete: %v\n%s", err, res)
+	}
+	for _, want := range []string{"no shutdown event", "suite e2e was running; its last test started: TestDebUnitsStartUnderSystemd", "suite bpf was running\n"} {
+		if !strings.Contains(string(res), want) {
+			t.Errorf("its account lacks %q:\n%s", want, res)
+		}
+	}
+}

@@ -370,7 +370,9 @@ ending_summary() {
   else
     say "the guest's kernel reported nothing"
   fi
-  reason=$(grep '"SHUTDOWN"' "$out/qemu-events.log" 2>/dev/null | tail -1 | sed -n 's/.*"reason": "\([^"]*\)".*/\1/p')
+  # (|| true: a qemu killed outright logged no SHUTDOWN, and grep's
+  # status would end the lane here, before the second boot; 2026-12-06.)
+  reason=$(grep '"SHUTDOWN"' "$out/qemu-events.log" 2>/dev/null | tail -1 | sed -n 's/.*"reason": "\([^"]*\)".*/\1/p' || true)
   case $reason in
     guest-reset) reason="the guest restarted (its kernel after a panic, SysRq b, or a triple fault)";;
     guest-shutdown) reason="the guest powered off";;
@@ -382,7 +384,7 @@ ending_summary() {
   say "qemu: $reason ($out/qemu-events.log, $out/qemu.log)"
   for s in kernel bpf e2e-imports e2e-checks e2e; do
     [[ -f $out/$s.log && ! -f $out/$s.rc ]] || continue
-    lastrun=$(grep -E '^=== RUN' "$out/$s.log" | tail -1 | awk '{print $3}')
+    lastrun=$(grep -E '^=== RUN' "$out/$s.log" | tail -1 | awk '{print $3}' || true)
     say "suite $s was running${lastrun:+; its last test started: $lastrun}"
   done
 }

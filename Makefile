@@ -138,10 +138,13 @@ unit-cross:
 # goroutines, file descriptors, memory, kernel objects and BPF maps at
 # start and end, and fails if any grew or a reconcile was dropped; then
 # as long at 10,000 hosts under the HTTP load of TestAgentUnderLoad, its
-# RSS at the end within 20% of its first minute's. Root; not in `make test`.
+# RSS at the end within 20% of its first minute's; then as long against
+# a real API server under annotation churn (TestAgentKubeSoak: cap edits,
+# 64 KiB bad values, pods coming and going). Root; not in `make test`.
 SOAK ?= $(if $(HOURS),$(HOURS)h,10m)
 soak: build
 	SLUICE_SOAK=$(SOAK) SLUICE_LOAD_SOAK=$(SOAK) $(GO) test -count=1 -run '^(TestAgentSoak|TestAgentUnderLoad)$$' -timeout 0 -v ./e2e
+	SLUICE_KUBE_SOAK=$(SOAK) SLUICE_KUBEAPI_BIN=$$(./scripts/kubeapi.sh) SLUICE_REQUIRE_KUBEAPI=1 $(GO) test -count=1 -run '^TestAgentKubeSoak$$' -timeout 0 -v ./e2e
 
 # Each fuzz target for FUZZTIME (the committed corpus in testdata/fuzz
 # also runs as plain tests in `make test`). A failing input is written

@@ -1,0 +1,168 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"sluice/kube"
+	"sluice/testutil"
+)
+
+// TestAgentKubeSoak is make soak's annotation churn (issue 58): for
+// SLUICE_KUBE_SOAK the agent follows a real API server while a tenant
+// edits a pod's cap ten times a second, rewrites another pod's
+// annotation to a new 64 KiB bad value every second, and pods come and
+// go; nothing may grow: RSS within 20% (and 10 MB) of its first
+// minute's, file descriptors, threads, the Events a bad annotation
+// makes, the log's pace. Not part of make test.
+func TestAgentKubeSoak(t *testing.T) {
+	d, err := time.ParseDuration(os.Getenv("SLUICE_KUBE_SOAK"))
+	if err != nil {
+		t.Skip("set SLUICE_KUBE_SOAK to a duration (make soak)")
+	}
+	testutil.RequireRoot(t)
+	api := testutil.StartKubeAPI(t)
+	cfg, err := clientcmd.BuildConfigFromFlags("", api.Kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.QPS, cfg.Burst = 1000, 1000
+	client, err := corev1client.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	client.Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a"}}, metav1.CreateOptions{})
+	client.Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop"}}, metav1.CreateOptions{})
+	p := testutil.NewPair(t)
+	pol := writePolicy(t, "p.yaml", podsPolicy(p.DevA))
+	pods := client.Pods("shop")
+	for name, ann := range map[string]string{"web": "5M", "bad": "ten"} {
+		if err := runPod(ctx, pods, name, "node-a", map[string]string{kube.IngressBandwidth: ann}, map[string]string{"web": testutil.AddrB, "bad": "10.9.0.5"}[name]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	agent := exec.Command(bin, "--netns", p.A, "agent", pol, "--kubernetes", "--kubeconfig", api.Kubeconfig, "--node", "node-a",
+		"--listen", "", "--interval", "500ms")
+	agent.Env = append(os.Environ(), "SLUICE_STATE_DIR="+stateDir(t))
+	log := filepath.Join(t.TempDir(), "agent.log")
+	lf, _ := os.Create(log)
+	agent.Stdout, agent.Stderr = lf, lf
+	if err := agent.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { agent.Wait(); close(exited) }()
+	defer func() {
+		agent.Process.Signal(os.Interrupt)
+		<-exited
+		lf.Close()
+		if t.Failed() {
+			b, _ := os.ReadFile(log)
+			t.Logf("agent log:\n%s", tail(string(b), 4000))
+		}
+	}()
+	waitPods(t, p.A, "the node's pods shaped", 20*time.Second, func(m map[string]float64) bool { return m["pods/shop.web"] == 5 })
+
+	edit := func(name, bw string) {
+		t.Helper()
+		pod, err := pods.Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pod.Annotations[kube.IngressBandwidth] = bw
+		if _, err := pods.Update(ctx, pod, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	type reading struct {
+		rss      float64
+		fds      int
+		threads  int
+		log      int64
+		at       time.Time
+		editsBad int
+	}
+	threads := func() int {
+		ents, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", agent.Process.Pid))
+		return len(ents)
+	}
+	read := func(bad int) reading {
+		return reading{procRSSMB(agent.Process.Pid), procFDs(agent.Process.Pid), threads(), fileSize(log), time.Now(), bad}
+	}
+	begin := time.Now()
+	var first, mid *reading
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	bad, churn := 0, 0
+	for i := 0; time.Since(begin) < d; i++ {
+		<-tick.C
+		edit("web", fmt.Sprintf("%dM", 5+i%2))
+		if i%10 == 0 {
+			bad++
+			edit("bad", fmt.Sprintf("%d%s", bad, strings.Repeat("x", 64<<10)))
+			name := fmt.Sprintf("churn-%d", churn)
+			if err := runPod(ctx, pods, name, "node-a", map[string]string{kube.IngressBandwidth: "1M"}, fmt.Sprintf("10.10.%d.%d", churn/250%250, churn%250+1)); err != nil {
+				t.Fatal(err)
+			}
+			if churn > 0 {
+				if err := pods.Delete(ctx, fmt.Sprintf("churn-%d", churn-1), metav1.DeleteOptions{}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			churn++
+		}
+		select {
+		case <-exited:
+			t.Fatalf("the agent exited: %v", agent.ProcessState)
+		default:
+		}
+		switch el := time.Since(begin); {
+		case first == nil && el >= min(time.Minute, d/4):
+			r := read(bad)
+			first = &r
+		case mid == nil && el >= d/2+min(time.Minute, d/4)/2:
+			r := read(bad)
+			mid = &r
+		}
+	}
+	time.Sleep(2 * time.Second)
+	last := read(bad)
+	if first == nil || mid == nil {
+		t.Fatal("too short a soak to read it three times")
+	}
+	evs, err := client.Events("shop").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=bad"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pace := func(a, b reading) float64 { return float64(b.log-a.log) / b.at.Sub(a.at).Minutes() }
+	t.Logf("kube soak %v: %d cap edits, %d bad 64 KiB edits, %d pods churned; RSS %.0f -> %.0f -> %.0f MB, fds %d -> %d, threads %d -> %d, log %.0f then %.0f bytes a minute, %d Events for the bad pod",
+		d, int(time.Since(begin)/(100*time.Millisecond)), bad, churn, first.rss, mid.rss, last.rss, first.fds, last.fds, first.threads, last.threads,
+		pace(*first, *mid), pace(*mid, last), len(evs.Items))
+	if last.rss > first.rss*1.2 && last.rss > first.rss+10 {
+		t.Errorf("RSS grew from %.0f to %.0f MB", first.rss, last.rss)
+	}
+	if last.fds > first.fds+10 || last.threads > first.threads+8 {
+		t.Errorf("file descriptors %d -> %d, threads %d -> %d", first.fds, last.fds, first.threads, last.threads)
+	}
+	if len(evs.Items) > kube.MaxTells+1 {
+		t.Errorf("%d Events for one pod's %d bad edits; want at most %d", len(evs.Items), bad, kube.MaxTells+1)
+	}
+	if p1, p2 := pace(*first, *mid), pace(*mid, last); p2 > p1*1.5+4096 {
+		t.Errorf("the log's pace grew from %.0f to %.0f bytes a minute", p1, p2)
+	}
+	if m := podCeils(t, p.A); m["pods/shop.web"] != 5 && m["pods/shop.web"] != 6 {
+		t.Errorf("after the soak the kernel holds %v", m)
+	}
+}

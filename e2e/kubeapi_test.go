@@ -32,17 +32,9 @@ import (
 func TestKubernetesAgainstAPIServer(t *testing.T) {
 	testutil.RequireRoot(t)
 	api := testutil.StartKubeAPI(t)
-	// The test's own client, unthrottled (client-go's default is 5
-	// requests a second): the churn below is 50 pods a second.
-	cfg, err := clientcmd.BuildConfigFromFlags("", api.Kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.QPS, cfg.Burst = 1000, 1000
-	client, err := corev1client.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	// The test's own client, unthrottled: the churn below is 50 pods a
+	// second.
+	client := kubeClient(t, api)
 	ctx := context.Background()
 	if _, err := client.Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -64,24 +56,7 @@ func TestKubernetesAgainstAPIServer(t *testing.T) {
 	run("db", "node-a", "2M", "10.9.0.3")
 	run("elsewhere", "node-b", "1M", "10.9.0.4")
 
-	agent := exec.Command(bin, "--netns", p.A, "agent", pol, "--kubernetes", "--kubeconfig", api.Kubeconfig, "--node", "node-a",
-		"--listen", "", "--interval", "500ms")
-	agent.Env = append(os.Environ(), "SLUICE_STATE_DIR="+stateDir(t))
-	log := filepath.Join(t.TempDir(), "agent.log")
-	lf, _ := os.Create(log)
-	agent.Stdout, agent.Stderr = lf, lf
-	if err := agent.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		agent.Process.Signal(os.Interrupt)
-		agent.Wait()
-		lf.Close()
-		if t.Failed() {
-			b, _ := os.ReadFile(log)
-			t.Logf("agent log:\n%s", tail(string(b), 4000))
-		}
-	})
+	agent, log, _ := startKubeAgent(t, api, p.A, pol)
 	waitPods(t, p.A, "the node's pods shaped", 20*time.Second, func(m map[string]float64) bool {
 		return len(m) == 2 && m["pods/shop.web"] == 5 && m["pods/shop.db"] == 2
 	})
@@ -299,4 +274,49 @@ func fileSize(path string) int64 {
 		return 0
 	}
 	return fi.Size()
+}
+
+// kubeClient is a test's own client of api, unthrottled (client-go's
+// default is 5 requests a second).
+func kubeClient(t *testing.T, api *testutil.KubeAPI) *corev1client.CoreV1Client {
+	t.Helper()
+	cfg, err := clientcmd.BuildConfigFromFlags("", api.Kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.QPS, cfg.Burst = 1000, 1000
+	client, err := corev1client.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return client
+}
+
+// startKubeAgent starts `sluice agent --kubernetes` as node-a of api,
+// shaping netns ns with policy pol, its log in a file; it is stopped
+// (and its log's tail shown on failure) when the test ends. exited is
+// closed when it exits.
+func startKubeAgent(t *testing.T, api *testutil.KubeAPI, ns, pol string) (agent *exec.Cmd, log string, exited <-chan struct{}) {
+	t.Helper()
+	agent = exec.Command(bin, "--netns", ns, "agent", pol, "--kubernetes", "--kubeconfig", api.Kubeconfig, "--node", "node-a",
+		"--listen", "", "--interval", "500ms")
+	agent.Env = append(os.Environ(), "SLUICE_STATE_DIR="+stateDir(t))
+	log = filepath.Join(t.TempDir(), "agent.log")
+	lf, _ := os.Create(log)
+	agent.Stdout, agent.Stderr = lf, lf
+	if err := agent.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { agent.Wait(); close(done) }()
+	t.Cleanup(func() {
+		agent.Process.Signal(os.Interrupt)
+		<-done
+		lf.Close()
+		if t.Failed() {
+			b, _ := os.ReadFile(log)
+			t.Logf("agent log:\n%s", tail(string(b), 4000))
+		}
+	})
+	return agent, log, done
 }

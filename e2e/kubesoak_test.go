@@ -4,16 +4,12 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"sluice/kube"
 	"sluice/testutil"
@@ -33,15 +29,7 @@ func TestAgentKubeSoak(t *testing.T) {
 	}
 	testutil.RequireRoot(t)
 	api := testutil.StartKubeAPI(t)
-	cfg, err := clientcmd.BuildConfigFromFlags("", api.Kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.QPS, cfg.Burst = 1000, 1000
-	client, err := corev1client.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	client := kubeClient(t, api)
 	ctx := context.Background()
 	client.Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a"}}, metav1.CreateOptions{})
 	client.Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop"}}, metav1.CreateOptions{})
@@ -53,26 +41,7 @@ func TestAgentKubeSoak(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	agent := exec.Command(bin, "--netns", p.A, "agent", pol, "--kubernetes", "--kubeconfig", api.Kubeconfig, "--node", "node-a",
-		"--listen", "", "--interval", "500ms")
-	agent.Env = append(os.Environ(), "SLUICE_STATE_DIR="+stateDir(t))
-	log := filepath.Join(t.TempDir(), "agent.log")
-	lf, _ := os.Create(log)
-	agent.Stdout, agent.Stderr = lf, lf
-	if err := agent.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	go func() { agent.Wait(); close(exited) }()
-	defer func() {
-		agent.Process.Signal(os.Interrupt)
-		<-exited
-		lf.Close()
-		if t.Failed() {
-			b, _ := os.ReadFile(log)
-			t.Logf("agent log:\n%s", tail(string(b), 4000))
-		}
-	}()
+	agent, log, exited := startKubeAgent(t, api, p.A, pol)
 	waitPods(t, p.A, "the node's pods shaped", 20*time.Second, func(m map[string]float64) bool { return m["pods/shop.web"] == 5 })
 
 	edit := func(name, bw string) {

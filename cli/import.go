@@ -106,7 +106,10 @@ Formats:
                 interfaces, classes, class groups and matches, read
                 as literal statements with $VARIABLES (loops, functions
                 and conditions are refused at their line)
-  sqm           SOURCE is sqm-scripts' configuration (/etc/config/sqm):
+  sqm           SOURCE is sqm-scripts' configuration: OpenWrt's
+                /etc/config/sqm, or elsewhere the directory /etc/sqm
+                (default.conf and each DEV.iface.conf), one
+                DEV.iface.conf, or default.conf with --interface DEV:
                 each enabled queue's interface, rates, qdisc and link
                 layer, for simplest.qos, simple.qos, piece_of_cake.qos
                 and layer_cake.qos
@@ -137,6 +140,9 @@ worked example per tool and how to prove the result in the lab.`,
 			}
 			var d *migrate.Draft
 			var err error
+			if opt.Interface != "" && format != "sqm" {
+				return badInput(fmt.Errorf("import %s: --interface is for sqm's shell configuration; %s's configuration names its devices", format, format))
+			}
 			switch format {
 			case "htb.init":
 				if len(rest) != 1 || cmdline != nil {
@@ -162,7 +168,7 @@ worked example per tool and how to prove the result in the lab.`,
 				d, err = migrate.FireQOS(rest[0], opt)
 			case "sqm":
 				if len(rest) != 1 || cmdline != nil {
-					return badInput(errors.New("import sqm: want one SOURCE, sqm's UCI configuration (/etc/config/sqm)"))
+					return badInput(errors.New("import sqm: want one SOURCE, sqm's configuration (/etc/config/sqm, or /etc/sqm)"))
 				}
 				d, err = migrate.SQM(rest[0], opt)
 			case "libreqos":
@@ -241,6 +247,7 @@ worked example per tool and how to prove the result in the lab.`,
 	cmd.Flags().BoolVar(&keepLeaves, "keep-leaves", false, "keep the old tool's leaf qdiscs even where this kernel lacks them (a policy for another host); by default, as root, such a leaf becomes auto and the report says so")
 	cmd.Flags().BoolVar(&strict, "strict", false, "refuse the import if anything was approximated")
 	cmd.Flags().StringVar(&lqosConfig, "config", "", "libreqos: the settings `FILE` (lqos.conf or ispConfig.py)")
+	cmd.Flags().StringVar(&opt.Interface, "interface", "", "sqm: the `DEV` its shell configuration applies to (default.conf alone, as sqm@DEV reads it)")
 	cmd.Flags().BoolVar(&opt.IPv4Only, "ipv4-only", false, "classify IPv4 alone, as the old tools did: rules without addresses do not match IPv6")
 	return cmd
 }

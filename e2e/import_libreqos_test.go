@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -251,6 +252,26 @@ func TestImportedSQMSortsByDSCPAsSQM(t *testing.T) {
 	res := sluice(t, "import", "sqm", conf, "-o", out)
 	if res.code != 0 {
 		t.Fatalf("import: exit %d\n%s", res.code, res.stderr)
+	}
+	// The shell form other distributions install (/etc/sqm) says the
+	// same: it imports to the same policy, line for line but the
+	// comments naming the file.
+	etc := t.TempDir()
+	os.WriteFile(filepath.Join(etc, "default.conf"), []byte("UPLINK=1000\nDOWNLINK=20000\nSCRIPT=piece_of_cake.qos\n"), 0o644)
+	os.WriteFile(filepath.Join(etc, "veth0.iface.conf"), []byte("UPLINK=5000\nQDISC="+qdisc+"\nSCRIPT=simple.qos\nLINKLAYER=atm\nOVERHEAD=26\n"), 0o644)
+	shellOut := t.TempDir()
+	if res := sluice(t, "import", "sqm", etc, "-o", shellOut); res.code != 0 {
+		t.Fatalf("import of /etc/sqm's form: exit %d\n%s", res.code, res.stderr)
+	}
+	uncomment := func(dir string) string {
+		b, err := os.ReadFile(filepath.Join(dir, "policy.yaml"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return regexp.MustCompile(`#.*`).ReplaceAllString(string(b), "")
+	}
+	if a, b := uncomment(out), uncomment(shellOut); a != b {
+		t.Errorf("UCI's and the shell form's imports differ:\n%s\n---\n%s", a, b)
 	}
 	must(t, "--netns", b.ns, "apply", "-q", filepath.Join(out, "policy.yaml"))
 	if q := testutil.NS(t, b.ns, "tc", "-d", "qdisc", "show", "dev", "ifb-veth0"); !strings.Contains(q, "htb") || !strings.Contains(q, "linklayer atm") {

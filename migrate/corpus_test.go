@@ -55,6 +55,15 @@ func TestImportTheToolsOwnExamples(t *testing.T) {
 			has: []string{"name: www", "name: smtp", "default: dfl", "leaf: sfq", `classid: "1:10"`, `classid: "1:20"`, `classid: "1:30"`}},
 		{name: "sqm/sqm-uci", run: func(p string) (*Draft, error) { return SQM(p, Options{}) },
 			refused: []refusal{{`sqm-uci$`, `no queue is enabled, so sqm shapes nothing with this file: eth1 \(.*sqm-uci:3: option enabled '0'\)`}}},
+		// The shell form's defaults: shaping nothing alone, the
+		// interface sqm@DEV names with it.
+		{name: "sqm/default.conf", run: func(p string) (*Draft, error) { return SQM(p, Options{}) },
+			refused: []refusal{{`default.conf$`, `names no interface: sqm applies default.conf to the interface it is started on .*give --interface DEV`}}},
+		{name: "sqm/default.conf", run: func(p string) (*Draft, error) { return SQM(p, Options{Interface: "eth0"}) },
+			has: []string{"name: eth0", "rate: 1mbit", "rate: 85mbit", "leaf: cake"}},
+		{name: "sqm/simple.qos", run: sqmRecipeFile, err: `an sqm recipe`},
+		{name: "sqm/piece_of_cake.qos", run: sqmRecipeFile, err: `an sqm recipe`},
+		{name: "sqm/layer_cake.qos", run: sqmRecipeFile, err: `an sqm recipe`},
 		{name: "libreqos/v1.4", run: func(p string) (*Draft, error) { return LibreQoS(p, "") },
 			has: []string{"name: Site_1", "name: AP_A", "rate: 1gbit"}},
 		{name: "libreqos/v2.2", run: func(p string) (*Draft, error) { return LibreQoS(p, "") },
@@ -116,5 +125,6 @@ func TestImportTheToolsOwnExamples(t *testing.T) {
 	}
 }
 
-func fq(p string) (*Draft, error) { return FireQOS(p, Options{}) }
-func ws(p string) (*Draft, error) { return Wondershaper(p, nil, Options{}) }
+func sqmRecipeFile(p string) (*Draft, error) { return SQM(p, Options{}) }
+func fq(p string) (*Draft, error)            { return FireQOS(p, Options{}) }
+func ws(p string) (*Draft, error)            { return Wondershaper(p, nil, Options{}) }

@@ -20,6 +20,9 @@ type Options struct {
 	// rules without addresses get `src: 0.0.0.0/0`, so that IPv6
 	// packets go to the default class as they did.
 	IPv4Only bool
+	// Interface is the device a configuration that names none applies
+	// to (sqm's default.conf, which sqm@DEV applies to DEV).
+	Interface string
 }
 
 // maxSourceBytes bounds each file an importer reads.

@@ -2,6 +2,7 @@ package migrate
 
 import (
 	"fmt"
+	"os"
 	"strconv"
 	"strings"
 
@@ -33,11 +34,24 @@ type sqmQueue struct {
 	optAt map[string]At
 }
 
-// SQM imports /etc/config/sqm.
+// SQM imports sqm-scripts' configuration: OpenWrt's UCI file
+// (/etc/config/sqm), or the shell form the other distributions install
+// (/etc/sqm: default.conf and a DEV.iface.conf per interface; see
+// sqmShell).
 func SQM(file string, opt Options) (*Draft, error) {
+	if fi, err := os.Lstat(file); err == nil && fi.IsDir() {
+		return sqmShellDir(file, opt)
+	}
 	b, err := safefile.ReadRegular(file, "sqm config", maxSourceBytes)
 	if err != nil {
 		return nil, err
+	}
+	text := string(b)
+	if sqmRecipe.MatchString(text) {
+		return nil, fmt.Errorf("%s: this is an sqm recipe (a .qos script sqm runs to build its tree), not a configuration: import the configuration that names it, /etc/config/sqm on OpenWrt, or /etc/sqm (default.conf and DEV.iface.conf) elsewhere", file)
+	}
+	if sqmShellForm(text) {
+		return sqmShellFile(file, opt)
 	}
 	d := &Draft{Tool: "sqm-scripts"}
 	r := &d.Report
@@ -70,7 +84,7 @@ func SQM(file string, opt Options) (*Draft, error) {
 				r.Refuse(at, words[0], "want `option NAME VALUE`")
 			}
 		default:
-			r.Refuse(at, words[0], "not UCI: sqm's configuration has config and option lines")
+			r.Refuse(at, words[0], "not UCI: sqm's configuration has config and option lines (outside OpenWrt, NAME=VALUE lines such as UPLINK=1000)")
 		}
 	}
 	if len(qs) == 0 && r.Refusals() == nil {

@@ -17,7 +17,8 @@ import (
 	"sluice/testutil"
 )
 
-// lqCircuit is a circuit of the LibreQoS fixture: its address, node and
+// lqFixtureCircuit is a circuit of a LibreQoS fixture: its addresses
+// (IPv4 addresses and IPv6 prefixes, space-separated), node and
 // download min/max in Mbit/s.
 type lqFixtureCircuit struct {
 	id, addr, node string
@@ -65,7 +66,16 @@ func libreqosDryRun(dev string, capMbps float64, sqm string, nodes [][3]string, 
 			max := math.Min(c.max, ceil)
 			cmds = append(cmds, []string{"class", "add", "dev", dev, "parent", id, "classid", cid, "htb", "rate", mb(math.Min(c.min, max)), "ceil", mb(max), "prio", "3"},
 				append([]string{"qdisc", "add", "dev", dev, "parent", cid}, strings.Fields(sqm)...))
-			filters = append(filters, []string{"filter", "add", "dev", dev, "parent", "1:", "protocol", "ip", "prio", "1", "u32", "match", "ip", "dst", c.addr + "/32", "classid", cid})
+			for _, a := range strings.Fields(c.addr) {
+				proto, match, prio := "ip", "ip", "1"
+				if strings.Contains(a, ":") {
+					proto, match, prio = "ipv6", "ip6", "2"
+				}
+				if !strings.Contains(a, "/") {
+					a += map[string]string{"ip": "/32", "ipv6": "/128"}[proto]
+				}
+				filters = append(filters, []string{"filter", "add", "dev", dev, "parent", "1:", "protocol", proto, "prio", prio, "u32", "match", match, "dst", a, "classid", cid})
+			}
 			owner[cid] = c.id
 		}
 	}

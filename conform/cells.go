@@ -249,7 +249,9 @@ func ClassReference(t *policy.Tree, demand map[string]float64) (map[string]float
 // hosts among the subjects below their parents, and each leaf's demand;
 // its root carries link bits/s.
 func refTree(t *policy.Tree, ss []*Subject, demand map[string]float64, link float64) *share.Class {
-	root := &share.Class{Name: "(root)", Rate: link, Ceil: link}
+	// HTB orders borrowing by the leaves' prios at every level; EDT's
+	// aggregates by their own.
+	root := &share.Class{Name: "(root)", Rate: link, Ceil: link, LeafPrio: !t.EDT()}
 	hostsUnder := map[*policy.Class][]*Subject{}
 	for _, s := range ss {
 		if s.host {

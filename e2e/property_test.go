@@ -85,7 +85,7 @@ func TestGeneratedPolicies(t *testing.T) {
 // property test asserts; "" when it holds.
 func applyExportCompare(t *testing.T, p *gen.Policy) string {
 	t.Helper()
-	file := writePolicy(t, "gen.yaml", p.YAML())
+	file := writeGenerated(t, "gen.yaml", p)
 	applied, exported := devNS(t, "eth0", "eth1"), devNS(t, "eth0", "eth1")
 	if r := sluice(t, "--netns", applied, "apply", "-q", file); r.code != 0 {
 		return "apply: " + r.stderr
@@ -93,21 +93,37 @@ func applyExportCompare(t *testing.T, p *gen.Policy) string {
 	if r := sluice(t, "--netns", applied, "plan", file); r.code != 0 || r.stdout != "no changes\n" {
 		return "the plan after apply: " + r.stdout + r.stderr
 	}
-	// A backend edt tree has no tc equivalent: export refuses it (exit
-	// 2, naming it), and --partial writes the others, compared alone.
+	// A backend edt tree, a policer and a hosts_file behind match rules
+	// have no tc equivalent: export refuses them (exit 2, naming each),
+	// and --partial writes the rest: the other trees compared alone, the
+	// qdiscs and classes of a tree classified in BPF.
 	edt := map[string]bool{}
+	var refused []string
 	for _, ifc := range p.Interfaces {
-		if ifc.Egress != nil && ifc.Egress.Backend == "edt" {
-			edt[ifc.Name] = true
-		}
-		if ifc.Ingress != nil && ifc.Ingress.Backend == "edt" {
-			edt["ifb-"+ifc.Name] = true
+		for _, d := range []struct {
+			dir, dev string
+			t        *gen.Tree
+		}{{"egress", ifc.Name, ifc.Egress}, {"ingress", "ifb-" + ifc.Name, ifc.Ingress}} {
+			switch {
+			case d.t == nil:
+			case d.t.Backend == "edt":
+				edt[d.dev] = true
+				refused = append(refused, ifc.Name+" "+d.dir+" ")
+			case d.t.NoU32Equivalent():
+				refused = append(refused, ifc.Name+" "+d.dir+" ")
+			}
 		}
 	}
 	args := []string{"--netns", applied, "export", file, "--format", "sh"}
-	if len(edt) > 0 {
-		if r := sluice(t, args...); r.code != 2 || !strings.Contains(r.stderr, "backend edt") {
-			return "export of a backend edt tree: exit " + strconv.Itoa(r.code) + ", want 2 naming it: " + r.stderr
+	if len(refused) > 0 {
+		r := sluice(t, args...)
+		if r.code != 2 {
+			return "export of trees with no tc equivalent: exit " + strconv.Itoa(r.code) + ", want 2 naming them: " + r.stderr
+		}
+		for _, name := range refused {
+			if !strings.Contains(r.stderr, name) {
+				return "export's refusal does not name " + name + ": " + r.stderr
+			}
 		}
 		args = append(args, "--partial")
 	}
@@ -145,6 +161,19 @@ func applyExportCompare(t *testing.T, p *gen.Policy) string {
 	return ""
 }
 
+// writeGenerated writes p as name in a directory of its own, with the
+// hosts files it names beside it.
+func writeGenerated(t *testing.T, name string, p *gen.Policy) string {
+	t.Helper()
+	file := writePolicy(t, name, p.YAML())
+	for f, body := range p.Files() {
+		if err := os.WriteFile(filepath.Join(filepath.Dir(file), f), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return file
+}
+
 // shapes is dump without filters and hooks: what a BPF tree and its u32
 // export have in common.
 func shapes(t *testing.T, ns string, devs []string) string {
@@ -168,19 +197,27 @@ func shapes(t *testing.T, ns string, devs []string) string {
 // subject driven lands where the reference says, or is reported as not
 // driven with why; no verdict rests on a reference of 0.
 func conformAlone(t *testing.T, p *gen.Policy) {
-	file := writePolicy(t, "gen-conform.yaml", p.YAML())
+	file := writeGenerated(t, "gen-conform.yaml", p)
 	pol, err := conform.LoadPolicy(file, "")
 	if err != nil {
 		t.Fatal(err)
 	}
 	settle, measure := matrixTiming()
+	// A tree's demand is its rate; a policed direction's twice its
+	// committed rate (past what the meter lets through green).
+	kbit := func(t *gen.Tree) float64 {
+		if t.Police != nil {
+			return float64(2 * t.Police.CIR)
+		}
+		return float64(t.Kbit)
+	}
 	link := map[string]float64{}
 	for _, ifc := range p.Interfaces {
 		if ifc.Egress != nil {
-			link[ifc.Name+"/egress"] = float64(ifc.Egress.Kbit) * 1000 * matrixScale()
+			link[ifc.Name+"/egress"] = kbit(ifc.Egress) * 1000 * matrixScale()
 		}
 		if ifc.Ingress != nil {
-			link[ifc.Name+"/ingress"] = float64(ifc.Ingress.Kbit) * 1000 * matrixScale()
+			link[ifc.Name+"/ingress"] = kbit(ifc.Ingress) * 1000 * matrixScale()
 		}
 	}
 	cells := func(tree string, ss []*conform.Subject) []conform.Cell {

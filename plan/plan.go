@@ -163,14 +163,16 @@ func (d *Device) Record() string {
 
 // ClassInfo describes one planned class, for show and for humans.
 type ClassInfo struct {
-	Name    string     `json:"name"`
-	Handle  tc.Handle  `json:"id"`
-	Parent  tc.Handle  `json:"parent"`
-	Rate    units.Rate `json:"rate"`
-	Ceil    units.Rate `json:"ceil"`
-	Prio    uint32     `json:"prio"`
-	Leaf    string     `json:"leaf,omitempty"`
-	Default bool       `json:"default,omitempty"`
+	Name   string     `json:"name"`
+	Handle tc.Handle  `json:"id"`
+	Parent tc.Handle  `json:"parent"`
+	Rate   units.Rate `json:"rate"`
+	Ceil   units.Rate `json:"ceil"`
+	Prio   uint32     `json:"prio"`
+	// Leaf is a leaf class's qdisc kind ("none": HTB's own fifo, "edt"
+	// an EDT aggregate, "police" a policer); "" for an inner class.
+	Leaf    string `json:"leaf,omitempty"`
+	Default bool   `json:"default,omitempty"`
 	// Counter is the class's BPF counter when it is not its minor (in
 	// sharded trees, where minors repeat across shards); Replica marks
 	// a non-host class's copy in shards other than the first.
@@ -491,6 +493,7 @@ func (b *builder) classTree(cs []*policy.Class, parent tc.Handle, leaves *[]tc.O
 		info := ClassInfo{Name: c.Name, Handle: id, Parent: parent, Rate: cl.Rate, Ceil: cl.Ceil, Prio: cl.Prio,
 			Default: c.Name == b.tree.Default, Counter: b.counter(c.Name), Replica: b.shard > 0}
 		if c.IsLeaf() {
+			info.Leaf = "none" // a leaf all the same: stats and conformance count it
 			leaf := b.leaf(c.Name, id, c.Leaf, c.LeafPos, c.Limit, c.RateBps/b.div, c.CeilBps, cl.Quantum, false)
 			if leaf != nil {
 				info.Leaf = leaf.Kind
@@ -1109,7 +1112,7 @@ func (b *builder) hostClass(owner *policy.Class, h hostItem, parent tc.Handle, l
 	}
 	turnBurst(hc, nil, b.parentCeil(owner), false)
 	b.objs = append(b.objs, hc)
-	hi := ClassInfo{Name: name, Handle: id, Parent: parent, Rate: rate, Ceil: ceil, Prio: prio, Counter: counter}
+	hi := ClassInfo{Name: name, Handle: id, Parent: parent, Rate: rate, Ceil: ceil, Prio: prio, Counter: counter, Leaf: "none"}
 	if leaf := b.leaf(name, id, ph.Leaf, ph.LeafPos, ph.Limit, rate, ceil, hc.Quantum, true); leaf != nil {
 		hi.Leaf = leaf.Kind
 		*leaves = append(*leaves, leaf)

@@ -544,3 +544,44 @@ func TestClassIDPins(t *testing.T) {
 		}
 	}
 }
+
+// Every leaf class says what holds its packets, `leaf: none` (HTB's own
+// fifo) included: stats and conformance count leaves by it, and a
+// class of none once counted as an inner class (conformance: "landed in
+// no class").
+func TestClassInfoNamesEveryLeaf(t *testing.T) {
+	p := parseEDT(t, `interfaces:
+  - name: eth0
+    egress:
+      rate: 10mbit
+      leaf: pfifo
+      default: bulk
+      classes:
+        - name: voip
+          rate: 2mbit
+          leaf: none
+          match: [{proto: udp, dport: 5060}]
+        - name: users
+          rate: 2mbit
+          classes:
+            - name: bulk
+              rate: 1mbit
+            - name: subs
+              rate: 1mbit
+              per_host: {by: dst, cidr: 10.0.0.0/30, rate: 100kbit, leaf: none}
+`)
+	pl, err := Build(p, Everything, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, ci := range pl.Devices[0].Classes {
+		got[ci.Name] = ci.Leaf
+	}
+	want := map[string]string{"voip": "none", "users": "", "bulk": "pfifo", "subs": "", "subs/10.0.0.1": "none", "subs/10.0.0.2": "none"}
+	for name, leaf := range want {
+		if l, ok := got[name]; !ok || l != leaf {
+			t.Errorf("class %s: leaf %q (listed %v), want %q", name, l, ok, leaf)
+		}
+	}
+}

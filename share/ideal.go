@@ -33,7 +33,13 @@ type Class struct {
 	// controller does. Guarantees are kept whatever the cap.
 	Cap float64
 	// Prod marks a child that a controller never limits.
-	Prod     bool
+	Prod bool
+	// LeafPrio, on the root, orders borrowing as HTB does: by the Prio
+	// of the leaf that borrows, at every level, so a class with
+	// children takes spare capacity from its parent in as many turns
+	// as its leaves have prios (its own Prio is not read). Without it
+	// siblings borrow by their own Prio (EDT's aggregates).
+	LeafPrio bool
 	Children []*Class
 }
 
@@ -46,7 +52,9 @@ type Class struct {
 // left goes to the children that want more, lowest Prio first, and
 // among one Prio by weighted max-min (water-filling on Weight, each
 // child bounded by its Ceil and its demand); then each child's
-// allocation is split among its own children the same way. A class
+// allocation is split among its own children the same way (with
+// LeafPrio, a child with children borrows in the turn of each prio its
+// leaves want more at, as HTB lends). A class
 // wants the least of its Ceil and its demand (a leaf's Demand, or the
 // sum of what its children want). When the guarantees alone exceed
 // what the parent has (overbooked hosts), the parent's allocation is
@@ -99,6 +107,10 @@ func Ideal(root *Class) (map[string]float64, error) {
 	if _, err := measure(root); err != nil {
 		return nil, err
 	}
+	var parts func(c *Class, a float64) map[int]float64
+	if root.LeafPrio {
+		parts = func(c *Class, a float64) map[int]float64 { return leafParts(c, a, want, parts) }
+	}
 	var give func(c *Class, a float64)
 	give = func(c *Class, a float64) {
 		out[c.Name] = a
@@ -106,7 +118,7 @@ func Ideal(root *Class) (map[string]float64, error) {
 			return
 		}
 		var sum float64
-		for i, x := range split(c, a, want) {
+		for i, x := range split(c, a, want, parts) {
 			give(c.Children[i], x)
 			sum += x
 		}
@@ -118,8 +130,43 @@ func Ideal(root *Class) (map[string]float64, error) {
 	return out, nil
 }
 
-// split divides a (at most what c wants) among c's children.
-func split(c *Class, a float64, want map[*Class]float64) []float64 {
+// leafParts is what class c, given a, still wants, by the Prio of the
+// leaves that want it: c's a split among its children as give splits
+// it, each child's parts summed, and the sum bounded by what c wants
+// (its Ceil and those below it), lower prios first, as they borrow
+// first.
+func leafParts(c *Class, a float64, want map[*Class]float64, parts func(*Class, float64) map[int]float64) map[int]float64 {
+	if len(c.Children) == 0 {
+		return map[int]float64{c.Prio: math.Max(want[c]-a, 0)}
+	}
+	sum := map[int]float64{}
+	for i, x := range split(c, a, want, parts) {
+		for p, v := range parts(c.Children[i], x) {
+			sum[p] += v
+		}
+	}
+	room := math.Max(want[c]-a, 0)
+	out := map[int]float64{}
+	for _, p := range sortedPrios(sum) {
+		out[p] = math.Min(sum[p], room)
+		room -= out[p]
+	}
+	return out
+}
+
+func sortedPrios(m map[int]float64) []int {
+	ps := make([]int, 0, len(m))
+	for p := range m {
+		ps = append(ps, p)
+	}
+	sort.Ints(ps)
+	return ps
+}
+
+// split divides a (at most what c wants) among c's children. With
+// parts (LeafPrio), a child with children borrows in the turn of each
+// prio its leaves want more at, for what they want there.
+func split(c *Class, a float64, want map[*Class]float64, parts func(*Class, float64) map[int]float64) []float64 {
 	n := len(c.Children)
 	got := make([]float64, n)
 	var guaranteed float64
@@ -139,23 +186,29 @@ func split(c *Class, a float64, want map[*Class]float64) []float64 {
 	// A controller's cap bounds what the children that are not prod
 	// borrow: what prod takes first comes off it.
 	capped := c.Cap > 0
-	prios := map[int]bool{}
-	for _, ch := range c.Children {
-		prios[ch.Prio] = true
+	// at[i][p] is what child i wants beyond its guarantee in prio p's
+	// turn: all of it at its own Prio, or, with parts, by its leaves'.
+	at := make([]map[int]float64, n)
+	prios := map[int]float64{}
+	for i, ch := range c.Children {
+		if parts != nil && len(ch.Children) > 0 {
+			at[i] = parts(ch, got[i])
+		} else {
+			at[i] = map[int]float64{ch.Prio: math.Max(want[ch]-got[i], 0)}
+		}
+		for p := range at[i] {
+			prios[p] = 1
+		}
 	}
-	order := make([]int, 0, len(prios))
-	for p := range prios {
-		order = append(order, p)
-	}
-	sort.Ints(order)
+	order := sortedPrios(prios)
 	borrow := func(pick func(ch *Class) bool, budget float64) float64 {
 		var used float64
 		for _, p := range order {
 			var ms []Member
 			var idx []int
 			for i, ch := range c.Children {
-				if ch.Prio == p && pick(ch) && want[ch] > got[i] {
-					ms = append(ms, Member{Weight: ch.Weight, Demand: want[ch] - got[i]})
+				if d := math.Min(at[i][p], want[ch]-got[i]); pick(ch) && d > 0 {
+					ms = append(ms, Member{Weight: ch.Weight, Demand: d})
 					idx = append(idx, i)
 				}
 			}

@@ -34,6 +34,12 @@ type Options struct {
 	// EDT lets a tree take backend edt (the kernel has fq): classes
 	// paced in BPF, no leaves or weights, classified in BPF.
 	EDT bool
+	// NoPolice leaves policers out (police on a leaf class, or a
+	// direction policed in place of a tree).
+	NoPolice bool
+	// NoHostsFile leaves per_host blocks over a hosts_file out (Files
+	// holds the files the policy names).
+	NoHostsFile bool
 }
 
 // Policy is a generated policy: its parts can be cut (Shrink).
@@ -47,8 +53,10 @@ type Interface struct {
 	Egress, Ingress *Tree
 }
 
-// Tree is one direction.
+// Tree is one direction: a tree, or a policer in its place (Police
+// set, nothing else).
 type Tree struct {
+	Police     *Police
 	Kbit       int
 	Backend    string // "" (htb) or edt
 	Classifier string // "", u32, bpf, auto
@@ -67,6 +75,15 @@ type Class struct {
 	Match      []Match
 	Classes    []*Class
 	PerHost    *PerHost
+	Police     *Police // on a leaf only
+}
+
+// Police is an RFC 2697 meter (PIR 0) or an RFC 2698 one.
+type Police struct {
+	CIR, PIR    int // kbit
+	CBS, EBS    int // bytes; 0: the default
+	Aware       bool
+	Yellow, Red string // "": the default action
 }
 
 // Match is one rule: its keys in the order written.
@@ -75,13 +92,21 @@ type Match []KV
 // KV is one key of a rule.
 type KV struct{ Key, Value string }
 
-// PerHost is a per_host block over a cidr.
+// PerHost is a per_host block over a cidr, or over a hosts_file
+// (Hosts set: the file's lines; CIDR may be set too).
 type PerHost struct {
 	By     string
 	CIDR   string
 	Prefix int
 	Kbit   int
 	Ceil   int
+	Hosts  []Host
+}
+
+// Host is a line of a hosts_file.
+type Host struct {
+	Name, Addrs string
+	Kbit, Ceil  int // 0: empty (the per_host's)
 }
 
 // New generates a policy from r.
@@ -95,9 +120,9 @@ func New(r *rand.Rand, o Options) *Policy {
 	g := &generator{r: r, o: o}
 	p := &Policy{}
 	for _, name := range o.Interfaces {
-		ifc := &Interface{Name: name, Egress: g.tree()}
+		ifc := &Interface{Name: name, Egress: g.direction()}
 		if !o.NoIngress && r.IntN(2) == 0 {
-			ifc.Ingress = g.tree()
+			ifc.Ingress = g.direction()
 		}
 		if ifc.Ingress != nil && r.IntN(4) == 0 {
 			ifc.Egress = nil // ingress alone
@@ -117,6 +142,31 @@ type generator struct {
 }
 
 func (g *generator) pick(xs ...string) string { return xs[g.r.IntN(len(xs))] }
+
+// direction is a tree, or now and then a policer in its place.
+func (g *generator) direction() *Tree {
+	if !g.o.NoPolice && g.r.IntN(10) == 0 {
+		return &Tree{Police: g.police()}
+	}
+	return g.tree()
+}
+
+// police makes a meter: either RFC, either mode, each colour's action.
+func (g *generator) police() *Police {
+	p := &Police{CIR: g.pick2(256, 1000, 8000)}
+	if g.r.IntN(2) == 0 {
+		p.CBS = g.pick2(3028, 20000)
+	}
+	if g.r.IntN(2) == 0 {
+		p.PIR = p.CIR * g.pick2(1, 2, 4)
+	} else if g.r.IntN(2) == 0 {
+		p.EBS = g.pick2(3028, 10000)
+	}
+	p.Aware = g.r.IntN(3) == 0
+	p.Yellow = g.pick("", "", "pass", "drop", "remark:AF12")
+	p.Red = g.pick("", "", "drop", "pass", "remark:CS1")
+	return p
+}
 
 func (g *generator) tree() *Tree {
 	rates := []int{512, 2000, 10000, 50000, 100000}
@@ -162,7 +212,7 @@ func (g *generator) classes(kbit, ceil int, budget *int, depth int) []*Class {
 	for i := 0; i < n; i++ {
 		c := g.class(max(share, 8), ceil, depth)
 		if depth < 2 && *budget > 0 && g.r.IntN(3) == 0 {
-			c.Match, c.PerHost, c.Leaf = nil, nil, ""
+			c.Match, c.PerHost, c.Leaf, c.Police = nil, nil, "", nil
 			c.Classes = g.classes(c.Kbit, c.ceil(ceil), budget, depth+1)
 		}
 		if weighted {
@@ -196,7 +246,7 @@ func (g *generator) class(kbit, ceil, depth int) *Class {
 		g.cidrs++
 		ph := &PerHost{By: g.pick("dst", "src")}
 		if g.r.IntN(2) == 0 {
-			ph.CIDR = fmt.Sprintf("10.%d.%d.0/%d", 100+g.cidrs, g.r.IntN(256), g.pick2(28, 27, 26))
+			ph.CIDR = fmt.Sprintf("10.%d.%d.0/%d", 100+g.cidrs, g.r.IntN(200), g.pick2(28, 27, 26)) // below hostsFile's
 		} else {
 			ph.CIDR = fmt.Sprintf("2001:db8:%x::/%d", 0x100+g.cidrs, 56)
 			ph.Prefix = 60
@@ -209,10 +259,49 @@ func (g *generator) class(kbit, ceil, depth int) *Class {
 		if g.r.IntN(2) == 0 {
 			ph.Ceil = c.ceil(ceil)
 		}
+		if !g.o.NoHostsFile && g.r.IntN(2) == 0 {
+			g.hostsFile(ph, c.Kbit)
+			if g.u32 {
+				c.Match = nil // u32 cannot look a host up after other tests
+			}
+		}
 		c.PerHost = ph
 		c.Leaf = ""
 	}
+	// Policers need the BPF classifier, and backend edt paces alone.
+	if c.PerHost == nil && !g.u32 && !g.edt && !g.o.NoPolice && g.r.IntN(6) == 0 {
+		c.Police = g.police()
+	}
 	return c
+}
+
+// hostsFile gives ph a hosts_file's lines: addresses and prefixes of
+// both families, some with their own rates, and now and then no cidr.
+func (g *generator) hostsFile(ph *PerHost, kbit int) {
+	n := 1 + g.r.IntN(6)
+	for i := 0; i < n; i++ {
+		h := Host{Name: fmt.Sprintf("h%d", i+1)}
+		v4 := fmt.Sprintf("10.%d.%d.%d", 100+g.cidrs, 200+i, 1+g.r.IntN(250))
+		v6 := fmt.Sprintf("2001:db8:%x:%x::/64", 0x100+g.cidrs, 0x200+i)
+		switch g.r.IntN(3) {
+		case 0:
+			h.Addrs = v4
+		case 1:
+			h.Addrs = v6
+		default:
+			h.Addrs = v4 + " " + v6
+		}
+		if g.r.IntN(2) == 0 {
+			h.Kbit = max(kbit/n/2, 8)
+			if g.r.IntN(2) == 0 {
+				h.Ceil = h.Kbit * 2
+			}
+		}
+		ph.Hosts = append(ph.Hosts, h)
+	}
+	if g.r.IntN(2) == 0 {
+		ph.CIDR, ph.Prefix = "", 0
+	}
 }
 
 func (g *generator) pick2(xs ...int) int { return xs[g.r.IntN(len(xs))] }
@@ -321,6 +410,10 @@ func (p *Policy) YAML() string {
 				continue
 			}
 			t := d.t
+			if t.Police != nil {
+				fmt.Fprintf(&b, "    %s:\n      police: %s\n", d.dir, t.Police.yaml())
+				continue
+			}
 			fmt.Fprintf(&b, "    %s:\n      rate: %dkbit\n", d.dir, t.Kbit)
 			if t.Backend != "" {
 				fmt.Fprintf(&b, "      backend: %s\n", t.Backend)
@@ -363,8 +456,17 @@ func writeClasses(b *strings.Builder, cs []*Class, ind string) {
 				fmt.Fprintf(b, "%s    - {%s}\n", ind, strings.Join(kv, ", "))
 			}
 		}
+		if c.Police != nil {
+			fmt.Fprintf(b, "%s  police: %s\n", ind, c.Police.yaml())
+		}
 		if ph := c.PerHost; ph != nil {
-			fmt.Fprintf(b, "%s  per_host:\n%s    by: %s\n%s    cidr: %s\n", ind, ind, ph.By, ind, ph.CIDR)
+			fmt.Fprintf(b, "%s  per_host:\n%s    by: %s\n", ind, ind, ph.By)
+			if ph.CIDR != "" {
+				fmt.Fprintf(b, "%s    cidr: %s\n", ind, ph.CIDR)
+			}
+			if len(ph.Hosts) > 0 {
+				fmt.Fprintf(b, "%s    hosts_file: %s\n", ind, hostsFileName(c))
+			}
 			if ph.Prefix > 0 {
 				fmt.Fprintf(b, "%s    prefix: %d\n", ind, ph.Prefix)
 			}
@@ -378,4 +480,72 @@ func writeClasses(b *strings.Builder, cs []*Class, ind string) {
 			writeClasses(b, c.Classes, ind+"    ")
 		}
 	}
+}
+
+func (p *Police) yaml() string {
+	kv := []string{fmt.Sprintf("cir: %dkbit", p.CIR)}
+	if p.CBS > 0 {
+		kv = append(kv, fmt.Sprintf("cbs: %d", p.CBS))
+	}
+	if p.PIR > 0 {
+		kv = append(kv, fmt.Sprintf("pir: %dkbit", p.PIR))
+	}
+	if p.EBS > 0 {
+		kv = append(kv, fmt.Sprintf("ebs: %d", p.EBS))
+	}
+	if p.Aware {
+		kv = append(kv, "mode: aware")
+	}
+	if p.Yellow != "" {
+		kv = append(kv, "yellow: "+p.Yellow)
+	}
+	if p.Red != "" {
+		kv = append(kv, "red: "+p.Red)
+	}
+	return "{" + strings.Join(kv, ", ") + "}"
+}
+
+// NoU32Equivalent reports whether t's classification has no u32
+// equivalent, so export refuses it: a class polices, or looks hosts of
+// a hosts_file up after match rules.
+func (t *Tree) NoU32Equivalent() bool {
+	found := t.Police != nil
+	walk(t.Classes, func(c *Class) {
+		found = found || c.Police != nil || c.PerHost != nil && len(c.PerHost.Hosts) > 0 && len(c.Match) > 0
+	})
+	return found
+}
+
+func hostsFileName(c *Class) string { return "hosts-" + c.Name + ".csv" }
+
+// Files is the files the policy names beside it (hosts_file), by name
+// relative to the policy file.
+func (p *Policy) Files() map[string]string {
+	out := map[string]string{}
+	for _, ifc := range p.Interfaces {
+		for _, t := range []*Tree{ifc.Egress, ifc.Ingress} {
+			if t == nil {
+				continue
+			}
+			walk(t.Classes, func(c *Class) {
+				if c.PerHost == nil || len(c.PerHost.Hosts) == 0 {
+					return
+				}
+				var b strings.Builder
+				b.WriteString("name,addresses,rate,ceil\n")
+				for _, h := range c.PerHost.Hosts {
+					rate, ceil := "", ""
+					if h.Kbit > 0 {
+						rate = fmt.Sprintf("%dkbit", h.Kbit)
+					}
+					if h.Ceil > 0 {
+						ceil = fmt.Sprintf("%dkbit", h.Ceil)
+					}
+					fmt.Fprintf(&b, "%s,%s,%s,%s\n", h.Name, h.Addrs, rate, ceil)
+				}
+				out[hostsFileName(c)] = b.String()
+			})
+		}
+	}
+	return out
 }

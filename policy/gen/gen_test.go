@@ -3,6 +3,8 @@ package gen_test
 import (
 	"flag"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -17,9 +19,15 @@ var (
 )
 
 // parsePlan is what every generated policy must pass without root:
-// validation (no errors) and a plan for a kernel with everything.
-func parsePlan(p *gen.Policy) error {
-	pol, _, err := policy.Parse("gen.yaml", []byte(p.YAML()))
+// validation (no errors) and a plan for a kernel with everything. The
+// files it names are written beside it in dir.
+func parsePlan(dir string, p *gen.Policy) error {
+	for name, body := range p.Files() {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+			return err
+		}
+	}
+	pol, _, err := policy.Parse(filepath.Join(dir, "gen.yaml"), []byte(p.YAML()))
 	if err != nil {
 		return err
 	}
@@ -33,9 +41,10 @@ func TestGeneratedPoliciesValidateAndPlan(t *testing.T) {
 	o := gen.Options{Interfaces: []string{"eth0", "eth1"}, Leaves: []string{"auto", "none", "pfifo", "bfifo", "fq_codel", "sfq", "cake", "fq"}, EDT: true}
 	for s := *seed; s < *seed+uint64(*n); s++ {
 		p := gen.New(rand.New(rand.NewPCG(s, 0)), o)
-		if err := parsePlan(p); err != nil {
-			small := gen.Shrink(p, func(q *gen.Policy) bool { return parsePlan(q) != nil })
-			t.Fatalf("seed %d: %v\nshrunk to:\n%s\nerror: %v", s, err, small.YAML(), parsePlan(small))
+		check := func(q *gen.Policy) error { return parsePlan(t.TempDir(), q) }
+		if err := check(p); err != nil {
+			small := gen.Shrink(p, func(q *gen.Policy) bool { return check(q) != nil })
+			t.Fatalf("seed %d: %v\nshrunk to:\n%s\nfiles: %v\nerror: %v", s, err, small.YAML(), small.Files(), check(small))
 		}
 	}
 }
@@ -46,11 +55,16 @@ func TestGeneratorCoversTheGrammar(t *testing.T) {
 	o := gen.Options{Interfaces: []string{"eth0"}, Leaves: []string{"auto", "none", "pfifo", "bfifo", "fq_codel", "sfq", "cake", "fq"}, EDT: true}
 	var all strings.Builder
 	for s := uint64(0); s < 200; s++ {
-		all.WriteString(gen.New(rand.New(rand.NewPCG(s, 0)), o).YAML())
+		p := gen.New(rand.New(rand.NewPCG(s, 0)), o)
+		all.WriteString(p.YAML())
+		for _, f := range p.Files() {
+			all.WriteString(f)
+		}
 	}
 	for _, want := range []string{"src: ", "dst: ", "not_src: ", "not_dst: ", "sport: ", "dport: ", "proto: tcp", "proto: udp", "proto: icmp",
 		"proto: icmpv6", "dscp: ", "tos: ", "tcp_ack: true", "tcp_syn: true", "weight: ", "mark: ", "leaf: fq_codel", "leaf: none", "leaf: bfifo", "per_host:", "prefix: 60",
-		"by: src", "ingress:", "classifier: bpf", "classifier: u32", "backend: edt", "ceil: ", "prio: 7", "          classes:\n"} {
+		"by: src", "ingress:", "classifier: bpf", "hosts_file: ", ",2001:db8:", "kbit,\n",
+		"police: {", "pir: ", "ebs: ", "mode: aware", "red: remark:", "yellow: drop", "      police: {", "classifier: u32", "backend: edt", "ceil: ", "prio: 7", "          classes:\n"} {
 		if !strings.Contains(all.String(), want) {
 			t.Errorf("no policy of 200 has %q", want)
 		}

@@ -68,6 +68,8 @@ func (t *Tree) cutClasses(cs *[]*Class, try func(bool, func()) bool) bool {
 		}
 		if try(len(c.Classes) > 0 && !c.holds(t.Default), func() { c.Classes = nil }) ||
 			try(c.PerHost != nil, func() { c.PerHost = nil }) ||
+			try(c.Police != nil, func() { c.Police = nil }) ||
+			try(c.PerHost != nil && len(c.PerHost.Hosts) > 1, func() { c.PerHost.Hosts = c.PerHost.Hosts[1:] }) ||
 			try(c.Ceil > 0, func() { c.Ceil = 0 }) ||
 			try(c.Leaf != "", func() { c.Leaf = "" }) ||
 			try(c.Prio > 0, func() { c.Prio = 0 }) {
@@ -118,6 +120,10 @@ func (t *Tree) clone() *Tree {
 	}
 	c := *t
 	c.Classes = cloneClasses(t.Classes)
+	if t.Police != nil {
+		pol := *t.Police
+		c.Police = &pol
+	}
 	return &c
 }
 
@@ -131,7 +137,12 @@ func cloneClasses(cs []*Class) []*Class {
 		}
 		if c.PerHost != nil {
 			ph := *c.PerHost
+			ph.Hosts = append([]Host(nil), ph.Hosts...)
 			k.PerHost = &ph
+		}
+		if c.Police != nil {
+			pol := *c.Police
+			k.Police = &pol
 		}
 		k.Classes = cloneClasses(c.Classes)
 		out = append(out, &k)

@@ -72,6 +72,10 @@ func TestAgentKubeSoak(t *testing.T) {
 	}
 	begin := time.Now()
 	var first, mid *reading
+	// RSS every tenth of the soak: a plateau and a slow leak differ in
+	// the curve's last tenths, not in its ends.
+	var curve []string
+	nextSample := time.Duration(0)
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
 	bad, churn := 0, 0
@@ -97,6 +101,10 @@ func TestAgentKubeSoak(t *testing.T) {
 			t.Fatalf("the agent exited: %v", agent.ProcessState)
 		default:
 		}
+		if el := time.Since(begin); el >= nextSample {
+			curve = append(curve, fmt.Sprintf("%.0f", procRSSMB(agent.Process.Pid)))
+			nextSample += d / 10
+		}
 		switch el := time.Since(begin); {
 		case first == nil && el >= min(time.Minute, d/4):
 			r := read(bad)
@@ -119,6 +127,7 @@ func TestAgentKubeSoak(t *testing.T) {
 	t.Logf("kube soak %v: %d cap edits, %d bad 64 KiB edits, %d pods churned; RSS %.0f -> %.0f -> %.0f MB, fds %d -> %d, threads %d -> %d, log %.0f then %.0f bytes a minute, %d Events for the bad pod",
 		d, int(time.Since(begin)/(100*time.Millisecond)), bad, churn, first.rss, mid.rss, last.rss, first.fds, last.fds, first.threads, last.threads,
 		pace(*first, *mid), pace(*mid, last), len(evs.Items))
+	t.Logf("RSS every %v (MB): %s", d/10, strings.Join(curve, " "))
 	if last.rss > first.rss*1.2 && last.rss > first.rss+10 {
 		t.Errorf("RSS grew from %.0f to %.0f MB", first.rss, last.rss)
 	}

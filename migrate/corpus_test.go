@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -68,6 +69,13 @@ func TestImportTheToolsOwnExamples(t *testing.T) {
 			has: []string{"name: Site_1", "name: AP_A", "rate: 1gbit"}},
 		{name: "libreqos/v2.2", run: func(p string) (*Draft, error) { return LibreQoS(p, "") },
 			has: []string{"name: Site_1", "name: AP_A", "name: PoP_6"}},
+		// v2.2's other examples, each as the file it is the template of:
+		// its rows in v2.0's layout, and the node tree as
+		// manualNetwork.csv (no network.json beside it).
+		{name: "libreqos/v2.2", run: lqWith(map[string]string{"ShapedDevices.example.v2.0.csv": "ShapedDevices.csv"}),
+			has: []string{"name: Site_1", "name: PoP_6", "hosts_file: libreqos-download.csv"}},
+		{name: "libreqos/v2.2", run: lqWith(map[string]string{"manualNetwork.template.csv": "manualNetwork.csv"}, "network.example.json"),
+			has: []string{"name: SiteA", "name: SiteB", "name: SiteC"}},
 		{name: "wondershaper/wondershaper.conf", run: ws,
 			has: []string{"rate: 512kbit", "src: 80.0.0.0", "rate: 2048kbit"}},
 		{name: "wondershaper/reference/wondershaper-1.2-903daf8", run: ws, err: `the wondershaper program itself`},
@@ -126,5 +134,39 @@ func TestImportTheToolsOwnExamples(t *testing.T) {
 }
 
 func sqmRecipeFile(p string) (*Draft, error) { return SQM(p, Options{}) }
+
+// lqWith imports a copy of LibreQoS directory p with the files of as
+// renamed (an example as the file it is the example of) and the files
+// of without left out.
+func lqWith(as map[string]string, without ...string) func(string) (*Draft, error) {
+	return func(p string) (*Draft, error) {
+		dir, err := os.MkdirTemp("", "lqcorpus")
+		if err != nil {
+			return nil, err
+		}
+		defer os.RemoveAll(dir)
+		ents, err := os.ReadDir(p)
+		if err != nil {
+			return nil, err
+		}
+		for _, e := range ents {
+			if slices.Contains(without, e.Name()) {
+				continue
+			}
+			b, err := os.ReadFile(filepath.Join(p, e.Name()))
+			if err != nil {
+				return nil, err
+			}
+			name := e.Name()
+			if to, ok := as[name]; ok {
+				name = to
+			}
+			if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
+				return nil, err
+			}
+		}
+		return LibreQoS(dir, "")
+	}
+}
 func fq(p string) (*Draft, error)            { return FireQOS(p, Options{}) }
 func ws(p string) (*Draft, error)            { return Wondershaper(p, nil, Options{}) }

@@ -78,11 +78,18 @@ func LibreQoS(dir, config string) (*Draft, error) {
 	circuits := readShapedDevices(r, devFile, b)
 	netFile := lqFile(r, dir, "network.json", "network.example.json")
 	var nodes []*lqNode
-	if nb, err := safefile.ReadRegular(netFile, "network.json", maxSourceBytes); err == nil {
+	nb, err := safefile.ReadRegular(netFile, "network.json", maxSourceBytes)
+	manual, fromCSV, merr := lqManualNetwork(r, dir, err == nil)
+	switch {
+	case merr != nil:
+		return nil, merr
+	case err == nil:
 		nodes = readNetworkJSON(r, netFile, nb)
-	} else if errors.Is(err, os.ErrNotExist) {
+	case fromCSV:
+		nodes = manual
+	case errors.Is(err, os.ErrNotExist):
 		r.Exact(At{File: netFile}, "network.json", "none: a flat network, every circuit directly below the link")
-	} else {
+	default:
 		return nil, err
 	}
 	if r.Refusals() != nil {
@@ -100,7 +107,9 @@ func LibreQoS(dir, config string) (*Draft, error) {
 	} {
 		t, hosts := lq.tree(dir)
 		d.Interfaces = append(d.Interfaces, &Interface{At: cfg.at, Name: dir.dev, Egress: t})
-		d.Hosts[dir.hosts] = hosts
+		if len(hosts) > 0 {
+			d.Hosts[dir.hosts] = hosts
+		}
 	}
 	return d.settle(At{File: dir}), nil
 }
@@ -852,6 +861,15 @@ func (lq *lqImport) tree(d lqDir) (*Tree, []Host) {
 			r.Approx(c.at, "sqm "+c.sqm, "a circuit's own SQM is not carried over: its class takes the tree's leaf (%s)", t.Leaf)
 		}
 		hosts = append(hosts, h)
+	}
+	if len(hosts) == 0 {
+		// sluice refuses a hosts file of no hosts: no per_host class,
+		// every address goes to the default class, as under LibreQoS.
+		t.Classes = slices.DeleteFunc(t.Classes, func(c *Class) bool { return c == ph })
+		if down {
+			r.Exact(At{File: d.hosts}, "circuits", "no circuit is shaped (none has a node of the network and an address): no hosts file, every address goes to the default class")
+		}
+		return t, nil
 	}
 	if down {
 		r.Exact(At{File: d.hosts}, "circuits", "%d circuit(s) become hosts of %s and %s: rate the minimum, ceil the maximum, prio 3", len(hosts), libreqosHostsDown, libreqosHostsUp)

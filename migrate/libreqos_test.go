@@ -203,11 +203,19 @@ func FuzzLibreQoS(f *testing.F) {
 	f.Add("Circuit ID,Circuit Name,Device ID,Device Name,Parent Node,MAC,IPv4,IPv6,Download Min Mbps,Upload Min Mbps,Download Max Mbps,Upload Max Mbps,Comment\n1,a,1,a,T,,10.0.0.1,,5,1,50,10,\n",
 		`{"T":{"downloadBandwidthMbps":50,"uploadBandwidthMbps":10,"children":{"U":{"downloadBandwidthMbps":20}}}}`)
 	f.Add("circuit_id,circuit_name,device_id,device_name,parent_node,mac,ipv4,ipv6,download_min,upload_min,download_max,upload_max,comment,sqm\n1,,1,a,,,\"10.0.0.0/30, 10.0.1.1\",2001:db8::/64,0.5,0.1,2.5,1,x, y,cake\n", "{}")
+	f.Add("Circuit ID,Circuit Name,Device ID,Device Name,Parent Node,MAC,IPv4,IPv6,Download Min Mbps,Upload Min Mbps,Download Max Mbps,Upload Max Mbps,Comment\n1,a,1,a,U,,10.0.0.1,,5,1,50,10,\n",
+		"Site Name,Download Mbps,Upload Mbps,Parent Site Name\nU,20,5,T\nT,50,10,\n")
 	f.Fuzz(func(t *testing.T, devices, network string) {
 		dir := t.TempDir()
 		os.WriteFile(filepath.Join(dir, "lqos.conf"), []byte("[bridge]\nto_internet = \"eth0\"\nto_network = \"eth1\"\n[queues]\ndownlink_bandwidth_mbps = 100\nuplink_bandwidth_mbps = 20\n"), 0o644)
 		os.WriteFile(filepath.Join(dir, "ShapedDevices.csv"), []byte(devices), 0o644)
-		os.WriteFile(filepath.Join(dir, "network.json"), []byte(network), 0o644)
+		// The node tree as network.json, or as manualNetwork.csv where
+		// it is not JSON's object.
+		netFile := "network.json"
+		if !strings.HasPrefix(strings.TrimSpace(network), "{") {
+			netFile = "manualNetwork.csv"
+		}
+		os.WriteFile(filepath.Join(dir, netFile), []byte(network), 0o644)
 		d, err := LibreQoS(dir, "")
 		if err != nil || d.Report.Refusals() != nil {
 			return
@@ -216,4 +224,65 @@ func FuzzLibreQoS(f *testing.F) {
 			t.Fatalf("an import without refusals does not validate: %v\n%s", err, d.Render())
 		}
 	})
+}
+
+// manualNetwork.csv, LibreQoS's other form of the node tree, is read
+// where the directory has no network.json (as csvToNetworkJSON.py would
+// write it), and said to be left where it has one; its mistakes are
+// refused at their lines.
+func TestLibreQoSManualNetwork(t *testing.T) {
+	write := func(t *testing.T, files map[string]string) string {
+		dir := t.TempDir()
+		files["lqos.conf"] = "[bridge]\nto_internet = \"eth0\"\nto_network = \"eth1\"\n[queues]\ndownlink_bandwidth_mbps = 1000\nuplink_bandwidth_mbps = 1000\ndefault_sqm = \"fq_codel\"\n"
+		if _, ok := files["ShapedDevices.csv"]; !ok {
+			files["ShapedDevices.csv"] = "Circuit ID,Circuit Name,Device ID,Device Name,Parent Node,MAC,IPv4,IPv6,Download Min Mbps,Upload Min Mbps,Download Max Mbps,Upload Max Mbps,Comment\n1,one,1,d1,SiteC,,100.64.0.1,,1,1,50,10,\n"
+		}
+		for n, b := range files {
+			if err := os.WriteFile(filepath.Join(dir, n), []byte(b), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return dir
+	}
+	// Children before their parents, as a user may sort them.
+	csv := "Site Name,Download Mbps,Upload Mbps,Parent Site Name\nSiteC,950,900,SiteB\nSiteA,1000,1000,\nSiteB,975,975,SiteA\n"
+	d, err := LibreQoS(write(t, map[string]string{"manualNetwork.csv": csv}), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Report.Refusals(); err != nil {
+		t.Fatalf("%v\n%s", err, d.Report)
+	}
+	out := string(d.Render())
+	// SiteA > SiteB > SiteC, the circuit below SiteC.
+	a, b, c := strings.Index(out, "name: SiteA"), strings.Index(out, "name: SiteB"), strings.Index(out, "name: SiteC")
+	if a < 0 || b < a || c < b || !strings.Contains(out, "ceil: 950mbit") || !strings.Contains(out, "ceil: 900mbit") {
+		t.Errorf("the tree from manualNetwork.csv:\n%s", out)
+	}
+	if !strings.Contains(d.Report.String(), "3 site(s) read as csvToNetworkJSON.py") {
+		t.Errorf("the report does not say the CSV was read:\n%s", d.Report)
+	}
+
+	// Beside network.json: LibreQoS shapes by the JSON.
+	d, err = LibreQoS(write(t, map[string]string{"manualNetwork.csv": csv, "network.json": `{"SiteC": {"downloadBandwidthMbps": 100, "uploadBandwidthMbps": 100}}`}), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out := string(d.Render()); strings.Contains(out, "SiteA") || !strings.Contains(d.Report.String(), "not read: LibreQoS shapes by network.json") {
+		t.Errorf("beside network.json the CSV was read, or not said to be left:\n%s\n%s", out, d.Report)
+	}
+
+	for _, c := range []struct{ csv, at, why string }{
+		{"Site Name,Download Mbps,Upload Mbps\nA,1,1\n", ":1$", `no "parent site name" column`},
+		{"Site Name,Download Mbps,Upload Mbps,Parent Site Name\nSiteC,10,10,Nowhere\n", ":2$", `parent site "Nowhere": no row names it`},
+		{"Site Name,Download Mbps,Upload Mbps,Parent Site Name\nSiteC,10,10,\nSiteC,5,5,\n", ":3$", `named twice \(first at line 2\)`},
+		{"Site Name,Download Mbps,Upload Mbps,Parent Site Name\nSiteC,ten,10,\n", ":2$", `Download Mbps "ten"`},
+		{"Site Name,Download Mbps,Upload Mbps,Parent Site Name\nSiteC,10,10,X\nX,10,10,SiteC\n", ":2$", `cycle`},
+	} {
+		d, err := LibreQoS(write(t, map[string]string{"manualNetwork.csv": c.csv}), "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantFinding(t, d, Refused, c.at, c.why)
+	}
 }

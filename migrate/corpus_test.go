@@ -168,5 +168,5 @@ func lqWith(as map[string]string, without ...string) func(string) (*Draft, error
 		return LibreQoS(dir, "")
 	}
 }
-func fq(p string) (*Draft, error)            { return FireQOS(p, Options{}) }
-func ws(p string) (*Draft, error)            { return Wondershaper(p, nil, Options{}) }
+func fq(p string) (*Draft, error) { return FireQOS(p, Options{}) }
+func ws(p string) (*Draft, error) { return Wondershaper(p, nil, Options{}) }

@@ -145,8 +145,12 @@ func applyExportCompare(t *testing.T, p *gen.Policy) string {
 	devs = slices.DeleteFunc(devs, func(d string) bool { return edt[d] })
 	bpf := false
 	for _, d := range devs {
-		if strings.Contains(tcShow(t, applied, "filter", "show", "dev", d, "egress"), " bpf ") {
-			bpf = true
+		// A direction policed in place of a tree has its program on the
+		// ingress hook.
+		for _, hook := range []string{"egress", "ingress"} {
+			if strings.Contains(tcShow(t, applied, "filter", "show", "dev", d, hook), " bpf ") {
+				bpf = true
+			}
 		}
 	}
 	var a, b string

@@ -101,12 +101,20 @@ type PerHost struct {
 	Kbit   int
 	Ceil   int
 	Hosts  []Host
+	Groups []Group // a groups_file's lines (with Hosts only)
 }
 
 // Host is a line of a hosts_file.
 type Host struct {
 	Name, Addrs string
-	Kbit, Ceil  int // 0: empty (the per_host's)
+	Kbit, Ceil  int    // 0: empty (the per_host's)
+	Group       string // its parent: a group of the groups_file, or ""
+}
+
+// Group is a line of a groups_file.
+type Group struct {
+	Name       string
+	Kbit, Ceil int // 0: empty
 }
 
 // New generates a policy from r.
@@ -302,6 +310,23 @@ func (g *generator) hostsFile(ph *PerHost, kbit int) {
 	if g.r.IntN(2) == 0 {
 		ph.CIDR, ph.Prefix = "", 0
 	}
+	if g.r.IntN(3) == 0 {
+		for i, n := 0, 1+g.r.IntN(3); i < n; i++ {
+			gr := Group{Name: fmt.Sprintf("g%d", i+1)}
+			if g.r.IntN(3) > 0 {
+				gr.Kbit = max(kbit/(n+1), 8)
+			}
+			if g.r.IntN(2) == 0 {
+				gr.Ceil = max(gr.Kbit, kbit/(n+1), 8) * 2
+			}
+			ph.Groups = append(ph.Groups, gr)
+		}
+		for i := range ph.Hosts {
+			if g.r.IntN(3) > 0 {
+				ph.Hosts[i].Group = ph.Groups[g.r.IntN(len(ph.Groups))].Name
+			}
+		}
+	}
 }
 
 func (g *generator) pick2(xs ...int) int { return xs[g.r.IntN(len(xs))] }
@@ -467,6 +492,9 @@ func writeClasses(b *strings.Builder, cs []*Class, ind string) {
 			if len(ph.Hosts) > 0 {
 				fmt.Fprintf(b, "%s    hosts_file: %s\n", ind, hostsFileName(c))
 			}
+			if len(ph.Groups) > 0 {
+				fmt.Fprintf(b, "%s    groups_file: %s\n", ind, groupsFileName(c))
+			}
 			if ph.Prefix > 0 {
 				fmt.Fprintf(b, "%s    prefix: %d\n", ind, ph.Prefix)
 			}
@@ -516,7 +544,15 @@ func (t *Tree) NoU32Equivalent() bool {
 	return found
 }
 
-func hostsFileName(c *Class) string { return "hosts-" + c.Name + ".csv" }
+func hostsFileName(c *Class) string  { return "hosts-" + c.Name + ".csv" }
+func groupsFileName(c *Class) string { return "groups-" + c.Name + ".csv" }
+
+func kbitOrEmpty(k int) string {
+	if k == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%dkbit", k)
+}
 
 // Files is the files the policy names beside it (hosts_file), by name
 // relative to the policy file.
@@ -532,18 +568,28 @@ func (p *Policy) Files() map[string]string {
 					return
 				}
 				var b strings.Builder
-				b.WriteString("name,addresses,rate,ceil\n")
+				groups := len(c.PerHost.Groups) > 0
+				b.WriteString("name,addresses,rate,ceil")
+				if groups {
+					b.WriteString(",parent")
+				}
+				b.WriteString("\n")
 				for _, h := range c.PerHost.Hosts {
-					rate, ceil := "", ""
-					if h.Kbit > 0 {
-						rate = fmt.Sprintf("%dkbit", h.Kbit)
+					fmt.Fprintf(&b, "%s,%s,%s,%s", h.Name, h.Addrs, kbitOrEmpty(h.Kbit), kbitOrEmpty(h.Ceil))
+					if groups {
+						b.WriteString("," + h.Group)
 					}
-					if h.Ceil > 0 {
-						ceil = fmt.Sprintf("%dkbit", h.Ceil)
-					}
-					fmt.Fprintf(&b, "%s,%s,%s,%s\n", h.Name, h.Addrs, rate, ceil)
+					b.WriteString("\n")
 				}
 				out[hostsFileName(c)] = b.String()
+				if groups {
+					var gb strings.Builder
+					gb.WriteString("name,rate,ceil\n")
+					for _, gr := range c.PerHost.Groups {
+						fmt.Fprintf(&gb, "%s,%s,%s\n", gr.Name, kbitOrEmpty(gr.Kbit), kbitOrEmpty(gr.Ceil))
+					}
+					out[groupsFileName(c)] = gb.String()
+				}
 			})
 		}
 	}

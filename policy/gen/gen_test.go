@@ -63,7 +63,7 @@ func TestGeneratorCoversTheGrammar(t *testing.T) {
 	}
 	for _, want := range []string{"src: ", "dst: ", "not_src: ", "not_dst: ", "sport: ", "dport: ", "proto: tcp", "proto: udp", "proto: icmp",
 		"proto: icmpv6", "dscp: ", "tos: ", "tcp_ack: true", "tcp_syn: true", "weight: ", "mark: ", "leaf: fq_codel", "leaf: none", "leaf: bfifo", "per_host:", "prefix: 60",
-		"by: src", "ingress:", "classifier: bpf", "hosts_file: ", ",2001:db8:", "kbit,\n",
+		"by: src", "ingress:", "classifier: bpf", "hosts_file: ", ",2001:db8:", "kbit,\n", "groups_file: ", ",parent\n", "name,rate,ceil\n",
 		"police: {", "pir: ", "ebs: ", "mode: aware", "red: remark:", "yellow: drop", "      police: {", "classifier: u32", "backend: edt", "ceil: ", "prio: 7", "          classes:\n"} {
 		if !strings.Contains(all.String(), want) {
 			t.Errorf("no policy of 200 has %q", want)

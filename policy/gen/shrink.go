@@ -70,6 +70,7 @@ func (t *Tree) cutClasses(cs *[]*Class, try func(bool, func()) bool) bool {
 			try(c.PerHost != nil, func() { c.PerHost = nil }) ||
 			try(c.Police != nil, func() { c.Police = nil }) ||
 			try(c.PerHost != nil && len(c.PerHost.Hosts) > 1, func() { c.PerHost.Hosts = c.PerHost.Hosts[1:] }) ||
+			try(c.PerHost != nil && len(c.PerHost.Groups) > 0, func() { c.PerHost.dropGroups() }) ||
 			try(c.Ceil > 0, func() { c.Ceil = 0 }) ||
 			try(c.Leaf != "", func() { c.Leaf = "" }) ||
 			try(c.Prio > 0, func() { c.Prio = 0 }) {
@@ -138,6 +139,7 @@ func cloneClasses(cs []*Class) []*Class {
 		if c.PerHost != nil {
 			ph := *c.PerHost
 			ph.Hosts = append([]Host(nil), ph.Hosts...)
+			ph.Groups = append([]Group(nil), ph.Groups...)
 			k.PerHost = &ph
 		}
 		if c.Police != nil {
@@ -148,4 +150,12 @@ func cloneClasses(cs []*Class) []*Class {
 		out = append(out, &k)
 	}
 	return out
+}
+
+// dropGroups takes the groups_file away, and the hosts out of groups.
+func (ph *PerHost) dropGroups() {
+	ph.Groups = nil
+	for i := range ph.Hosts {
+		ph.Hosts[i].Group = ""
+	}
 }

@@ -126,20 +126,9 @@ func TestImportedCorpusClassifiesAsTheOriginal(t *testing.T) {
 	t.Run("htb.init", func(t *testing.T) {
 		src := filepath.Dir(corpusFile(t, "htb.init/eth0"))
 		testutil.NeedFeature(t, "sfq", q["sfq"])
-		dir := t.TempDir()
-		ents, err := os.ReadDir(src)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, e := range ents {
-			b, err := os.ReadFile(filepath.Join(src, e.Name()))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := os.WriteFile(filepath.Join(dir, strings.Replace(e.Name(), "eth0", "veth0", 1)), b, 0o644); err != nil {
-				t.Fatal(err)
-			}
-		}
+		dir := copyCorpusDir(t, src, func(name string, b []byte) (string, []byte) {
+			return strings.Replace(name, "eth0", "veth0", 1), b
+		})
 		out := t.TempDir()
 		if res := sluice(t, "import", "htb.init", dir, "-o", out, "--ipv4-only"); res.code != 0 {
 			t.Fatalf("import: exit %d\n%s", res.code, res.stderr)
@@ -249,23 +238,12 @@ func TestImportedLibreQoSCorpusClassifiesAsTheOriginal(t *testing.T) {
 	} {
 		t.Run(c.dir, func(t *testing.T) {
 			src := filepath.Dir(corpusFile(t, filepath.Join(c.dir, c.settings)))
-			dir := t.TempDir()
-			ents, err := os.ReadDir(src)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, e := range ents {
-				b, err := os.ReadFile(filepath.Join(src, e.Name()))
-				if err != nil {
-					t.Fatal(err)
-				}
-				if e.Name() == c.settings {
+			dir := copyCorpusDir(t, src, func(name string, b []byte) (string, []byte) {
+				if name == c.settings {
 					b = []byte(c.rename(string(b)))
 				}
-				if err := os.WriteFile(filepath.Join(dir, e.Name()), b, 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
+				return name, b
+			})
 			nodes, nodeMax, circuits := libreqosCorpusFixture(t, dir)
 			old, imp := newImportBed(t, "old"), newImportBed(t, "imp")
 			testutil.NS(t, imp.ns, "ip", "link", "add", "wan9", "type", "veth", "peer", "name", "wan9p")
@@ -290,17 +268,7 @@ func TestImportedLibreQoSCorpusClassifiesAsTheOriginal(t *testing.T) {
 			const n = 300
 			for i := 0; i < n; i++ {
 				p := importPacket(r, v4, v6, []uint16{53, 80, 443})
-				o, got := old.classify(t, p), imp.classify(t, p)
-				want := "default"
-				if id, ok := owner[o]; ok {
-					want = "circuits/" + id
-				} else if o != "1:2" {
-					t.Fatalf("packet %d (%s): the old tree put it in %q, neither a circuit nor the default class", i, describePacket(p), o)
-				}
-				if names[got] != want {
-					t.Fatalf("packet %d (%s): LibreQoS's tree put it in %s (%s), sluice's import in %q", i, describePacket(p), o, want, names[got])
-				}
-				seen[want]++
+				seen[libreqosSameClass(t, i, p, old, imp, owner, names)]++
 			}
 			for _, ci := range circuits {
 				if seen["circuits/"+ci.id] == 0 {
@@ -387,4 +355,26 @@ func libreqosCorpusFixture(t *testing.T, dir string) ([][3]string, map[string]fl
 		circuits = append(circuits, lqFixtureCircuit{id: row[0], addr: addrs, node: row[4], min: num(row[k-5]), max: num(row[k-3])})
 	}
 	return nodes, nodeMax, circuits
+}
+
+// copyCorpusDir copies the corpus directory src into a temporary one,
+// each file as edit returns its name and contents.
+func copyCorpusDir(t *testing.T, src string, edit func(name string, b []byte) (string, []byte)) string {
+	t.Helper()
+	dir := t.TempDir()
+	ents, err := os.ReadDir(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		b, err := os.ReadFile(filepath.Join(src, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		name, b := edit(e.Name(), b)
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
 }

@@ -152,17 +152,7 @@ func TestImportedLibreQoSClassifiesAsTheOriginal(t *testing.T) {
 			p.Src, p.Dst = netip.MustParseAddr("100.64.0.99"), netip.MustParseAddr(pick(r, v4))
 			p.Proto = 17
 		}
-		o, n := old.classify(t, p), imp.classify(t, p)
-		want := "default"
-		if c, ok := owner[o]; ok {
-			want = "circuits/" + c
-		} else if o != "1:2" {
-			t.Fatalf("packet %d (%s): the old tree put it in %q, neither a circuit nor the default class", i, describePacket(p), o)
-		}
-		if names[n] != want {
-			t.Fatalf("packet %d (%s): the old tree put it in %s (%s), sluice's import in %q", i, describePacket(p), o, want, names[n])
-		}
-		seen[want]++
+		seen[libreqosSameClass(t, i, p, old, imp, owner, names)]++
 	}
 	for _, c := range []string{"circuits/c1", "circuits/c2", "circuits/c3", "circuits/c4", "default"} {
 		if seen[c] == 0 {
@@ -306,4 +296,23 @@ func TestImportedSQMSortsByDSCPAsSQM(t *testing.T) {
 			}
 		}
 	}
+}
+
+// libreqosSameClass sends packet i through LibreQoS's tree (old) and
+// sluice's import (imp) and fails unless both put it in the same
+// circuit (owner: the old tree's class ids; names: sluice's), or both in
+// the default class; it returns that class's name in sluice.
+func libreqosSameClass(t *testing.T, i int, p *testutil.Packet, old, imp *importBed, owner, names map[string]string) string {
+	t.Helper()
+	o, got := old.classify(t, p), imp.classify(t, p)
+	want := "default"
+	if id, ok := owner[o]; ok {
+		want = "circuits/" + id
+	} else if o != "1:2" {
+		t.Fatalf("packet %d (%s): LibreQoS's tree put it in %q, neither a circuit nor the default class", i, describePacket(p), o)
+	}
+	if names[got] != want {
+		t.Fatalf("packet %d (%s): LibreQoS's tree put it in %s (%s), sluice's import in %q", i, describePacket(p), o, want, names[got])
+	}
+	return want
 }

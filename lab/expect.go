@@ -60,9 +60,12 @@ type Expectation struct {
 	// share of its line rate in the phase ("0.85 of modem down"), less
 	// what the class LessClass carried there, where named.
 	OfModem, LessClass string
-	// After, where not zero, is how far into the phase (seconds) its
-	// statistics start, in place of the scenario's settle time.
-	After float64
+	// After, where HasAfter, is how far into the phase (seconds) its
+	// statistics start, in place of the scenario's settle time: 0 (`after
+	// 0s`) judges the whole phase, its start included (a tail is judged
+	// where users notice it: when a load begins).
+	After    float64
+	HasAfter bool
 }
 
 // rampShare is the share of the modem's line an autorate controller's
@@ -93,10 +96,10 @@ func parseExpectation(s string) (*Expectation, error) {
 	}
 	if m := after.FindStringSubmatchIndex(rest); m != nil {
 		d, err := time.ParseDuration(rest[m[2]:m[3]])
-		if err != nil || d <= 0 {
-			return nil, fmt.Errorf("after %q: want a positive duration like 5s", rest[m[2]:m[3]])
+		if err != nil || d < 0 {
+			return nil, fmt.Errorf("after %q: want a duration like 5s, or 0s for the whole phase", rest[m[2]:m[3]])
 		}
-		e.After, rest = d.Seconds(), rest[:m[0]]
+		e.After, e.HasAfter, rest = d.Seconds(), true, rest[:m[0]]
 	}
 	f := strings.Fields(rest)
 	if len(f) < 4 {
@@ -291,7 +294,7 @@ func (e *Expectation) Check(r *Result, ref *Result) Verdict {
 		v.Note = fmt.Sprintf("no phase %q", e.Phase)
 		return v
 	}
-	if e.After > 0 {
+	if e.HasAfter {
 		if e.After >= ph.End-ph.Start {
 			v.Note = fmt.Sprintf("after %gs: the phase lasts %gs", e.After, ph.End-ph.Start)
 			return v

@@ -445,6 +445,10 @@ func TestRampAfterAndLessClass(t *testing.T) {
 		{"shaped/rise: flow bulk goodput >= 0.84 of modem up less class wan/interactive", false},
 		{"shaped/rise: flow bulk goodput >= 0.5 of modem up less class wan/voip", false}, // no such class
 		{"shaped/rise: flow bulk goodput >= 0.5 of modem up after 1s", false},            // nothing left
+		// From the phase's start (settle left in): buckets 10..19, mean
+		// (8*4+10+12+14+16*3)/10 = 11.6, under the 12.5 past settle.
+		{"shaped/rise: flow bulk goodput >= 0.72 of modem up after 0s", true},
+		{"shaped/rise: flow bulk goodput >= 0.73 of modem up after 0s", false},
 	} {
 		e, err := parseExpectation(tc.text)
 		if err != nil {

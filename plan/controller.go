@@ -122,18 +122,17 @@ func (b *builder) controllers() {
 				}
 			}
 		}
-		prios := map[int]bool{}
 		heaviest := map[int]float64{}
 		for _, c := range cs {
-			prios[c.Prio] = true
 			heaviest[c.Prio] = max(heaviest[c.Prio], c.ShareWeight())
 		}
-		for _, c := range cs {
+		prods := prodOf(cs)
+		for i, c := range cs {
 			cl := byName[c.Name]
 			if cl == nil {
 				continue
 			}
-			prod := len(prios) > 1 && c.Prio == 0
+			prod := prods[i]
 			cl.Controlled = !prod
 			ctl.Children = append(ctl.Children, Controlled{Name: c.Name, ID: cl.Handle.String(), Handle: cl.Handle, Weight: c.ShareWeight(),
 				Rate: cl.Rate, Ceil: cl.Ceil, Prod: prod, Capped: !prod && c.ShareWeight()*anchorRange < heaviest[c.Prio]})

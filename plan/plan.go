@@ -369,6 +369,7 @@ func buildTree(d *policy.Diag, feats Features, in *policy.Interface, t *policy.T
 
 	var names []string
 	b.walkNames(t.Classes, func(name string, _ bool) { names = append(names, name) })
+	b.capNames(t, func(name string) { names = append(names, name) })
 	b.classes = newPool(prev.Classes, 0x10, policy.MaxClasses+1)
 	// Ids the policy pins first: a class that held one before gives it
 	// up and is numbered anew.
@@ -473,8 +474,21 @@ func (b *builder) classID(name string) tc.Handle {
 
 // classTree emits classes top-down and collects leaf qdiscs.
 func (b *builder) classTree(cs []*policy.Class, parent tc.Handle, leaves *[]tc.Object) {
-	for _, c := range cs {
+	var owner *policy.Class
+	if len(cs) > 0 {
+		owner = cs[0].Parent
+	}
+	capID := parent
+	sh, held := b.capped(owner, cs)
+	if sh != nil {
+		capID = b.capClass(owner, cs, held, sh, parent)
+	}
+	for i, c := range cs {
 		id := b.classID(c.Name)
+		parent := parent
+		if held != nil && held[i] {
+			parent = capID
+		}
 		cl := &tc.Class{Dev: b.dev.Name, Parent: parent, Handle: id, Kind: "htb",
 			Rate: max(c.RateBps/b.div, 1), Ceil: c.CeilBps, Prio: uint32(c.Prio), Name: c.Name}
 		setBursts(cl, b.tree.Dir, b.groupRate(c.Parent), b.leafKind(c.Leaf), c.Burst, c.Cburst, c.Quantum)

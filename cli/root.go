@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"time"
 
@@ -92,9 +93,9 @@ every class is doing.`,
 	})
 	root.AddCommand(
 		validateCmd(g),
-		inNamespace(needing(planCmd(g), "reads the kernel's traffic control and sluice's records in /run/sluice")),
+		inNamespace(planCmd(g)),
 		inNamespace(needing(applyCmd(g), "changes the kernel's traffic control")),
-		inNamespace(needing(showCmd(g), "reads the kernel's traffic control and sluice's records in /run/sluice")),
+		inNamespace(showCmd(g)),
 		inNamespace(needing(resetCmd(g), "changes the kernel's traffic control")),
 		inNamespace(exportCmd(g)),
 		doctorCmd(g),
@@ -148,6 +149,11 @@ func classify(err error) error {
 	var ie *engine.InputError
 	if errors.As(err, &ie) {
 		return badInput(err)
+	}
+	var re *records.Error
+	if errors.Is(err, fs.ErrPermission) && !errors.As(err, &re) && !privileged() {
+		// What a reader without root meets: tc reads, BPF objects not.
+		return failure(fmt.Errorf("%w (without root this user reads the kernel's traffic control and sluice's records, not its BPF program: plan a tree with classifier: bpf or backend: edt as root, or with CAP_BPF)", err))
 	}
 	return failure(err)
 }

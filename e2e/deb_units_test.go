@@ -98,6 +98,19 @@ func TestDebUnitsStartUnderSystemd(t *testing.T) {
 	if st := m.must("systemctl", "is-enabled", "sluice-agent"); st != "enabled" {
 		t.Errorf("enable left it %q", st)
 	}
+	// The records are the group sluice's to read (the package made it,
+	// the unit runs with it): a member reads them without root.
+	if st := m.must("stat", "-c", "%a %U %G", "/run/sluice"); st != "750 root sluice" {
+		t.Errorf("/run/sluice is %q, want 750 root sluice", st)
+	}
+	gid := strings.Split(m.must("getent", "group", "sluice"), ":")
+	if len(gid) < 3 {
+		t.Fatalf("no group sluice: %v", gid)
+	}
+	if out, err := m.run("setpriv", "--reuid=65534", "--regid=65534", "--groups="+gid[2], "sluice", "show", "--local", "--interval", "0"); err != nil || !strings.Contains(out, "eth0 egress") {
+		ls, _ := m.run("ls", "-la", "/run/sluice")
+		t.Errorf("show as nobody in the group sluice: %v\n%s\n%s", err, out, ls)
+	}
 	// systemctl reload: the edit is applied.
 	m.must("sed", "-i", "s/19mbit/25mbit/g", "/etc/sluice/policy.yaml")
 	m.must("systemctl", "reload", "sluice-agent")

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"sort"
@@ -18,6 +19,7 @@ import (
 	"github.com/vishvananda/netns"
 
 	"sluice/plan"
+	"sluice/records"
 	"sluice/safefile"
 	"sluice/tc"
 )
@@ -105,6 +107,21 @@ func ProbeCached(stateDir string) (*Report, error) {
 	}
 	r, err := Probe()
 	if err != nil {
+		// A reader without root cannot probe (the scratch namespace
+		// needs it): what the kernel has is the same from every
+		// namespace, so the base directory's cache answers (an apply
+		// from the root namespace wrote it), where it is this boot's.
+		if base := records.Base(); filepath.Clean(base) != filepath.Clean(stateDir) {
+			if bd, berr := safefile.OpenDir(base, false); berr == nil {
+				defer bd.Close()
+				if b, rerr := bd.ReadFile(name, 1<<20); rerr == nil {
+					var c Report
+					if json.Unmarshal(b, &c) == nil && c.BootID == boot && boot != "" {
+						return &c, nil
+					}
+				}
+			}
+		}
 		return nil, err
 	}
 	if derr == nil { // the cache is best effort

@@ -36,14 +36,19 @@ const DefaultDir = "/run/sluice"
 // given (issue 58: `ip netns exec B sluice apply` wrote over the records
 // of the root namespace an agent kept, which then failed every pass).
 func Dir(ns string) string {
-	base := os.Getenv("SLUICE_STATE_DIR")
-	if base == "" {
-		base = DefaultDir
-	}
 	if ns == "" {
 		ns = EnteredNetns()
 	}
-	return DirIn(base, ns)
+	return DirIn(Base(), ns)
+}
+
+// Base is the records' base directory: the root namespace's records,
+// and the kernel-wide feature cache (DefaultDir, or SLUICE_STATE_DIR).
+func Base() string {
+	if base := os.Getenv("SLUICE_STATE_DIR"); base != "" {
+		return base
+	}
+	return DefaultDir
 }
 
 var entered struct {
@@ -303,12 +308,20 @@ type Error struct {
 
 func (e *Error) Error() string {
 	if errors.Is(e.Err, fs.ErrPermission) {
-		return fmt.Sprintf("records in %s: %v: sluice's records are root's; run it as root", e.Dir, e.Err)
+		return fmt.Sprintf("records in %s: %v: sluice's records are readable by root and by the members of the group %s, where it exists (the packages create it; records made from then on are the group's): run as root, or join the group", e.Dir, e.Err, readersName())
 	}
 	return fmt.Sprintf("records in %s: %v (sluice will not guess what it owns; to start over, remove %s and run apply --force)", e.Dir, e.Err, e.Dir)
 }
 
 func (e *Error) Unwrap() error { return e.Err }
+
+// readersName is the readers' group as this process names it.
+func readersName() string {
+	if n := os.Getenv(safefile.ReadersEnv); n != "" {
+		return n
+	}
+	return safefile.ReadersGroup
+}
 
 func New() *File {
 	return &File{Version: recordsVersion, Devices: map[string]*Tree{}}

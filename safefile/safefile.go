@@ -119,22 +119,27 @@ func unsafeErr(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", ErrUnsafe, fmt.Sprintf(format, args...))
 }
 
-// OpenDir opens directory path, creating it (mode 0700) and its
-// missing parents when create is set. The directories above path are
-// trusted as the system has them (/run, or what SLUICE_STATE_DIR
-// names); path itself must not be a link, must belong to the caller's
-// effective user and must not be writable by group or others. sluice
-// never changes a directory's mode: one it creates is 0700, and every
-// file it writes is 0600 (records name subscribers).
+// OpenDir opens directory path, creating it and its missing parents
+// when create is set. The directories above path are trusted as the
+// system has them (/run, or what SLUICE_STATE_DIR names); path itself
+// must not be a link, must belong to the caller's effective user or to
+// root (a reader without root reads root's records), and must not be
+// writable by group or others. sluice never changes the mode of a
+// directory it did not create: one it creates is 0700, and every file
+// it writes 0600 (records name subscribers), or 0750 and 0640 with the
+// readers' group (ReadersGroup) where that group exists.
 func OpenDir(path string, create bool) (*Dir, error) {
 	path = filepath.Clean(path)
+	made := false
 	if create {
 		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 			return nil, err
 		}
-		if err := unix.Mkdir(path, 0o700); err != nil && !errors.Is(err, unix.EEXIST) {
+		err := unix.Mkdir(path, dirMode())
+		if err != nil && !errors.Is(err, unix.EEXIST) {
 			return nil, &os.PathError{Op: "mkdir", Path: path, Err: err}
 		}
+		made = err == nil
 	}
 	fd, err := unix.Open(path, unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
@@ -144,6 +149,9 @@ func OpenDir(path string, create bool) (*Dir, error) {
 	if err := d.check(); err != nil {
 		d.Close()
 		return nil, err
+	}
+	if made {
+		shareFd(fd)
 	}
 	return d, nil
 }
@@ -163,14 +171,14 @@ func (d *Dir) check() error {
 	if err := unix.Fstat(d.fd, &st); err != nil {
 		return &os.PathError{Op: "stat", Path: d.path, Err: err}
 	}
-	if int(st.Uid) != os.Geteuid() {
-		return unsafeErr("%s belongs to uid %d, not to this user (uid %d); sluice will not keep its records there (chown it or remove it)", d.path, st.Uid, os.Geteuid())
+	if int(st.Uid) != os.Geteuid() && st.Uid != 0 {
+		return unsafeErr("%s belongs to uid %d, not to this user (uid %d) nor to root; sluice will not keep its records there (chown it or remove it)", d.path, st.Uid, os.Geteuid())
 	}
 	if st.Mode&0o022 != 0 {
 		return unsafeErr("%s is writable by other users (mode %#o); sluice will not keep its records there (chmod 700 it)", d.path, st.Mode&0o777)
 	}
 	// A directory others may read is left as it is (it may be /var/lib,
-	// which a hosts_file names): what sluice writes in it is 0600.
+	// which a hosts_file names): what sluice writes in it is 0600 (0640 for the readers' group).
 	return nil
 }
 
@@ -192,10 +200,13 @@ func (d *Dir) Sub(name string, create bool) (*Dir, error) {
 		return nil, err
 	}
 	path := filepath.Join(d.path, name)
+	made := false
 	if create {
-		if err := unix.Mkdirat(d.fd, name, 0o700); err != nil && !errors.Is(err, unix.EEXIST) {
+		err := unix.Mkdirat(d.fd, name, dirMode())
+		if err != nil && !errors.Is(err, unix.EEXIST) {
 			return nil, &os.PathError{Op: "mkdir", Path: path, Err: err}
 		}
+		made = err == nil
 	}
 	fd, err := unix.Openat(d.fd, name, unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
@@ -208,6 +219,9 @@ func (d *Dir) Sub(name string, create bool) (*Dir, error) {
 	if err := s.check(); err != nil {
 		s.Close()
 		return nil, err
+	}
+	if made {
+		shareFd(fd)
 	}
 	return s, nil
 }
@@ -275,10 +289,11 @@ func (d *Dir) CreateTemp(prefix string) (*Temp, error) {
 	b := make([]byte, 8)
 	rand.Read(b)
 	name := prefix + hex.EncodeToString(b) + ".tmp"
-	f, err := d.open(name, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL, 0o600)
+	f, err := d.open(name, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL, fileMode())
 	if err != nil {
 		return nil, err
 	}
+	shareFd(int(f.Fd()))
 	return &Temp{File: f, dir: d, name: name}, nil
 }
 

@@ -9,8 +9,10 @@ import (
 
 	"cmp"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -51,6 +53,9 @@ type Tree struct {
 	// HostClasses counts this tree's per-host classes left out of the
 	// reading (the agent's status without hosts).
 	HostClasses int `json:"host_classes_omitted,omitzero"`
+	// Unread says what of the tree this process could not read (BPF
+	// maps without root or CAP_BPF), instead of failing the whole reading.
+	Unread []string `json:"unread,omitempty"`
 
 	// read is when the tree's counters were read (the middle of the
 	// read; zero: at the sample's At). Reading thousands of classes on
@@ -370,10 +375,10 @@ func collect(k *kernel.Kernel, devs []string, classes map[string][]*tc.Class, co
 				t.Missing = true
 				continue
 			}
-			if err := readBPF(k, t, rec.Interface, rec.Dir == "ingress", rec, nil); err != nil {
+			if err := readBPF(k, t, rec.Interface, rec.Dir == "ingress", rec, nil); unreadable(t, err) != nil {
 				return nil, err
 			}
-			t.Missing = t.Classifier != "bpf"
+			t.Missing = t.Classifier != "bpf" && len(t.Unread) == 0
 			continue
 		}
 		if rec.EDT {
@@ -381,7 +386,7 @@ func collect(k *kernel.Kernel, devs []string, classes map[string][]*tc.Class, co
 				t.Missing = true
 				continue
 			}
-			if err := readEDT(k, t, name, rec); err != nil {
+			if err := readEDT(k, t, name, rec); unreadable(t, err) != nil {
 				return nil, err
 			}
 			continue
@@ -420,11 +425,22 @@ func collect(k *kernel.Kernel, devs []string, classes map[string][]*tc.Class, co
 			if c.cl != nil {
 				c.cl.fill(t, rec, known)
 			}
-		} else if err := readBPF(k, t, name, false, rec, known); err != nil {
+		} else if err := readBPF(k, t, name, false, rec, known); unreadable(t, err) != nil {
 			return nil, err
 		}
 	}
 	return s, nil
+}
+
+// unreadable notes on t a BPF read the kernel refused this process
+// (reading BPF objects needs root or CAP_BPF, where reading tc does
+// not) and returns nil for it; any other error it returns.
+func unreadable(t *Tree, err error) error {
+	if err == nil || !errors.Is(err, fs.ErrPermission) {
+		return err
+	}
+	t.Unread = append(t.Unread, fmt.Sprintf("sluice's BPF program and maps (%v): reading them needs root or CAP_BPF; what they count (classifier and policer counters, EDT aggregates) is left out", err))
+	return nil
 }
 
 // classesOf fills t's classes from its live ones: the root's class
@@ -571,6 +587,9 @@ func (s *Sample) WriteText(w io.Writer) {
 		if t.Missing {
 			fmt.Fprintln(w, "  (missing: the kernel no longer has this tree; run apply or reset)")
 			continue
+		}
+		for _, u := range t.Unread {
+			fmt.Fprintln(w, "  not read: "+u)
 		}
 		if len(t.Policers) > 0 {
 			pw := tabwriter.NewWriter(w, 2, 4, 2, ' ', tabwriter.AlignRight)

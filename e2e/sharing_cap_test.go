@@ -8,23 +8,37 @@ import (
 	"sluice/testutil"
 )
 
-// A sharing's cap is a class: with no agent running (nothing has
-// measured or limited anything), two UDP tenants flooding a 20mbit
-// link under `cap: 50%` send 10 Mbit/s together, not 20, and a prod
-// class beside them keeps its own rate outside the cap. The tenants
-// hang under "(cap)", prod under the root.
+// A sharing's cap holds with no agent running (nothing has measured or
+// limited anything): two UDP tenants flooding a 20mbit link under `cap:
+// 50%` send 10 Mbit/s together, not 20, and a prod class beside them
+// keeps its own rate outside the cap. On HTB the tenants hang under a
+// "(cap)" class, prod under the root; on EDT (the lane: fq) their
+// aggregates take a slot on a "(cap)" aggregate's clock.
 func TestSharingCapHoldsWithoutTheAgent(t *testing.T) {
 	testutil.Slow(t)
 	light(t)
+	t.Run("htb", func(t *testing.T) { testSharingCap(t, "") })
+	t.Run("edt", func(t *testing.T) {
+		needFq(t)
+		testSharingCap(t, "      backend: edt\n")
+	})
+}
+
+func testSharingCap(t *testing.T, backend string) {
+	edt := backend != ""
+	ceil := ""
+	if edt {
+		ceil = ", ceil: 20mbit" // an EDT aggregate's cap is its ceil
+	}
 	p := testutil.NewPair(t)
 	pol := writePolicy(t, "p.yaml", policyFor(p.DevA, `    egress:
       rate: 20mbit
-      default: b
+`+backend+`      default: b
       sharing: {mode: controller, cap: 50%}
       classes:
-        - {name: prod, rate: 2mbit, prio: 0, match: [{proto: udp, dport: 9003}]}
-        - {name: a, rate: 100kbit, prio: 1, weight: 1, match: [{proto: udp, dport: 9001}]}
-        - {name: b, rate: 100kbit, prio: 1, weight: 3, match: [{proto: udp, dport: 9002}]}
+        - {name: prod, rate: 2mbit, prio: 0`+ceil+`, match: [{proto: udp, dport: 9003}]}
+        - {name: a, rate: 100kbit, prio: 1, weight: 1`+ceil+`, match: [{proto: udp, dport: 9001}]}
+        - {name: b, rate: 100kbit, prio: 1, weight: 3`+ceil+`, match: [{proto: udp, dport: 9002}]}
 `))
 	must(t, "--netns", p.A, "apply", pol)
 	type class struct {
@@ -51,7 +65,7 @@ func TestSharingCapHoldsWithoutTheAgent(t *testing.T) {
 	if !ok || capc.Ceil*8 != 10e6 {
 		t.Fatalf("no (cap) class with a 10mbit ceil: %+v", c)
 	}
-	if c["a"].Parent != capc.ID || c["b"].Parent != capc.ID || c["prod"].Parent == capc.ID {
+	if !edt && (c["a"].Parent != capc.ID || c["b"].Parent != capc.ID || c["prod"].Parent == capc.ID) {
 		t.Fatalf("a and b belong under (cap) %s, prod beside it: %+v", capc.ID, c)
 	}
 	stop := udpFlood(t, p.A, testutil.AddrB, 15e6, 9001, 9002)
@@ -76,12 +90,12 @@ func TestSharingCapHoldsWithoutTheAgent(t *testing.T) {
 	// classes are made again) and leaves no (cap) class behind.
 	pol2 := writePolicy(t, "p2.yaml", policyFor(p.DevA, `    egress:
       rate: 20mbit
-      default: b
+`+backend+`      default: b
       sharing: {mode: controller}
       classes:
-        - {name: prod, rate: 2mbit, prio: 0, match: [{proto: udp, dport: 9003}]}
-        - {name: a, rate: 100kbit, prio: 1, weight: 1, match: [{proto: udp, dport: 9001}]}
-        - {name: b, rate: 100kbit, prio: 1, weight: 3, match: [{proto: udp, dport: 9002}]}
+        - {name: prod, rate: 2mbit, prio: 0`+ceil+`, match: [{proto: udp, dport: 9003}]}
+        - {name: a, rate: 100kbit, prio: 1, weight: 1`+ceil+`, match: [{proto: udp, dport: 9001}]}
+        - {name: b, rate: 100kbit, prio: 1, weight: 3`+ceil+`, match: [{proto: udp, dport: 9002}]}
 `))
 	must(t, "--netns", p.A, "apply", pol2)
 	c2, _ := read()

@@ -1,6 +1,9 @@
 package plan
 
 import (
+	"fmt"
+
+	"sluice/bpf"
 	"sluice/policy"
 	"sluice/tc"
 	"sluice/units"
@@ -105,4 +108,55 @@ func (b *builder) capClass(owner *policy.Class, cs []*policy.Class, held []bool,
 	b.objs = append(b.objs, cl)
 	b.dev.Classes = append(b.dev.Classes, ClassInfo{Name: name, Handle: id, Parent: parent, Rate: rate, Ceil: ceil})
 	return id
+}
+
+// edtCap gives an EDT tree's capped sharing an aggregate of its own at
+// the cap: each child the controller limits (a leaf class's aggregate)
+// takes a slot on its clock too, as a group's hosts take one on the
+// group's, so their sum is held from the first packet. Only the
+// direction's sharing has one (an EDT tree's classes are its leaves),
+// and a per_host child's hosts are not bound to it: their aggregates
+// are their own (a groups_file's may belong to a group already).
+func (b *builder) edtCap(c *bpf.Content) {
+	t := b.tree
+	sh := t.Sharing
+	if sh == nil || sh.Cap == nil || sh.CapBps == 0 {
+		return
+	}
+	index := map[uint32]int{} // counter -> target
+	for i, tg := range c.Targets {
+		if tg.Counter != 0 {
+			index[tg.Counter] = i
+		}
+	}
+	prod := prodOf(t.Classes)
+	var held []int
+	var rate units.Rate
+	skipped := 0
+	for i, cl := range t.Classes {
+		if prod[i] {
+			continue
+		}
+		k, ok := index[b.counter(cl.Name)]
+		if !ok || cl.PerHost != nil || c.Targets[k].Group != 0 {
+			skipped++
+			continue
+		}
+		held = append(held, k)
+		rate += cl.RateBps
+	}
+	if len(held) == 0 {
+		return
+	}
+	name := CapClassName("")
+	capT := bpf.Target{Counter: b.counter(name)}
+	setPace(&capT, t, t.Burst.NS(sh.CapBps), min(rate, sh.CapBps), sh.CapBps)
+	c.Targets = append(c.Targets, capT)
+	for _, k := range held {
+		c.Targets[k].Group = uint32(len(c.Targets))
+	}
+	b.dev.Classes = append(b.dev.Classes, ClassInfo{Name: name, Rate: min(rate, sh.CapBps), Ceil: sh.CapBps, Prio: 1, Counter: capT.Counter})
+	if skipped > 0 {
+		b.dev.Notes = append(b.dev.Notes, fmt.Sprintf("edt: %d of the capped sharing's children are per_host classes: their hosts' aggregates do not take a slot on the (cap) aggregate, and only the controller holds them to the cap", skipped))
+	}
 }

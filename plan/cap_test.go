@@ -3,6 +3,7 @@ package plan
 import (
 	"testing"
 
+	"sluice/bpf"
 	"sluice/tc"
 )
 
@@ -89,7 +90,8 @@ func TestCapClass(t *testing.T) {
 			}
 		})
 	}
-	// An EDT tree has no HTB to hold a class: the controller holds the cap.
+	// An EDT tree's cap is an aggregate: the nonprod classes' targets take
+	// a slot on its clock (Group), prod's do not.
 	p := parseEDT(t, `interfaces:
   - name: eth0
     egress:
@@ -98,16 +100,44 @@ func TestCapClass(t *testing.T) {
       default: b
       sharing: {mode: controller, cap: 80%}
       classes:
-        - {name: a, rate: 1mbit, ceil: 30mbit}
-        - {name: b, rate: 2mbit, ceil: 30mbit}
+        - {name: prod, rate: 3mbit, ceil: 30mbit, prio: 0, match: [{dport: 53}]}
+        - {name: a, rate: 1mbit, ceil: 30mbit, prio: 1, match: [{dport: 80}]}
+        - {name: b, rate: 2mbit, ceil: 30mbit, prio: 1}
 `)
 	pl, err := Build(p, Everything, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, ci := range pl.Devices[0].Classes {
-		if ci.Name == "(cap)" {
-			t.Errorf("an EDT tree got a (cap) class: %+v", ci)
+	d := pl.Devices[0]
+	counter := map[string]uint32{}
+	for _, ci := range d.Classes {
+		counter[ci.Name] = ci.Counter
+	}
+	var hook *bpf.Hook
+	for _, o := range d.Objects {
+		if h, ok := o.(*bpf.Hook); ok {
+			hook = h
 		}
+	}
+	if hook == nil || counter["(cap)"] == 0 {
+		t.Fatalf("no hook, or no (cap) aggregate: %+v", d.Classes)
+	}
+	group := map[string]uint32{}
+	var capAt uint32
+	for i, tg := range hook.Content.Targets {
+		for name, n := range counter {
+			if n != 0 && tg.Counter == n {
+				group[name] = tg.Group
+				if name == "(cap)" {
+					capAt = uint32(i) + 1
+					if tg.Rate.BitsFloat() != 24e6 {
+						t.Errorf("(cap) paced at %v bit/s, want 24e6", tg.Rate.BitsFloat())
+					}
+				}
+			}
+		}
+	}
+	if group["a"] != capAt || group["b"] != capAt || group["prod"] != 0 || capAt == 0 {
+		t.Errorf("groups %v, want a and b on the (cap) aggregate (%d), prod on none", group, capAt)
 	}
 }

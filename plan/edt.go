@@ -199,6 +199,7 @@ func buildEDT(d *policy.Diag, feats Features, in *policy.Interface, t *policy.Tr
 			prod.String(), t.RateBps.String()))
 	}
 	c.EDT = e
+	b.edtCap(c)
 	b.edtControllers(hook)
 	b.groupControllers()
 	if err := c.Validate(); err != nil && len(d.Errs) == 0 {

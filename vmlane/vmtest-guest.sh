@@ -91,7 +91,7 @@ e2e_imports_timed='TestImportedLibreQoSClassifiesAsTheOriginal'
 e2e_checks='TestFeaturesTheKernelMayLack|TestDoctorAgreesWithTC|TestPlanApplyShowReset|TestExportReproducesApply|TestExportBPFTreeAsU32|TestExportMarkRuleReproducesClassification|TestCraftedPacketsLandInTheirClass|TestBPFClassifierMatchesPolicy|TestBPFHostsFileAndMark|TestBPFOneHostChange|TestMarkedPacketsReachTheirClass|TestSharedClsactAndForeignFilters|TestReplacedRootIsForeign|TestMissingShardIsRepaired|TestEDTApplyPlanShowReset|TestEDTKilledApplyIsRecovered|TestEDTHostsPatchKilledAtEveryWrite|TestMigrationTakesOverTheIngress'
 # The package's units run alone too: beside the other checks, systemd
 # SIGKILLed the agent as it stopped (its stop timeout is 5 s), once.
-e2e_timed='TestDebUnitsStartUnderSystemd|'"$e2e_imports_timed"'|TestBPFIngressPolicer|TestDelayLine|TestNetemDelayAndLoss|TestMatrixSkipsMissingLeaves|TestEgressLimit20mbit|TestIngressLimit20mbit|TestCCMatrixFillsEveryRow|TestDemoOnStockKernel|TestEDT[A-Za-z]*|TestFairShareScenario|TestVariableRateScenario|TestConformanceMatrix|TestConformanceDrivesEveryRuleKind|TestGeneratedPolicies'
+e2e_timed='TestDebUnitsStartUnderSystemd|'"$e2e_imports_timed"'|TestBPFIngressPolicer|TestDelayLine|TestNetemDelayAndLoss|TestMatrixSkipsMissingLeaves|TestEgressLimit20mbit|TestIngressLimit20mbit|TestCCMatrixFillsEveryRow|TestDemoOnStockKernel|TestEDT[A-Za-z]*|TestFairShareScenario|TestVariableRateScenario|TestConformanceMatrix|TestConformanceDrivesEveryRuleKind|TestGeneratedPolicies|TestSharingCapHoldsWithoutTheAgent'
 # A test named in both lists runs once, with the checks.
 e2e_default="^($e2e_imports|$e2e_checks|$e2e_timed)\$"
 # The delay line's loss runs on the host (its kernel lacks netem); here

@@ -74,8 +74,8 @@ func TestLinkLayerATM(t *testing.T) {
 	if r.code != 0 {
 		t.Fatalf("exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
 	}
-	if n := strings.Count(r.stdout, "PASS  "); n != 6 {
-		t.Fatalf("%d of 6 expectations passed:\n%s", n, r.stdout)
+	if n := strings.Count(r.stdout, "PASS  "); n != 8 {
+		t.Fatalf("%d of 8 expectations passed:\n%s", n, r.stdout)
 	}
 	if _, err := os.Stat(filepath.Join(dir, "report.json")); err != nil {
 		t.Fatal(err)

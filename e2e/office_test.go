@@ -20,7 +20,7 @@ func TestOfficeExample(t *testing.T) {
 	testutil.Slow(t)
 	light(t)
 	scenarioIsExample(t, "office", "office.yaml", strings.NewReplacer("name: eth0", "name: wan", "name: eth1", "name: lan", "192.168.1.0/24", "10.77.0.0/24"))
-	runExampleScenario(t, "office", 6)
+	runExampleScenario(t, "office", 8)
 }
 
 // TestWondershaperExample runs examples/wondershaper.yaml in the lab on
@@ -37,7 +37,7 @@ func TestWondershaperExample(t *testing.T) {
 	// rate is a tenth of the goodput.
 	testutil.RequireRoot(t)
 	scenarioIsExample(t, "wondershaper", "wondershaper.yaml", strings.NewReplacer("name: eth0", "name: wan"))
-	runExampleScenario(t, "wondershaper", 7)
+	runExampleScenario(t, "wondershaper", 10)
 }
 
 // scenarioIsExample fails the test unless the lab scenario's shaped

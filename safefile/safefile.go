@@ -7,9 +7,10 @@
 // ReadRegular: links in their path are followed, as the user chose
 // them, but only a regular file is read, and only up to a limit. The
 // records directory is a Dir: opened without following a link in its
-// last component, owned by the caller and writable by nobody else, and
-// every file in it is opened relative to it with O_NOFOLLOW, created
-// 0600 under a random name and renamed into place.
+// last component, owned by the caller (or root, for a reader without
+// root) and writable by nobody else, and every file in it is opened
+// relative to it with O_NOFOLLOW, created 0600 (0640 where the readers'
+// group exists: readers.go) under a random name and renamed into place.
 package safefile
 
 import (

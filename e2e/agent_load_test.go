@@ -320,10 +320,15 @@ func classIDWithRate(out, r string) string {
 	return ""
 }
 
-func procRSSMB(pid int) float64 {
+func procRSSMB(pid int) float64 { return procStatusMB(pid, "VmRSS:") }
+
+// procStatusMB reads a size field of /proc/PID/status (VmRSS:, RssAnon:,
+// RssFile:) in MB: what of the RSS is the binary's pages, and what the
+// process allocated, tells a leak from code paths paged in.
+func procStatusMB(pid int, field string) float64 {
 	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	for _, l := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(l); len(f) >= 2 && f[0] == "VmRSS:" {
+		if f := strings.Fields(l); len(f) >= 2 && f[0] == field {
 			kb, _ := strconv.ParseFloat(f[1], 64)
 			return kb / 1024
 		}

@@ -74,7 +74,7 @@ func TestAgentKubeSoak(t *testing.T) {
 	var first, mid *reading
 	// RSS every tenth of the soak: a plateau and a slow leak differ in
 	// the curve's last tenths, not in its ends.
-	var curve []string
+	var curve, anon []string
 	nextSample := time.Duration(0)
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
@@ -103,6 +103,7 @@ func TestAgentKubeSoak(t *testing.T) {
 		}
 		if el := time.Since(begin); el >= nextSample {
 			curve = append(curve, fmt.Sprintf("%.0f", procRSSMB(agent.Process.Pid)))
+			anon = append(anon, fmt.Sprintf("%.1f", procStatusMB(agent.Process.Pid, "RssAnon:")))
 			nextSample += d / 10
 		}
 		switch el := time.Since(begin); {
@@ -128,6 +129,7 @@ func TestAgentKubeSoak(t *testing.T) {
 		d, int(time.Since(begin)/(100*time.Millisecond)), bad, churn, first.rss, mid.rss, last.rss, first.fds, last.fds, first.threads, last.threads,
 		pace(*first, *mid), pace(*mid, last), len(evs.Items))
 	t.Logf("RSS every %v (MB): %s", d/10, strings.Join(curve, " "))
+	t.Logf("of which anonymous (MB): %s (the rest is the binary's pages; GODEBUG=gctrace=1 puts the Go heap in the agent's log)", strings.Join(anon, " "))
 	if last.rss > first.rss*1.2 && last.rss > first.rss+10 {
 		t.Errorf("RSS grew from %.0f to %.0f MB", first.rss, last.rss)
 	}

@@ -394,31 +394,14 @@ func TestMarkedPacketsReachTheirClass(t *testing.T) {
 // plan and munin read: TestReadWithoutRoot.)
 func TestWithoutRoot(t *testing.T) {
 	testutil.RequireRoot(t)
-	dir, err := os.MkdirTemp("", "sluice-noroot")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	os.Chmod(dir, 0o755)
-	exe, _ := os.ReadFile(bin)
-	nb := filepath.Join(dir, "sluice")
-	os.WriteFile(nb, exe, 0o755)
+	dir, nb := nobodysCopy(t)
 	pol := filepath.Join(dir, "p.yaml")
 	os.WriteFile(pol, []byte("interfaces:\n  - name: eth0\n    egress:\n      rate: 10mbit\n      default: bulk\n      classes:\n        - {name: bulk, rate: 9mbit}\n"), 0o644)
 	run := func(args ...string) result {
 		cmd := exec.Command(nb, args...)
 		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
 		cmd.Dir = dir
-		var o, e strings.Builder
-		cmd.Stdout, cmd.Stderr = &o, &e
-		err := cmd.Run()
-		r := result{stdout: o.String(), stderr: e.String()}
-		if ee, ok := err.(*exec.ExitError); ok {
-			r.code = ee.ExitCode()
-		} else if err != nil {
-			t.Fatal(err)
-		}
-		return r
+		return runCmd(t, cmd)
 	}
 	for _, args := range [][]string{{"apply", pol}, {"reset", "--all"}, {"demo"},
 		{"lab", "up", "fair-share"}, {"lab", "run", "fair-share"}, {"lab", "down", "--all"}, {"agent", pol}} {

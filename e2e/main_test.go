@@ -62,9 +62,16 @@ func sluice(t *testing.T, args ...string) result {
 func runSluice(t *testing.T, binary string, env []string, args ...string) result {
 	t.Helper()
 	cmd := exec.Command(binary, args...)
+	cmd.Env = append(os.Environ(), env...)
+	return runCmd(t, cmd)
+}
+
+// runCmd runs cmd and returns its output and exit status; a command that
+// cannot start fails the test.
+func runCmd(t *testing.T, cmd *exec.Cmd) result {
+	t.Helper()
 	var o, e bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &o, &e
-	cmd.Env = append(os.Environ(), env...)
 	err := cmd.Run()
 	r := result{stdout: o.String(), stderr: e.String()}
 	if ee, ok := err.(*exec.ExitError); ok {
@@ -73,6 +80,22 @@ func runSluice(t *testing.T, binary string, env []string, args ...string) result
 		t.Fatal(err)
 	}
 	return r
+}
+
+// nobodysCopy makes a directory anyone may enter (as /run is) holding a
+// copy of sluice anyone may run, for the tests that run it as nobody.
+func nobodysCopy(t *testing.T) (dir, binary string) {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "sluice-nobody")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	os.Chmod(dir, 0o755)
+	exe, _ := os.ReadFile(bin)
+	binary = filepath.Join(dir, "sluice")
+	os.WriteFile(binary, exe, 0o755)
+	return dir, binary
 }
 
 // light marks a test that leaves the machine idle while it runs: its

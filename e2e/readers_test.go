@@ -26,47 +26,30 @@ func TestReadWithoutRoot(t *testing.T) {
 	if _, err := exec.LookPath("setpriv"); err != nil {
 		t.Skip("setpriv (util-linux) not installed")
 	}
-	// A directory nobody may enter, for the binary, the policies and the
-	// records' base (as /run is).
-	dir, err := os.MkdirTemp("", "sluice-readers")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	os.Chmod(dir, 0o755)
-	exe, _ := os.ReadFile(bin)
-	nb := filepath.Join(dir, "sluice")
-	os.WriteFile(nb, exe, 0o755)
+	// The binary, the policies and the records' base where nobody may
+	// enter (as /run is).
+	dir, nb := nobodysCopy(t)
 	state := filepath.Join(dir, "state")
 	os.Mkdir(state, 0o755)
 	p := testutil.NewPair(t)
-	write := func(name, body string) string {
+	// write writes a policy of rate for the pair's device, with a BPF
+	// classifier where bpf is set.
+	write := func(name, rate string, bpf bool) string {
+		classifier := ""
+		if bpf {
+			classifier = "      classifier: bpf\n"
+		}
 		f := filepath.Join(dir, name)
-		os.WriteFile(f, []byte(policyFor(p.DevA, body)), 0o644)
+		os.WriteFile(f, []byte(policyFor(p.DevA, `    egress:
+      rate: `+rate+`
+`+classifier+`      default: b
+      classes:
+        - {name: a, rate: 1mbit, match: [{proto: udp, dport: 9001}]}
+        - {name: b, rate: 1mbit}
+`)), 0o644)
 		return f
 	}
-	u32 := write("u32.yaml", `    egress:
-      rate: 10mbit
-      default: b
-      classes:
-        - {name: a, rate: 1mbit, match: [{proto: udp, dport: 9001}]}
-        - {name: b, rate: 1mbit}
-`)
-	changed := write("changed.yaml", `    egress:
-      rate: 12mbit
-      default: b
-      classes:
-        - {name: a, rate: 1mbit, match: [{proto: udp, dport: 9001}]}
-        - {name: b, rate: 1mbit}
-`)
-	withBPF := write("bpf.yaml", `    egress:
-      rate: 10mbit
-      classifier: bpf
-      default: b
-      classes:
-        - {name: a, rate: 1mbit, match: [{proto: udp, dport: 9001}]}
-        - {name: b, rate: 1mbit}
-`)
+	u32, changed, withBPF := write("u32.yaml", "10mbit", false), write("changed.yaml", "12mbit", false), write("bpf.yaml", "10mbit", true)
 	asRoot := func(group string, args ...string) {
 		t.Helper()
 		if r := runSluice(t, nb, []string{"SLUICE_STATE_DIR=" + state, "SLUICE_GROUP=" + group}, append([]string{"--netns", p.A}, args...)...); r.code != 0 {
@@ -79,16 +62,7 @@ func TestReadWithoutRoot(t *testing.T) {
 		cmd := exec.Command("ip", append([]string{"netns", "exec", p.A, "setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
 			"env", "SLUICE_STATE_DIR=" + state, "SLUICE_GROUP=" + group, nb}, args...)...)
 		cmd.Dir = dir
-		var o, e strings.Builder
-		cmd.Stdout, cmd.Stderr = &o, &e
-		err := cmd.Run()
-		r := result{stdout: o.String(), stderr: e.String()}
-		if ee, ok := err.(*exec.ExitError); ok {
-			r.code = ee.ExitCode()
-		} else if err != nil {
-			t.Fatal(err)
-		}
-		return r
+		return runCmd(t, cmd)
 	}
 	files := func() []string {
 		var out []string

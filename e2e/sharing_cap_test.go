@@ -31,16 +31,19 @@ func testSharingCap(t *testing.T, backend string) {
 		ceil = ", ceil: 20mbit" // an EDT aggregate's cap is its ceil
 	}
 	p := testutil.NewPair(t)
-	pol := writePolicy(t, "p.yaml", policyFor(p.DevA, `    egress:
+	// policy is prod and two tenants under sharing.
+	policy := func(file, sharing string) string {
+		return writePolicy(t, file, policyFor(p.DevA, `    egress:
       rate: 20mbit
 `+backend+`      default: b
-      sharing: {mode: controller, cap: 50%}
+      sharing: `+sharing+`
       classes:
         - {name: prod, rate: 2mbit, prio: 0`+ceil+`, match: [{proto: udp, dport: 9003}]}
         - {name: a, rate: 100kbit, prio: 1, weight: 1`+ceil+`, match: [{proto: udp, dport: 9001}]}
         - {name: b, rate: 100kbit, prio: 1, weight: 3`+ceil+`, match: [{proto: udp, dport: 9002}]}
 `))
-	must(t, "--netns", p.A, "apply", pol)
+	}
+	must(t, "--netns", p.A, "apply", policy("p.yaml", "{mode: controller, cap: 50%}"))
 	type class struct {
 		Name, ID, Parent string
 		Ceil             float64 `json:"ceil_bytes_per_second"`
@@ -88,15 +91,7 @@ func testSharingCap(t *testing.T, backend string) {
 	}
 	// Taking the cap away moves the tenants back under the root (their
 	// classes are made again) and leaves no (cap) class behind.
-	pol2 := writePolicy(t, "p2.yaml", policyFor(p.DevA, `    egress:
-      rate: 20mbit
-`+backend+`      default: b
-      sharing: {mode: controller}
-      classes:
-        - {name: prod, rate: 2mbit, prio: 0`+ceil+`, match: [{proto: udp, dport: 9003}]}
-        - {name: a, rate: 100kbit, prio: 1, weight: 1`+ceil+`, match: [{proto: udp, dport: 9001}]}
-        - {name: b, rate: 100kbit, prio: 1, weight: 3`+ceil+`, match: [{proto: udp, dport: 9002}]}
-`))
+	pol2 := policy("p2.yaml", "{mode: controller}")
 	must(t, "--netns", p.A, "apply", pol2)
 	c2, _ := read()
 	if _, ok := c2["(cap)"]; ok || c2["a"].Parent != c2["prod"].Parent {

@@ -55,12 +55,7 @@ func TestCapClass(t *testing.T) {
 `, map[string]string{"a": RootClassName, "b": RootClassName}, nil},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			p := parseEDT(t, tt.policy)
-			pl, err := Build(p, Everything, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			d := pl.Devices[0]
+			d := firstDevice(t, tt.policy)
 			name := map[tc.Handle]string{RootClassID: RootClassName}
 			for _, ci := range d.Classes {
 				name[ci.Handle] = ci.Name
@@ -92,7 +87,7 @@ func TestCapClass(t *testing.T) {
 	}
 	// An EDT tree's cap is an aggregate: the nonprod classes' targets take
 	// a slot on its clock (Group), prod's do not.
-	p := parseEDT(t, `interfaces:
+	d := firstDevice(t, `interfaces:
   - name: eth0
     egress:
       rate: 30mbit
@@ -104,11 +99,6 @@ func TestCapClass(t *testing.T) {
         - {name: a, rate: 1mbit, ceil: 30mbit, prio: 1, match: [{dport: 80}]}
         - {name: b, rate: 2mbit, ceil: 30mbit, prio: 1}
 `)
-	pl, err := Build(p, Everything, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d := pl.Devices[0]
 	counter := map[string]uint32{}
 	for _, ci := range d.Classes {
 		counter[ci.Name] = ci.Counter
@@ -140,4 +130,15 @@ func TestCapClass(t *testing.T) {
 	if group["a"] != capAt || group["b"] != capAt || group["prod"] != 0 || capAt == 0 {
 		t.Errorf("groups %v, want a and b on the (cap) aggregate (%d), prod on none", group, capAt)
 	}
+}
+
+// firstDevice plans src for a kernel with everything and returns its
+// first device.
+func firstDevice(t *testing.T, src string) *Device {
+	t.Helper()
+	pl, err := Build(parseEDT(t, src), Everything, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pl.Devices[0]
 }

@@ -308,20 +308,13 @@ type Error struct {
 
 func (e *Error) Error() string {
 	if errors.Is(e.Err, fs.ErrPermission) {
-		return fmt.Sprintf("records in %s: %v: sluice's records are readable by root and by the members of the group %s, where it exists (the packages create it; records made from then on are the group's): run as root, or join the group", e.Dir, e.Err, readersName())
+		return fmt.Sprintf("records in %s: %v: sluice's records are readable by root and by the members of the group %s, where it exists (the packages create it; records made from then on are the group's): run as root, or join the group", e.Dir, e.Err, safefile.ReadersName())
 	}
 	return fmt.Sprintf("records in %s: %v (sluice will not guess what it owns; to start over, remove %s and run apply --force)", e.Dir, e.Err, e.Dir)
 }
 
 func (e *Error) Unwrap() error { return e.Err }
 
-// readersName is the readers' group as this process names it.
-func readersName() string {
-	if n := os.Getenv(safefile.ReadersEnv); n != "" {
-		return n
-	}
-	return safefile.ReadersGroup
-}
 
 func New() *File {
 	return &File{Version: recordsVersion, Devices: map[string]*Tree{}}

@@ -21,12 +21,17 @@ const ReadersEnv = "SLUICE_GROUP"
 // still refuses any the group could change.
 const ReadersGroup = "sluice"
 
-var readers = sync.OnceValues(func() (int, bool) {
-	name := os.Getenv(ReadersEnv)
-	if name == "" {
-		name = ReadersGroup
+// ReadersName is the readers' group's name: $SLUICE_GROUP, else
+// ReadersGroup.
+func ReadersName() string {
+	if name := os.Getenv(ReadersEnv); name != "" {
+		return name
 	}
-	g, err := user.LookupGroup(name)
+	return ReadersGroup
+}
+
+var readers = sync.OnceValues(func() (int, bool) {
+	g, err := user.LookupGroup(ReadersName())
 	if err != nil {
 		return 0, false
 	}

@@ -315,7 +315,6 @@ func (e *Error) Error() string {
 
 func (e *Error) Unwrap() error { return e.Err }
 
-
 func New() *File {
 	return &File{Version: recordsVersion, Devices: map[string]*Tree{}}
 }

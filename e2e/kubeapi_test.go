@@ -296,10 +296,11 @@ func kubeClient(t *testing.T, api *testutil.KubeAPI) *corev1client.CoreV1Client 
 // shaping netns ns with policy pol, its log in a file; it is stopped
 // (and its log's tail shown on failure) when the test ends. exited is
 // closed when it exits.
-func startKubeAgent(t *testing.T, api *testutil.KubeAPI, ns, pol string) (agent *exec.Cmd, log string, exited <-chan struct{}) {
+func startKubeAgent(t *testing.T, api *testutil.KubeAPI, ns, pol string, extra ...string) (agent *exec.Cmd, log string, exited <-chan struct{}) {
 	t.Helper()
-	agent = exec.Command(bin, "--netns", ns, "agent", pol, "--kubernetes", "--kubeconfig", api.Kubeconfig, "--node", "node-a",
-		"--listen", "", "--interval", "500ms")
+	// extra comes last: a flag given there (--listen) overrides these.
+	agent = exec.Command(bin, append([]string{"--netns", ns, "agent", pol, "--kubernetes", "--kubeconfig", api.Kubeconfig, "--node", "node-a",
+		"--listen", "", "--interval", "500ms"}, extra...)...)
 	agent.Env = append(os.Environ(), "SLUICE_STATE_DIR="+stateDir(t))
 	log = filepath.Join(t.TempDir(), "agent.log")
 	lf, _ := os.Create(log)

@@ -1,9 +1,14 @@
 package e2e
 
 import (
+	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +16,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"sluice/agent"
 	"sluice/kube"
 	"sluice/testutil"
 )
@@ -41,7 +47,10 @@ func TestAgentKubeSoak(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	agent, log, exited := startKubeAgent(t, api, p.A, pol)
+	// It serves /metrics so that the Go runtime's own figures (heap,
+	// stacks, goroutines) say what a growing RSS is made of.
+	agent, log, exited := startKubeAgent(t, api, p.A, pol, "--listen", "127.0.0.1:0")
+	goStats := agentGoStats(t, p.A, agent.Process.Pid)
 	waitPods(t, p.A, "the node's pods shaped", 20*time.Second, func(m map[string]float64) bool { return m["pods/shop.web"] == 5 })
 
 	edit := func(name, bw string) {
@@ -74,7 +83,8 @@ func TestAgentKubeSoak(t *testing.T) {
 	var first, mid *reading
 	// RSS every tenth of the soak: a plateau and a slow leak differ in
 	// the curve's last tenths, not in its ends.
-	var curve, anon []string
+	var curve, anon, goCurve []string
+	var firstGo, lastGo map[string]float64
 	nextSample := time.Duration(0)
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
@@ -104,6 +114,14 @@ func TestAgentKubeSoak(t *testing.T) {
 		if el := time.Since(begin); el >= nextSample {
 			curve = append(curve, fmt.Sprintf("%.0f", procRSSMB(agent.Process.Pid)))
 			anon = append(anon, fmt.Sprintf("%.1f", procStatusMB(agent.Process.Pid, "RssAnon:")))
+			if g := goStats(); g != nil {
+				if firstGo == nil && el >= min(time.Minute, d/4) {
+					firstGo = g
+				}
+				lastGo = g
+				goCurve = append(goCurve, fmt.Sprintf("%.0f/%.1f/%.1f/%.1f/%.1f", g["go_goroutines"], g["go_memstats_heap_alloc_bytes"]/1e6,
+					(g["go_memstats_heap_idle_bytes"]-g["go_memstats_heap_released_bytes"])/1e6, g["go_memstats_stack_inuse_bytes"]/1e6, g["go_memstats_sys_bytes"]/1e6))
+			}
 			nextSample += d / 10
 		}
 		switch el := time.Since(begin); {
@@ -129,7 +147,13 @@ func TestAgentKubeSoak(t *testing.T) {
 		d, int(time.Since(begin)/(100*time.Millisecond)), bad, churn, first.rss, mid.rss, last.rss, first.fds, last.fds, first.threads, last.threads,
 		pace(*first, *mid), pace(*mid, last), len(evs.Items))
 	t.Logf("RSS every %v (MB): %s", d/10, strings.Join(curve, " "))
-	t.Logf("of which anonymous (MB): %s (the rest is the binary's pages; GODEBUG=gctrace=1 puts the Go heap in the agent's log)", strings.Join(anon, " "))
+	t.Logf("of which anonymous (MB): %s (the rest is the binary's pages)", strings.Join(anon, " "))
+	t.Logf("Go runtime, goroutines/heap allocated/heap idle not yet returned/stacks/obtained from the OS (MB): %s", strings.Join(goCurve, " "))
+	if firstGo == nil || lastGo == nil {
+		t.Error("the agent's /metrics never answered")
+	} else if g0, g1 := firstGo["go_goroutines"], lastGo["go_goroutines"]; g1 > g0+20 {
+		t.Errorf("goroutines grew from %.0f to %.0f", g0, g1)
+	}
 	if last.rss > first.rss*1.2 && last.rss > first.rss+10 {
 		t.Errorf("RSS grew from %.0f to %.0f MB", first.rss, last.rss)
 	}
@@ -144,5 +168,37 @@ func TestAgentKubeSoak(t *testing.T) {
 	}
 	if m := podCeils(t, p.A); m["pods/shop.web"] != 5 && m["pods/shop.web"] != 6 {
 		t.Errorf("after the soak the kernel holds %v", m)
+	}
+}
+
+// agentGoStats returns a reader of the go_* samples on the /metrics of
+// the agent pid, its address from the agent file of namespace ns in the
+// test's state directory; the reader returns nil when it cannot.
+func agentGoStats(t *testing.T, ns string, pid int) func() map[string]float64 {
+	info := filepath.Join(stateDir(t), "netns", ns, agent.AgentFile)
+	c := http.Client{Timeout: 5 * time.Second}
+	return func() map[string]float64 {
+		var i agent.Info
+		if b, err := os.ReadFile(info); err != nil || json.Unmarshal(b, &i) != nil || i.PID != pid {
+			return nil
+		}
+		resp, err := c.Get("http://" + i.Listen + "/metrics")
+		if err != nil {
+			return nil
+		}
+		defer resp.Body.Close()
+		m := map[string]float64{}
+		sc := bufio.NewScanner(resp.Body)
+		sc.Buffer(nil, 1<<20)
+		for sc.Scan() {
+			name, v, ok := strings.Cut(sc.Text(), " ")
+			if !ok || !strings.HasPrefix(name, "go_") {
+				continue
+			}
+			if f, err := strconv.ParseFloat(v, 64); err == nil {
+				m[name] = f
+			}
+		}
+		return m
 	}
 }

@@ -27,6 +27,9 @@ type history struct {
 	// kept a whole pass's buffer alive, 1.5 MB a pass at 10,000 hosts,
 	// until the history was full (950 MB).
 	keys map[seriesKey]seriesKey
+	// adds counts the passes added; every max of them the keys of the
+	// series gone are swept.
+	adds int
 	// drops is each class's drop counter at the pass before, for drops
 	// per second.
 	drops map[seriesKey]dropMark
@@ -82,7 +85,7 @@ func (h *history) add(s *stats.Sample) {
 			if d, ok := h.drops[dk]; ok && c.Drops >= d.n && s.At.After(d.at) {
 				m = append(m, point{dk, float64(c.Drops-d.n) / s.At.Sub(d.at).Seconds()})
 			}
-			if h.drops == nil || len(h.drops) > 1<<14 {
+			if h.drops == nil {
 				h.drops = map[seriesKey]dropMark{}
 			}
 			h.drops[h.key(dk)] = dropMark{c.Drops, s.At}
@@ -100,12 +103,43 @@ func (h *history) add(s *stats.Sample) {
 	for i := range m {
 		m[i].key = h.key(m[i].key)
 	}
+	// A class gone (a pod deleted, a host no page watches any more) has
+	// no drop counter to difference against.
+	for k, d := range h.drops {
+		if !d.at.Equal(s.At) {
+			delete(h.drops, k)
+		}
+	}
 	h.at = append(h.at, s.At)
 	h.rate = append(h.rate, m)
 	if len(h.at) > h.max {
 		// Shift rather than ring: max is a few hundred small maps.
 		h.at = append(h.at[:0:0], h.at[len(h.at)-h.max:]...)
 		h.rate = append(h.rate[:0:0], h.rate[len(h.rate)-h.max:]...)
+	}
+	h.adds++
+	if h.adds%max(h.max, 1) == 0 {
+		h.sweep()
+	}
+}
+
+// sweep forgets the keys of the series that left the history: classes
+// come and go (pods churn), and a key kept for each one that ever was
+// grew the agent by a few MB an hour.
+func (h *history) sweep() {
+	live := make(map[seriesKey]bool, len(h.keys))
+	for _, m := range h.rate {
+		for _, p := range m {
+			live[p.key] = true
+		}
+	}
+	for k := range h.drops {
+		live[k] = true
+	}
+	for k := range h.keys {
+		if !live[k] {
+			delete(h.keys, k)
+		}
 	}
 }
 
@@ -117,9 +151,6 @@ func (h *history) key(k seriesKey) seriesKey {
 	kept, ok := h.keys[k]
 	if !ok {
 		kept = seriesKey{strings.Clone(k.Interface), strings.Clone(k.Direction), strings.Clone(k.Class), k.Kind}
-		if len(h.keys) > 1<<16 { // classes come and go: start afresh rather than grow
-			clear(h.keys)
-		}
 		h.keys[kept] = kept
 	}
 	return kept

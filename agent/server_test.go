@@ -364,6 +364,36 @@ func TestHistoryDoesNotPinReadings(t *testing.T) {
 	}
 }
 
+// Classes come and go (a pod a second churns through a Kubernetes
+// node): the history forgets the names and drop counters of those that
+// left its window, so that it holds what it charts, not every class
+// that ever was (each kept name grew the agent's heap for hours: the
+// Kubernetes soak's RSS rose 0.6 MB a minute).
+func TestHistoryForgetsClassesGone(t *testing.T) {
+	h := newHistory(5)
+	t0 := time.Now()
+	for i := range 1000 {
+		s := &stats.Sample{At: t0.Add(time.Duration(i) * time.Second), Trees: []*stats.Tree{{Interface: "eth0", Direction: "egress",
+			Classes: []*stats.Class{{Name: "bulk", Measured: 1}, {Name: fmt.Sprintf("churn-%d", i), Measured: 1, Drops: uint32(i)}}}}}
+		h.add(s)
+	}
+	// 5 passes of 2 classes, 3 series each (rate, backlog, drops), and
+	// the sweep runs every 5 passes: at most twice that between sweeps.
+	if len(h.keys) > 2*5*2*3 || len(h.drops) > 2 {
+		t.Errorf("after 1,000 classes came and went the history keeps %d names and %d drop counters", len(h.keys), len(h.drops))
+	}
+	// What it charts is still there: bulk's rate over the window, and
+	// the drops per second of the newest class.
+	var bulk, drops bool
+	for _, se := range h.snapshot().Series {
+		bulk = bulk || se.Class == "bulk" && se.Kind == "" && len(se.Values) == 5
+		drops = drops || se.Class == "churn-999" && se.Kind == "backlog"
+	}
+	if !bulk || !drops {
+		t.Errorf("the history lost series still in its window: bulk %v, churn-999 %v", bulk, drops)
+	}
+}
+
 // The agent's own health is in its metrics from the first scrape: the
 // build, whether the policy is in force, when a pass last worked, and
 // every reload result at 0 (an alert on refusals needs the series

@@ -74,6 +74,24 @@ type autoProber struct {
 	err      string
 }
 
+// sharedEchoMin is the least automatic threshold of trees that share
+// one echo prober (an upload and a download): each gets half of one
+// round trip, whichever way the queue is, so one direction's probes
+// show in the other's samples as its own would, and at the lone
+// direction's 5 ms the download's rate stood at half its line while
+// the upload probed (docs/autorate.md).
+const sharedEchoMin = 15 * time.Millisecond
+
+// sharedFloor is the automatic threshold's lower bound for pr's trees:
+// sharedEchoMin where they share echo's round trips, else the
+// controller's own (0).
+func sharedFloor(pr *autoProber) time.Duration {
+	if len(pr.trees) > 1 && pr.trees[0].cfg.Probe != "timestamp" {
+		return sharedEchoMin
+	}
+	return 0
+}
+
 // autoEvent is a reply, or a request lost, from a prober's goroutine.
 type autoEvent struct {
 	from  *autoProber
@@ -131,6 +149,11 @@ func (a *Agent) syncAuto(pl *plan.Plan) {
 		}
 		t.prober = pr
 		pr.trees = append(pr.trees, t)
+	}
+	for _, pr := range probers {
+		for _, t := range pr.trees {
+			t.ctl.SetThresholdMin(sharedFloor(pr))
+		}
 	}
 	for key, pr := range a.probers {
 		if probers[key] == nil {
@@ -440,10 +463,14 @@ type AutoStatus struct {
 	BaseBytesPerSecond    uint64  `json:"base_bytes_per_second"`
 	MaxBytesPerSecond     uint64  `json:"max_bytes_per_second"`
 	PassedBytesPerSecond  float64 `json:"passed_bytes_per_second"`
-	// DelaySeconds is the average excess delay over the baselines.
-	DelaySeconds float64           `json:"delay_seconds"`
-	Probe        string            `json:"probe"`
-	Reflectors   []ReflectorStatus `json:"reflectors"`
+	// DelaySeconds is the average excess delay over the baselines;
+	// ThresholdSeconds the excess that counts toward bufferbloat, fitted
+	// to the path's own variation where ThresholdAuto.
+	DelaySeconds     float64           `json:"delay_seconds"`
+	ThresholdSeconds float64           `json:"threshold_seconds"`
+	ThresholdAuto    bool              `json:"threshold_auto"`
+	Probe            string            `json:"probe"`
+	Reflectors       []ReflectorStatus `json:"reflectors"`
 	// Replaced counts the reflectors replaced since the agent started.
 	Replaced uint64 `json:"reflectors_replaced"`
 	Error    string `json:"error,omitzero"`
@@ -467,7 +494,8 @@ func (a *Agent) publishAuto(now time.Time, force bool) {
 		s := AutoStatus{Device: t.dev, Interface: t.iface, Direction: t.dir, State: t.last.State.String(),
 			RateBytesPerSecond: uint64(t.last.Rate), WrittenBytesPerSecond: uint64(t.written),
 			MinBytesPerSecond: uint64(t.cfg.MinBps), BaseBytesPerSecond: uint64(t.cfg.BaseBps), MaxBytesPerSecond: uint64(t.cfg.MaxBps),
-			PassedBytesPerSecond: t.last.Passed / 8, DelaySeconds: t.last.AvgDelta.Seconds(), Probe: t.cfg.Probe, Error: t.err}
+			PassedBytesPerSecond: t.last.Passed / 8, DelaySeconds: t.last.AvgDelta.Seconds(), Probe: t.cfg.Probe, Error: t.err,
+			ThresholdSeconds: t.ctl.Threshold().Seconds(), ThresholdAuto: t.ctl.Config().AutoThreshold}
 		if t.last.Rate == 0 {
 			s.RateBytesPerSecond, s.State = uint64(t.ctl.Rate()), "starting"
 		}
@@ -518,6 +546,7 @@ var (
 	autoBoundD  = prometheus.NewDesc("sluice_autorate_bound_bytes_per_second", "rate: auto's min, base and max, bytes per second.", append(autoLabels, "bound"), nil)
 	autoPassedD = prometheus.NewDesc("sluice_autorate_passed_bytes_per_second", "What the direction's device sent over the controller's last load span, bytes per second.", autoLabels, nil)
 	autoDelayD  = prometheus.NewDesc("sluice_autorate_delay_seconds", "The average delay of the reflectors' replies above their baselines (the queue the controller reads).", autoLabels, nil)
+	autoThreshD = prometheus.NewDesc("sluice_autorate_threshold_seconds", "The delay above the baselines that counts toward bufferbloat: delay_threshold, or with auto what the path's own variation shows.", autoLabels, nil)
 	autoStateD  = prometheus.NewDesc("sluice_autorate_state", "1 for the controller's state (idle, low, high, bloat, stall, no-replies), 0 for the others.", append(autoLabels, "state"), nil)
 	autoBaseD   = prometheus.NewDesc("sluice_autorate_baseline_seconds", "A reflector's baseline delay (the path without a queue).", append(autoLabels, "reflector"), nil)
 	autoActiveD = prometheus.NewDesc("sluice_autorate_reflector_active", "1 while the reflector is pinged, 0 while it waits as a spare.", append(autoLabels, "reflector"), nil)
@@ -526,7 +555,7 @@ var (
 )
 
 func (c autoCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{autoRateD, autoBoundD, autoPassedD, autoDelayD, autoStateD, autoBaseD, autoActiveD, autoLostD, autoReplD} {
+	for _, d := range []*prometheus.Desc{autoRateD, autoBoundD, autoPassedD, autoDelayD, autoThreshD, autoStateD, autoBaseD, autoActiveD, autoLostD, autoReplD} {
 		ch <- d
 	}
 }
@@ -545,6 +574,7 @@ func (c autoCollector) Collect(ch chan<- prometheus.Metric) {
 		g(autoBoundD, float64(s.MaxBytesPerSecond), s.Device, s.Direction, "max")
 		g(autoPassedD, s.PassedBytesPerSecond, s.Device, s.Direction)
 		g(autoDelayD, s.DelaySeconds, s.Device, s.Direction)
+		g(autoThreshD, s.ThresholdSeconds, s.Device, s.Direction)
 		for _, state := range autoStates {
 			v := 0.0
 			if state == s.State {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"time"
 
 	"sluice/units"
@@ -33,8 +34,15 @@ type Config struct {
 
 	// DelayThreshold: a sample this far above its reflector's baseline
 	// (plus one full packet's serialisation at the current rate) counts
-	// toward bufferbloat. 30 ms.
+	// toward bufferbloat. 30 ms; with AutoThreshold, where the
+	// threshold starts (ThresholdMax: a jittery path cut on jitter before
+	// its jitter is known recovers slowly).
 	DelayThreshold time.Duration
+	// AutoThreshold: the threshold fits the path's own delay variation
+	// (Threshold says how): a few ms on a wired link, tens on LTE,
+	// within ThresholdMin and ThresholdMax (5 ms, 50 ms).
+	AutoThreshold              bool
+	ThresholdMin, ThresholdMax time.Duration
 	// Window and BloatCount: bufferbloat is BloatCount of the last
 	// Window samples (all reflectors pooled) above the threshold. 6, 3.
 	Window, BloatCount int
@@ -98,6 +106,8 @@ type Config struct {
 // Defaults is Config's defaults for the fields a zero leaves open.
 var Defaults = Config{
 	DelayThreshold: 30 * time.Millisecond,
+	ThresholdMin:   5 * time.Millisecond,
+	ThresholdMax:   50 * time.Millisecond,
 	Window:         6,
 	BloatCount:     3,
 	DrainTime:      500 * time.Millisecond,
@@ -121,9 +131,10 @@ var Defaults = Config{
 	DeltaAlpha:     0.095,
 }
 
-// ConfigFor is a configuration with the defaults and threshold.
+// ConfigFor is a configuration with the defaults and threshold (zero:
+// automatic).
 func ConfigFor(lo, base, hi units.Rate, threshold time.Duration, downstream bool) Config {
-	return Config{Min: lo, Base: base, Max: hi, DelayThreshold: threshold, Downstream: downstream}
+	return Config{Min: lo, Base: base, Max: hi, DelayThreshold: threshold, AutoThreshold: threshold == 0, Downstream: downstream}
 }
 
 // withDefaults fills c's zero fields from Defaults and checks it.
@@ -139,7 +150,15 @@ func (c Config) withDefaults() (Config, error) {
 			*v = def
 		}
 	}
+	if c.AutoThreshold && c.DelayThreshold == 0 {
+		c.DelayThreshold = c.ThresholdMax
+		if c.DelayThreshold == 0 {
+			c.DelayThreshold = d.ThresholdMax
+		}
+	}
 	pick(&c.DelayThreshold, d.DelayThreshold)
+	pick(&c.ThresholdMin, d.ThresholdMin)
+	pick(&c.ThresholdMax, d.ThresholdMax)
 	pick(&c.DrainTime, d.DrainTime)
 	pick(&c.Approach, d.Approach)
 	pick(&c.DriftEvery, d.DriftEvery)
@@ -175,6 +194,9 @@ func (c Config) withDefaults() (Config, error) {
 	var errs []error
 	if c.Min == 0 || c.Min > c.Base || c.Base > c.Max {
 		errs = append(errs, fmt.Errorf("want 0 < min <= base <= max, have min %s, base %s, max %s", c.Min, c.Base, c.Max))
+	}
+	if c.ThresholdMin > c.ThresholdMax {
+		errs = append(errs, fmt.Errorf("threshold bounds %s > %s", c.ThresholdMin, c.ThresholdMax))
 	}
 	if c.BloatCount > c.Window {
 		errs = append(errs, fmt.Errorf("bloat count %d is more than the window of %d samples", c.BloatCount, c.Window))
@@ -261,11 +283,22 @@ type Controller struct {
 	rate float64 // bytes per second
 
 	baseline map[string]float64 // ns
-	window   []bool             // the last cfg.Window samples: above the threshold
-	next     int
-	filled   int
-	avgDelta float64 // ns
-	fresh    bool    // a sample since the last decision
+	// threshold is the delay threshold in force (ns): the configured
+	// one, or, with AutoThreshold, what the path's variation shows.
+	threshold float64
+	// prev is each reflector's last sample; steps the differences
+	// between a reflector's consecutive samples (ns, the last
+	// jitterSteps, a ring from stepNext), for AutoThreshold.
+	prev     map[string]Sample
+	steps    []float64
+	stepNext int
+	// thresholdMin overrides Config.ThresholdMin (SetThresholdMin).
+	thresholdMin time.Duration
+	window       []bool // the last cfg.Window samples: above the threshold
+	next         int
+	filled       int
+	avgDelta     float64 // ns
+	fresh        bool    // a sample since the last decision
 
 	// recent holds the last slopeSamples samples' excess delays and
 	// times (all reflectors), for the queue's slope and depth.
@@ -314,6 +347,7 @@ func New(cfg Config, now time.Time) (*Controller, error) {
 		return nil, err
 	}
 	return &Controller{cfg: c, rate: float64(c.Base), baseline: map[string]float64{}, window: make([]bool, c.Window),
+		threshold: float64(c.DelayThreshold), prev: map[string]Sample{},
 		lastReply: now, lastDrift: now, lastChange: now.Add(-c.BloatEvery)}, nil
 }
 
@@ -355,7 +389,7 @@ func rateBetween(rs []reading, from, to time.Time) (float64, bool) {
 
 // queueLevel is the excess delay (ns) above which a sample shows a
 // queue: half the threshold.
-func (c *Controller) queueLevel() float64 { return float64(c.cfg.DelayThreshold) / 2 }
+func (c *Controller) queueLevel() float64 { return c.threshold / 2 }
 
 // queued reports whether the newest sample shows a queue.
 func (c *Controller) queued() bool {
@@ -485,6 +519,88 @@ func (c *Controller) freshSpan(since time.Time) (from, to time.Time) {
 	return from, to
 }
 
+// The automatic threshold (AutoThreshold) starts at DelayThreshold and,
+// once jitterMin steps are known, is jitterScale times the jitterQuantile
+// of the last jitterSteps differences between a reflector's consecutive
+// samples, within ThresholdMin and ThresholdMax.
+//
+// Why steps and not the samples' spread above the baseline: that spread
+// is the path's only while nothing queues, and a link that is never
+// idle (or whose other direction is busy, which echo samples carry
+// too) would never be measured. A path's jitter moves from one sample
+// to the next; a queue, which drains at the capacity, moves by its
+// slope times the samples' spacing, and by much only at a probe's end
+// or a drop: the 0.9 quantile leaves those out. The baseline follows
+// the path's fastest samples, so the threshold must clear the path's
+// whole spread above them: for normal jitter (sigma) the steps' 0.9
+// quantile is 2.3 sigma, twice that lies 2.2 sigma above the mean, 4.7
+// above the baseline (about 2.5 under it), and three samples in six
+// above it, bufferbloat, come from jitter about once in ten minutes at
+// 20 Hz; uniform jitter over R gives 1.37 R, never. A queue the
+// threshold lets stand (the probes' sawtooth) moves by about a third of
+// it between a reflector's samples: the threshold does not grow on its
+// own queue.
+const (
+	jitterSteps    = 200
+	jitterMin      = 40
+	jitterQuantile = 0.9
+	jitterScale    = 2
+)
+
+// fit folds sample s into the automatic threshold.
+func (c *Controller) fit(s Sample) {
+	p, ok := c.prev[s.Reflector]
+	c.prev[s.Reflector] = s
+	if !c.cfg.AutoThreshold || !ok || s.At.Sub(p.At) > time.Second {
+		return
+	}
+	// A queue the controller moves (a cut drains it within DrainTime,
+	// a probe's end sooner) or bufferbloat shows is no jitter: left
+	// out, it cannot lift the threshold that let it build (in the
+	// model the probes' drains took a wired path's threshold from 5 to
+	// 12.5 ms).
+	if s.At.Sub(c.lastChange) < c.cfg.DrainTime || c.bloated() {
+		return
+	}
+	step := math.Abs(float64(s.Delay - p.Delay))
+	if len(c.steps) < jitterSteps {
+		c.steps = append(c.steps, step)
+	} else {
+		c.steps[c.stepNext] = step
+		c.stepNext = (c.stepNext + 1) % jitterSteps
+	}
+	if len(c.steps) < jitterMin {
+		return
+	}
+	c.refit()
+}
+
+// refit sets the automatic threshold from the steps known.
+func (c *Controller) refit() {
+	if !c.cfg.AutoThreshold || len(c.steps) < jitterMin {
+		return
+	}
+	sorted := slices.Clone(c.steps)
+	slices.Sort(sorted)
+	q := sorted[int(jitterQuantile*float64(len(sorted)-1))]
+	lo := c.cfg.ThresholdMin
+	if c.thresholdMin > 0 {
+		lo = min(c.thresholdMin, c.cfg.ThresholdMax)
+	}
+	c.threshold = math.Min(math.Max(jitterScale*q, float64(lo)), float64(c.cfg.ThresholdMax))
+}
+
+// SetThresholdMin moves the automatic threshold's lower bound (zero:
+// the configured one, Config.ThresholdMin).
+func (c *Controller) SetThresholdMin(d time.Duration) {
+	c.thresholdMin = d
+	c.refit()
+}
+
+// Threshold is the delay threshold in force: the configured one, or,
+// with AutoThreshold, what the path's variation shows so far.
+func (c *Controller) Threshold() time.Duration { return time.Duration(c.threshold) }
+
 // Config is the controller's configuration, defaults filled.
 func (c *Controller) Config() Config { return c.cfg }
 
@@ -501,7 +617,10 @@ func (c *Controller) Baselines() map[string]time.Duration {
 }
 
 // Forget drops a reflector's baseline (it was replaced).
-func (c *Controller) Forget(reflector string) { delete(c.baseline, reflector) }
+func (c *Controller) Forget(reflector string) {
+	delete(c.baseline, reflector)
+	delete(c.prev, reflector)
+}
 
 // Delay folds one reply in. A reply later than StallAfter is no sample
 // of the queue but of an outage (replies held through a blackout come
@@ -541,7 +660,8 @@ func (c *Controller) Delay(s Sample) {
 	c.recent = append(c.recent, point{joined, delta})
 	// One full packet's serialisation at the rate is delay every sample
 	// may see behind a packet in flight, not a queue.
-	over := float64(c.cfg.DelayThreshold) + 1514/math.Max(c.rate, 1)*float64(time.Second)
+	c.fit(s)
+	over := c.threshold + 1514/math.Max(c.rate, 1)*float64(time.Second)
 	c.window[c.next] = delta > over
 	if delta > over {
 		c.lastOver = s.At
@@ -722,7 +842,7 @@ func (c *Controller) Decide(now time.Time) Decision {
 			// does one that drained below the threshold (the window's
 			// older samples are its past): its slope flattens as it
 			// empties, and would read as a capacity lower than it is.
-			drained := depth < float64(c.cfg.DelayThreshold)
+			drained := depth < c.threshold
 			// Downstream, with the delivery fed, a newest sample that
 			// shows no queue is a queue gone (a load that ended leaves
 			// the shaper passing its rate a while from its own queue,

@@ -1022,6 +1022,7 @@ func TestBadConfig(t *testing.T) {
 		{Config{Min: mbit(5), Base: mbit(20), Max: mbit(100), ProbeGrowth: 0.8}, "probe growth 0.8 is more than the most growth 0.5"},
 		{Config{Min: mbit(5), Base: mbit(20), Max: mbit(100), HighLoad: 1.5}, "high load 1.5: want a fraction"},
 		{Config{Min: mbit(5), Base: mbit(20), Max: mbit(100), DecreaseMax: 1.5}, "steepest decrease 1.5"},
+		{Config{Min: mbit(5), Base: mbit(20), Max: mbit(100), AutoThreshold: true, ThresholdMin: 60 * time.Millisecond, ThresholdMax: 10 * time.Millisecond}, "threshold bounds 60ms > 10ms"},
 	} {
 		c, err := New(tt.cfg, t0)
 		if err == nil || !strings.Contains(err.Error(), tt.want) || c != nil {
@@ -1273,5 +1274,109 @@ func TestUrgentOnlyForAProbesQueue(t *testing.T) {
 	}
 	if !queued {
 		t.Fatal("a drop from 15 to 8 Mbit/s: no sample showed the queue in its first second")
+	}
+}
+
+// The automatic threshold fits the path: on a wired one (no jitter) it
+// goes to ThresholdMin within the first seconds of bulk TCP, and the
+// buffer's queue in each steady part of TestFollowsTheCapacity's
+// schedule stays within it where the fixed default lets it reach 20 ms;
+// the link still carries 85% of its capacity.
+func TestAutoThresholdOnAWiredPath(t *testing.T) {
+	for _, dir := range []bool{false, true} {
+		cfg := lte
+		cfg.AutoThreshold, cfg.Downstream = true, dir
+		c := newController(t, cfg)
+		l := &link{capacity: steps(20*time.Second, 80, 20, 60, 10), path: 10 * time.Millisecond, buffer: time.Second, downstream: dir}
+		var tr trace
+		run(t, c, l, 0, 3*time.Second, &tr)
+		if got := c.Threshold(); got != Defaults.ThresholdMin {
+			t.Errorf("downstream %v: threshold %v after 3 s on a path without jitter; want %v", dir, got, Defaults.ThresholdMin)
+		}
+		run(t, c, l, 3*time.Second, 77*time.Second, &tr)
+		for i, capacity := range []float64{80, 20, 60, 10} {
+			from := time.Duration(i)*20*time.Second + 4*time.Second
+			p95, share, last := tr.span(from, from+16*time.Second)
+			t.Logf("downstream %v, %2.0f Mbit/s: queue p95 %v, goodput %.3f of the capacity, rate at the end %.1f Mbit/s, threshold %v", dir, capacity, p95, share, last/1e6, c.Threshold())
+			if p95 > 2*Defaults.ThresholdMin {
+				t.Errorf("downstream %v: at %.0f Mbit/s the buffer held %v (p95) in the steady part; want under %v", dir, capacity, p95, 2*Defaults.ThresholdMin)
+			}
+			if share < 0.85 {
+				t.Errorf("downstream %v: at %.0f Mbit/s the link carried %.3f of its capacity; want at least 0.85", dir, capacity, share)
+			}
+		}
+	}
+}
+
+// SetThresholdMin moves the automatic threshold's floor at once (the
+// agent raises it for an upload and a download that share one echo
+// prober), and back.
+func TestAutoThresholdFloorMoves(t *testing.T) {
+	cfg := lte
+	cfg.AutoThreshold = true
+	c := newController(t, cfg)
+	c.SetThresholdMin(15 * time.Millisecond)
+	if got := c.Threshold(); got != Defaults.ThresholdMax {
+		t.Errorf("threshold %v before any sample; want where it starts, %v", got, Defaults.ThresholdMax)
+	}
+	l := &link{capacity: steps(time.Hour, 40), demand: func(time.Duration) float64 { return 1e6 }, path: 10 * time.Millisecond, buffer: time.Second}
+	run(t, c, l, 0, 5*time.Second, nil)
+	if got := c.Threshold(); got != 15*time.Millisecond {
+		t.Errorf("threshold %v on a quiet path with the floor at 15 ms", got)
+	}
+	c.SetThresholdMin(0)
+	if got := c.Threshold(); got != Defaults.ThresholdMin {
+		t.Errorf("threshold %v once the floor is the configured one again; want %v", got, Defaults.ThresholdMin)
+	}
+	c.SetThresholdMin(time.Hour)
+	if got := c.Threshold(); got != Defaults.ThresholdMax {
+		t.Errorf("threshold %v with a floor above the ceiling; want the ceiling %v", got, Defaults.ThresholdMax)
+	}
+}
+
+// On a jittery path (LTE-like: 0 to 30 ms one way, and spikes) the
+// automatic threshold rises above the jitter: an idle link is never
+// read as bloated and keeps its base rate, and under bulk TCP the link
+// carries at least what the fixed default (30 ms) gets it to carry.
+func TestAutoThresholdOnAJitteryPath(t *testing.T) {
+	share := map[bool]float64{}
+	for _, auto := range []bool{true, false} {
+		rng := rand.New(rand.NewSource(2))
+		jitter := func(i int) time.Duration {
+			if rng.Intn(20) == 0 {
+				return 120 * time.Millisecond
+			}
+			return time.Duration(rng.Intn(30)) * time.Millisecond
+		}
+		cfg := lte
+		cfg.AutoThreshold = auto
+		c := newController(t, cfg)
+		l := &link{capacity: steps(time.Hour, 40), demand: func(time.Duration) float64 { return 1e6 }, path: 20 * time.Millisecond, buffer: time.Second, jitter: jitter}
+		var tr trace
+		run(t, c, l, 0, 60*time.Second, &tr)
+		if auto {
+			th := c.Threshold()
+			t.Logf("threshold %v on 0-30 ms of jitter", th)
+			if th < 25*time.Millisecond || th > Defaults.ThresholdMax {
+				t.Errorf("threshold %v on 0-30 ms of jitter; want from 25 ms to %v", th, Defaults.ThresholdMax)
+			}
+			for i, s := range tr.states {
+				if s == Bloat {
+					t.Fatalf("jitter read as bufferbloat at %v (threshold %v)", tr.at[i], c.Threshold())
+				}
+			}
+			if c.Rate() != lte.Base {
+				t.Errorf("rate %s after a minute of jitter; want base %s", c.Rate(), lte.Base)
+			}
+		}
+		l.demand = nil
+		tr = trace{}
+		run(t, c, l, 60*time.Second, 40*time.Second, &tr)
+		var p95 time.Duration
+		p95, share[auto], _ = tr.span(64*time.Second, 100*time.Second)
+		t.Logf("auto %v, under bulk TCP: queue p95 %v, goodput %.3f of the capacity, threshold %v", auto, p95, share[auto], c.Threshold())
+	}
+	if share[true] < share[false]-0.02 {
+		t.Errorf("under bulk TCP the jittery link carried %.3f of its capacity with the automatic threshold, %.3f with the fixed default; want no less", share[true], share[false])
 	}
 }

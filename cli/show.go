@@ -176,9 +176,13 @@ func writeAutorate(w io.Writer, as []agent.AutoStatus, devs []string) {
 			}
 		}
 		bits := func(b uint64) string { return units.Bits(float64(b) * 8) }
-		fmt.Fprintf(w, "rate: auto %s %s: %s (min %s, base %s, max %s), %s, passing %s, delay %.1f ms over the baseline, %d of %d reflectors pinged (%s), %d replaced",
+		threshold := fmt.Sprintf("threshold %.1f ms", a.ThresholdSeconds*1e3)
+		if a.ThresholdAuto {
+			threshold += " (auto)"
+		}
+		fmt.Fprintf(w, "rate: auto %s %s: %s (min %s, base %s, max %s), %s, passing %s, delay %.1f ms over the baseline, %s, %d of %d reflectors pinged (%s), %d replaced",
 			a.Interface, a.Direction, bits(a.RateBytesPerSecond), bits(a.MinBytesPerSecond), bits(a.BaseBytesPerSecond), bits(a.MaxBytesPerSecond),
-			a.State, units.Bits(a.PassedBytesPerSecond*8), a.DelaySeconds*1e3, active, len(a.Reflectors), a.Probe, a.Replaced)
+			a.State, units.Bits(a.PassedBytesPerSecond*8), a.DelaySeconds*1e3, threshold, active, len(a.Reflectors), a.Probe, a.Replaced)
 		if a.Error != "" {
 			fmt.Fprintf(w, "; %s", a.Error)
 		}

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -64,8 +65,9 @@ func TestAgentAutoRate(t *testing.T) {
 		return st.Autorate[0]
 	}
 	mbit := func(bytes uint64) float64 { return float64(bytes) * 8 / 1e6 }
-	if s := auto(); s.Device != "wan" || s.Direction != "egress" || mbit(s.RateBytesPerSecond) != 16 || s.Probe != "echo" {
-		t.Fatalf("at the start: %+v; want wan egress at the base 16mbit, probing with echo", s)
+	if s := auto(); s.Device != "wan" || s.Direction != "egress" || mbit(s.RateBytesPerSecond) != 16 || s.Probe != "echo" ||
+		s.ThresholdSeconds != 0.010 || s.ThresholdAuto {
+		t.Fatalf("at the start: %+v; want wan egress at the base 16mbit, probing with echo, the threshold 10 ms as written", s)
 	}
 
 	// An upload: the modem's queue fills, the rate comes down.
@@ -126,11 +128,15 @@ func TestAgentAutoRate(t *testing.T) {
 			t.Errorf("reflector %s has no baseline", r.Addr)
 		}
 	}
-	if out := must(t, "--netns", b.Router, "show"); !strings.Contains(out, "rate: auto wan egress: ") || !strings.Contains(out, "of 4 reflectors pinged (echo)") {
+	if out := must(t, "--netns", b.Router, "show"); !strings.Contains(out, "rate: auto wan egress: ") || !strings.Contains(out, "of 4 reflectors pinged (echo)") ||
+		!strings.Contains(out, "threshold 10.0 ms,") {
 		t.Errorf("show does not print rate: auto's state:\n%s", out)
 	}
 	if v, ok := a.metric("sluice_autorate_rate_bytes_per_second", `device="wan"`, `direction="egress"`); !ok || v <= 0 {
 		t.Errorf("metric sluice_autorate_rate_bytes_per_second: %v %v", v, ok)
+	}
+	if v, ok := a.metric("sluice_autorate_threshold_seconds", `device="wan"`, `direction="egress"`); !ok || v != 0.010 {
+		t.Errorf("metric sluice_autorate_threshold_seconds: %v %v; want 0.010", v, ok)
 	}
 
 	// Idle: the rate drifts back toward the base, 1% a second. Idle
@@ -377,4 +383,80 @@ func (res variableRateResult) trace() string {
 		}
 	}
 	return tl.String()
+}
+
+// delay_threshold: auto, the default, end to end: on the lab's path
+// (veths, no jitter to speak of) the threshold comes down from where it
+// starts (50 ms) to its floor within seconds: 15 ms while an upload and
+// a download share one echo prober (each sees the other's queue in half
+// the round trip), 5 ms for a direction alone on its prober, as after
+// the download moves to timestamps (a SIGHUP). Status, show and the
+// metric say which, and that it is automatic.
+func TestAgentAutoThreshold(t *testing.T) {
+	testutil.RequireRoot(t)
+	testutil.Quiet(t)
+	t.Setenv("SLUICE_STATE_DIR", stateDir(t))
+	name := strings.TrimPrefix(testutil.Unique("at"), testutil.Prefix)
+	b, err := lab.Up(name, lab.Topology{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Down() })
+	src := func(ingressProbe string) string {
+		return fmt.Sprintf(`interfaces:
+  - name: wan
+    egress:
+      rate: auto
+      auto: {min: 2mbit, base: 16mbit, max: 24mbit, reflectors: [%[1]s]}
+      default: bulk
+      classes:
+        - {name: bulk, rate: 100%%}
+    ingress:
+      rate: auto
+      auto: {min: 2mbit, base: 16mbit, max: 24mbit, reflectors: [%[1]s], probe: %[2]s}
+      default: bulk
+      classes:
+        - {name: bulk, rate: 100%%}
+`, lab.Server4, ingressProbe)
+	}
+	pol := writePolicy(t, "auto.yaml", src("echo"))
+	a := startAgent(t, b.Router, pol, "--interval", "500ms")
+	// thresholds waits for both directions' automatic thresholds to lie
+	// in [lo, hi] seconds, and returns them.
+	thresholds := func(lo, hi float64) map[string]float64 {
+		t.Helper()
+		got := map[string]float64{}
+		for end := time.Now().Add(10 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+			clear(got)
+			ok := true
+			for _, s := range a.status().Autorate {
+				got[s.Direction] = s.ThresholdSeconds
+				ok = ok && s.ThresholdAuto && s.ThresholdSeconds >= lo && s.ThresholdSeconds <= hi
+			}
+			if ok && len(got) == 2 || time.Now().After(end) {
+				return got
+			}
+		}
+	}
+	// The floor exactly: the path's jitter would have to move 7.5 ms
+	// from one sample to the next to lift it.
+	if got := thresholds(0.015, 0.015); got["egress"] != 0.015 || got["ingress"] != 0.015 {
+		t.Fatalf("sharing one echo prober the thresholds are %v s; want 0.015 s each, automatic", got)
+	}
+	if out := must(t, "--netns", b.Router, "show"); strings.Count(out, "threshold 15.0 ms (auto)") != 2 {
+		t.Errorf("show does not give both automatic thresholds:\n%s", out)
+	}
+	if v, ok := a.metric("sluice_autorate_threshold_seconds", `device="ifb-wan"`, `direction="ingress"`); !ok || v != 0.015 {
+		t.Errorf("metric sluice_autorate_threshold_seconds for the download: %v %v; want 0.015", v, ok)
+	}
+
+	if err := os.WriteFile(pol, []byte(src("timestamp")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	a.cmd.Process.Signal(syscall.SIGHUP)
+	// The floor, or just above it on a busy machine (a test beside
+	// this one moves the samples by a few ms now and then).
+	if got := thresholds(0.005, 0.008); got["egress"] > 0.008 || got["ingress"] > 0.008 || got["egress"] < 0.005 || got["ingress"] < 0.005 {
+		t.Fatalf("each direction alone on its prober, the thresholds are %v s; want 5 to 8 ms each, automatic", got)
+	}
 }

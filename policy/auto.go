@@ -22,7 +22,8 @@ type Auto struct {
 	Reflectors    []netip.Addr
 	ReflectorsPos Pos
 	// DelayThreshold: a sample this far above its reflector's baseline
-	// counts toward bufferbloat (DefaultDelayThreshold).
+	// counts toward bufferbloat. Zero (`auto`, the default): the agent
+	// fits it to the path's own delay variation (docs/autorate.md).
 	DelayThreshold    time.Duration
 	DelayThresholdPos Pos
 	// Probe is "echo" (the round trip, halved: every reflector answers)
@@ -37,10 +38,9 @@ type Auto struct {
 
 // Defaults of `auto:`.
 const (
-	DefaultDelayThreshold = 30 * time.Millisecond
-	MinDelayThreshold     = time.Millisecond
-	MaxDelayThreshold     = time.Second
-	MaxReflectors         = 32
+	MinDelayThreshold = time.Millisecond
+	MaxDelayThreshold = time.Second
+	MaxReflectors     = 32
 )
 
 // DefaultReflectors are pinged when a policy names none: anycast
@@ -99,9 +99,13 @@ func (p *parser) auto(n *yaml.Node, dir string) *Auto {
 		},
 		"delay_threshold": func(v *yaml.Node) {
 			a.DelayThresholdPos = pos(v)
+			if v.Kind == yaml.ScalarNode && v.Value == "auto" {
+				a.DelayThreshold = 0
+				return
+			}
 			d, err := time.ParseDuration(v.Value)
 			if v.Kind != yaml.ScalarNode || err != nil || d < MinDelayThreshold || d > MaxDelayThreshold {
-				p.d.Errorf(pos(v), "%s: delay_threshold: expected a time from %s to %s (like 30ms), found %s", what, MinDelayThreshold, MaxDelayThreshold, describe(v))
+				p.d.Errorf(pos(v), "%s: delay_threshold: expected auto or a time from %s to %s (like 10ms), found %s", what, MinDelayThreshold, MaxDelayThreshold, describe(v))
 				return
 			}
 			a.DelayThreshold = d
@@ -160,9 +164,6 @@ func validateAuto(where string, t *Tree, d *Diag) bool {
 	}
 	if len(a.Reflectors) == 0 && a.ReflectorsPos == (Pos{}) {
 		a.Reflectors = slices.Clone(DefaultReflectors)
-	}
-	if a.DelayThreshold == 0 {
-		a.DelayThreshold = DefaultDelayThreshold
 	}
 	if a.Probe == "" {
 		a.Probe = "echo"

@@ -50,8 +50,16 @@ func TestAutoParses(t *testing.T) {
 		t.Fatal(err)
 	}
 	a = p.Interfaces[0].Egress.Auto
-	if !slices.Equal(a.Reflectors, DefaultReflectors) || a.DelayThreshold != DefaultDelayThreshold || a.Probe != "echo" {
-		t.Errorf("defaults: reflectors %v threshold %v probe %q", a.Reflectors, a.DelayThreshold, a.Probe)
+	if !slices.Equal(a.Reflectors, DefaultReflectors) || a.DelayThreshold != 0 || a.Probe != "echo" {
+		t.Errorf("defaults: reflectors %v threshold %v (want 0: auto) probe %q", a.Reflectors, a.DelayThreshold, a.Probe)
+	}
+	// delay_threshold: auto is the default, written out.
+	p, _, err = Parse("p.yaml", []byte(autoSrc("      auto: {min: 5mbit, base: 20mbit, max: 80mbit, delay_threshold: auto}\n", "")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := p.Interfaces[0].Egress.Auto; a.DelayThreshold != 0 || a.DelayThresholdPos.Line != 5 {
+		t.Errorf("delay_threshold: auto read as %v at %v", a.DelayThreshold, a.DelayThresholdPos)
 	}
 }
 
@@ -74,7 +82,9 @@ func TestAutoErrors(t *testing.T) {
 		{"empty reflectors", autoSrc("      auto: {min: 5mbit, base: 20mbit, max: 80mbit, reflectors: []}\n", ""),
 			`reflectors: empty; leave the key out for the defaults`},
 		{"threshold", autoSrc("      auto: {min: 5mbit, base: 20mbit, max: 80mbit, delay_threshold: 5s}\n", ""),
-			`delay_threshold: expected a time from 1ms to 1s`},
+			`delay_threshold: expected auto or a time from 1ms to 1s`},
+		{"threshold word", autoSrc("      auto: {min: 5mbit, base: 20mbit, max: 80mbit, delay_threshold: automatic}\n", ""),
+			`:5:70: egress auto: delay_threshold: expected auto or a time from 1ms to 1s (like 10ms), found "automatic"`},
 		{"probe", autoSrc("      auto: {min: 5mbit, base: 20mbit, max: 80mbit, probe: tcp}\n", ""), `probe: expected echo or timestamp, found "tcp"`},
 		{"unknown key", autoSrc("      auto: {min: 5mbit, base: 20mbit, max: 80mbit, maximum: 1}\n", ""), `unknown key "maximum"`},
 		{"guarantees above min", autoSrc(autoBlock, "        - name: voip\n          rate: 4mbit\n"),

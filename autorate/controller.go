@@ -283,6 +283,12 @@ type Controller struct {
 	rate float64 // bytes per second
 
 	baseline map[string]float64 // ns
+	window   []bool             // the last cfg.Window samples: above the threshold
+	next     int
+	filled   int
+	avgDelta float64 // ns
+	fresh    bool    // a sample since the last decision
+
 	// threshold is the delay threshold in force (ns): the configured
 	// one, or, with AutoThreshold, what the path's variation shows.
 	threshold float64
@@ -294,11 +300,6 @@ type Controller struct {
 	stepNext int
 	// thresholdMin overrides Config.ThresholdMin (SetThresholdMin).
 	thresholdMin time.Duration
-	window       []bool // the last cfg.Window samples: above the threshold
-	next         int
-	filled       int
-	avgDelta     float64 // ns
-	fresh        bool    // a sample since the last decision
 
 	// recent holds the last slopeSamples samples' excess delays and
 	// times (all reflectors), for the queue's slope and depth.

@@ -28,6 +28,8 @@ import (
 
 	"sluice/agent"
 	"sluice/bench/internal/benchrun"
+	"sluice/lab"
+	"sluice/testutil"
 )
 
 type result struct {
@@ -55,22 +57,42 @@ type result struct {
 	CPUPercentIdle       float64 `json:"cpu_percent_steady"`
 }
 
+// autoResult is the agent's cost with rate: auto both ways (one echo
+// prober at 20 Hz, two controllers deciding every 50 ms, the rates
+// written as they move), on the lab's test bed behind a 20/100 Mbit/s
+// modem: idle, and under bulk TCP both ways (the controllers decide on
+// a queue, the limits are written).
+type autoResult struct {
+	Seconds        float64 `json:"seconds"`
+	CPUPercentIdle float64 `json:"cpu_percent_idle"`
+	CPUPercentLoad float64 `json:"cpu_percent_loaded"`
+	// Writes is how many rates were written in the loaded span.
+	Writes float64 `json:"rate_writes_loaded"`
+	RSSMB  float64 `json:"rss_mb"`
+}
+
 type output struct {
 	CPUs    int      `json:"cpus"`
 	Kernel  string   `json:"kernel"`
 	Date    string   `json:"date"`
 	Results []result `json:"results"`
+	// Autorate: rate: auto's cost (-autorate).
+	Autorate *autoResult `json:"autorate,omitempty"`
 }
 
 var sluiceBin = flag.String("sluice", "", "sluice binary (default: build ./cmd/sluice)")
 
 func main() {
 	sizes := flag.String("hosts", "1000,10000", "subscriber counts")
+	auto := flag.Duration("autorate", 20*time.Second, "how long to measure rate: auto's cost idle, then loaded (0: not)")
 	out := flag.String("out", "bench/results/agent.json", "results file")
 	flag.Parse()
 	*sluiceBin = benchrun.Sluice(*sluiceBin, "sluice-bench-agent")
 	o := output{CPUs: runtime.NumCPU(), Kernel: strings.TrimSpace(benchrun.Output("uname", "-r")), Date: time.Now().UTC().Format(time.DateOnly)}
 	for _, s := range strings.Split(*sizes, ",") {
+		if s == "" {
+			continue // -hosts "": rate: auto's cost alone
+		}
 		n, err := strconv.Atoi(s)
 		if err != nil {
 			benchrun.Fail(err)
@@ -79,6 +101,12 @@ func main() {
 		fmt.Printf("%6d hosts: first apply %.2f s, steady pass %.0f ms, scrape %.1f ms (%d series), with hosts %.1f ms (%d series; %.1f ms inflated as read), status %.1f ms (%d KB), RSS %.0f MB, CPU %.1f%%\n",
 			n, r.FirstApplyS, median(r.PassMs), r.ScrapeMs, r.ScrapeSeries, r.HostScrapeMs, r.HostSeries, r.HostScrapeInflatedMs, r.StatusMs, r.StatusBytes/1024, r.RSSMB, r.CPUPercentIdle)
 		o.Results = append(o.Results, r)
+	}
+	if *auto > 0 {
+		r := measureAutorate(*auto)
+		fmt.Printf("rate: auto both ways, echo at 20 Hz: CPU %.1f%% of a core idle, %.1f%% under bulk TCP both ways (%.0f rate writes in %.0f s), RSS %.0f MB\n",
+			r.CPUPercentIdle, r.CPUPercentLoad, r.Writes, r.Seconds, r.RSSMB)
+		o.Autorate = &r
 	}
 	b, _ := json.MarshalIndent(o, "", "  ")
 	if err := os.WriteFile(*out, append(b, '\n'), 0o644); err != nil {
@@ -291,4 +319,92 @@ func median(xs []float64) float64 {
 	s := append([]float64(nil), xs...)
 	sort.Float64s(s)
 	return s[len(s)/2]
+}
+
+// measureAutorate runs the agent with rate: auto both ways on a lab
+// test bed for d idle, then d under bulk TCP both ways (4 flows each),
+// and reads its CPU time and its rate writes.
+func measureAutorate(d time.Duration) autoResult {
+	name := fmt.Sprintf("bar%d", os.Getpid()%100000)
+	b, err := lab.Up(name, lab.Topology{Modem: lab.Modem{Up: "20mbit", Down: "100mbit", Buffer: "200ms"}})
+	if err != nil {
+		benchrun.Fail(err)
+	}
+	defer b.Down()
+	dir, err := os.MkdirTemp("", "sluice-bench-auto")
+	if err != nil {
+		benchrun.Fail(err)
+	}
+	defer os.RemoveAll(dir)
+	pol := filepath.Join(dir, "p.yaml")
+	os.WriteFile(pol, []byte(fmt.Sprintf(`interfaces:
+  - name: wan
+    egress:
+      rate: auto
+      auto: {min: 4mbit, base: 12mbit, max: 20mbit, reflectors: [%[1]s]}
+      default: bulk
+      classes:
+        - {name: interactive, rate: 10%%, prio: 0, match: [{proto: icmp}, {tcp_ack: true}]}
+        - {name: bulk, rate: 90%%, prio: 1}
+    ingress:
+      rate: auto
+      auto: {min: 10mbit, base: 50mbit, max: 100mbit, reflectors: [%[1]s]}
+      default: bulk
+      classes:
+        - {name: bulk, rate: 100%%}
+`, lab.Server4)), 0o644)
+	state := filepath.Join(dir, "state")
+	cmd := exec.Command(*sluiceBin, "--netns", b.Router, "agent", pol, "--listen", "127.0.0.1:0")
+	cmd.Env = append(os.Environ(), "SLUICE_STATE_DIR="+state)
+	var log bytes.Buffer
+	cmd.Stderr = &log
+	if err := cmd.Start(); err != nil {
+		benchrun.Fail(err)
+	}
+	defer func() { cmd.Process.Signal(syscall.SIGTERM); cmd.Wait() }()
+	base := waitHealthy(cmd, filepath.Join(state, "netns", b.Router, agent.AgentFile), &log)
+	writes := func() float64 {
+		for _, line := range strings.Split(get(base+"/metrics"), "\n") {
+			if v, ok := strings.CutPrefix(line, "sluice_autorate_writes_total "); ok {
+				f, _ := strconv.ParseFloat(v, 64)
+				return f
+			}
+		}
+		return 0
+	}
+	time.Sleep(2 * time.Second) // the controllers' first samples
+	r := autoResult{Seconds: d.Seconds()}
+	cpu0 := cpuSeconds(cmd.Process.Pid)
+	time.Sleep(d)
+	r.CPUPercentIdle = (cpuSeconds(cmd.Process.Pid) - cpu0) / d.Seconds() * 100
+
+	client, _ := lab.ClientAddr(1)
+	var sinks []io.Closer
+	for _, s := range []struct{ ns, addr string }{{b.Server, lab.Server4.String()}, {b.Clients[0], client.String()}} {
+		sink, err := testutil.TCPSink(s.ns, s.addr, 5201)
+		if err != nil {
+			benchrun.Fail(err)
+		}
+		sinks = append(sinks, sink)
+	}
+	defer func() {
+		for _, s := range sinks {
+			s.Close()
+		}
+	}()
+	stop := make(chan struct{})
+	done := make(chan struct{}, 2)
+	for _, f := range []struct{ ns, to string }{{b.Clients[0], lab.Server4.String()}, {b.Server, client.String()}} {
+		go func() { testutil.TCPSendUntil(f.ns, f.to, 5201, 4, stop); done <- struct{}{} }()
+	}
+	time.Sleep(3 * time.Second) // the load's start: the rates move
+	w0, cpu0 := writes(), cpuSeconds(cmd.Process.Pid)
+	time.Sleep(d)
+	r.CPUPercentLoad = (cpuSeconds(cmd.Process.Pid) - cpu0) / d.Seconds() * 100
+	r.Writes = writes() - w0
+	r.RSSMB = rssMB(cmd.Process.Pid)
+	close(stop)
+	<-done
+	<-done
+	return r
 }

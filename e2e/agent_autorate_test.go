@@ -246,7 +246,7 @@ func TestVariableRateScenario(t *testing.T) {
 	testutil.RequireRoot(t)
 	testutil.Quiet(t)
 	dir := t.TempDir()
-	scenario, variants, want, scale := "variable-rate", "auto", 20, 1.0
+	scenario, variants, want, scale := "variable-rate", "auto", 28, 1.0
 	downScale := scale
 	if os.Getenv("SLUICE_EMULATED") == "1" {
 		scenario, variants, want, scale, downScale = "testdata/variable-rate-lane.yaml", "unshaped,auto", 15, 0.2, 0.1

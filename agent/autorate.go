@@ -82,12 +82,19 @@ type autoProber struct {
 // the upload probed (docs/autorate.md).
 const sharedEchoMin = 15 * time.Millisecond
 
-// sharedFloor is the automatic threshold's lower bound for pr's trees:
-// sharedEchoMin where they share echo's round trips, else the
-// controller's own (0).
-func sharedFloor(pr *autoProber) time.Duration {
-	if len(pr.trees) > 1 && pr.trees[0].cfg.Probe != "timestamp" {
-		return sharedEchoMin
+// sharedFloor is the automatic threshold's lower bound for t, one of
+// pr's trees: sharedEchoMin where the other direction of t's interface
+// shares echo's round trips with it, else the controller's own (0).
+// (Two interfaces' trees pinging the same reflectors do not: each
+// interface's queue is in its own samples only.)
+func sharedFloor(pr *autoProber, t *autoTree) time.Duration {
+	if t.cfg.Probe == "timestamp" {
+		return 0
+	}
+	for _, o := range pr.trees {
+		if o != t && o.iface == t.iface && o.dir != t.dir {
+			return sharedEchoMin
+		}
 	}
 	return 0
 }
@@ -152,7 +159,7 @@ func (a *Agent) syncAuto(pl *plan.Plan) {
 	}
 	for _, pr := range probers {
 		for _, t := range pr.trees {
-			t.ctl.SetThresholdMin(sharedFloor(pr))
+			t.ctl.SetThresholdMin(sharedFloor(pr, t))
 		}
 	}
 	for key, pr := range a.probers {

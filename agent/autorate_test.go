@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"sluice/autorate"
+	"sluice/policy"
 	"sluice/units"
 )
 
@@ -48,5 +49,36 @@ func TestAutoPublishedOnChange(t *testing.T) {
 	a.publishAuto(t0.Add(autoPublishEvery+2*time.Millisecond), false)
 	if gen() != g0+3 || a.auto[0].WrittenBytesPerSecond != uint64(tr.written) {
 		t.Error("a new written rate was not published at once")
+	}
+}
+
+// An upload and a download of one interface on one echo prober each see
+// the other's queue in half the round trip: their automatic thresholds
+// keep to sharedEchoMin. Timestamps measure each way apart, and another
+// interface's tree is not the other direction: both keep their own.
+func TestSharedFloor(t *testing.T) {
+	tree := func(iface, dir, probe string) *autoTree {
+		return &autoTree{iface: iface, dir: dir, cfg: policy.Auto{Probe: probe}}
+	}
+	up, down, other := tree("wan", "egress", "echo"), tree("wan", "ingress", "echo"), tree("wan2", "egress", "echo")
+	for _, tc := range []struct {
+		name  string
+		trees []*autoTree
+		of    *autoTree
+		want  time.Duration
+	}{
+		{"both ways, echo", []*autoTree{up, down}, up, sharedEchoMin},
+		{"the download of both ways", []*autoTree{up, down}, down, sharedEchoMin},
+		{"alone", []*autoTree{up}, up, 0},
+		{"two interfaces' uploads", []*autoTree{up, other}, up, 0},
+		{"timestamps", []*autoTree{tree("wan", "egress", "timestamp"), tree("wan", "ingress", "timestamp")}, nil, 0},
+	} {
+		of := tc.of
+		if of == nil {
+			of = tc.trees[0]
+		}
+		if got := sharedFloor(&autoProber{trees: tc.trees}, of); got != tc.want {
+			t.Errorf("%s: floor %v, want %v", tc.name, got, tc.want)
+		}
 	}
 }

@@ -298,8 +298,10 @@ type Controller struct {
 	prev     map[string]Sample
 	steps    []float64
 	stepNext int
-	// thresholdMin overrides Config.ThresholdMin (SetThresholdMin).
+	// thresholdMin overrides Config.ThresholdMin (SetThresholdMin);
+	// sorted is refit's scratch copy of steps.
 	thresholdMin time.Duration
+	sorted       []float64
 
 	// recent holds the last slopeSamples samples' excess delays and
 	// times (all reflectors), for the queue's slope and depth.
@@ -581,9 +583,10 @@ func (c *Controller) refit() {
 	if !c.cfg.AutoThreshold || len(c.steps) < jitterMin {
 		return
 	}
-	sorted := slices.Clone(c.steps)
-	slices.Sort(sorted)
-	q := sorted[int(jitterQuantile*float64(len(sorted)-1))]
+	// A scratch copy kept between samples: refit runs on each one.
+	c.sorted = append(c.sorted[:0], c.steps...)
+	slices.Sort(c.sorted)
+	q := c.sorted[int(jitterQuantile*float64(len(c.sorted)-1))]
 	lo := c.cfg.ThresholdMin
 	if c.thresholdMin > 0 {
 		lo = min(c.thresholdMin, c.cfg.ThresholdMax)

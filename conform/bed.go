@@ -209,3 +209,20 @@ func (b *bed) mark(flows []Flow, del bool) error {
 	}
 	return lab.MarkFlows(b.gw, mf, del)
 }
+
+// sink has the namespace where dev's dir flows end drop the raw ACKs
+// and SYNs among flows as they arrive, so that none draws a reset back
+// through the bed (lab.SinkRawFlows); del takes that away.
+func (b *bed) sink(dev, dir string, flows []Flow, del bool) error {
+	var raw []lab.RawFlow
+	for _, f := range flows {
+		if rawTCP(f.Proto) {
+			raw = append(raw, lab.RawFlow{Src: f.Src, Dst: f.Dst})
+		}
+	}
+	if len(raw) == 0 {
+		return nil
+	}
+	_, recv := b.ends(dev, dir)
+	return lab.SinkRawFlows(recv, raw, del)
+}

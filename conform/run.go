@@ -714,6 +714,13 @@ func (r *runner) runTree(ctx context.Context, tr *tree) error {
 	} else {
 		defer r.bed.mark(flows, true)
 	}
+	// Raw ACKs and SYNs end where they arrive; without nft they draw
+	// resets, which the bed carries too.
+	if err := r.bed.sink(tr.in.Name, tr.t.Dir, flows, false); err != nil {
+		r.logf("%s: raw flows are answered with resets: %v", tr.key, err)
+	} else {
+		defer r.bed.sink(tr.in.Name, tr.t.Dir, flows, true)
+	}
 	// The kernel's word on classification: each subject's flows must
 	// land in its class.
 	var driven []*Subject

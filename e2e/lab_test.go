@@ -542,6 +542,82 @@ func TestFlowCounterCountsWhatTheSocketReceived(t *testing.T) {
 	settled("closed")
 }
 
+// Raw ACKs belong to no connection, so the receiver answers each with a
+// reset, which a bed carries back beside its TCP flows' ACKs; sunk where
+// they arrive (lab.SinkRawFlows) they draw none, and unsunk again they
+// do.
+func TestSunkRawFlowsDrawNoResets(t *testing.T) {
+	light(t)
+	if _, err := exec.LookPath("nft"); err != nil {
+		t.Skip("needs nft(8)")
+	}
+	ns := testutil.NewNetns(t, "rs")
+	from, to := netip.MustParseAddrPort("127.0.0.1:40000"), netip.MustParseAddrPort("127.0.0.2:5000")
+	flows := []lab.RawFlow{{Src: from, Dst: to}}
+	resets := func() (n uint64) {
+		t.Helper()
+		err := lab.InNetns(ns, func() error {
+			b, err := os.ReadFile("/proc/thread-self/net/snmp") // this thread's namespace, not the process's
+			if err != nil {
+				return err
+			}
+			var names []string
+			for _, line := range strings.Split(string(b), "\n") {
+				f := strings.Fields(line)
+				if len(f) == 0 || f[0] != "Tcp:" {
+					continue
+				}
+				if names == nil {
+					names = f
+					continue
+				}
+				for i, name := range names {
+					if name == "OutRsts" && i < len(f) {
+						n, err = strconv.ParseUint(f[i], 10, 64)
+						return err
+					}
+				}
+			}
+			return fmt.Errorf("no Tcp: OutRsts in /proc/net/snmp")
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	send := func(sunk bool) (sent, answered uint64) {
+		t.Helper()
+		if sunk {
+			if err := lab.SinkRawFlows(ns, flows, false); err != nil {
+				t.Fatal(err)
+			}
+			defer func() {
+				if err := lab.SinkRawFlows(ns, flows, true); err != nil {
+					t.Error(err)
+				}
+			}()
+		}
+		r0 := resets()
+		f := &lab.FlowCounter{}
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		defer cancel()
+		if err := lab.ACKSend(ctx, ns, from, to, 500e3, 0, f); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(50 * time.Millisecond)
+		return f.Sent() / uint64(lab.ACKFrame(false)), resets() - r0
+	}
+	if sent, rst := send(false); sent < 100 || rst < sent/2 {
+		t.Fatalf("unsunk: %d ACKs sent, %d resets: want one reset per ACK", sent, rst)
+	}
+	if sent, rst := send(true); sent < 100 || rst != 0 {
+		t.Errorf("sunk: %d ACKs sent, %d resets: want none", sent, rst)
+	}
+	if sent, rst := send(false); rst < sent/2 {
+		t.Errorf("sink removed: %d ACKs sent, %d resets: want one reset per ACK again", sent, rst)
+	}
+}
+
 // The ICMP probe agrees with ping(8) measuring the same loaded queue.
 func TestProbeAgreesWithPing(t *testing.T) {
 	testutil.Slow(t)

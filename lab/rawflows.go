@@ -177,6 +177,41 @@ func MarkFlows(ns string, flows []MarkedFlow, del bool) error {
 	return nft(ns, b.String())
 }
 
+// RawFlow is a flow of raw TCP packets (ACKSend's, SYNSend's).
+type RawFlow struct{ Src, Dst netip.AddrPort }
+
+// sinkTable is the nftables table a bed's receiving namespace drops
+// raw flows in.
+const sinkTable = "sluice_lab_sink"
+
+// SinkRawFlows has namespace ns (where raw flows end) drop the packets
+// of flows, TCP from Src to Dst that ACKSend or SYNSend sends, as they
+// arrive (nftables, its input hook); with del it removes the table.
+// They belong to no connection, and unsunk each draws a reset back the
+// way it came: as many packets again through the bed, on the path the
+// TCP flows beside them need for their ACKs (the 6.1 lane's emulated
+// guest, its delay line carrying 2,400 ACKs and 2,400 resets a second:
+// the TCP class 3.40 of its 3.73 Mbit/s, the ACKs taking what it left).
+// Needs nft(8).
+func SinkRawFlows(ns string, flows []RawFlow, del bool) error {
+	if del {
+		return nft(ns, fmt.Sprintf("table inet %s\ndelete table inet %s\n", sinkTable, sinkTable))
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "table inet %s {\n  chain input {\n    type filter hook input priority -300; policy accept;\n", sinkTable)
+	for _, f := range flows {
+		src, dst := f.Src, f.Dst
+		ip := "ip"
+		if src.Addr().Is6() {
+			ip = "ip6"
+		}
+		fmt.Fprintf(&b, "    %s saddr %s %s daddr %s tcp sport %d tcp dport %d drop\n",
+			ip, src.Addr(), ip, dst.Addr(), src.Port(), dst.Port())
+	}
+	b.WriteString("  }\n}\n")
+	return nft(ns, b.String())
+}
+
 // nft runs nft -f - with script in namespace ns.
 func nft(ns, script string) error {
 	path, err := exec.LookPath("nft")

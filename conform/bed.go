@@ -210,9 +210,11 @@ func (b *bed) mark(flows []Flow, del bool) error {
 	return lab.MarkFlows(b.gw, mf, del)
 }
 
-// sink has the namespace where dev's dir flows end drop the raw ACKs
-// and SYNs among flows as they arrive, so that none draws a reset back
-// through the bed (lab.SinkRawFlows); del takes that away.
+// sink ends the raw ACKs and SYNs among flows once the shaper has
+// counted them: an egress tree's at the wire's door, where the delay
+// line lets them fall out rather than relay them (lab.BypassLine), any
+// other in the namespace they reach (lab.SinkRawFlows), so that none
+// draws a reset back through the bed. del takes that away.
 func (b *bed) sink(dev, dir string, flows []Flow, del bool) error {
 	var raw []lab.RawFlow
 	for _, f := range flows {
@@ -222,6 +224,9 @@ func (b *bed) sink(dev, dir string, flows []Flow, del bool) error {
 	}
 	if len(raw) == 0 {
 		return nil
+	}
+	if w := b.wire[dev]; w != "" && dir != "ingress" {
+		return lab.BypassLine(w, raw, del)
 	}
 	_, recv := b.ends(dev, dir)
 	return lab.SinkRawFlows(recv, raw, del)

@@ -554,37 +554,7 @@ func TestSunkRawFlowsDrawNoResets(t *testing.T) {
 	ns := testutil.NewNetns(t, "rs")
 	from, to := netip.MustParseAddrPort("127.0.0.1:40000"), netip.MustParseAddrPort("127.0.0.2:5000")
 	flows := []lab.RawFlow{{Src: from, Dst: to}}
-	resets := func() (n uint64) {
-		t.Helper()
-		err := lab.InNetns(ns, func() error {
-			b, err := os.ReadFile("/proc/thread-self/net/snmp") // this thread's namespace, not the process's
-			if err != nil {
-				return err
-			}
-			var names []string
-			for _, line := range strings.Split(string(b), "\n") {
-				f := strings.Fields(line)
-				if len(f) == 0 || f[0] != "Tcp:" {
-					continue
-				}
-				if names == nil {
-					names = f
-					continue
-				}
-				for i, name := range names {
-					if name == "OutRsts" && i < len(f) {
-						n, err = strconv.ParseUint(f[i], 10, 64)
-						return err
-					}
-				}
-			}
-			return fmt.Errorf("no Tcp: OutRsts in /proc/net/snmp")
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return n
-	}
+	resets := func() uint64 { return tcpOutRsts(t, ns) }
 	send := func(sunk bool) (sent, answered uint64) {
 		t.Helper()
 		if sunk {
@@ -616,6 +586,97 @@ func TestSunkRawFlowsDrawNoResets(t *testing.T) {
 	if sent, rst := send(false); rst < sent/2 {
 		t.Errorf("sink removed: %d ACKs sent, %d resets: want one reset per ACK again", sent, rst)
 	}
+}
+
+// A delay line lets the raw flows BypassLine names fall out where they
+// enter it, from the router's side, and relays everything else: none of
+// those ACKs reaches the far end (nor draws a reset from it), the others
+// do; with the bypass removed they are relayed again.
+func TestBypassedRawFlowsLeaveTheDelayLine(t *testing.T) {
+	light(t)
+	a, wire, b := testutil.NewNetns(t, "bla"), testutil.NewNetns(t, "blw"), testutil.NewNetns(t, "blb")
+	for _, err := range []error{lab.Veth(a, "r0", wire, "r", 0), lab.Veth(wire, "s", b, "peer", 0)} {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	line, err := lab.StartDelayLine(wire, time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer line.Close()
+	from, to := netip.MustParseAddrPort("10.77.0.1:40000"), netip.MustParseAddrPort("10.77.0.2:5000")
+	other := netip.MustParseAddrPort("10.77.0.1:40001")
+	for _, err := range []error{lab.Addrs(a, "r0", from.Addr()), lab.Addrs(b, "peer", to.Addr()),
+		lab.Routes(a, "r0", b, "peer", false, to.Addr()), lab.Routes(b, "peer", a, "r0", false, from.Addr())} {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	resets := func() uint64 { return tcpOutRsts(t, b) }
+	send := func(src netip.AddrPort) (sent, answered uint64) {
+		t.Helper()
+		r0 := resets()
+		f := &lab.FlowCounter{}
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		defer cancel()
+		if err := lab.ACKSend(ctx, a, src, to, 500e3, 0, f); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(100 * time.Millisecond)
+		return f.Sent() / uint64(lab.ACKFrame(false)), resets() - r0
+	}
+	if sent, rst := send(from); sent < 100 || rst < sent/2 {
+		t.Fatalf("relayed: %d ACKs sent, %d answered: the line did not carry them", sent, rst)
+	}
+	if err := lab.BypassLine(wire, []lab.RawFlow{{Src: from, Dst: to}}, false); err != nil {
+		t.Fatal(err)
+	}
+	if sent, rst := send(from); sent < 100 || rst != 0 {
+		t.Errorf("bypassed: %d ACKs sent, %d answered: want none through", sent, rst)
+	}
+	if sent, rst := send(other); rst < sent/2 {
+		t.Errorf("another flow: %d ACKs sent, %d answered: the line must still carry it", sent, rst)
+	}
+	if err := lab.BypassLine(wire, nil, true); err != nil {
+		t.Fatal(err)
+	}
+	if sent, rst := send(from); rst < sent/2 {
+		t.Errorf("bypass removed: %d ACKs sent, %d answered: want them carried again", sent, rst)
+	}
+}
+
+// tcpOutRsts is the TCP resets namespace ns has sent.
+func tcpOutRsts(t *testing.T, ns string) (n uint64) {
+	t.Helper()
+	err := lab.InNetns(ns, func() error {
+		b, err := os.ReadFile("/proc/thread-self/net/snmp") // this thread's namespace, not the process's
+		if err != nil {
+			return err
+		}
+		var names []string
+		for _, line := range strings.Split(string(b), "\n") {
+			f := strings.Fields(line)
+			if len(f) == 0 || f[0] != "Tcp:" {
+				continue
+			}
+			if names == nil {
+				names = f
+				continue
+			}
+			for i, name := range names {
+				if name == "OutRsts" && i < len(f) {
+					n, err = strconv.ParseUint(f[i], 10, 64)
+					return err
+				}
+			}
+		}
+		return fmt.Errorf("no Tcp: OutRsts in /proc/net/snmp")
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }
 
 // The ICMP probe agrees with ping(8) measuring the same loaded queue.

@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	dto "github.com/prometheus/client_model/go"
+	"sluice/bpf"
 	"sluice/stats"
 	"sluice/version"
 
@@ -48,7 +49,7 @@ type metrics struct {
 	applySeconds prometheus.Histogram
 
 	sentBytes, sentPackets, dropped, overlimits *prometheus.Desc
-	backlog, rate, ceil, policer, edtDelay      *prometheus.Desc
+	backlog, rate, ceil, policer, edtDelay, rtt *prometheus.Desc
 	shareDemand, shareShare, shareLimit         *prometheus.Desc
 	// The names before base units, kept one release.
 	oldRate, oldCeil, oldDemand, oldShare, oldLimit *prometheus.Desc
@@ -94,6 +95,7 @@ func newMetrics(a *Agent) *metrics {
 		oldCeil:     desc("sluice_class_ceil_bytes", "Deprecated (removed in the next release): sluice_class_ceil_bytes_per_second."),
 		policer:     desc("sluice_policer_packets_total", "Packets a BPF policer metered, by colour (red is dropped).", "color"),
 		edtDelay:    desc("sluice_edt_delay_seconds", "How long the EDT backend held the class's packets back (its departure time minus its arrival), per class."),
+		rtt:         desc("sluice_rtt_seconds", "Round trips of the class's TCP flows, timed from their own packets (an interface's rtt: on): from sluice's classification through its queue and the path, until the echo of the packet's timestamp comes back."),
 		shareDemand: desc("sluice_sharing_demand_bytes_per_second", "What the sharing controller counted the class as wanting over its last quantum, bytes per second (its ceil when it was held back)."),
 		shareShare:  desc("sluice_sharing_share_bytes_per_second", "The class's weighted max-min share of its parent's capacity, bytes per second."),
 		shareLimit:  desc("sluice_sharing_limit_bytes_per_second", "What the sharing controller holds the class to now, bytes per second: its share, as the class's guaranteed rate (a controller without a cap, over an HTB tree) or as its ceil; while no limit is applied, the configured ceil, or under a cap the child's open share (what it would get wanting its ceil)."),
@@ -283,7 +285,7 @@ type extrasCollector struct{ m *metrics }
 
 func (e extrasCollector) Describe(ch chan<- *prometheus.Desc) {
 	m := e.m
-	for _, d := range []*prometheus.Desc{m.policer, m.edtDelay, m.shareDemand, m.shareShare, m.shareLimit, m.oldDemand, m.oldShare, m.oldLimit} {
+	for _, d := range []*prometheus.Desc{m.policer, m.edtDelay, m.rtt, m.shareDemand, m.shareShare, m.shareLimit, m.oldDemand, m.oldShare, m.oldLimit} {
 		ch <- d
 	}
 }
@@ -347,5 +349,44 @@ func (m *metrics) collectExtras(ch chan<- prometheus.Metric, s *stats.Sample) {
 			}
 			ch <- prometheus.MustNewConstHistogram(m.edtDelay, count, float64(d.SumNS)/1e9, buckets, lv...)
 		}
+		for _, c := range t.Classes {
+			if c.RTT == nil || IsHostClass(c.Name) {
+				continue
+			}
+			lv := []string{t.Interface, t.Direction, c.Name}
+			if hosts {
+				lv = append(lv, "")
+			}
+			count, sum, buckets := rttBuckets(c.RTT.Hist())
+			ch <- prometheus.MustNewConstHistogram(m.rtt, count, sum, buckets, lv...)
+		}
 	}
+}
+
+// rttBounds are the upper bounds (seconds) sluice_rtt_seconds exports:
+// the program's histogram has 336 buckets, a sixteenth of an octave
+// each, too many series for a scrape.
+var rttBounds = []float64{0.0005, 0.001, 0.002, 0.005, 0.01, 0.015, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 1, 2, 5}
+
+// rttBuckets folds a program's round-trip histogram into rttBounds'
+// cumulative counts. A fine bucket counts under the first bound at or
+// above its own upper edge (so a bound's count never holds a sample
+// above it).
+func rttBuckets(h *bpf.RTTHist) (uint64, float64, map[float64]uint64) {
+	out := make(map[float64]uint64, len(rttBounds))
+	edges := bpf.RTTBucketBounds()
+	var count uint64
+	for _, n := range h.B {
+		count += n
+	}
+	for _, le := range rttBounds {
+		var c uint64
+		for k, n := range h.B {
+			if k < len(edges) && edges[k] <= le {
+				c += n
+			}
+		}
+		out[le] = c
+	}
+	return count, float64(h.Sum) / 1e9, out
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"sluice/bpf"
 	"sluice/stats"
 )
 
@@ -65,6 +66,32 @@ func TestMetricsLabels(t *testing.T) {
 	want := `sluice_class_dropped_packets_total{class="subs",device="eth0",direction="egress",host="10.0.0.2"} 2`
 	if !strings.Contains(out, want) {
 		t.Errorf("no %s in\n%s", want, out)
+	}
+}
+
+// A class's round trips are exported as a Prometheus histogram whose
+// bounds hold exactly the samples below them: 30 samples of 12 ms (a
+// fine bucket from 11.53 to 12.06 ms) count under 15 ms, not under 10 ms.
+func TestRTTMetric(t *testing.T) {
+	a := fakeAgent(0, false)
+	h := &bpf.RTTHist{}
+	k := 16*10 + 6 // 12 ms: 11718 units of 1024 ns, octave 10 (bit length 14), sixteenth 6
+	h.B[k], h.Count, h.Sum = 30, 30, 30*12e6
+	a.sample.Trees[0].Classes[1].RTT = stats.NewRTT(h)
+	out := scrape(t, a)
+	for _, want := range []string{
+		`sluice_rtt_seconds_bucket{class="subs",device="eth0",direction="egress",le="0.01"} 0`,
+		`sluice_rtt_seconds_bucket{class="subs",device="eth0",direction="egress",le="0.015"} 30`,
+		`sluice_rtt_seconds_bucket{class="subs",device="eth0",direction="egress",le="+Inf"} 30`,
+		`sluice_rtt_seconds_sum{class="subs",device="eth0",direction="egress"} 0.36`,
+		`sluice_rtt_seconds_count{class="subs",device="eth0",direction="egress"} 30`,
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("no %s in\n%s", want, out)
+		}
+	}
+	if p50 := a.sample.Trees[0].Classes[1].RTT.P50; p50 < 0.0115 || p50 > 0.0124 {
+		t.Errorf("p50 %v, want within the 12 ms bucket", p50)
 	}
 }
 

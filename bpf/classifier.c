@@ -98,10 +98,38 @@ struct {
 	__type(value, struct delay_hist);
 } delays SEC(".maps");
 
+// TCP flows' outstanding round trips, shared by the hooks of one
+// interface (its own and its ifb's). Sized at load time.
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct flow_key);
+	__type(value, struct flow_state);
+} flows SEC(".maps");
+
+// Round-trip histograms, by target.rtt (0: traffic of no class), shared
+// like flows: the hook that ends a sample counts it where the hook that
+// started it says, so an interface's trees number their classes in one
+// space.
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, MAX_RTT_HISTS);
+	__type(key, __u32);
+	__type(value, struct rtt_hist);
+} rtts SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct rtt_stats);
+} rtt_counts SEC(".maps");
+
 // What the parser found.
 struct pkt {
 	__u32 src[4], dst[4]; // network order
 	__u32 l3off;
+	__u32 l4off; // the transport header (when l4)
 	__u32 iplen;  // IPv4 total length, IPv6 payload length
 	__u32 hdrlen; // IP and transport header bytes (what each GSO segment repeats)
 	__u32 mark;
@@ -192,6 +220,7 @@ static __always_inline void parse(struct __sk_buff *skb, const struct config *cf
 	p->sport = ((__u16)l4[0] << 8) | l4[1];
 	p->dport = ((__u16)l4[2] << 8) | l4[3];
 	p->l4 = 1;
+	p->l4off = off;
 	__u8 tcp[2];
 	if (bpf_skb_load_bytes(skb, off + 12, tcp, 2) == 0) {
 		p->tcpflags = tcp[1];
@@ -672,6 +701,198 @@ static __always_inline int pace(struct __sk_buff *skb, const struct config *cfg,
 	return 0;
 }
 
+// tcp_ts finds a TCP packet's timestamps option (RFC 7323): 1 with
+// *val and *ecr (host order), 0 where it has none.
+static __always_inline int tcp_ts(struct __sk_buff *skb, const struct pkt *p, __u32 *val, __u32 *ecr)
+{
+	__u8 doff;
+	if (bpf_skb_load_bytes(skb, p->l4off + 12, &doff, 1) < 0)
+		return 0;
+	__u32 optlen = (doff >> 4) * 4;
+	if (optlen <= 20)
+		return 0;
+	optlen -= 20;
+	if (optlen > 40)
+		return 0;
+	// Linux and most stacks put it first on data and ACKs, after two
+	// NOPs: one load, no walk.
+	if (optlen >= 12) {
+		__u32 w[3];
+		if (bpf_skb_load_bytes(skb, p->l4off + 20, w, 12) < 0)
+			return 0;
+		if (w[0] == bpf_htonl(0x0101080a)) {
+			*val = bpf_ntohl(w[1]);
+			*ecr = bpf_ntohl(w[2]);
+			return 1;
+		}
+	}
+	__u8 o[64] = {}; // 40 used: 64 lets an index be masked in bounds
+	if (bpf_skb_load_bytes(skb, p->l4off + 20, o, optlen) < 0)
+		return 0;
+	// Each option is a kind, a length and its data; NOP and EOL are one
+	// byte. At most 40 bytes: 20 steps cover any layout.
+	__u32 i = 0;
+	for (int k = 0; k < 20; k++) {
+		if (i >= optlen || i >= 40)
+			return 0;
+		__u8 kind = o[i & 63];
+		if (kind == 0)
+			return 0;
+		if (kind == 1) {
+			i++;
+			continue;
+		}
+		if (i + 1 >= optlen)
+			return 0;
+		__u8 len = o[(i + 1) & 63];
+		if (kind == 8 && len == 10 && i + 10 <= optlen && i <= 30) {
+			*val = (__u32)o[(i + 2) & 63] << 24 | (__u32)o[(i + 3) & 63] << 16 | (__u32)o[(i + 4) & 63] << 8 | o[(i + 5) & 63];
+			*ecr = (__u32)o[(i + 6) & 63] << 24 | (__u32)o[(i + 7) & 63] << 16 | (__u32)o[(i + 8) & 63] << 8 | o[(i + 9) & 63];
+			return 1;
+		}
+		if (len < 2)
+			return 0;
+		i += len;
+	}
+	return 0;
+}
+
+static __always_inline struct rtt_stats *rtt_stats(void)
+{
+	__u32 zero = 0;
+	return bpf_map_lookup_elem(&rtt_counts, &zero);
+}
+
+// rtt_bucket is the histogram bucket of a round trip of d ns.
+static __always_inline __u32 rtt_bucket(__u64 d)
+{
+	__u64 u = d >> 10;
+	if (u < 16)
+		return u;
+	__u32 n = bitlen(u); // 5 and up
+	__u32 o = n - 4;
+	if (o > 20)
+		return RTT_BUCKETS - 1;
+	return 16 * o + ((u >> (n - 5)) & 15);
+}
+
+static __always_inline void rtt_sample(__u32 hist, __u64 d)
+{
+	struct rtt_hist *h = bpf_map_lookup_elem(&rtts, &hist);
+	if (!h)
+		return;
+	__u32 k = rtt_bucket(d);
+	// clang knows k is in range and drops the check; the verifier does
+	// not know it, so hide k from clang.
+	asm volatile("" : "+r"(k));
+	if (k >= RTT_BUCKETS)
+		return;
+	__sync_fetch_and_add(&h->b[k], 1);
+	__sync_fetch_and_add(&h->sum, d);
+	__sync_fetch_and_add(&h->count, 1);
+}
+
+// rtt_record starts a sample on the first packet that carries a new
+// TSval of its flow, unless one is outstanding (one per flow and way: a
+// sample per round trip is plenty, and the map stays one entry a flow).
+// A TSval older than the newest seen (reordered, or a duplicate) starts
+// none. A SYN without timestamps is timed to its SYN-ACK.
+static __always_inline void rtt_record(struct __sk_buff *skb, const struct config *cfg, const struct pkt *p, __u32 hist)
+{
+	// Only data (and SYNs) start samples: the receiver answers data at
+	// once (or within its delayed-ACK time), while the echo of a pure
+	// ACK waits for whenever its peer next has data to send.
+	__u32 ipbytes = p->family == 4 ? p->iplen : p->iplen + 40;
+	int syn = (p->tcpflags & 0x12) == 0x02;
+	if (ipbytes <= p->hdrlen && !syn)
+		return;
+	struct rtt_stats *st;
+	__u32 val = 0, ecr = 0;
+	int ts = tcp_ts(skb, p, &val, &ecr);
+	if (!ts) {
+		if ((st = rtt_stats()))
+			st->untimed++;
+		if (!syn)
+			return;
+	}
+	struct flow_key k = { .family = p->family, .sport = p->sport, .dport = p->dport };
+	__builtin_memcpy(k.src, p->src, 16);
+	__builtin_memcpy(k.dst, p->dst, 16);
+	struct flow_state *f = bpf_map_lookup_elem(&flows, &k);
+	// The clock only where a sample starts: most packets repeat a value.
+	__u64 now;
+	if (!f) {
+		now = clock(skb, cfg);
+		now |= !now; // 0 marks no sample outstanding
+		struct flow_state n = { .t = now, .tsval = val, .last = val, .hist = hist, .seen = ts, .syn = !ts };
+		bpf_map_update_elem(&flows, &k, &n, BPF_NOEXIST);
+		if ((st = rtt_stats()))
+			st->recorded++;
+		return;
+	}
+	if (ts) {
+		if (f->seen && (__s32)(val - f->last) <= 0)
+			return; // not a new value
+		f->last = val;
+		f->seen = 1;
+	}
+	st = rtt_stats();
+	now = clock(skb, cfg);
+	now |= !now;
+	if (f->t) {
+		if (now - f->t < RTT_EXPIRY)
+			return;
+		if (st)
+			st->missed++;
+	}
+	f->tsval = val;
+	f->syn = !ts;
+	f->hist = hist;
+	f->t = now;
+	if (st)
+		st->recorded++;
+}
+
+// rtt_echo ends the sample of the flow a packet answers: the TSecr that
+// echoes the outstanding TSval (or the SYN-ACK of a SYN without
+// timestamps). An echo of a later value means the outstanding one will
+// never be echoed: given up, never read as a round trip.
+static __always_inline void rtt_echo(struct __sk_buff *skb, const struct config *cfg, const struct pkt *p)
+{
+	__u32 val = 0, ecr = 0;
+	int ts = tcp_ts(skb, p, &val, &ecr);
+	int synack = (p->tcpflags & 0x12) == 0x12;
+	if (!ts && !synack)
+		return;
+	struct flow_key k = { .family = p->family, .sport = p->dport, .dport = p->sport };
+	__builtin_memcpy(k.src, p->dst, 16);
+	__builtin_memcpy(k.dst, p->src, 16);
+	struct flow_state *f = bpf_map_lookup_elem(&flows, &k);
+	if (!f || !f->t)
+		return;
+	struct rtt_stats *st = rtt_stats();
+	if (f->syn) {
+		if (!synack)
+			return;
+	} else {
+		if (!ts || ecr == 0 || (__s32)(ecr - f->tsval) < 0)
+			return; // an older echo: ours is still to come
+		if (ecr != f->tsval) {
+			f->t = 0;
+			if (st)
+				st->missed++;
+			return;
+		}
+	}
+	__u64 t = f->t, now = clock(skb, cfg);
+	f->t = 0;
+	if (now <= t)
+		return;
+	rtt_sample(f->hist, now - t);
+	if (st)
+		st->matched++;
+}
+
 SEC("tc")
 int sluice_classify(struct __sk_buff *skb)
 {
@@ -681,6 +902,11 @@ int sluice_classify(struct __sk_buff *skb)
 		return TC_ACT_OK;
 	struct pkt p = { .mark = skb->mark };
 	parse(skb, cfg, &p);
+	int tcp = p.family && p.proto == IPPROTO_TCP_ && p.flags;
+	if (tcp && (cfg->flags & CFG_RTT_ECHO))
+		rtt_echo(skb, cfg, &p);
+	if ((cfg->flags & CFG_OBSERVE) && !(cfg->flags & CFG_RTT_RECORD))
+		return TC_ACT_UNSPEC; // echoes only: no tree classifies here
 	struct target found, *t = 0;
 	if ((p.family || skb->mark) && classify(&p, &found))
 		t = &found;
@@ -688,8 +914,12 @@ int sluice_classify(struct __sk_buff *skb)
 		__u32 d = cfg->default_target;
 		t = bpf_map_lookup_elem(&targets, &d);
 		if (!t)
-			return TC_ACT_OK;
+			return (cfg->flags & CFG_OBSERVE) ? TC_ACT_UNSPEC : TC_ACT_OK;
 	}
+	if (tcp && (cfg->flags & CFG_RTT_RECORD))
+		rtt_record(skb, cfg, &p, t->rtt);
+	if (cfg->flags & CFG_OBSERVE)
+		return TC_ACT_UNSPEC; // HTB's own filters classify
 	__u32 len = skb->wire_len ? skb->wire_len : skb->len;
 	__u32 classid = t->classid, queue = t->queue;
 	// Sharded tree: a class without a queue of its own has a copy in

@@ -55,6 +55,27 @@ type ClassifierDelayHist struct {
 	Sum uint64
 }
 
+type ClassifierFlowKey struct {
+	_      structs.HostLayout
+	Src    [4]uint32
+	Dst    [4]uint32
+	Sport  uint16
+	Dport  uint16
+	Family uint8
+	Pad    [3]uint8
+}
+
+type ClassifierFlowState struct {
+	_     structs.HostLayout
+	T     uint64
+	Tsval uint32
+	Last  uint32
+	Hist  uint32
+	Seen  uint8
+	Syn   uint8
+	Pad   uint16
+}
+
 type ClassifierLpmKey struct {
 	_         structs.HostLayout
 	Prefixlen uint32
@@ -87,6 +108,21 @@ type ClassifierPolicer struct {
 	Tc    int64
 	Te    int64
 	Last  uint64
+}
+
+type ClassifierRttHist struct {
+	_     structs.HostLayout
+	B     [336]uint64
+	Sum   uint64
+	Count uint64
+}
+
+type ClassifierRttStats struct {
+	_        structs.HostLayout
+	Recorded uint64
+	Matched  uint64
+	Missed   uint64
+	Untimed  uint64
 }
 
 type ClassifierRule struct {
@@ -127,7 +163,7 @@ type ClassifierTarget struct {
 	Weight  uint32
 	Horizon uint64
 	Group   uint32
-	Pad2    uint32
+	Rtt     uint32
 }
 
 // Names of all BPF objects in the ELF.
@@ -138,9 +174,12 @@ const (
 	ClassifierMapColours         = "colours"
 	ClassifierMapCounters        = "counters"
 	ClassifierMapDelays          = "delays"
+	ClassifierMapFlows           = "flows"
 	ClassifierMapHosts           = "hosts"
 	ClassifierMapPaces           = "paces"
 	ClassifierMapPolicers        = "policers"
+	ClassifierMapRttCounts       = "rtt_counts"
+	ClassifierMapRtts            = "rtts"
 	ClassifierMapRules           = "rules"
 	ClassifierMapSettings        = "settings"
 	ClassifierMapTargets         = "targets"
@@ -196,16 +235,19 @@ type ClassifierProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type ClassifierMapSpecs struct {
-	Blocks   *ebpf.MapSpec `ebpf:"blocks"`
-	Colours  *ebpf.MapSpec `ebpf:"colours"`
-	Counters *ebpf.MapSpec `ebpf:"counters"`
-	Delays   *ebpf.MapSpec `ebpf:"delays"`
-	Hosts    *ebpf.MapSpec `ebpf:"hosts"`
-	Paces    *ebpf.MapSpec `ebpf:"paces"`
-	Policers *ebpf.MapSpec `ebpf:"policers"`
-	Rules    *ebpf.MapSpec `ebpf:"rules"`
-	Settings *ebpf.MapSpec `ebpf:"settings"`
-	Targets  *ebpf.MapSpec `ebpf:"targets"`
+	Blocks    *ebpf.MapSpec `ebpf:"blocks"`
+	Colours   *ebpf.MapSpec `ebpf:"colours"`
+	Counters  *ebpf.MapSpec `ebpf:"counters"`
+	Delays    *ebpf.MapSpec `ebpf:"delays"`
+	Flows     *ebpf.MapSpec `ebpf:"flows"`
+	Hosts     *ebpf.MapSpec `ebpf:"hosts"`
+	Paces     *ebpf.MapSpec `ebpf:"paces"`
+	Policers  *ebpf.MapSpec `ebpf:"policers"`
+	RttCounts *ebpf.MapSpec `ebpf:"rtt_counts"`
+	Rtts      *ebpf.MapSpec `ebpf:"rtts"`
+	Rules     *ebpf.MapSpec `ebpf:"rules"`
+	Settings  *ebpf.MapSpec `ebpf:"settings"`
+	Targets   *ebpf.MapSpec `ebpf:"targets"`
 }
 
 // ClassifierVariableSpecs contains global variables before they are loaded into the kernel.
@@ -234,16 +276,19 @@ func (o *ClassifierObjects) Close() error {
 //
 // It can be passed to LoadClassifierObjects or ebpf.CollectionSpec.LoadAndAssign.
 type ClassifierMaps struct {
-	Blocks   *ebpf.Map `ebpf:"blocks"`
-	Colours  *ebpf.Map `ebpf:"colours"`
-	Counters *ebpf.Map `ebpf:"counters"`
-	Delays   *ebpf.Map `ebpf:"delays"`
-	Hosts    *ebpf.Map `ebpf:"hosts"`
-	Paces    *ebpf.Map `ebpf:"paces"`
-	Policers *ebpf.Map `ebpf:"policers"`
-	Rules    *ebpf.Map `ebpf:"rules"`
-	Settings *ebpf.Map `ebpf:"settings"`
-	Targets  *ebpf.Map `ebpf:"targets"`
+	Blocks    *ebpf.Map `ebpf:"blocks"`
+	Colours   *ebpf.Map `ebpf:"colours"`
+	Counters  *ebpf.Map `ebpf:"counters"`
+	Delays    *ebpf.Map `ebpf:"delays"`
+	Flows     *ebpf.Map `ebpf:"flows"`
+	Hosts     *ebpf.Map `ebpf:"hosts"`
+	Paces     *ebpf.Map `ebpf:"paces"`
+	Policers  *ebpf.Map `ebpf:"policers"`
+	RttCounts *ebpf.Map `ebpf:"rtt_counts"`
+	Rtts      *ebpf.Map `ebpf:"rtts"`
+	Rules     *ebpf.Map `ebpf:"rules"`
+	Settings  *ebpf.Map `ebpf:"settings"`
+	Targets   *ebpf.Map `ebpf:"targets"`
 }
 
 func (m *ClassifierMaps) Close() error {
@@ -252,9 +297,12 @@ func (m *ClassifierMaps) Close() error {
 		m.Colours,
 		m.Counters,
 		m.Delays,
+		m.Flows,
 		m.Hosts,
 		m.Paces,
 		m.Policers,
+		m.RttCounts,
+		m.Rtts,
 		m.Rules,
 		m.Settings,
 		m.Targets,

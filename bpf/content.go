@@ -47,6 +47,9 @@ const (
 	cfgEDT         = 8
 	cfgEDTPrio     = 16
 	cfgEDTArrival  = 32
+	cfgRTTRecord   = 64
+	cfgRTTEcho     = 128
+	cfgObserve     = 256
 
 	// DelayBuckets is the number of buckets of an EDT delay histogram.
 	DelayBuckets = 24
@@ -96,7 +99,9 @@ type Target struct {
 	// EDT: a host of a group takes a slot on the group's clock too: the
 	// group's index in Targets + 1 (0: none).
 	Group uint32
-	Pad2  uint32
+	// Rtt is the index of the class's round-trip histogram (0: the
+	// hook's traffic of no class).
+	Rtt uint32
 }
 
 // Policer is one meter's configuration: RFC 2697 srTCM (CIR, CBS, EBS)
@@ -144,6 +149,8 @@ type Content struct {
 	// target with a Rate is an aggregate whose packets get departure
 	// times (see edt.go).
 	EDT *EDT
+	// RTT, when set, has the program time TCP round trips (rtt.go).
+	RTT *RTT
 }
 
 // EDT holds the EDT backend's settings for one hook.
@@ -375,11 +382,17 @@ func (c *Content) maxCounter() uint32 {
 // Equal reports whether a and b put the same bytes in the maps.
 func (c *Content) Equal(o *Content) bool {
 	return c.L2Len == o.L2Len && c.SetPriority == o.SetPriority && c.TestClock == o.TestClock && c.Ingress == o.Ingress && c.Shards == o.Shards && eqEDT(c.EDT, o.EDT) &&
-		c.Default == o.Default && eqSlice(c.Rules, o.Rules) && eqSlice(c.Blocks, o.Blocks) &&
+		eqRTT(c.RTT, o.RTT) && c.Default == o.Default && eqSlice(c.Rules, o.Rules) && eqSlice(c.Blocks, o.Blocks) &&
 		eqSlice(c.Targets, o.Targets) && eqSlice(c.Policers, o.Policers) && eqHosts(c.Hosts, o.Hosts)
 }
 
 func eqEDT(a, b *EDT) bool { return a == b || a != nil && b != nil && *a == *b }
+
+// eqRTT compares what the settings hold: the flow map's size is the
+// program's (Hook.Replaceable), not the content's.
+func eqRTT(a, b *RTT) bool {
+	return a == b || a != nil && b != nil && a.Record == b.Record && a.Echo == b.Echo && a.Observe == b.Observe
+}
 
 func eqSlice[T comparable](a, b []T) bool {
 	if len(a) != len(b) {
@@ -462,6 +475,19 @@ func (c *Content) Summary() string {
 			if l.ATM {
 				s += " atm"
 			}
+		}
+	}
+	if r := c.RTT; r != nil {
+		var what []string
+		if r.Record {
+			what = append(what, "starts")
+		}
+		if r.Echo {
+			what = append(what, "ends")
+		}
+		s += ", " + strings.Join(what, " and ") + " TCP round trips"
+		if r.Observe {
+			s += " (observes only)"
 		}
 	}
 	return s

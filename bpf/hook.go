@@ -19,12 +19,23 @@ type Hook struct {
 	ProgID   uint32
 	Capacity uint32 // the size of the live counter map
 	HistCap  uint32 // the size of the live delay histogram map
+	FlowCap  uint32 // the size of the live flow map (0: a program without one)
 	// Note says what the hook is for (plans).
 	Note string
 	// Controlled lists the targets (indices in Content.Targets) whose
 	// Rate and Horizon a sharing controller sets at run time (EDT
 	// aggregates under `sharing: controller`; plans only).
 	Controlled []uint32
+	// Siblings are the other hooks of the interface that time round
+	// trips (Content.RTT): a program loaded for this hook shares their
+	// flows and histograms (plans only).
+	Siblings []Site
+}
+
+// Site is where a hook is: a device's ingress or egress.
+type Site struct {
+	Dev     string
+	Ingress bool
 }
 
 // Direction is "ingress" or "egress".
@@ -55,6 +66,15 @@ func (h *Hook) Replaceable(want *Hook) string {
 		return fmt.Sprintf("the counter map (%d entries) is too small", h.Capacity)
 	case h.HistCap <= want.Content.maxHist():
 		return fmt.Sprintf("the delay histogram map (%d entries) is too small", h.HistCap)
+	case (h.Content.RTT == nil) != (want.Content.RTT == nil):
+		// A program timing round trips shares its maps with the
+		// interface's other hooks from its load on.
+		if want.Content.RTT != nil {
+			return "round trips are timed now: a program that shares the interface's flows"
+		}
+		return "round trips are no longer timed"
+	case want.Content.RTT != nil && h.FlowCap != want.Content.RTT.flows():
+		return fmt.Sprintf("the flow map holds %d flows; %d wanted", h.FlowCap, want.Content.RTT.flows())
 	}
 	return ""
 }

@@ -34,12 +34,19 @@ func IsOurs(name string) bool { return strings.HasPrefix(name, NamePrefix) }
 type Program struct {
 	objs ClassifierObjects
 	// CounterCap is the size of the per-class counter map (and of the
-	// EDT state map), HistCap of the EDT delay histogram map.
-	CounterCap, HistCap uint32
+	// EDT state map), HistCap of the EDT delay histogram map and FlowCap
+	// of the flow map (0 in a live program of a version without one).
+	CounterCap, HistCap, FlowCap uint32
 }
 
 // Load loads the classifier with maps sized for c and fills them.
-func Load(c *Content) (*Program, error) {
+func Load(c *Content) (*Program, error) { return LoadShared(c, nil) }
+
+// LoadShared loads the classifier like Load, sharing the round-trip
+// maps (flows and histograms) of sibling, the program on another hook of
+// the same interface, when sibling is not nil and has them: round trips
+// one hook starts the other ends.
+func LoadShared(c *Content, sibling *Program) (*Program, error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
@@ -47,12 +54,19 @@ func Load(c *Content) (*Program, error) {
 	if err != nil {
 		return nil, fmt.Errorf("bpf classifier: %w", err)
 	}
-	p := &Program{CounterCap: c.Counters(), HistCap: c.Hists()}
+	p := &Program{CounterCap: c.Counters(), HistCap: c.Hists(), FlowCap: c.RTT.flows()}
 	spec.Maps[ClassifierMapCounters].MaxEntries = p.CounterCap
 	spec.Maps[ClassifierMapPaces].MaxEntries = p.CounterCap
 	spec.Maps[ClassifierMapDelays].MaxEntries = p.HistCap
 	spec.Maps[ClassifierMapHosts].MaxEntries = MaxHosts
-	if err := spec.LoadAndAssign(&p.objs, nil); err != nil {
+	spec.Maps[ClassifierMapFlows].MaxEntries = p.FlowCap
+	var opts *ebpf.CollectionOptions
+	if sibling != nil && sibling.objs.Flows != nil && sibling.objs.Rtts != nil {
+		p.FlowCap = sibling.FlowCap
+		opts = &ebpf.CollectionOptions{MapReplacements: map[string]*ebpf.Map{
+			ClassifierMapFlows: sibling.objs.Flows, ClassifierMapRtts: sibling.objs.Rtts}}
+	}
+	if err := spec.LoadAndAssign(&p.objs, opts); err != nil {
 		var ve *ebpf.VerifierError
 		if errors.As(err, &ve) {
 			return nil, fmt.Errorf("bpf classifier: the kernel's verifier refused it: %+v", ve)
@@ -86,7 +100,11 @@ func Open(id uint32) (*Program, error) {
 		ClassifierMapTargets: &p.objs.Targets, ClassifierMapHosts: &p.objs.Hosts, ClassifierMapCounters: &p.objs.Counters,
 		ClassifierMapPolicers: &p.objs.Policers, ClassifierMapColours: &p.objs.Colours,
 		ClassifierMapPaces: &p.objs.Paces, ClassifierMapDelays: &p.objs.Delays,
+		ClassifierMapFlows: &p.objs.Flows, ClassifierMapRtts: &p.objs.Rtts, ClassifierMapRttCounts: &p.objs.RttCounts,
 	}
+	// The round-trip maps came later: a live program of an earlier
+	// version has none, and is still sluice's.
+	optional := map[string]bool{ClassifierMapFlows: true, ClassifierMapRtts: true, ClassifierMapRttCounts: true}
 	for _, mid := range ids {
 		m, err := ebpf.NewMapFromID(mid)
 		if err != nil {
@@ -101,13 +119,15 @@ func Open(id uint32) (*Program, error) {
 				p.CounterCap = m.MaxEntries()
 			case ClassifierMapDelays:
 				p.HistCap = m.MaxEntries()
+			case ClassifierMapFlows:
+				p.FlowCap = m.MaxEntries()
 			}
 			continue
 		}
 		m.Close()
 	}
 	for name, slot := range byName {
-		if *slot == nil {
+		if *slot == nil && !optional[name] {
 			p.Close()
 			return nil, fmt.Errorf("bpf program %d is not sluice's classifier: it has no map %q", id, name)
 		}
@@ -147,6 +167,17 @@ func (c *Content) config() ClassifierConfig {
 	}
 	if c.TestClock {
 		cfg.Flags |= cfgTestClock
+	}
+	if r := c.RTT; r != nil {
+		if r.Record {
+			cfg.Flags |= cfgRTTRecord
+		}
+		if r.Echo {
+			cfg.Flags |= cfgRTTEcho
+		}
+		if r.Observe {
+			cfg.Flags |= cfgObserve
+		}
 	}
 	if e := c.EDT; e != nil {
 		cfg.Flags |= cfgEDT
@@ -280,6 +311,9 @@ func (p *Program) Read() (*Content, error) {
 	}
 	c := &Content{L2Len: cfg.L2len, SetPriority: cfg.Flags&cfgSetPriority != 0, TestClock: cfg.Flags&cfgTestClock != 0, Ingress: cfg.Flags&cfgIngress != 0,
 		Default: cfg.DefaultTarget, Shards: cfg.Shards, Hosts: map[HostKey]Target{}}
+	if cfg.Flags&(cfgRTTRecord|cfgRTTEcho|cfgObserve) != 0 {
+		c.RTT = &RTT{Record: cfg.Flags&cfgRTTRecord != 0, Echo: cfg.Flags&cfgRTTEcho != 0, Observe: cfg.Flags&cfgObserve != 0, Flows: p.FlowCap}
+	}
 	if cfg.Flags&cfgEDT != 0 {
 		c.EDT = &EDT{Horizon: cfg.Horizon, Exempt: cfg.Exempt, Prio: cfg.Flags&cfgEDTPrio != 0, FromIngress: cfg.Flags&cfgEDTArrival != 0,
 			Pool: cfg.Pool, PoolRate: units.Rate(cfg.PoolRate), PoolBurst: cfg.PoolBurst,

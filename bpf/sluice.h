@@ -11,6 +11,8 @@
 #define MAX_POLICERS 1024
 #define MAX_STEPS 16 // blocks entered plus host-table misses that fall through
 #define DELAY_BUCKETS 24 // EDT delay histogram: see struct delays
+#define RTT_BUCKETS 336  // round-trip histogram: see struct rtt_hist
+#define MAX_RTT_HISTS 1024 // round-trip histograms an interface has (2.7 MB)
 #define NS 1000000000ULL
 
 // config.flags
@@ -20,6 +22,9 @@
 #define CFG_EDT 8          // EDT backend: stamp departure times (skb->tstamp) for fq
 #define CFG_EDT_PRIO 16    // EDT under mqprio: prod/nonprod in skb->priority
 #define CFG_EDT_ARRIVAL 32 // EDT on an ifb: skb->tstamp is an arrival time, not a departure
+#define CFG_RTT_RECORD 64  // round trips start here: TCP timestamps of the packets this hook classifies
+#define CFG_RTT_ECHO 128   // round trips end here: echoes of what the interface's other hooks recorded
+#define CFG_OBSERVE 256    // classify to attribute round trips only: change nothing, let later filters run
 
 // rule.flags
 #define F_SRC 1
@@ -114,7 +119,7 @@ struct target {
 	// group's target index + 1, whose clock it also takes a slot on; 0:
 	// none.
 	__u32 group;
-	__u32 pad2;
+	__u32 rtt; // index in rtts of the class's round-trip histogram (0: the hook's unattributed)
 };
 
 // An EDT aggregate's state, written by the program only.
@@ -158,3 +163,48 @@ struct policer {
 	__s64 tc, te;     // tokens (trTCM: te holds the P bucket); below zero: a GSO packet's debt
 	__u64 last;       // ns of the last refill
 };
+
+// A TCP flow one way, as the packets that carry its data see it: the
+// hook that records takes it from the packet, the hook that matches an
+// echo from the reply with source and destination swapped.
+struct flow_key {
+	__u32 src[4], dst[4]; // network order; IPv4 in [0]
+	__u16 sport, dport;   // host order
+	__u8 family;
+	__u8 pad[3];
+};
+
+// What the flow has outstanding: the first packet that carried a new
+// TSval (a later one with the same value would be echoed as early, and
+// read too short), until its echo comes back.
+struct flow_state {
+	__u64 t;      // ns the outstanding packet passed the recording hook; 0: none
+	__u32 tsval;  // its TSval (a SYN without timestamps: 0, and syn set)
+	__u32 last;   // the newest TSval seen this way, echoed or not
+	__u32 hist;   // index in rtts of its class
+	__u8 seen;    // last holds a value
+	__u8 syn;     // the outstanding packet is a SYN without timestamps
+	__u16 pad;
+};
+
+// Round trips of one class: bucket k < 16 counts samples under k+1
+// units of 1024 ns; above, 16 buckets per doubling (bucket 16*o + s
+// covers (16 + s) << (o - 1) units, each 1 << (o - 1) wide: 1/16 of an
+// octave, under 6.25% apart), the last open-ended (8.6 s and over).
+// Updated with atomic adds: samples come once per round trip per flow,
+// not per packet, and one copy keeps a class at 2.7 KB whatever the CPUs.
+struct rtt_hist {
+	__u64 b[RTT_BUCKETS];
+	__u64 sum;   // ns of every sample counted
+	__u64 count;
+};
+
+// Per hook, per CPU: what the round-trip stage saw.
+struct rtt_stats {
+	__u64 recorded;  // packets that started a sample
+	__u64 matched;   // echoes that ended one (samples taken)
+	__u64 missed;    // samples given up: the echo moved past them, or none came within RTT_EXPIRY
+	__u64 untimed;   // TCP packets without timestamps (only SYNs among them are timed)
+};
+
+#define RTT_EXPIRY (4 * NS) // an outstanding sample older than this is given up

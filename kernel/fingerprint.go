@@ -77,7 +77,11 @@ func contentFingerprint(c *bpf.Content) uint64 {
 	h.flag(c.Ingress)
 	h.u64(uint64(c.Shards))
 	h.u64(uint64(c.Default))
-	for _, part := range []any{c.Rules, c.Blocks, c.Targets, c.Policers, c.EDT} {
+	parts := []any{c.Rules, c.Blocks, c.Targets, c.Policers, c.EDT}
+	if c.RTT != nil {
+		parts = append(parts, c.RTT)
+	}
+	for _, part := range parts {
 		b, err := json.Marshal(part)
 		if err != nil {
 			panic(err) // plain structs of numbers

@@ -17,7 +17,7 @@ var readbackOnly = map[string]bool{
 	"Class.BufferTicks": true, "Class.CbufferTicks": true, "Class.Level": true, "Class.Stats": true, "Class.HTB": true,
 	"Filter.Raw": true, "BPF.FD": true, "BPF.ID": true, "U32.Actions": true, // the kinds of another tool's actions
 	"Filter.FW": true, "Filter.Matchall": true, "Filter.Flower": true, // read back for import tc; sluice never makes them
-	"Hook.Base": true, "Hook.Version": true, "Hook.ProgID": true, "Hook.Capacity": true, "Hook.HistCap": true,
+	"Hook.Base": true, "Hook.Version": true, "Hook.ProgID": true, "Hook.Capacity": true, "Hook.HistCap": true, "Hook.FlowCap": true,
 }
 
 // fill allocates every optional part of v (pointers, one slice element)

@@ -32,6 +32,12 @@ func (k *Kernel) attachHook(h *bpf.Hook) error {
 		delete(k.loads, h)
 		<-p.done
 		prog, err = p.prog, p.err
+	} else if h.Content.RTT != nil {
+		sib := k.rttSibling(h)
+		prog, err = bpf.LoadShared(h.Content, sib)
+		if sib != nil {
+			sib.Close()
+		}
 	} else {
 		prog, err = bpf.Load(h.Content)
 	}
@@ -58,8 +64,8 @@ type preload struct {
 func (k *Kernel) preloadHooks(d *Diff) {
 	for _, c := range d.Changes {
 		h, ok := c.Obj.(*bpf.Hook)
-		if !ok || c.Verb != tc.Add {
-			continue
+		if !ok || c.Verb != tc.Add || h.Content.RTT != nil {
+			continue // one timing round trips loads when attached, beside its siblings
 		}
 		p := &preload{done: make(chan struct{})}
 		if k.loads == nil {
@@ -71,6 +77,27 @@ func (k *Kernel) preloadHooks(d *Diff) {
 			p.prog, p.err = bpf.Load(h.Content)
 		}()
 	}
+}
+
+// rttSibling opens a live hook of h's interface whose round-trip maps
+// h's program is to share (one of this version: the layout of the maps
+// is the program's), or returns nil.
+func (k *Kernel) rttSibling(h *bpf.Hook) *bpf.Program {
+	for _, s := range h.Siblings {
+		f, err := k.hookFilterOf(&bpf.Hook{Dev: s.Dev, Ingress: s.Ingress, Prio: plan.HookPrio})
+		if err != nil || f == nil || f.BPF.Name != bpf.FilterName() {
+			continue
+		}
+		p, err := bpf.Open(f.BPF.ID)
+		if err != nil {
+			continue
+		}
+		if p.FlowCap > 0 && p.FlowCap == h.Content.RTT.FlowsOrDefault() {
+			return p // a sibling of another size is being replaced too
+		}
+		p.Close()
+	}
+	return nil
 }
 
 // dropPreloads closes the classifiers an apply loaded but did not

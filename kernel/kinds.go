@@ -482,6 +482,10 @@ func (hookKind) hash(h *fingerprint, o tc.Object) {
 	for _, i := range x.Controlled {
 		h.u64(uint64(i) + 1)
 	}
+	for _, s := range x.Siblings {
+		h.str(s.Dev)
+		h.flag(s.Ingress)
+	}
 }
 
 func (hookKind) holdable() bool { return false }

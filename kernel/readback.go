@@ -98,6 +98,9 @@ func (k *Kernel) ReadLive(p *plan.Plan, only map[string]bool, force bool) (*Live
 		if err := k.readBPF(l, r.dev, qs, false); err != nil {
 			return nil, err
 		}
+		if err := k.readEcho(l, r); err != nil {
+			return nil, err
+		}
 		if r.ifb {
 			if err := k.readHook(l, r, force); err != nil {
 				return nil, err
@@ -109,8 +112,9 @@ func (k *Kernel) ReadLive(p *plan.Plan, only map[string]bool, force bool) (*Live
 	seen := make(map[string]bool, len(l.Objects))
 	out := l.Objects[:0]
 	for _, o := range l.Objects {
-		if q, ok := o.(*tc.Qdisc); ok {
-			key := q.Key()
+		switch o.(type) {
+		case *tc.Qdisc, *bpf.Hook:
+			key := o.Key()
 			if seen[key] {
 				continue
 			}
@@ -382,13 +386,46 @@ func (k *Kernel) readBPF(l *Live, dev string, qs []*tc.Qdisc, ingress bool) erro
 	return nil
 }
 
+// readEcho reads the hook that ends the round trips of r's tree when it
+// does nothing else (plan's rttEchoes: an egress tree's on its
+// interface's ingress, an ingress tree's on the interface's egress): a
+// hook that also classifies or polices is another tree's, read with it.
+func (k *Kernel) readEcho(l *Live, r treeRef) error {
+	if !k.conn.LinkExists(r.iface) {
+		return nil
+	}
+	qs, err := k.conn.Qdiscs(r.iface)
+	if err != nil {
+		return err
+	}
+	ingress := !r.ifb
+	fs, err := k.conn.Filters(r.iface, map[bool]tc.Handle{true: tc.HandleIngressHook, false: tc.HandleEgressHook}[ingress])
+	if err != nil {
+		return err
+	}
+	f := ourFilter(fs)
+	if f == nil || !strings.HasSuffix(f.BPF.Name, bpf.Version) {
+		return nil
+	}
+	prog, err := bpf.Open(f.BPF.ID)
+	if err != nil {
+		return nil
+	}
+	c, err := prog.Read()
+	prog.Close()
+	if err != nil || c.RTT == nil || !c.RTT.Echo || !c.RTT.Observe || c.RTT.Record {
+		return nil
+	}
+	return k.readBPF(l, r.iface, qs, ingress)
+}
+
 func readHookProgram(dev string, ingress bool, f *tc.Filter) (*bpf.Hook, error) {
 	h := &bpf.Hook{Dev: dev, Ingress: ingress, Prio: f.Prio, ProgID: f.BPF.ID,
 		Version: strings.TrimPrefix(f.BPF.Name, bpf.NamePrefix)}
 	prog, err := bpf.Open(f.BPF.ID)
 	if err == nil {
 		defer prog.Close()
-		h.Capacity, h.HistCap = prog.CounterCap, prog.HistCap
+		h.Capacity, h.HistCap, h.FlowCap = prog.CounterCap, prog.HistCap, prog.FlowCap
 		h.Content, err = prog.Read()
 	}
 	if err != nil && h.Version != bpf.Version {

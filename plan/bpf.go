@@ -32,6 +32,9 @@ func (b *builder) l2len(dev string) uint32 {
 func (b *builder) bpfHook() *bpf.Hook {
 	t := b.tree
 	c := &bpf.Content{L2Len: b.l2len(b.dev.Name), SetPriority: true, Hosts: make(map[bpf.HostKey]bpf.Target, hostKeys(t.Classes))}
+	if b.rtt != nil {
+		c.RTT = &bpf.RTT{Record: true, Flows: b.rttFlows}
+	}
 	targets := map[string]uint32{}
 	policers := map[*policy.Police]uint16{}
 	policer := func(cl *policy.Class) uint16 {
@@ -53,7 +56,7 @@ func (b *builder) bpfHook() *bpf.Hook {
 		id := b.classID(name)
 		i := uint32(len(c.Targets))
 		cl := b.byName[name]
-		t := bpf.Target{Classid: uint32(id), Counter: b.counterOf(name, id), Policer: policer(cl)}
+		t := bpf.Target{Classid: uint32(id), Counter: b.counterOf(name, id), Policer: policer(cl), Rtt: b.rttOf(name)}
 		if b.edt != nil {
 			prio := uint32(cl.Prio)
 			if cl.Group != "" { // a group is of its hosts' kind
@@ -193,6 +196,7 @@ func (b *builder) hostTable(c *bpf.Content, cl *policy.Class, n uint32, targetOf
 				}
 			}
 		}
+		t.Rtt = b.rttOf(cl.Name)
 		var keys []bpf.HostKey
 		for _, p := range prefixes {
 			k := bpf.HostKeyOf(n, p)

@@ -86,6 +86,7 @@ func buildEDT(d *policy.Diag, feats Features, in *policy.Interface, t *policy.Tr
 	}
 	b := &builder{d: d, feats: feats, dev: dev, tree: t, prev: prev, byName: map[string]*policy.Class{}, major: 1, div: 1,
 		edt: &edtPlan{hists: newPool(prev.Hists, 1, bpf.MaxHists-1)}}
+	b.rttSetup(in, t)
 	b.counters = newPool(prev.Counters, 1, 1<<22)
 	b.tables = newPool(prev.Tables, 1, 0x7FF)
 	b.counter(poolName)

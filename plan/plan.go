@@ -149,6 +149,9 @@ type Device struct {
 	// Objects, in creation order: for ingress the ifb link first, then
 	// the tree, then the interface's ingress hook and redirect filter.
 	Objects []tc.Object
+	// RTT numbers the classes' round-trip histograms (leaf class name to
+	// index) where the interface times round trips; nil where not.
+	RTT map[string]uint32 `json:"-"`
 }
 
 // Record is the name of the device's ownership record: the device for a
@@ -181,6 +184,10 @@ type ClassInfo struct {
 	// Hist is an EDT aggregate's delay histogram (shared by the hosts of
 	// one per_host class).
 	Hist uint16 `json:"hist,omitempty"`
+	// RTT is the class's round-trip histogram + 1 where the interface
+	// times round trips (0: none; a host's samples count in its per_host
+	// class's).
+	RTT uint32 `json:"rtt,omitempty"`
 }
 
 // Objects returns every object of the plan in creation order.
@@ -210,6 +217,10 @@ func Build(pol *policy.Policy, feats Features, prev map[string]*Alloc) (*Plan, e
 	p := &Plan{}
 	for _, in := range pol.Interfaces {
 		in = markClassifier(in, feats)
+		first := len(p.Devices)
+		if in.RTT != nil && !feats.BPF {
+			d.Errorf(in.RTT.Pos, "%s: rtt needs the BPF classifier, but this kernel cannot run it (sched_cls programs, cls_bpf or clsact missing; see sluice doctor)", in.Name)
+		}
 		for _, t := range []*policy.Tree{in.Egress, in.Ingress} {
 			if t != nil && t.BPF && !feats.BPF {
 				d.Errorf(t.Pos, "%s %s: needs the BPF classifier, but this kernel cannot run it (sched_cls programs, cls_bpf or clsact missing; see sluice doctor)", in.Name, t.Dir)
@@ -225,6 +236,7 @@ func Build(pol *policy.Policy, feats Features, prev map[string]*Alloc) (*Plan, e
 			ifb := policy.IfbName(in)
 			p.Devices = append(p.Devices, planTree(d, feats, in, in.Ingress, ifb, prev[ifb]))
 		}
+		rttEchoes(feats, in, p.Devices[first:])
 	}
 	if err := d.Err(); err != nil {
 		return nil, err
@@ -239,6 +251,7 @@ func planTree(d *policy.Diag, feats Features, in *policy.Interface, t *policy.Tr
 		build = buildEDT
 	}
 	dev := build(d, feats, in, t, devName, prev)
+	dev.rttClasses()
 	if t.IsAuto() {
 		dev.Auto, dev.in, dev.feats, dev.tree = t.Auto, in, feats, t
 		if t.RateBps == t.Auto.BaseBps {
@@ -342,6 +355,10 @@ type builder struct {
 	quanta map[string]uint32
 	// blocks hands out the prio ranges of filter blocks (blockRange).
 	blocks *idPool[uint16]
+	// rtt numbers the classes' round-trip histograms when the interface
+	// times round trips (rtt.go), with rttFlows its flow bound.
+	rtt      map[string]uint32
+	rttFlows uint32
 }
 
 func buildTree(d *policy.Diag, feats Features, in *policy.Interface, t *policy.Tree, devName string, prev *Alloc) *Device {
@@ -351,6 +368,7 @@ func buildTree(d *policy.Diag, feats Features, in *policy.Interface, t *policy.T
 	dev := &Device{Name: devName, Interface: in.Name, Dir: t.Dir, Ifb: t.Dir == policy.Ingress, Alloc: newAlloc()}
 	dev.Alloc.Tag = prev.Tag
 	b := &builder{d: d, feats: feats, dev: dev, tree: t, prev: prev, byName: map[string]*policy.Class{}, major: 1, div: 1}
+	b.rttSetup(in, t)
 	n, note := shardsFor(d, feats, t, devName)
 	if note != "" {
 		dev.Notes = append(dev.Notes, note)
@@ -400,6 +418,9 @@ func buildTree(d *policy.Diag, feats Features, in *policy.Interface, t *policy.T
 	} else {
 		b.block(RootHandle, t.Classes, "", nil)
 		b.objs = append(b.objs, b.filters...)
+		if b.rtt != nil {
+			b.objs = append(b.objs, clsact(devName), b.observeHook())
+		}
 	}
 
 	if dev.Ifb {

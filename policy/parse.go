@@ -324,8 +324,33 @@ func (p *parser) iface(n *yaml.Node) *Interface {
 		},
 		"egress":  func(v *yaml.Node) { i.Egress = p.tree(v, Egress) },
 		"ingress": func(v *yaml.Node) { i.Ingress = p.tree(v, Ingress) },
+		"rtt":     func(v *yaml.Node) { i.RTT = p.rtt(v) },
 	})
 	return i
+}
+
+// rtt reads an interface's `rtt:`: on or off, or a mapping of its
+// settings (which turns it on).
+func (p *parser) rtt(n *yaml.Node) *RTT {
+	r := &RTT{Pos: pos(n)}
+	if n.Kind == yaml.ScalarNode {
+		switch n.Value {
+		case "on", "true":
+			return r
+		case "off", "false":
+			return nil
+		}
+		p.d.Errorf(pos(n), "rtt: expected on, off or a mapping like {flows: 65536}, found %q", n.Value)
+		return nil
+	}
+	p.fields(n, "rtt", map[string]func(*yaml.Node){
+		"flows": func(v *yaml.Node) {
+			if f, ok := p.intIn(v, "rtt flows", MinRTTFlows, MaxRTTFlows); ok {
+				r.Flows, r.FlowsPos = uint32(f), pos(v)
+			}
+		},
+	})
+	return r
 }
 
 func (p *parser) tree(n *yaml.Node, dir string) *Tree {

@@ -41,10 +41,29 @@ type Interface struct {
 	NamePos Pos
 	Egress  *Tree // traffic leaving the device
 	Ingress *Tree // traffic arriving, queued on an ifb device
+	// RTT, when set, has sluice time the TCP round trips of the traffic
+	// it shapes on this interface, from the packets themselves.
+	RTT *RTT
 	// Generated names the pod whose veth this is, for an interface that
 	// pod_veths made (not written in the policy).
 	Generated string
 }
+
+// RTT is an interface's passive round-trip measurement (`rtt: on`, or
+// `rtt: {flows: N}`).
+type RTT struct {
+	Pos Pos
+	// Flows bounds the TCP flows timed at once (0: sluice's default); the
+	// least recently seen are forgotten first.
+	Flows    uint32
+	FlowsPos Pos
+}
+
+// RTT flow bounds.
+const (
+	MinRTTFlows = 1024
+	MaxRTTFlows = 1 << 22
+)
 
 // Direction names.
 const (

@@ -25,8 +25,9 @@ import (
 //
 // Version 2 adds the alloc's tag (a uvarint) after its maps; version 3
 // the EDT delay histograms: the alloc's hists map after the tag, and
-// each class's hist after replica.
-const packVersion = 3
+// each class's hist after replica; version 4 each class's round-trip
+// histogram after its hist.
+const packVersion = 4
 
 // packer appends to b and hands b to w whenever it passes 64 KB: the
 // bulk streams to its file instead of taking megabytes of fresh memory.
@@ -100,6 +101,7 @@ func pack(w io.Writer, a *Alloc, classes []Class, objects map[string]uint64) (in
 		p.uv(uint64(c.Counter))
 		p.flag(c.Replica)
 		p.uv(uint64(c.Hist))
+		p.uv(uint64(c.RTT))
 		p.spill(false)
 	}
 	p.uv(uint64(len(objects)))
@@ -210,6 +212,9 @@ func unpack(b []byte) (a *Alloc, classes []Class, objects map[string]uint64, err
 		c.Replica = u.uv() == 1
 		if v >= 3 {
 			c.Hist = uint16(u.uv())
+		}
+		if v >= 4 {
+			c.RTT = uint32(u.uv())
 		}
 		classes = append(classes, c)
 	}

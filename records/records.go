@@ -271,6 +271,9 @@ type Class struct {
 	Counter uint32
 	Replica bool
 	Hist    uint16
+	// RTT is the class's round-trip histogram + 1 where its interface
+	// times round trips (0: none).
+	RTT uint32
 }
 
 // IsIfb reports whether the tree sits on an ifb for an interface's ingress.

@@ -148,6 +148,9 @@ func readEDT(k *kernel.Kernel, t *Tree, dev string, rec *records.Tree) error {
 		}
 		t.Classes = append(t.Classes, c)
 	}
+	if err := readRTT(prog, t, rec); err != nil {
+		return err
+	}
 	if rec.Alloc == nil {
 		return nil
 	}

@@ -133,6 +133,8 @@ type Class struct {
 	// Classified counts what the BPF classifier sent to this class
 	// (before any policer), when it classifies.
 	Classified *Count `json:"classified,omitempty"`
+	// RTT is the class's round trips where its interface times them.
+	RTT *RTT `json:"rtt,omitempty"`
 }
 
 // MarshalJSON adds the rates in bits per second under their names
@@ -181,6 +183,12 @@ func readBPF(k *kernel.Kernel, t *Tree, dev string, ingress bool, rec *records.T
 		return err
 	}
 	defer prog.Close()
+	if err := readRTT(prog, t, rec); err != nil {
+		return err
+	}
+	if observing(prog) {
+		return nil // u32 classifies; the program only times round trips
+	}
 	cl, err := count(prog, rec)
 	if err != nil {
 		return err
@@ -332,6 +340,9 @@ func CollectTrees(k *kernel.Kernel, roots map[string][]tc.Handle) (*Sample, erro
 		go func() {
 			defer close(c.done)
 			defer prog.Close()
+			if c.rtt, c.err = rttRead(prog, rec); c.err != nil || observing(prog) {
+				return
+			}
 			c.cl, c.err = count(prog, rec)
 		}()
 	}
@@ -351,6 +362,7 @@ func CollectTrees(k *kernel.Kernel, roots map[string][]tc.Handle) (*Sample, erro
 type counting struct {
 	done chan struct{}
 	cl   *classified // nil: no classifier
+	rtt  func(t *Tree)
 	err  error
 }
 
@@ -424,6 +436,9 @@ func collect(k *kernel.Kernel, devs []string, classes map[string][]*tc.Class, co
 			}
 			if c.cl != nil {
 				c.cl.fill(t, rec, known)
+			}
+			if c.rtt != nil {
+				c.rtt(t)
 			}
 		} else if err := readBPF(k, t, name, false, rec, known); unreadable(t, err) != nil {
 			return nil, err
@@ -616,6 +631,7 @@ func (s *Sample) WriteText(w io.Writer) {
 			}
 			tw.Flush()
 			writeDelays(w, t.Delays)
+			writeRTT(w, t.Classes)
 			continue
 		}
 		tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', tabwriter.AlignRight)
@@ -631,6 +647,7 @@ func (s *Sample) WriteText(w io.Writer) {
 				c.Packets, units.Size(c.Bytes), c.Drops, c.Overlimits, units.Size(uint64(c.Backlog)), c.Borrowed)
 		}
 		tw.Flush()
+		writeRTT(w, t.Classes)
 		writeSharing(w, t.Sharing)
 	}
 }

@@ -14,11 +14,12 @@ type Packet struct {
 	Sport      uint16
 	Dport      uint16
 	TCPFlags   uint8
-	Payload    int  // bytes after the transport header
-	IPOptions  int  // bytes of IPv4 options (multiple of 4, up to 40)
-	FragOffset int  // IPv4 fragment offset in 8-byte units (0: first or only)
-	MoreFrags  bool // IPv4 MF flag
-	ExtHeader  bool // IPv6: a destination-options header before the transport
+	TCPOptions []byte // TCP options after the fixed header (padded with EOL to 4 bytes)
+	Payload    int    // bytes after the transport header
+	IPOptions  int    // bytes of IPv4 options (multiple of 4, up to 40)
+	FragOffset int    // IPv4 fragment offset in 8-byte units (0: first or only)
+	MoreFrags  bool   // IPv4 MF flag
+	ExtHeader  bool   // IPv6: a destination-options header before the transport
 }
 
 // V6 reports whether the packet is IPv6.
@@ -28,7 +29,7 @@ func (p *Packet) V6() bool { return p.Src.Is6() && !p.Src.Is4In6() }
 func (p *Packet) L4Len() int {
 	switch p.Proto {
 	case 6:
-		return 20
+		return 20 + (len(p.TCPOptions)+3)/4*4
 	case 17:
 		return 8
 	case 1, 58:
@@ -43,9 +44,10 @@ func (p *Packet) transport() []byte {
 	case 6:
 		binary.BigEndian.PutUint16(b[0:], p.Sport)
 		binary.BigEndian.PutUint16(b[2:], p.Dport)
-		b[12] = 5 << 4
+		b[12] = byte(p.L4Len()/4) << 4
 		b[13] = p.TCPFlags
 		binary.BigEndian.PutUint16(b[14:], 65535)
+		copy(b[20:], p.TCPOptions)
 	case 17:
 		binary.BigEndian.PutUint16(b[0:], p.Sport)
 		binary.BigEndian.PutUint16(b[2:], p.Dport)
@@ -123,4 +125,13 @@ func (p *Packet) Frame() []byte {
 	// the same bytes anyway, so that a rule reading ports from a
 	// fragment would be caught matching.
 	return append(append(eth, h...), p.transport()...)
+}
+
+// TCPTimestamps is the timestamps option (RFC 7323) as Linux sends it
+// on data and ACKs: two NOPs, then kind 8 with TSval and TSecr.
+func TCPTimestamps(val, ecr uint32) []byte {
+	b := []byte{1, 1, 8, 10, 0, 0, 0, 0, 0, 0, 0, 0}
+	binary.BigEndian.PutUint32(b[4:], val)
+	binary.BigEndian.PutUint32(b[8:], ecr)
+	return b
 }

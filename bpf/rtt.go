@@ -1,0 +1,194 @@
+package bpf
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"time"
+)
+
+// Passive round trips: the classifier times TCP flows from their own
+// packets, the way pping does (Kathleen Nichols; ePPing in eBPF). A hook
+// that records (the tree's direction, Record) notes when the first
+// packet with a new TCP timestamp value (TSval) of a flow passes; the
+// interface's hook the other way (Echo) ends the sample when a reply
+// echoes that value (TSecr). A sample therefore spans sluice's own queue
+// for the packet, the path beyond it, and the way back to the device.
+// One sample is outstanding per flow and way, so samples come about once
+// a round trip, never per packet; they are folded into a histogram of
+// the packet's class in the kernel. Flows without timestamps are timed
+// only by their handshake (SYN to SYN-ACK) and counted as untimed.
+//
+// The hooks of an interface (its egress, and its ingress or ifb) share
+// the flow map and the histograms: a program loaded for one takes the
+// other's (LoadShared), and the hook that ends a sample counts it in the
+// class the hook that started it named.
+
+// RTTBuckets is the number of buckets of a round-trip histogram.
+const RTTBuckets = 336
+
+// DefaultFlows is how many flows a hook tracks at once unless the
+// policy says otherwise; the least recently seen are forgotten first.
+const DefaultFlows = 65536
+
+// RTT is what a hook does with round trips.
+type RTT struct {
+	// Record starts samples on the packets this hook classifies (the
+	// direction a tree shapes); Echo ends samples the interface's other
+	// hooks started.
+	Record, Echo bool
+	// Observe: the hook classifies only to attribute samples to classes
+	// (HTB's own filters classify the packets): it changes nothing and
+	// lets the filters after it run.
+	Observe bool
+	// Flows is the capacity of the flow map (0: DefaultFlows).
+	Flows uint32
+}
+
+// FlowsOrDefault is the flow map's size r asks for.
+func (r *RTT) FlowsOrDefault() uint32 { return r.flows() }
+
+func (r *RTT) flows() uint32 {
+	if r == nil || r.Flows == 0 {
+		return DefaultFlows
+	}
+	return r.Flows
+}
+
+// RTTHist is one class's round trips (struct rtt_hist).
+type RTTHist = ClassifierRttHist
+
+// RTTCounts are what a hook's round-trip stage saw, summed over CPUs.
+type RTTCounts = ClassifierRttStats
+
+// rttBucketLow and rttBucketHigh bound bucket k in ns (rtt_bucket in
+// classifier.c: 1024 ns units, 16 buckets a doubling above 16 units).
+func rttBucketLow(k int) float64 {
+	if k < 16 {
+		return float64(k) * 1024
+	}
+	o, s := k/16, k%16
+	return float64(uint64(16+s)<<(o-1)) * 1024
+}
+
+func rttBucketHigh(k int) float64 {
+	if k >= RTTBuckets-1 {
+		return math.Inf(1)
+	}
+	return rttBucketLow(k + 1)
+}
+
+// RTTBucketBounds are the upper bounds (seconds) of the histogram's
+// buckets but the last, which is open-ended: for exporting it.
+func RTTBucketBounds() []float64 {
+	out := make([]float64, RTTBuckets-1)
+	for k := range out {
+		out[k] = rttBucketHigh(k) / 1e9
+	}
+	return out
+}
+
+// Quantile is the round trip below which a share q (0..1) of h's samples
+// fall, interpolated within its bucket; false with no samples.
+func Quantile(h *RTTHist, q float64) (time.Duration, bool) {
+	var n uint64
+	for _, c := range h.B {
+		n += c
+	}
+	if n == 0 {
+		return 0, false
+	}
+	rank := q * float64(n)
+	var seen float64
+	for k, c := range h.B {
+		if c == 0 {
+			continue
+		}
+		if seen+float64(c) >= rank {
+			lo, hi := rttBucketLow(k), rttBucketHigh(k)
+			if math.IsInf(hi, 1) {
+				return time.Duration(lo), true
+			}
+			return time.Duration(lo + (hi-lo)*(rank-seen)/float64(c)), true
+		}
+		seen += float64(c)
+	}
+	return time.Duration(rttBucketLow(RTTBuckets - 1)), true
+}
+
+// Add adds o's samples to h.
+func AddRTT(h *RTTHist, o *RTTHist) {
+	for k := range h.B {
+		h.B[k] += o.B[k]
+	}
+	h.Sum += o.Sum
+	h.Count += o.Count
+}
+
+// maxRTT is the highest histogram index c's targets name.
+func (c *Content) maxRTT() uint32 {
+	hi := uint32(0)
+	for _, t := range c.Targets {
+		hi = max(hi, t.Rtt)
+	}
+	for _, t := range c.Hosts {
+		hi = max(hi, t.Rtt)
+	}
+	return hi
+}
+
+// MaxRTTHists is how many round-trip histograms an interface has: its
+// classes' indexes (Target.Rtt) number them, both directions in one space.
+const MaxRTTHists = 1024
+
+// RTT reads the round-trip histograms at idx (the classes' RTT
+// indexes; 0 is the hook's traffic of no class).
+func (p *Program) RTT(idx []uint32) (map[uint32]*RTTHist, error) {
+	if p.objs.Rtts == nil {
+		return nil, errors.New("bpf classifier: this program times no round trips (an older version)")
+	}
+	out := make(map[uint32]*RTTHist, len(idx))
+	for _, i := range idx {
+		if i >= MaxRTTHists {
+			continue
+		}
+		h := new(RTTHist)
+		if err := p.objs.Rtts.Lookup(i, h); err != nil {
+			return nil, fmt.Errorf("bpf classifier: read round trips %d: %w", i, err)
+		}
+		out[i] = h
+	}
+	return out, nil
+}
+
+// RTTCounts sums the hook's round-trip counters over CPUs.
+func (p *Program) RTTCounts() (RTTCounts, error) {
+	var per []RTTCounts
+	if p.objs.RttCounts == nil {
+		return RTTCounts{}, errors.New("bpf classifier: this program times no round trips (an older version)")
+	}
+	if err := p.objs.RttCounts.Lookup(uint32(0), &per); err != nil {
+		return RTTCounts{}, fmt.Errorf("bpf classifier: read round-trip counts: %w", err)
+	}
+	var s RTTCounts
+	for _, c := range per {
+		s.Recorded += c.Recorded
+		s.Matched += c.Matched
+		s.Missed += c.Missed
+		s.Untimed += c.Untimed
+	}
+	return s, nil
+}
+
+// RTTMode is what the program's round-trip stage does (nil: nothing),
+// from its settings alone.
+func (p *Program) RTTMode() (*RTT, error) {
+	var cfg ClassifierConfig
+	if err := p.objs.Settings.Lookup(uint32(0), &cfg); err != nil {
+		return nil, fmt.Errorf("bpf classifier: read settings: %w", err)
+	}
+	if cfg.Flags&(cfgRTTRecord|cfgRTTEcho|cfgObserve) == 0 {
+		return nil, nil
+	}
+	return &RTT{Record: cfg.Flags&cfgRTTRecord != 0, Echo: cfg.Flags&cfgRTTEcho != 0, Observe: cfg.Flags&cfgObserve != 0, Flows: p.FlowCap}, nil
+}

@@ -1,0 +1,306 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/netip"
+	"os/exec"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"sluice/lab"
+	"sluice/testutil"
+)
+
+// rttBed is a client namespace whose device r0 sluice shapes, wired to a
+// server namespace through a delay line of delay each way.
+type rttBed struct {
+	client, server string
+	clientAddr     netip.Addr
+	serverAddr     netip.Addr
+}
+
+func newRTTBed(t *testing.T, delay time.Duration) *rttBed {
+	t.Helper()
+	b := &rttBed{client: testutil.NewNetns(t, "rtc"), server: testutil.NewNetns(t, "rts"),
+		clientAddr: netip.MustParseAddr("10.78.0.1"), serverAddr: netip.MustParseAddr("10.78.0.2")}
+	wire := testutil.NewNetns(t, "rtw")
+	for _, err := range []error{lab.Veth(b.client, "r0", wire, "r", 0), lab.Veth(wire, "s", b.server, "peer", 0)} {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	line, err := lab.StartDelayLine(wire, delay)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { line.Close() })
+	for _, err := range []error{lab.Addrs(b.client, "r0", b.clientAddr), lab.Addrs(b.server, "peer", b.serverAddr),
+		lab.Routes(b.client, "r0", b.server, "peer", false, b.serverAddr), lab.Routes(b.server, "peer", b.client, "r0", false, b.clientAddr)} {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	return b
+}
+
+// paced sends from namespace ns to dst, 16 KB every 20 ms (6.5 Mbit/s,
+// under every rate here: no queue of the shaper's in what it times),
+// until ctx ends.
+func paced(ctx context.Context, t *testing.T, ns string, src netip.Addr, dst netip.AddrPort) error {
+	var c net.Conn
+	err := lab.InNetns(ns, func() (err error) {
+		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: src.AsSlice()}, Timeout: 5 * time.Second}
+		c, err = d.Dial("tcp", dst.String())
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	buf := make([]byte, 16<<10)
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+			c.SetWriteDeadline(time.Now().Add(time.Second))
+			if _, err := c.Write(buf); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// sink accepts connections on at in namespace ns and reads them until
+// ctx ends.
+func sink(ctx context.Context, t *testing.T, ns string, at netip.AddrPort) {
+	t.Helper()
+	var l net.Listener
+	if err := lab.InNetns(ns, func() (err error) { l, err = net.Listen("tcp", at.String()); return err }); err != nil {
+		t.Fatal(err)
+	}
+	go func() { <-ctx.Done(); l.Close() }()
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				buf := make([]byte, 64<<10)
+				for {
+					if _, err := c.Read(buf); err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+}
+
+var pingTime = regexp.MustCompile(`time=([0-9.]+) ms`)
+
+// pingMedian pings dst from namespace ns n times, 50 ms apart, and
+// returns the median round trip.
+func pingMedian(t *testing.T, ns string, dst netip.Addr, n int) time.Duration {
+	t.Helper()
+	out, err := exec.Command("ip", "netns", "exec", ns, "ping", "-n", "-c", strconv.Itoa(n), "-i", "0.05", dst.String()).Output()
+	if err != nil {
+		t.Fatalf("ping: %v\n%s", err, out)
+	}
+	var ms []float64
+	for _, m := range pingTime.FindAllStringSubmatch(string(out), -1) {
+		v, _ := strconv.ParseFloat(m[1], 64)
+		ms = append(ms, v)
+	}
+	if len(ms) < n/2 {
+		t.Fatalf("%d of %d pings answered", len(ms), n)
+	}
+	slices.Sort(ms)
+	return time.Duration(ms[len(ms)/2] * float64(time.Millisecond))
+}
+
+type rttClass struct {
+	Name string `json:"name"`
+	RTT  *struct {
+		Samples uint64  `json:"samples"`
+		P50     float64 `json:"p50_seconds"`
+		P95     float64 `json:"p95_seconds"`
+	} `json:"rtt"`
+}
+
+// rttShow reads `sluice show --json` in ns: each class's round trips by
+// tree direction and class name.
+func rttShow(t *testing.T, ns string) map[string]rttClass {
+	t.Helper()
+	out := must(t, "--netns", ns, "show", "--json", "--interval", "0s")
+	var s struct {
+		Trees []struct {
+			Direction string     `json:"direction"`
+			Classes   []rttClass `json:"classes"`
+		} `json:"trees"`
+	}
+	if err := json.Unmarshal([]byte(out), &s); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	m := map[string]rttClass{}
+	for _, tr := range s.Trees {
+		for _, c := range tr.Classes {
+			m[tr.Direction+"/"+c.Name] = c
+		}
+	}
+	return m
+}
+
+// Round trips timed from the shaped traffic itself agree with ping over
+// the same path, in the class of the packets that started them, both
+// ways: uploads (the egress tree; their ACKs end the samples on the
+// way in) and downloads (the ingress tree on its ifb; the client's ACKs
+// end them on the way out). The classes no flow used have no samples.
+func TestPassiveRTTAgreesWithPing(t *testing.T) {
+	light(t)
+	b := newRTTBed(t, 10*time.Millisecond)
+	policy := `interfaces:
+  - name: r0
+    rtt: on
+    egress:
+      rate: 200mbit
+      default: bulk
+      classes:
+        - {name: up, rate: 100mbit, match: [{dport: 5301}]}
+        - {name: bulk, rate: 100mbit}
+    ingress:
+      rate: 200mbit
+      default: other
+      classes:
+        - {name: down, rate: 100mbit, match: [{dport: 5302}]}
+        - {name: other, rate: 100mbit}
+`
+	pol := writePolicy(t, "rtt.yaml", policy)
+	must(t, "--netns", b.client, "apply", "-q", pol)
+	// Read back, the hooks are what was planned: the ingress echo on r0
+	// and the observing classifiers are sluice's, and found again.
+	if out := must(t, "--netns", b.client, "plan", pol); !strings.Contains(out, "no changes") {
+		t.Fatalf("plan after apply:\n%s", out)
+	}
+	up, down := netip.AddrPortFrom(b.serverAddr, 5301), netip.AddrPortFrom(b.clientAddr, 5302)
+	// load runs an upload (the client to the server's 5301) and a
+	// download (the server to the client's 5302) while during runs.
+	load := func(during func()) {
+		t.Helper()
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		sink(ctx, t, b.server, up)
+		sink(ctx, t, b.client, down)
+		var wg sync.WaitGroup
+		errs := make(chan error, 2)
+		wg.Add(2)
+		go func() { defer wg.Done(); errs <- paced(ctx, t, b.client, b.clientAddr, up) }()
+		go func() { defer wg.Done(); errs <- paced(ctx, t, b.server, b.serverAddr, down) }()
+		time.Sleep(500 * time.Millisecond)
+		during()
+		cancel()
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	var ping time.Duration
+	var got map[string]rttClass
+	var text string
+	load(func() {
+		ping = pingMedian(t, b.client, b.serverAddr, 40)
+		got = rttShow(t, b.client)
+		text = must(t, "--netns", b.client, "show", "--interval", "0s")
+	})
+	t.Logf("ping median %v; classes %s\n%s", ping, fmtRTT(got), text)
+	if !regexp.MustCompile(`(?m)^\s*ROUND TRIPS\s+SAMPLES\s+P50\s+P95\s+P99\s*$`).MatchString(text) ||
+		!regexp.MustCompile(`(?m)^\s+up\s+\d+\s+[0-9.]+ ms`).MatchString(text) {
+		t.Errorf("show prints no round trips for class up:\n%s", text)
+	}
+	defer func() {
+		// Reset takes every hook away with the trees.
+		must(t, "--netns", b.client, "reset", "--all")
+		for _, hook := range []string{"ingress", "egress"} {
+			out, _ := exec.Command("ip", "netns", "exec", b.client, "tc", "filter", "show", "dev", "r0", hook).CombinedOutput()
+			if strings.Contains(string(out), "bpf") {
+				t.Errorf("after reset, r0 %s still has:\n%s", hook, out)
+			}
+		}
+	}()
+	for _, name := range []string{"egress/up", "ingress/down"} {
+		if c := got[name]; c.RTT == nil || c.RTT.Samples < 20 {
+			t.Fatalf("%s: round trips %+v, want 20 samples at least", name, c.RTT)
+		}
+	}
+	// The upload's round trip is the path beyond r0: ping's.
+	p50 := time.Duration(got["egress/up"].RTT.P50 * 1e9)
+	if tol := max(2*time.Millisecond, ping/10); p50 < ping-tol || p50 > ping+tol {
+		t.Errorf("egress/up: passive p50 %v, ping median %v: more than %v apart", p50, ping, tol)
+	}
+	// The download's starts where the ingress tree classifies it, on the
+	// ifb, and ends when the client's ACK leaves r0: the ifb's queue and
+	// the way to the host behind r0, here the client's own stack, none
+	// of the delay line's.
+	if p50 := time.Duration(got["ingress/down"].RTT.P50 * 1e9); p50 > ping/4 {
+		t.Errorf("ingress/down: passive p50 %v; want the near side's, well under the path's %v", p50, ping)
+	}
+	// The other classes carried ACKs and pings only: pure ACKs start no
+	// sample (their echo waits for the peer's next data).
+	for _, name := range []string{"egress/bulk", "ingress/other"} {
+		if c := got[name]; c.RTT == nil || c.RTT.Samples != 0 {
+			t.Errorf("%s carried no data: round trips %+v, want none", name, c.RTT)
+		}
+	}
+	// A larger flow table needs new programs on every hook; each loaded
+	// takes the maps of the one already there, so samples started on one
+	// side still end on the other.
+	larger := writePolicy(t, "rtt.yaml", strings.Replace(policy, "rtt: on", "rtt: {flows: 8192}", 1))
+	if out := must(t, "--netns", b.client, "plan", "--tc", larger); strings.Count(out, "the flow map holds 65536 flows; 8192 wanted") != 2 {
+		t.Errorf("plan for a larger flow table: want both hooks replaced:\n%s", out)
+	}
+	must(t, "--netns", b.client, "apply", "-q", larger)
+	if out := must(t, "--netns", b.client, "plan", larger); !strings.Contains(out, "no changes") {
+		t.Fatalf("plan after the larger table's apply:\n%s", out)
+	}
+	// New programs, new maps: the histograms start again.
+	for name, c := range rttShow(t, b.client) {
+		if c.RTT != nil && c.RTT.Samples != 0 {
+			t.Errorf("after the programs were replaced, %s: %d samples, want a new histogram", name, c.RTT.Samples)
+		}
+	}
+	load(func() {
+		time.Sleep(time.Second)
+		got = rttShow(t, b.client)
+	})
+	for _, name := range []string{"egress/up", "ingress/down"} {
+		if c := got[name]; c.RTT == nil || c.RTT.Samples < 10 {
+			t.Errorf("after the programs were replaced, %s: round trips %+v, want 10 samples at least", name, c.RTT)
+		}
+	}
+}
+
+func fmtRTT(m map[string]rttClass) string {
+	var parts []string
+	for k, c := range m {
+		if c.RTT != nil {
+			parts = append(parts, fmt.Sprintf("%s: %d samples p50 %.2f ms p95 %.2f ms", k, c.RTT.Samples, c.RTT.P50*1e3, c.RTT.P95*1e3))
+		}
+	}
+	slices.Sort(parts)
+	return strings.Join(parts, "; ")
+}

@@ -1,0 +1,131 @@
+package stats
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"sluice/bpf"
+	"sluice/records"
+)
+
+// MinRTTSamples is how many samples a class needs before its quantiles
+// are shown: fewer say "too few" instead of a number.
+const MinRTTSamples = 10
+
+// RTT is a class's round trips as its TCP flows' own packets time them
+// (an interface's `rtt:`): from the moment sluice classifies a packet,
+// through its queue and the path beyond, until the reply that echoes
+// the packet's timestamp comes back to the same interface. Cumulative
+// since the program was loaded.
+type RTT struct {
+	Samples uint64  `json:"samples"`
+	P50     float64 `json:"p50_seconds"`
+	P95     float64 `json:"p95_seconds"`
+	P99     float64 `json:"p99_seconds"`
+	Mean    float64 `json:"mean_seconds"`
+	hist    *bpf.RTTHist
+}
+
+// Hist is the histogram the figures come from (bpf.Quantile reads it).
+func (r *RTT) Hist() *bpf.RTTHist { return r.hist }
+
+// NewRTT summarises histogram h (what a reading does with a program's).
+func NewRTT(h *bpf.RTTHist) *RTT { return rttOf(h) }
+
+// rttOf summarises histogram h.
+func rttOf(h *bpf.RTTHist) *RTT {
+	r := &RTT{Samples: h.Count, hist: h}
+	if h.Count == 0 {
+		return r
+	}
+	q := func(x float64) float64 {
+		d, _ := bpf.Quantile(h, x)
+		return d.Seconds()
+	}
+	r.P50, r.P95, r.P99 = q(0.5), q(0.95), q(0.99)
+	r.Mean = float64(h.Sum) / float64(h.Count) / 1e9
+	return r
+}
+
+// readRTT gives t's classes their round trips from prog's histograms,
+// where prog starts them (a hook that records).
+func readRTT(prog *bpf.Program, t *Tree, rec *records.Tree) error {
+	fill, err := rttRead(prog, rec)
+	if fill != nil {
+		fill(t)
+	}
+	return err
+}
+
+// rttRead reads prog's histograms of rec's classes, and returns what
+// gives a tree's classes their round trips (nil: prog times none).
+// Reading the maps needs no kernel handle (CollectTrees).
+func rttRead(prog *bpf.Program, rec *records.Tree) (func(t *Tree), error) {
+	mode, err := prog.RTTMode()
+	if err != nil || mode == nil || !mode.Record {
+		return nil, err
+	}
+	var idx []uint32
+	byName := map[string]uint32{}
+	for _, ci := range rec.Classes {
+		if ci.RTT != 0 {
+			idx = append(idx, ci.RTT-1)
+			byName[ci.Name] = ci.RTT - 1
+		}
+	}
+	hs, err := prog.RTT(idx)
+	if err != nil {
+		return nil, err
+	}
+	return func(t *Tree) {
+		for _, c := range t.Classes {
+			if i, ok := byName[c.Name]; ok && hs[i] != nil {
+				c.RTT = rttOf(hs[i])
+			}
+		}
+	}, nil
+}
+
+// observing reports whether prog only times round trips (HTB's u32
+// filters classify): its counters count nothing.
+func observing(prog *bpf.Program) bool {
+	m, err := prog.RTTMode()
+	return err == nil && m != nil && m.Observe
+}
+
+// writeRTT prints the round trips of the classes that have them.
+func writeRTT(w io.Writer, cs []*Class) {
+	var with []*Class
+	for _, c := range cs {
+		if c.RTT != nil {
+			with = append(with, c)
+		}
+	}
+	if len(with) == 0 {
+		return
+	}
+	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "ROUND TRIPS\tSAMPLES\tP50\tP95\tP99\t")
+	for _, c := range with {
+		r := c.RTT
+		name := strings.Repeat("  ", c.Depth) + c.Name
+		if r.Samples < MinRTTSamples {
+			fmt.Fprintf(tw, "%s\t%d\ttoo few\t\t\t\n", name, r.Samples)
+			continue
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t\n", name, r.Samples, rttHuman(r.P50), rttHuman(r.P95), rttHuman(r.P99))
+	}
+	tw.Flush()
+}
+
+// rttHuman prints a round trip in ms (µs below one).
+func rttHuman(s float64) string {
+	d := time.Duration(s * 1e9)
+	if d < time.Millisecond {
+		return fmt.Sprintf("%d us", d.Microseconds())
+	}
+	return fmt.Sprintf("%.1f ms", float64(d)/1e6)
+}

@@ -2,8 +2,10 @@ package e2e
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"io"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -38,7 +40,8 @@ func TestDashboardInChromium(t *testing.T) {
 	testutil.Slow(t)
 	browser := chromium(t)
 	p := testutil.NewPair(t)
-	pol := writePolicy(t, "p.yaml", policyFor(p.DevA, `    egress:
+	pol := writePolicy(t, "p.yaml", policyFor(p.DevA, `    rtt: on
+    egress:
       rate: 20mbit
       default: other
       sharing: controller
@@ -51,6 +54,7 @@ func TestDashboardInChromium(t *testing.T) {
           rate: 7800kbit
           match:
             - { proto: udp, dport: 9001 }
+            - { proto: tcp, dport: 9003 }
         - name: tiny
           rate: 160kbit
           match:
@@ -61,6 +65,11 @@ func TestDashboardInChromium(t *testing.T) {
 		// Rates that change every second, so the chart moves.
 		defer repeat(t, func(k int) { udpSend(t, p.A, testutil.AddrB, port, 100, 1000, float64(2+(k+i)%4)*1e6) })()
 	}
+	// A TCP flow in other, whose round trips the table shows.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	sink(ctx, t, p.B, netip.AddrPortFrom(netip.MustParseAddr(testutil.AddrB), 9003))
+	go paced(ctx, t, p.A, netip.MustParseAddr(testutil.AddrA), netip.AddrPortFrom(netip.MustParseAddr(testutil.AddrB), 9003))
 	time.Sleep(3 * time.Second) // a few points of history
 
 	dir := t.TempDir()
@@ -90,6 +99,11 @@ func TestDashboardInChromium(t *testing.T) {
 	// Below it, each class's drops per second and backlog.
 	if !regexp.MustCompile(`id="queue-veth0-egress"[^>]*data-series="6"`).MatchString(dom) {
 		t.Errorf("no drops and backlog chart of the three classes")
+	}
+	// With rtt: on, each class's round trips: other's TCP flow has them.
+	if !strings.Contains(dom, "<th>round trip p50 | p95</th>") ||
+		!regexp.MustCompile(`data-class="other">.*?<td class="rtt">[0-9.]+ ms \| [0-9.]+ ms</td>`).MatchString(dom) {
+		t.Errorf("no round trips in the class table")
 	}
 	// Each class's measured rate against its rate and ceil.
 	if n := strings.Count(dom, `class="meter"`); n != 4 {

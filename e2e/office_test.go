@@ -1,8 +1,11 @@
 package e2e
 
 import (
+	"encoding/json"
 	"os"
+	"path/filepath"
 	"reflect"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -20,7 +23,66 @@ func TestOfficeExample(t *testing.T) {
 	testutil.Slow(t)
 	light(t)
 	scenarioIsExample(t, "office", "office.yaml", strings.NewReplacer("name: eth0", "name: wan", "name: eth1", "name: lan", "192.168.1.0/24", "10.77.0.0/24"))
-	runExampleScenario(t, "office", 8)
+	out := runExampleScenario(t, "office", 8)
+	// The report gives each class's round trips from its own packets
+	// beside the pings. The download's, timed on wan's ifb where the
+	// ingress tree classifies it, agrees with what its TCP senders' own
+	// smoothed RTT reads (the router's LAN side is where the queue is,
+	// and the echo comes back through it).
+	m := regexp.MustCompile(`report: (\S+)/report.html`).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("no report path in\n%s", out)
+	}
+	b, err := os.ReadFile(filepath.Join(m[1], "report.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep struct {
+		Results []struct {
+			Variant string `json:"variant"`
+			Phases  []struct {
+				Name  string `json:"name"`
+				Flows map[string]struct {
+					RTT float64 `json:"rtt_ms"`
+				} `json:"flows"`
+				Classes map[string]struct {
+					RTT *struct {
+						Samples uint64  `json:"samples"`
+						P50     float64 `json:"p50_ms"`
+					} `json:"rtt"`
+				} `json:"classes"`
+			} `json:"phases"`
+		} `json:"results"`
+	}
+	if err := json.Unmarshal(b, &rep); err != nil {
+		t.Fatal(err)
+	}
+	checked := 0
+	for _, res := range rep.Results {
+		if res.Variant != "shaped" {
+			continue
+		}
+		for _, ph := range res.Phases {
+			if ph.Name != "download" {
+				continue
+			}
+			c := ph.Classes["ifb-wan/bulk"]
+			srtt := ph.Flows["one"].RTT
+			if c.RTT == nil || c.RTT.Samples < 100 || srtt == 0 {
+				t.Fatalf("download: ifb-wan/bulk round trips %+v, flow one's smoothed RTT %.1f ms", c.RTT, srtt)
+			}
+			if c.RTT.P50 < 0.6*srtt || c.RTT.P50 > 1.4*srtt {
+				t.Errorf("download: passive p50 %.1f ms, TCP's smoothed %.1f ms", c.RTT.P50, srtt)
+			}
+			checked++
+		}
+	}
+	if checked != 1 {
+		t.Errorf("no shaped download phase in the report")
+	}
+	if !regexp.MustCompile(`(?m)^\s+ifb-wan/bulk round trip p50 / p95\s+-\s+[0-9.]+ ms / [0-9.]+ ms \(passive, \d+ samples\)`).MatchString(out) {
+		t.Errorf("the text report lacks ifb-wan/bulk's round trips")
+	}
 }
 
 // TestWondershaperExample runs examples/wondershaper.yaml in the lab on
@@ -76,7 +138,7 @@ func scenarioIsExample(t *testing.T, scenario, example string, names *strings.Re
 
 // runExampleScenario runs a lab scenario and fails unless all its n
 // expectations pass.
-func runExampleScenario(t *testing.T, scenario string, n int) {
+func runExampleScenario(t *testing.T, scenario string, n int) string {
 	t.Helper()
 	dir := t.TempDir()
 	r := sluice(t, "lab", "run", scenario, "--out", dir, "--name", strings.TrimPrefix(testutil.Unique(scenario[:3]), testutil.Prefix))
@@ -87,4 +149,5 @@ func runExampleScenario(t *testing.T, scenario string, n int) {
 		t.Fatalf("%d of %d expectations passed:\n%s", got, n, r.stdout)
 	}
 	t.Logf("\n%s", r.stdout)
+	return r.stdout
 }

@@ -150,6 +150,33 @@ func (r *Report) comparison() ([]string, []row) {
 				return ms(fs.RTT) + " (TCP's smoothed)", true
 			})
 		}
+		// Each class's round trips from its own TCP packets (the lab turns
+		// rtt on for every shaped interface), the passive figure beside
+		// the probes.
+		var rttClasses []string
+		for _, res := range ran {
+			if pi >= len(res.Phases) {
+				continue
+			}
+			for k, cs := range res.Phases[pi].Classes {
+				if cs.RTT != nil && cs.RTT.Samples > 0 && !contains(rttClasses, k) {
+					rttClasses = append(rttClasses, k)
+				}
+			}
+		}
+		sort.Strings(rttClasses)
+		for _, k := range rttClasses {
+			add(k+" round trip p50 / p95", func(p *PhaseResult) (string, bool) {
+				cs := p.Classes[k]
+				if cs == nil || cs.RTT == nil || cs.RTT.Samples == 0 {
+					return "-", false
+				}
+				if cs.RTT.Samples < 10 {
+					return fmt.Sprintf("%d samples (too few)", cs.RTT.Samples), true
+				}
+				return fmt.Sprintf("%s / %s (passive, %d samples)", ms(cs.RTT.P50), ms(cs.RTT.P95), cs.RTT.Samples), true
+			})
+		}
 		add("flows fairness", func(p *PhaseResult) (string, bool) {
 			if p.nflows < 2 || len(p.Hosts) > 1 {
 				return "-", false

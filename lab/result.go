@@ -2,9 +2,11 @@ package lab
 
 import (
 	"math"
-	"sluice/share"
 	"sort"
 	"strings"
+
+	"sluice/bpf"
+	"sluice/share"
 )
 
 // Result is one variant of a scenario, run: every series sampled every
@@ -96,6 +98,9 @@ type ClassSeries struct {
 	// Sharing is what the agent's sharing controller decided for the
 	// class, per bucket (policies with sharing: controller).
 	Sharing *SharingSeries `json:"sharing,omitempty"`
+	// rtt is the class's cumulative round-trip histogram at each bucket
+	// (nil where not read), which the phases' RTT come from.
+	rtt []*bpf.RTTHist
 }
 
 // SharingSeries is a controlled class's demand, share and limit over
@@ -226,6 +231,9 @@ type ClassStat struct {
 	Bps   float64 `json:"bps"`
 	Drops uint64  `json:"drops"`
 	Rate  float64 `json:"rate_bps"`
+	// RTT is the round trips its TCP flows' own packets timed in the
+	// phase (after its settling time), where the class has them.
+	RTT *RTTStat `json:"rtt,omitempty"`
 }
 
 // Summarize computes latency statistics of samples.
@@ -456,7 +464,7 @@ func (r *Result) summarize(name string, from, to, settle float64) *PhaseResult {
 		p.Total += g
 	}
 	for _, c := range r.Classes {
-		p.Classes[c.Key()] = &ClassStat{Bps: mean(c.Bps), Drops: delta(c.Drops), Rate: c.Rate}
+		p.Classes[c.Key()] = &ClassStat{Bps: mean(c.Bps), Drops: delta(c.Drops), Rate: c.Rate, RTT: c.rttOver(lo, hi)}
 	}
 	for _, pl := range r.Policers {
 		if p.Policers == nil {

@@ -189,6 +189,8 @@ func Run(ctx context.Context, b *Bed, s *Scenario, v Variant, opt Options) (*Res
 		return nil, err
 	}
 	r.Policy = text
+	// Every class's round trips from its own packets, beside the pings.
+	text = withRTT(text)
 	classes, controlled, err := Apply(b, fmt.Sprintf("%s/%s", s.Name, v.Name), text)
 	if err != nil {
 		if m := missingQdisc.FindStringSubmatch(err.Error()); m != nil {
@@ -506,6 +508,12 @@ func Run(ctx context.Context, b *Bed, s *Scenario, v Variant, opt Options) (*Res
 					}
 					prevBytes[key] = c.Bytes
 					cs.Drops[i] = uint64(c.Drops)
+					if c.RTT != nil {
+						for len(cs.rtt) < i {
+							cs.rtt = append(cs.rtt, nil)
+						}
+						cs.rtt = append(cs.rtt, c.RTT.Hist())
+					}
 				}
 				for _, pl := range t.Policers {
 					ps := polIdx[t.Device+"/"+pl.Class]

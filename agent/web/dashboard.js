@@ -118,15 +118,28 @@ function section(t) {
   return s;
 }
 
+// roundTrip shows a class's passive round trips (rtt: on): p50 | p95,
+// or how few samples there are.
+function roundTrip(r) {
+  if (!r) return "";
+  if (r.samples < 10) return r.samples + " samples";
+  const ms = s => (s * 1000).toFixed(s < 0.01 ? 2 : 1) + " ms";
+  return ms(r.p50_seconds) + " | " + ms(r.p95_seconds);
+}
+
 function drawTable(t, omitted) {
   const id = treeID(t);
-  const head = el("tr", {}, ...["class", "id", "rate", "ceil", "measured", "of rate | ceil", "sent", "drops", "overlimits", "backlog"].map(h => el("th", {}, h)));
+  const rtt = t.classes.some(c => c.rtt);
+  const heads = ["class", "id", "rate", "ceil", "measured", "of rate | ceil", "sent", "drops", "overlimits", "backlog"];
+  if (rtt) heads.push("round trip p50 | p95");
+  const head = el("tr", {}, ...heads.map(h => el("th", {}, h)));
   const rows = t.classes.map(c => el("tr", {"data-class": c.name},
     el("td", {class: "name"}, "  ".repeat(c.depth) + c.name),
     el("td", {}, c.id), el("td", {}, human(bits(c.rate_bytes_per_second))), el("td", {}, human(bits(c.ceil_bytes_per_second))),
     el("td", {class: "measured"}, human(bits(c.measured_bytes_per_second))), el("td", {}, meter(bits(c.measured_bytes_per_second), bits(c.rate_bytes_per_second), bits(c.ceil_bytes_per_second))), el("td", {}, bytes(c.bytes)),
     el("td", {class: c.drops ? "red" : ""}, String(c.drops)), el("td", {}, String(c.overlimits)),
-    el("td", {}, bytes(c.backlog_bytes))));
+    el("td", {}, bytes(c.backlog_bytes)),
+    ...(rtt ? [el("td", {class: "rtt"}, roundTrip(c.rtt))] : [])));
   const table = el("table", {}, el("thead", {}, head), el("tbody", {}, ...rows));
   const box = document.getElementById("table-" + id);
   box.replaceChildren(table);

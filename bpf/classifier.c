@@ -102,7 +102,7 @@ struct {
 // interface (its own and its ifb's). Sized at load time.
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 65536);
+	__uint(max_entries, 16384);
 	__type(key, struct flow_key);
 	__type(value, struct flow_state);
 } flows SEC(".maps");

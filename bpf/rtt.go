@@ -29,7 +29,7 @@ const RTTBuckets = 336
 
 // DefaultFlows is how many flows a hook tracks at once unless the
 // policy says otherwise; the least recently seen are forgotten first.
-const DefaultFlows = 65536
+const DefaultFlows = 16384
 
 // RTT is what a hook does with round trips.
 type RTT struct {
@@ -139,7 +139,7 @@ func (c *Content) maxRTT() uint32 {
 
 // MaxRTTHists is how many round-trip histograms an interface has: its
 // classes' indexes (Target.Rtt) number them, both directions in one space.
-const MaxRTTHists = 1024
+const MaxRTTHists = 256
 
 // RTT reads the round-trip histograms at idx (the classes' RTT
 // indexes; 0 is the hook's traffic of no class).

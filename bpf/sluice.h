@@ -12,7 +12,7 @@
 #define MAX_STEPS 16 // blocks entered plus host-table misses that fall through
 #define DELAY_BUCKETS 24 // EDT delay histogram: see struct delays
 #define RTT_BUCKETS 336  // round-trip histogram: see struct rtt_hist
-#define MAX_RTT_HISTS 1024 // round-trip histograms an interface has (2.7 MB)
+#define MAX_RTT_HISTS 256 // round-trip histograms an interface has (690 KB)
 #define NS 1000000000ULL
 
 // config.flags

@@ -270,7 +270,7 @@ func TestPassiveRTTAgreesWithPing(t *testing.T) {
 	// takes the maps of the one already there, so samples started on one
 	// side still end on the other.
 	larger := writePolicy(t, "rtt.yaml", strings.Replace(policy, "rtt: on", "rtt: {flows: 8192}", 1))
-	if out := must(t, "--netns", b.client, "plan", "--tc", larger); strings.Count(out, "the flow map holds 65536 flows; 8192 wanted") != 2 {
+	if out := must(t, "--netns", b.client, "plan", "--tc", larger); strings.Count(out, "the flow map holds 16384 flows; 8192 wanted") != 2 {
 		t.Errorf("plan for a larger flow table: want both hooks replaced:\n%s", out)
 	}
 	must(t, "--netns", b.client, "apply", "-q", larger)

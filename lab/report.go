@@ -120,6 +120,15 @@ func (r *Report) comparison() ([]string, []row) {
 				return s, true
 			})
 		}
+		for _, name := range probes {
+			add(name+" responsiveness", func(p *PhaseResult) (string, bool) {
+				l := p.Probes[name]
+				if l == nil || l.Responsiveness == nil {
+					return "-", false
+				}
+				return l.Responsiveness.String(), true
+			})
+		}
 		items := map[string]bool{}
 		var order []string
 		for _, f := range ran[0].Flows {

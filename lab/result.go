@@ -199,6 +199,13 @@ type Latency struct {
 	P99  float64 `json:"p99_ms"`
 	Avg  float64 `json:"avg_ms"`
 	Max  float64 `json:"max_ms"`
+	// TM95 is the mean of the fastest 95% (the trimmed mean the IETF's
+	// responsiveness draft takes of its probes).
+	TM95 float64 `json:"tm95_ms"`
+	// Responsiveness is the phase's round trips per minute and
+	// bufferbloat grade (Responsiveness), where the run has a phase to
+	// compare with.
+	Responsiveness *Responsiveness `json:"responsiveness,omitempty"`
 }
 
 func (l *Latency) pick(metric string) float64 {
@@ -265,6 +272,12 @@ func Summarize(samples []Sample) *Latency {
 		s += r
 	}
 	l.Avg = s / float64(len(rtts))
+	keep := max(1, int(math.Floor(0.95*float64(len(rtts)))))
+	s = 0
+	for _, r := range rtts[:keep] {
+		s += r
+	}
+	l.TM95 = s / float64(keep)
 	return l
 }
 

@@ -565,6 +565,7 @@ func Run(ctx context.Context, b *Bed, s *Scenario, v Variant, opt Options) (*Res
 		r.Phases = append(r.Phases, ph)
 		at += ds[i]
 	}
+	r.responsiveness()
 	return r, nil
 }
 

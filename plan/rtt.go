@@ -16,9 +16,9 @@ import (
 // numbered across the interface's two trees:
 //
 //	0        egress traffic of no class
-//	1..511   the egress tree's leaf classes, in policy order
-//	512      ingress traffic of no class
-//	513..    the ingress tree's
+//	1..127   the egress tree's leaf classes, in policy order
+//	128      ingress traffic of no class
+//	129..255 the ingress tree's
 //
 // Echoes: an egress tree's samples end on the interface's ingress (the
 // ifb's hook where an ingress tree redirects there: it sees each packet

@@ -146,6 +146,20 @@ func TestRTTPureACKsStartNone(t *testing.T) {
 	}
 }
 
+// An echo whose timestamps come after a SACK block (the options walked,
+// not the usual two NOPs first) ends its sample like any other.
+func TestRTTEchoAfterSACK(t *testing.T) {
+	out, back := rttPair(t, false)
+	run(t, out, seg(false, false, 80, 0x18, 700, 1, false), 1*ms)
+	sack := []byte{1, 1, 5, 10, 0, 0, 0x10, 0, 0, 0, 0x20, 0}
+	ack := testutil.Packet{Src: server4, Dst: client4, Proto: 6, Sport: 80, Dport: 40000, TCPFlags: 0x10,
+		TCPOptions: append(sack, testutil.TCPTimestamps(5, 700)...)}
+	run(t, back, ack.Frame(), 31*ms)
+	if n, med := samples(t, out, 1); n != 1 || !near(med, 30*time.Millisecond) {
+		t.Errorf("%d samples, median %v; want 1 of 30ms", n, med)
+	}
+}
+
 // Samples go to the class of the packet that started them, whichever
 // class the reply would be in.
 func TestRTTByClass(t *testing.T) {

@@ -2,6 +2,7 @@ package kernel
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -98,7 +99,7 @@ func (k *Kernel) ReadLive(p *plan.Plan, only map[string]bool, force bool) (*Live
 		if err := k.readBPF(l, r.dev, qs, false); err != nil {
 			return nil, err
 		}
-		if err := k.readEcho(l, r); err != nil {
+		if err := k.readEcho(l, r, qs); err != nil {
 			return nil, err
 		}
 		if r.ifb {
@@ -390,16 +391,29 @@ func (k *Kernel) readBPF(l *Live, dev string, qs []*tc.Qdisc, ingress bool) erro
 // does nothing else (plan's rttEchoes: an egress tree's on its
 // interface's ingress, an ingress tree's on the interface's egress): a
 // hook that also classifies or polices is another tree's, read with it.
-func (k *Kernel) readEcho(l *Live, r treeRef) error {
-	if !k.conn.LinkExists(r.iface) {
-		return nil
+//
+// devQdiscs are r's device's qdiscs (readTree's): for an egress tree the
+// interface's own, read once.
+func (k *Kernel) readEcho(l *Live, r treeRef, devQdiscs []*tc.Qdisc) error {
+	qs := devQdiscs
+	if r.ifb {
+		if !k.conn.LinkExists(r.iface) {
+			return nil
+		}
+		var err error
+		if qs, err = k.conn.Qdiscs(r.iface); err != nil {
+			return err
+		}
 	}
-	qs, err := k.conn.Qdiscs(r.iface)
-	if err != nil {
-		return err
+	if !slices.ContainsFunc(qs, func(q *tc.Qdisc) bool { return q.Parent == tc.HandleIngress && q.Kind == "clsact" }) {
+		return nil // no hook at all: nothing to dump
 	}
 	ingress := !r.ifb
-	fs, err := k.conn.Filters(r.iface, map[bool]tc.Handle{true: tc.HandleIngressHook, false: tc.HandleEgressHook}[ingress])
+	parent := tc.HandleEgressHook
+	if ingress {
+		parent = tc.HandleIngressHook
+	}
+	fs, err := k.conn.Filters(r.iface, parent)
 	if err != nil {
 		return err
 	}
@@ -411,9 +425,11 @@ func (k *Kernel) readEcho(l *Live, r treeRef) error {
 	if err != nil {
 		return nil
 	}
-	c, err := prog.Read()
+	// Its settings alone: a classifier of 10,000 hosts is not read
+	// through on every pass to learn that it is not an echo.
+	m, err := prog.RTTMode()
 	prog.Close()
-	if err != nil || c.RTT == nil || !c.RTT.Echo || !c.RTT.Observe || c.RTT.Record {
+	if err != nil || m == nil || !m.Echo || !m.Observe || m.Record {
 		return nil
 	}
 	return k.readBPF(l, r.iface, qs, ingress)

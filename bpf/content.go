@@ -299,6 +299,9 @@ func (c *Content) Validate() error {
 		if int(t.Hist) >= MaxHists {
 			return fmt.Errorf("bpf classifier: %s names delay histogram %d; at most %d fit", what(), t.Hist, MaxHists)
 		}
+		if t.Rtt >= MaxRTTHists {
+			return fmt.Errorf("bpf classifier: %s names round-trip histogram %d; at most %d fit", what(), t.Rtt, MaxRTTHists)
+		}
 		return nil
 	}
 	for i, t := range c.Targets {

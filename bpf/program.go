@@ -311,9 +311,7 @@ func (p *Program) Read() (*Content, error) {
 	}
 	c := &Content{L2Len: cfg.L2len, SetPriority: cfg.Flags&cfgSetPriority != 0, TestClock: cfg.Flags&cfgTestClock != 0, Ingress: cfg.Flags&cfgIngress != 0,
 		Default: cfg.DefaultTarget, Shards: cfg.Shards, Hosts: map[HostKey]Target{}}
-	if cfg.Flags&(cfgRTTRecord|cfgRTTEcho|cfgObserve) != 0 {
-		c.RTT = &RTT{Record: cfg.Flags&cfgRTTRecord != 0, Echo: cfg.Flags&cfgRTTEcho != 0, Observe: cfg.Flags&cfgObserve != 0, Flows: p.FlowCap}
-	}
+	c.RTT = rttFlags(cfg.Flags, p.FlowCap)
 	if cfg.Flags&cfgEDT != 0 {
 		c.EDT = &EDT{Horizon: cfg.Horizon, Exempt: cfg.Exempt, Prio: cfg.Flags&cfgEDTPrio != 0, FromIngress: cfg.Flags&cfgEDTArrival != 0,
 			Pool: cfg.Pool, PoolRate: units.Rate(cfg.PoolRate), PoolBurst: cfg.PoolBurst,

@@ -116,27 +116,6 @@ func Quantile(h *RTTHist, q float64) (time.Duration, bool) {
 	return time.Duration(rttBucketLow(RTTBuckets - 1)), true
 }
 
-// Add adds o's samples to h.
-func AddRTT(h *RTTHist, o *RTTHist) {
-	for k := range h.B {
-		h.B[k] += o.B[k]
-	}
-	h.Sum += o.Sum
-	h.Count += o.Count
-}
-
-// maxRTT is the highest histogram index c's targets name.
-func (c *Content) maxRTT() uint32 {
-	hi := uint32(0)
-	for _, t := range c.Targets {
-		hi = max(hi, t.Rtt)
-	}
-	for _, t := range c.Hosts {
-		hi = max(hi, t.Rtt)
-	}
-	return hi
-}
-
 // MaxRTTHists is how many round-trip histograms an interface has: its
 // classes' indexes (Target.Rtt) number them, both directions in one space.
 const MaxRTTHists = 256
@@ -187,8 +166,14 @@ func (p *Program) RTTMode() (*RTT, error) {
 	if err := p.objs.Settings.Lookup(uint32(0), &cfg); err != nil {
 		return nil, fmt.Errorf("bpf classifier: read settings: %w", err)
 	}
-	if cfg.Flags&(cfgRTTRecord|cfgRTTEcho|cfgObserve) == 0 {
-		return nil, nil
+	return rttFlags(cfg.Flags, p.FlowCap), nil
+}
+
+// rttFlags is what settings flags say of round trips (nil: nothing),
+// with a flow map of flows.
+func rttFlags(flags, flows uint32) *RTT {
+	if flags&(cfgRTTRecord|cfgRTTEcho|cfgObserve) == 0 {
+		return nil
 	}
-	return &RTT{Record: cfg.Flags&cfgRTTRecord != 0, Echo: cfg.Flags&cfgRTTEcho != 0, Observe: cfg.Flags&cfgObserve != 0, Flows: p.FlowCap}, nil
+	return &RTT{Record: flags&cfgRTTRecord != 0, Echo: flags&cfgRTTEcho != 0, Observe: flags&cfgObserve != 0, Flows: flows}
 }

@@ -554,7 +554,6 @@ func TestSunkRawFlowsDrawNoResets(t *testing.T) {
 	ns := testutil.NewNetns(t, "rs")
 	from, to := netip.MustParseAddrPort("127.0.0.1:40000"), netip.MustParseAddrPort("127.0.0.2:5000")
 	flows := []lab.RawFlow{{Src: from, Dst: to}}
-	resets := func() uint64 { return tcpOutRsts(t, ns) }
 	send := func(sunk bool) (sent, answered uint64) {
 		t.Helper()
 		if sunk {
@@ -567,15 +566,7 @@ func TestSunkRawFlowsDrawNoResets(t *testing.T) {
 				}
 			}()
 		}
-		r0 := resets()
-		f := &lab.FlowCounter{}
-		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
-		defer cancel()
-		if err := lab.ACKSend(ctx, ns, from, to, 500e3, 0, f); err != nil {
-			t.Fatal(err)
-		}
-		time.Sleep(50 * time.Millisecond)
-		return f.Sent() / uint64(lab.ACKFrame(false)), resets() - r0
+		return ackBurst(t, ns, from, to, ns)
 	}
 	if sent, rst := send(false); sent < 100 || rst < sent/2 {
 		t.Fatalf("unsunk: %d ACKs sent, %d resets: want one reset per ACK", sent, rst)
@@ -594,37 +585,13 @@ func TestSunkRawFlowsDrawNoResets(t *testing.T) {
 // do; with the bypass removed they are relayed again.
 func TestBypassedRawFlowsLeaveTheDelayLine(t *testing.T) {
 	light(t)
-	a, wire, b := testutil.NewNetns(t, "bla"), testutil.NewNetns(t, "blw"), testutil.NewNetns(t, "blb")
-	for _, err := range []error{lab.Veth(a, "r0", wire, "r", 0), lab.Veth(wire, "s", b, "peer", 0)} {
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	line, err := lab.StartDelayLine(wire, time.Millisecond)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer line.Close()
-	from, to := netip.MustParseAddrPort("10.77.0.1:40000"), netip.MustParseAddrPort("10.77.0.2:5000")
-	other := netip.MustParseAddrPort("10.77.0.1:40001")
-	for _, err := range []error{lab.Addrs(a, "r0", from.Addr()), lab.Addrs(b, "peer", to.Addr()),
-		lab.Routes(a, "r0", b, "peer", false, to.Addr()), lab.Routes(b, "peer", a, "r0", false, from.Addr())} {
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	resets := func() uint64 { return tcpOutRsts(t, b) }
+	bed := newRTTBed(t, time.Millisecond)
+	wire := bed.wire
+	from, to := netip.AddrPortFrom(bed.clientAddr, 40000), netip.AddrPortFrom(bed.serverAddr, 5000)
+	other := netip.AddrPortFrom(bed.clientAddr, 40001)
 	send := func(src netip.AddrPort) (sent, answered uint64) {
 		t.Helper()
-		r0 := resets()
-		f := &lab.FlowCounter{}
-		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
-		defer cancel()
-		if err := lab.ACKSend(ctx, a, src, to, 500e3, 0, f); err != nil {
-			t.Fatal(err)
-		}
-		time.Sleep(100 * time.Millisecond)
-		return f.Sent() / uint64(lab.ACKFrame(false)), resets() - r0
+		return ackBurst(t, bed.client, src, to, bed.server)
 	}
 	if sent, rst := send(from); sent < 100 || rst < sent/2 {
 		t.Fatalf("relayed: %d ACKs sent, %d answered: the line did not carry them", sent, rst)
@@ -644,6 +611,22 @@ func TestBypassedRawFlowsLeaveTheDelayLine(t *testing.T) {
 	if sent, rst := send(from); rst < sent/2 {
 		t.Errorf("bypass removed: %d ACKs sent, %d answered: want them carried again", sent, rst)
 	}
+}
+
+// ackBurst sends raw ACKs from namespace ns, from to dst, for 300 ms at
+// 500 kbit/s, and returns how many it sent and how many resets namespace
+// answerer sent meanwhile (100 ms more for the last to arrive).
+func ackBurst(t *testing.T, ns string, from, dst netip.AddrPort, answerer string) (sent, answered uint64) {
+	t.Helper()
+	r0 := tcpOutRsts(t, answerer)
+	f := &lab.FlowCounter{}
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	if err := lab.ACKSend(ctx, ns, from, dst, 500e3, 0, f); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	return f.Sent() / uint64(lab.ACKFrame(false)), tcpOutRsts(t, answerer) - r0
 }
 
 // tcpOutRsts is the TCP resets namespace ns has sent.

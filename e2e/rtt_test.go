@@ -23,6 +23,7 @@ import (
 // server namespace through a delay line of delay each way.
 type rttBed struct {
 	client, server string
+	wire           string // the delay line's namespace
 	clientAddr     netip.Addr
 	serverAddr     netip.Addr
 }
@@ -32,6 +33,7 @@ func newRTTBed(t *testing.T, delay time.Duration) *rttBed {
 	b := &rttBed{client: testutil.NewNetns(t, "rtc"), server: testutil.NewNetns(t, "rts"),
 		clientAddr: netip.MustParseAddr("10.78.0.1"), serverAddr: netip.MustParseAddr("10.78.0.2")}
 	wire := testutil.NewNetns(t, "rtw")
+	b.wire = wire
 	for _, err := range []error{lab.Veth(b.client, "r0", wire, "r", 0), lab.Veth(wire, "s", b.server, "peer", 0)} {
 		if err != nil {
 			t.Fatal(err)

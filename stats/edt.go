@@ -148,8 +148,14 @@ func readEDT(k *kernel.Kernel, t *Tree, dev string, rec *records.Tree) error {
 		}
 		t.Classes = append(t.Classes, c)
 	}
-	if err := readRTT(prog, t, rec); err != nil {
+	mode, err := prog.RTTMode()
+	if err != nil {
 		return err
+	}
+	if fill, err := rttRead(prog, mode, rec); err != nil {
+		return err
+	} else if fill != nil {
+		fill(t)
 	}
 	if rec.Alloc == nil {
 		return nil

@@ -50,23 +50,13 @@ func rttOf(h *bpf.RTTHist) *RTT {
 	return r
 }
 
-// readRTT gives t's classes their round trips from prog's histograms,
-// where prog starts them (a hook that records).
-func readRTT(prog *bpf.Program, t *Tree, rec *records.Tree) error {
-	fill, err := rttRead(prog, rec)
-	if fill != nil {
-		fill(t)
-	}
-	return err
-}
-
-// rttRead reads prog's histograms of rec's classes, and returns what
-// gives a tree's classes their round trips (nil: prog times none).
-// Reading the maps needs no kernel handle (CollectTrees).
-func rttRead(prog *bpf.Program, rec *records.Tree) (func(t *Tree), error) {
-	mode, err := prog.RTTMode()
-	if err != nil || mode == nil || !mode.Record {
-		return nil, err
+// rttRead reads prog's histograms of rec's classes, where prog (in
+// mode, its RTTMode) starts round trips, and returns what gives a
+// tree's classes them (nil: prog starts none). Reading the maps needs
+// no kernel handle (CollectTrees).
+func rttRead(prog *bpf.Program, mode *bpf.RTT, rec *records.Tree) (func(t *Tree), error) {
+	if mode == nil || !mode.Record {
+		return nil, nil
 	}
 	var idx []uint32
 	byName := map[string]uint32{}
@@ -87,13 +77,6 @@ func rttRead(prog *bpf.Program, rec *records.Tree) (func(t *Tree), error) {
 			}
 		}
 	}, nil
-}
-
-// observing reports whether prog only times round trips (HTB's u32
-// filters classify): its counters count nothing.
-func observing(prog *bpf.Program) bool {
-	m, err := prog.RTTMode()
-	return err == nil && m != nil && m.Observe
 }
 
 // writeRTT prints the round trips of the classes that have them.

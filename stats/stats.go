@@ -183,10 +183,16 @@ func readBPF(k *kernel.Kernel, t *Tree, dev string, ingress bool, rec *records.T
 		return err
 	}
 	defer prog.Close()
-	if err := readRTT(prog, t, rec); err != nil {
+	mode, err := prog.RTTMode()
+	if err != nil {
 		return err
 	}
-	if observing(prog) {
+	if fill, err := rttRead(prog, mode, rec); err != nil {
+		return err
+	} else if fill != nil {
+		fill(t)
+	}
+	if mode != nil && mode.Observe {
 		return nil // u32 classifies; the program only times round trips
 	}
 	cl, err := count(prog, rec)
@@ -340,7 +346,12 @@ func CollectTrees(k *kernel.Kernel, roots map[string][]tc.Handle) (*Sample, erro
 		go func() {
 			defer close(c.done)
 			defer prog.Close()
-			if c.rtt, c.err = rttRead(prog, rec); c.err != nil || observing(prog) {
+			mode, err := prog.RTTMode()
+			if err != nil {
+				c.err = err
+				return
+			}
+			if c.rtt, c.err = rttRead(prog, mode, rec); c.err != nil || mode != nil && mode.Observe {
 				return
 			}
 			c.cl, c.err = count(prog, rec)

@@ -125,6 +125,16 @@ struct {
 	__type(value, struct rtt_stats);
 } rtt_counts SEC(".maps");
 
+// Round-trip histograms per host, by target.counter: this hook's own,
+// as its counters are (struct flow_state's pending says how they are
+// filled). Sized at load time.
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct host_rtt);
+} host_rtts SEC(".maps");
+
 // What the parser found.
 struct pkt {
 	__u32 src[4], dst[4]; // network order
@@ -792,12 +802,40 @@ static __always_inline void rtt_sample(__u32 hist, __u64 d)
 	__sync_fetch_and_add(&h->count, 1);
 }
 
+// host_rtt_bucket is the bucket of a round trip of d ns in a host's
+// histogram.
+static __always_inline __u32 host_rtt_bucket(__u64 d)
+{
+	__u64 u = d >> 15;
+	if (u < 4)
+		return u;
+	__u32 n = bitlen(u); // 3 and up
+	__u32 o = n - 2;
+	if (o > 15)
+		return HOST_RTT_BUCKETS - 1;
+	return 4 * o + ((u >> (n - 3)) & 3);
+}
+
+static __always_inline void host_rtt_sample(__u32 counter, __u64 d)
+{
+	struct host_rtt *h = bpf_map_lookup_elem(&host_rtts, &counter);
+	if (!h)
+		return;
+	__u32 k = host_rtt_bucket(d);
+	asm volatile("" : "+r"(k)); // as in rtt_sample
+	if (k >= HOST_RTT_BUCKETS)
+		return;
+	__sync_fetch_and_add(&h->b[k], 1);
+	__sync_fetch_and_add(&h->sum, d);
+	__sync_fetch_and_add(&h->count, 1);
+}
+
 // rtt_record starts a sample on the first packet that carries a new
 // TSval of its flow, unless one is outstanding (one per flow and way: a
 // sample per round trip is plenty, and the map stays one entry a flow).
 // A TSval older than the newest seen (reordered, or a duplicate) starts
 // none. A SYN without timestamps is timed to its SYN-ACK.
-static __always_inline void rtt_record(struct __sk_buff *skb, const struct config *cfg, const struct pkt *p, __u32 hist)
+static __always_inline void rtt_record(struct __sk_buff *skb, const struct config *cfg, const struct pkt *p, const struct target *t)
 {
 	// Only data (and SYNs) start samples: the receiver answers data at
 	// once (or within its delayed-ACK time), while the echo of a pure
@@ -824,11 +862,15 @@ static __always_inline void rtt_record(struct __sk_buff *skb, const struct confi
 	if (!f) {
 		now = clock(skb, cfg);
 		now |= !now; // 0 marks no sample outstanding
-		struct flow_state n = { .t = now, .tsval = val, .last = val, .hist = hist, .seen = ts, .syn = !ts };
+		struct flow_state n = { .t = now, .tsval = val, .last = val, .hist = t->rtt, .seen = ts, .syn = !ts };
 		bpf_map_update_elem(&flows, &k, &n, BPF_NOEXIST);
 		if ((st = rtt_stats()))
 			st->recorded++;
 		return;
+	}
+	if (f->pending) {
+		host_rtt_sample(t->counter, f->pending);
+		f->pending = 0;
 	}
 	if (ts) {
 		if (f->seen && (__s32)(val - f->last) <= 0)
@@ -847,7 +889,7 @@ static __always_inline void rtt_record(struct __sk_buff *skb, const struct confi
 	}
 	f->tsval = val;
 	f->syn = !ts;
-	f->hist = hist;
+	f->hist = t->rtt;
 	f->t = now;
 	if (st)
 		st->recorded++;
@@ -888,7 +930,9 @@ static __always_inline void rtt_echo(struct __sk_buff *skb, const struct config 
 	f->t = 0;
 	if (now <= t)
 		return;
-	rtt_sample(f->hist, now - t);
+	__u64 d = now - t;
+	rtt_sample(f->hist, d);
+	f->pending = d < 0xffffffff ? d : 0xffffffff;
 	if (st)
 		st->matched++;
 }
@@ -917,7 +961,7 @@ int sluice_classify(struct __sk_buff *skb)
 			return (cfg->flags & CFG_OBSERVE) ? TC_ACT_UNSPEC : TC_ACT_OK;
 	}
 	if (tcp && (cfg->flags & CFG_RTT_RECORD))
-		rtt_record(skb, cfg, &p, t->rtt);
+		rtt_record(skb, cfg, &p, t);
 	if (cfg->flags & CFG_OBSERVE)
 		return TC_ACT_UNSPEC; // HTB's own filters classify
 	__u32 len = skb->wire_len ? skb->wire_len : skb->len;

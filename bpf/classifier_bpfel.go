@@ -66,14 +66,24 @@ type ClassifierFlowKey struct {
 }
 
 type ClassifierFlowState struct {
+	_       structs.HostLayout
+	T       uint64
+	Tsval   uint32
+	Last    uint32
+	Hist    uint32
+	Seen    uint8
+	Syn     uint8
+	Pad     uint16
+	Pending uint32
+	_       [4]byte
+}
+
+type ClassifierHostRtt struct {
 	_     structs.HostLayout
-	T     uint64
-	Tsval uint32
-	Last  uint32
-	Hist  uint32
-	Seen  uint8
-	Syn   uint8
-	Pad   uint16
+	B     [64]uint32
+	Count uint32
+	Pad   uint32
+	Sum   uint64
 }
 
 type ClassifierLpmKey struct {
@@ -175,6 +185,7 @@ const (
 	ClassifierMapCounters        = "counters"
 	ClassifierMapDelays          = "delays"
 	ClassifierMapFlows           = "flows"
+	ClassifierMapHostRtts        = "host_rtts"
 	ClassifierMapHosts           = "hosts"
 	ClassifierMapPaces           = "paces"
 	ClassifierMapPolicers        = "policers"
@@ -240,6 +251,7 @@ type ClassifierMapSpecs struct {
 	Counters  *ebpf.MapSpec `ebpf:"counters"`
 	Delays    *ebpf.MapSpec `ebpf:"delays"`
 	Flows     *ebpf.MapSpec `ebpf:"flows"`
+	HostRtts  *ebpf.MapSpec `ebpf:"host_rtts"`
 	Hosts     *ebpf.MapSpec `ebpf:"hosts"`
 	Paces     *ebpf.MapSpec `ebpf:"paces"`
 	Policers  *ebpf.MapSpec `ebpf:"policers"`
@@ -281,6 +293,7 @@ type ClassifierMaps struct {
 	Counters  *ebpf.Map `ebpf:"counters"`
 	Delays    *ebpf.Map `ebpf:"delays"`
 	Flows     *ebpf.Map `ebpf:"flows"`
+	HostRtts  *ebpf.Map `ebpf:"host_rtts"`
 	Hosts     *ebpf.Map `ebpf:"hosts"`
 	Paces     *ebpf.Map `ebpf:"paces"`
 	Policers  *ebpf.Map `ebpf:"policers"`
@@ -298,6 +311,7 @@ func (m *ClassifierMaps) Close() error {
 		m.Counters,
 		m.Delays,
 		m.Flows,
+		m.HostRtts,
 		m.Hosts,
 		m.Paces,
 		m.Policers,

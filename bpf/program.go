@@ -60,6 +60,10 @@ func LoadShared(c *Content, sibling *Program) (*Program, error) {
 	spec.Maps[ClassifierMapDelays].MaxEntries = p.HistCap
 	spec.Maps[ClassifierMapHosts].MaxEntries = MaxHosts
 	spec.Maps[ClassifierMapFlows].MaxEntries = p.FlowCap
+	if c.RTT != nil && c.RTT.Record {
+		// A host's round trips are kept where its counter is.
+		spec.Maps[ClassifierMapHostRtts].MaxEntries = p.CounterCap
+	}
 	var opts *ebpf.CollectionOptions
 	if sibling != nil && sibling.objs.Flows != nil && sibling.objs.Rtts != nil {
 		p.FlowCap = sibling.FlowCap
@@ -101,10 +105,12 @@ func Open(id uint32) (*Program, error) {
 		ClassifierMapPolicers: &p.objs.Policers, ClassifierMapColours: &p.objs.Colours,
 		ClassifierMapPaces: &p.objs.Paces, ClassifierMapDelays: &p.objs.Delays,
 		ClassifierMapFlows: &p.objs.Flows, ClassifierMapRtts: &p.objs.Rtts, ClassifierMapRttCounts: &p.objs.RttCounts,
+		ClassifierMapHostRtts: &p.objs.HostRtts,
 	}
 	// The round-trip maps came later: a live program of an earlier
 	// version has none, and is still sluice's.
-	optional := map[string]bool{ClassifierMapFlows: true, ClassifierMapRtts: true, ClassifierMapRttCounts: true}
+	optional := map[string]bool{ClassifierMapFlows: true, ClassifierMapRtts: true, ClassifierMapRttCounts: true,
+		ClassifierMapHostRtts: true}
 	for _, mid := range ids {
 		m, err := ebpf.NewMapFromID(mid)
 		if err != nil {

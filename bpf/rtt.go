@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math"
 	"time"
+
+	"github.com/cilium/ebpf"
 )
 
 // Passive round trips: the classifier times TCP flows from their own
@@ -61,21 +63,44 @@ type RTTHist = ClassifierRttHist
 // RTTCounts are what a hook's round-trip stage saw, summed over CPUs.
 type RTTCounts = ClassifierRttStats
 
+// HostRTTBuckets is the number of buckets of a host's round-trip
+// histogram.
+const HostRTTBuckets = 64
+
+// HostRTTHist is one host's round trips (struct host_rtt): a quarter of
+// an octave a bucket, where a class's has a sixteenth.
+type HostRTTHist = ClassifierHostRtt
+
 // rttBucketLow and rttBucketHigh bound bucket k in ns (rtt_bucket in
 // classifier.c: 1024 ns units, 16 buckets a doubling above 16 units).
-func rttBucketLow(k int) float64 {
-	if k < 16 {
-		return float64(k) * 1024
-	}
-	o, s := k/16, k%16
-	return float64(uint64(16+s)<<(o-1)) * 1024
-}
+func rttBucketLow(k int) float64 { return bucketLow(k, 16, 1024) }
 
 func rttBucketHigh(k int) float64 {
 	if k >= RTTBuckets-1 {
 		return math.Inf(1)
 	}
 	return rttBucketLow(k + 1)
+}
+
+// hostBucketLow and hostBucketHigh bound a host histogram's bucket k
+// (host_rtt_bucket: 32768 ns units, 4 buckets a doubling above 4).
+func hostBucketLow(k int) float64 { return bucketLow(k, 4, 32768) }
+
+func hostBucketHigh(k int) float64 {
+	if k >= HostRTTBuckets-1 {
+		return math.Inf(1)
+	}
+	return hostBucketLow(k + 1)
+}
+
+// bucketLow is the lower bound (ns) of bucket k of a histogram with per
+// buckets a doubling above per linear ones, in units of unit ns.
+func bucketLow(k, per int, unit float64) float64 {
+	if k < per {
+		return float64(k) * unit
+	}
+	o, s := k/per, k%per
+	return float64(uint64(per+s)<<(o-1)) * unit
 }
 
 // RTTBucketBounds are the upper bounds (seconds) of the histogram's
@@ -91,21 +116,30 @@ func RTTBucketBounds() []float64 {
 // Quantile is the round trip below which a share q (0..1) of h's samples
 // fall, interpolated within its bucket; false with no samples.
 func Quantile(h *RTTHist, q float64) (time.Duration, bool) {
+	return quantile(h.B[:], q, rttBucketLow, rttBucketHigh)
+}
+
+// HostQuantile is Quantile of a host's histogram.
+func HostQuantile(h *HostRTTHist, q float64) (time.Duration, bool) {
+	return quantile(h.B[:], q, hostBucketLow, hostBucketHigh)
+}
+
+func quantile[N uint32 | uint64](b []N, q float64, low, high func(int) float64) (time.Duration, bool) {
 	var n uint64
-	for _, c := range h.B {
-		n += c
+	for _, c := range b {
+		n += uint64(c)
 	}
 	if n == 0 {
 		return 0, false
 	}
 	rank := q * float64(n)
 	var seen float64
-	for k, c := range h.B {
+	for k, c := range b {
 		if c == 0 {
 			continue
 		}
 		if seen+float64(c) >= rank {
-			lo, hi := rttBucketLow(k), rttBucketHigh(k)
+			lo, hi := low(k), high(k)
 			if math.IsInf(hi, 1) {
 				return time.Duration(lo), true
 			}
@@ -113,7 +147,69 @@ func Quantile(h *RTTHist, q float64) (time.Duration, bool) {
 		}
 		seen += float64(c)
 	}
-	return time.Duration(rttBucketLow(RTTBuckets - 1)), true
+	return time.Duration(low(len(b) - 1)), true
+}
+
+// HostRTTBucketBounds are the upper bounds (seconds) of a host
+// histogram's buckets but the last.
+func HostRTTBucketBounds() []float64 {
+	out := make([]float64, HostRTTBuckets-1)
+	for k := range out {
+		out[k] = hostBucketHigh(k) / 1e9
+	}
+	return out
+}
+
+// HostRTT reads the round-trip histograms of the hosts whose counters
+// are idx, in one batch where the kernel can; absent where none was
+// kept (a program without per-host histograms has none).
+func (p *Program) HostRTT(idx []uint32) (map[uint32]*HostRTTHist, error) {
+	out := make(map[uint32]*HostRTTHist, len(idx))
+	m := p.objs.HostRtts
+	if m == nil || m.MaxEntries() <= 1 {
+		return out, nil
+	}
+	var n uint32
+	for _, i := range idx {
+		if i < m.MaxEntries() {
+			n = max(n, i+1)
+		}
+	}
+	if n == 0 {
+		return out, nil
+	}
+	want := make(map[uint32]bool, len(idx))
+	for _, i := range idx {
+		want[i] = true
+	}
+	keys := make([]uint32, n)
+	vals := make([]HostRTTHist, n)
+	var cursor ebpf.MapBatchCursor
+	got, err := m.BatchLookup(&cursor, keys, vals, nil)
+	if err == nil || errors.Is(err, ebpf.ErrKeyNotExist) {
+		for j, k := range keys[:got] {
+			if want[k] && vals[j].Count > 0 {
+				out[k] = &vals[j]
+			}
+		}
+		if uint32(got) >= n {
+			return out, nil
+		}
+	}
+	// One lookup a host where the kernel cannot batch.
+	for i := range want {
+		if i >= m.MaxEntries() || out[i] != nil {
+			continue
+		}
+		h := new(HostRTTHist)
+		if err := m.Lookup(i, h); err != nil {
+			return nil, fmt.Errorf("bpf classifier: read host round trips %d: %w", i, err)
+		}
+		if h.Count > 0 {
+			out[i] = h
+		}
+	}
+	return out, nil
 }
 
 // MaxRTTHists is how many round-trip histograms an interface has: its

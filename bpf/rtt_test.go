@@ -11,8 +11,9 @@ import (
 
 // rttPair loads the two hooks of an interface: out records the packets
 // it classifies (TCP to port 80 in class 1's histogram, to 443 in 2's,
-// anything else in the default's, 0), back ends the samples (echoes
-// only); they share one flow map.
+// to 8080 in a per-host class whose hosts count in 3's, client4 with
+// counter hostCounter, anything else in the default's, 0), back ends
+// the samples (echoes only); they share one flow map.
 func rttPair(t *testing.T, observe bool) (out, back *bpf.Program) {
 	t.Helper()
 	testutil.RequireRoot(t)
@@ -22,8 +23,10 @@ func rttPair(t *testing.T, observe bool) (out, back *bpf.Program) {
 			{Family: 4, Flags: bpf.RuleL4, SportHi: 0xffff, DportLo: 80, DportHi: 80, Kind: bpf.KindClass, Target: 1},
 			{Family: 6, Flags: bpf.RuleL4, SportHi: 0xffff, DportLo: 80, DportHi: 80, Kind: bpf.KindClass, Target: 1},
 			{Family: 4, Flags: bpf.RuleL4, SportHi: 0xffff, DportLo: 443, DportHi: 443, Kind: bpf.KindClass, Target: 2},
+			{Family: 4, Flags: bpf.RuleL4, SportHi: 0xffff, DportLo: 8080, DportHi: 8080, Kind: bpf.KindHosts, Aux: bpf.HostsBySrc},
 		},
-		Blocks: []bpf.Block{{First: 0, Count: 3}}}
+		Blocks: []bpf.Block{{First: 0, Count: 4}},
+		Hosts:  map[bpf.HostKey]bpf.Target{bpf.HostKeyOf(0, netip.PrefixFrom(client4, 32)): {Classid: 0x10020, Counter: hostCounter, Rtt: 3}}}
 	var err error
 	if out, err = bpf.Load(c); err != nil {
 		t.Fatal(err)
@@ -37,6 +40,8 @@ func rttPair(t *testing.T, observe bool) (out, back *bpf.Program) {
 	t.Cleanup(back.Close)
 	return out, back
 }
+
+const hostCounter = 9
 
 var (
 	client4, server4 = netip.MustParseAddr("192.168.1.10"), netip.MustParseAddr("203.0.113.5")
@@ -173,6 +178,48 @@ func TestRTTByClass(t *testing.T) {
 		if want == 0 && n != 0 || want != 0 && (n != 1 || !near(med, want)) {
 			t.Errorf("histogram %d: %d samples, median %v; want %v", i, n, med, want)
 		}
+	}
+}
+
+// A host's samples count in its class's histogram at once, and in its
+// own (by its counter, on the hook that started them) on its flow's
+// next packet; the host's quantiles are a quarter octave coarse.
+func TestRTTByHost(t *testing.T) {
+	out, back := rttPair(t, false)
+	for i, d := range []uint64{12, 14, 16, 40} {
+		at := uint64(i) * 100 * ms
+		run(t, out, seg(false, false, 8080, 0x18, uint32(100+i), 1, false), at)
+		run(t, back, seg(false, true, 8080, 0x10, 2, uint32(100+i), false), at+d*ms)
+	}
+	if n, _ := samples(t, out, 3); n != 4 {
+		t.Fatalf("the per-host class's histogram has %d samples; want 4", n)
+	}
+	// Three are folded in by the packets that started the next ones; the
+	// last waits for the flow's next packet.
+	hs, err := out.HostRTT([]uint32{hostCounter, 1, 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := hs[hostCounter]
+	if h == nil || h.Count != 3 || len(hs) != 1 {
+		t.Fatalf("host histograms %v; want the host's only, with 3 samples", hs)
+	}
+	run(t, out, seg(false, false, 8080, 0x18, 200, 1, false), 1000*ms)
+	hs, _ = out.HostRTT([]uint32{hostCounter})
+	h = hs[hostCounter]
+	if h.Count != 4 || h.Sum < 82*ms-1000 || h.Sum > 82*ms { // a clock of 0 reads as 1 ns
+		t.Fatalf("after the next packet the host has %d samples summing to %v; want 4, 82ms", h.Count, time.Duration(h.Sum))
+	}
+	// p50 is 15 ms within the quarter-octave bucket's interpolation (the
+	// class's is within a sixteenth), the largest in its bucket of 33.5
+	// to 39.8 ms: the bucket's own bounds hold it.
+	med, _ := bpf.HostQuantile(h, 0.5)
+	top, _ := bpf.HostQuantile(h, 1)
+	if d := med - 15*time.Millisecond; d < -2*time.Millisecond || d > 2*time.Millisecond {
+		t.Errorf("host p50 %v; want 15ms within a quarter octave's interpolation", med)
+	}
+	if top < 33*time.Millisecond || top > 48*time.Millisecond {
+		t.Errorf("host max %v; want the bucket that holds 40ms", top)
 	}
 }
 

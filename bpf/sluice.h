@@ -13,6 +13,7 @@
 #define DELAY_BUCKETS 24 // EDT delay histogram: see struct delays
 #define RTT_BUCKETS 336  // round-trip histogram: see struct rtt_hist
 #define MAX_RTT_HISTS 256 // round-trip histograms an interface has (690 KB)
+#define HOST_RTT_BUCKETS 64 // a host's round-trip histogram: see struct host_rtt
 #define NS 1000000000ULL
 
 // config.flags
@@ -185,6 +186,11 @@ struct flow_state {
 	__u8 seen;    // last holds a value
 	__u8 syn;     // the outstanding packet is a SYN without timestamps
 	__u16 pad;
+	// ns of the last sample the echo ended, not yet in its host's
+	// histogram (0: none). The recording hook counts it there on the
+	// flow's next packet: the host's histogram is that hook's, indexed
+	// like its counters, which the hook that ends a sample cannot name.
+	__u32 pending;
 };
 
 // Round trips of one class: bucket k < 16 counts samples under k+1
@@ -197,6 +203,20 @@ struct rtt_hist {
 	__u64 b[RTT_BUCKETS];
 	__u64 sum;   // ns of every sample counted
 	__u64 count;
+};
+
+// Round trips of one host (of anything a target counts), coarser than
+// a class's so that 10,000 hosts fit in 2.7 MB: bucket k < 4 counts
+// samples under k+1 units of 32768 ns; above, 4 buckets per doubling
+// (bucket 4*o + s covers (4 + s) << (o - 1) units, each 1 << (o - 1)
+// wide: a quarter of an octave), the last open-ended (3.76 s and over).
+// Each of its buckets is four of struct rtt_hist's. Counts are 32 bits:
+// a host's flows give about one sample a round trip each.
+struct host_rtt {
+	__u32 b[HOST_RTT_BUCKETS];
+	__u32 count;
+	__u32 pad;
+	__u64 sum; // ns of every sample counted
 };
 
 // Per hook, per CPU: what the round-trip stage saw.

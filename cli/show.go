@@ -17,7 +17,7 @@ import (
 )
 
 func showCmd(g *globals) *cobra.Command {
-	var asJSON, watch, local bool
+	var asJSON, watch, local, hosts bool
 	var interval time.Duration
 	cmd := &cobra.Command{
 		Use:   "show [DEV...]",
@@ -28,6 +28,10 @@ each class's configured rate and ceil, its measured rate over that
 interval, and its counters. --watch repeats until interrupted. --json
 prints the documented object of docs/json.md (one per line with --watch).
 
+Where an interface has rtt: on, a ROUND TRIPS table follows each tree:
+its classes' passive round trips (p50, p95, p99, from the shaped TCP
+flows' own packets); --hosts adds each host of a per_host class.
+
 When a sluice agent runs in the namespace, show prints the agent's own
 last reading instead (the numbers its dashboard and metrics show, its
 rates over its interval); --local reads the kernel regardless.`,
@@ -36,7 +40,7 @@ rates over its interval); --local reads the kernel regardless.`,
 				return badInput(fmt.Errorf("--interval must not be negative"))
 			}
 			if !local {
-				if done, err := g.showFromAgent(args, asJSON, watch, interval); done {
+				if done, err := g.showFromAgent(args, asJSON, watch, hosts, interval); done {
 					return err
 				}
 			}
@@ -70,7 +74,7 @@ rates over its interval); --local reads the kernel regardless.`,
 					}
 					stats.Rates(prev, cur)
 				}
-				g.printSample(cur, asJSON, watch, first, "")
+				g.printSample(cur, asJSON, watch, hosts, first, "")
 				if !watch || interval == 0 {
 					return nil
 				}
@@ -82,12 +86,13 @@ rates over its interval); --local reads the kernel regardless.`,
 	cmd.Flags().BoolVarP(&watch, "watch", "w", false, "refresh every interval until interrupted")
 	cmd.Flags().DurationVar(&interval, "interval", time.Second, "measurement interval (0: counters only)")
 	cmd.Flags().BoolVar(&local, "local", false, "read the kernel even when an agent runs")
+	cmd.Flags().BoolVar(&hosts, "hosts", false, "list each host's round trips too (rtt: on, per_host classes)")
 	return cmd
 }
 
 // showFromAgent prints a running agent's readings; done is false when no
 // agent answers (show then reads the kernel).
-func (g *globals) showFromAgent(devs []string, asJSON, watch bool, interval time.Duration) (done bool, err error) {
+func (g *globals) showFromAgent(devs []string, asJSON, watch, hosts bool, interval time.Duration) (done bool, err error) {
 	st, ok := agent.ReadStatus(g.netns, 2*time.Second)
 	if !ok {
 		return false, nil
@@ -106,7 +111,7 @@ func (g *globals) showFromAgent(devs []string, asJSON, watch bool, interval time
 	defer signal.Stop(stop)
 	for first := true; ; first = false {
 		s := filterTrees(st.Sample, devs)
-		g.printSample(s, asJSON, watch, first, fmt.Sprintf("(from the sluice agent: its reading of %s)", s.At.Local().Format(time.TimeOnly)))
+		g.printSample(s, asJSON, watch, hosts, first, fmt.Sprintf("(from the sluice agent: its reading of %s)", s.At.Local().Format(time.TimeOnly)))
 		if !asJSON {
 			writeAutorate(g.stdout, st.Autorate, devs)
 		}
@@ -143,7 +148,7 @@ func filterTrees(s *stats.Sample, devs []string) *stats.Sample {
 // printSample prints one reading: JSON (a line each with watch), or the
 // text tree (clearing the screen between readings with watch), after
 // note when there is one.
-func (g *globals) printSample(s *stats.Sample, asJSON, watch, first bool, note string) {
+func (g *globals) printSample(s *stats.Sample, asJSON, watch, hosts, first bool, note string) {
 	switch {
 	case asJSON && watch:
 		b, _ := json.Marshal(s)
@@ -157,7 +162,7 @@ func (g *globals) printSample(s *stats.Sample, asJSON, watch, first bool, note s
 		if note != "" {
 			fmt.Fprintln(g.stdout, note)
 		}
-		s.WriteText(g.stdout)
+		s.WriteText(g.stdout, stats.TextOptions{Hosts: hosts})
 	}
 }
 

@@ -20,6 +20,10 @@ const MinRTTSamples = 10
 // through its queue and the path beyond, until the reply that echoes
 // the packet's timestamp comes back to the same interface. Cumulative
 // since the program was loaded.
+//
+// A host's (a per-host class's) come from its own histogram, a quarter
+// octave a bucket where a class's has a sixteenth, and lag a class's by
+// a round trip: a sample counts for its host on its flow's next packet.
 type RTT struct {
 	Samples uint64  `json:"samples"`
 	P50     float64 `json:"p50_seconds"`
@@ -27,10 +31,20 @@ type RTT struct {
 	P99     float64 `json:"p99_seconds"`
 	Mean    float64 `json:"mean_seconds"`
 	hist    *bpf.RTTHist
+	host    *bpf.HostRTTHist
 }
 
-// Hist is the histogram the figures come from (bpf.Quantile reads it).
+// Hist is the histogram a class's figures come from (bpf.Quantile reads
+// it); nil for a host's.
 func (r *RTT) Hist() *bpf.RTTHist { return r.hist }
+
+// HostHist is the histogram a host's figures come from; nil for a
+// class's.
+func (r *RTT) HostHist() *bpf.HostRTTHist { return r.host }
+
+// Enough reports whether r has the samples to show quantiles
+// (MinRTTSamples).
+func (r *RTT) Enough() bool { return r != nil && r.Samples >= MinRTTSamples }
 
 // NewRTT summarises histogram h (what a reading does with a program's).
 func NewRTT(h *bpf.RTTHist) *RTT { return rttOf(h) }
@@ -50,6 +64,25 @@ func rttOf(h *bpf.RTTHist) *RTT {
 	return r
 }
 
+// hostRTTOf summarises a host's histogram h.
+func hostRTTOf(h *bpf.HostRTTHist) *RTT {
+	r := &RTT{Samples: uint64(h.Count), host: h}
+	if h.Count == 0 {
+		return r
+	}
+	q := func(x float64) float64 {
+		d, _ := bpf.HostQuantile(h, x)
+		return d.Seconds()
+	}
+	r.P50, r.P95, r.P99 = q(0.5), q(0.95), q(0.99)
+	r.Mean = float64(h.Sum) / float64(h.Count) / 1e9
+	return r
+}
+
+// isHost reports whether a class name is a per-host class's (PARENT/HOST:
+// policy class names cannot hold a slash).
+func isHost(name string) bool { return strings.Contains(name, "/") }
+
 // rttRead reads prog's histograms of rec's classes, where prog (in
 // mode, its RTTMode) starts round trips, and returns what gives a
 // tree's classes them (nil: prog starts none). Reading the maps needs
@@ -58,15 +91,25 @@ func rttRead(prog *bpf.Program, mode *bpf.RTT, rec *records.Tree) (func(t *Tree)
 	if mode == nil || !mode.Record {
 		return nil, nil
 	}
-	var idx []uint32
+	var idx, hostIdx []uint32
 	byName := map[string]uint32{}
+	hostByName := map[string]uint32{}
 	for _, ci := range rec.Classes {
-		if ci.RTT != 0 {
+		switch {
+		case ci.RTT != 0:
 			idx = append(idx, ci.RTT-1)
 			byName[ci.Name] = ci.RTT - 1
+		case isHost(ci.Name) && !ci.Replica:
+			i := counterOf(rec, ci)
+			hostIdx = append(hostIdx, i)
+			hostByName[ci.Name] = i
 		}
 	}
 	hs, err := prog.RTT(idx)
+	if err != nil {
+		return nil, err
+	}
+	hosts, err := prog.HostRTT(hostIdx)
 	if err != nil {
 		return nil, err
 	}
@@ -74,16 +117,24 @@ func rttRead(prog *bpf.Program, mode *bpf.RTT, rec *records.Tree) (func(t *Tree)
 		for _, c := range t.Classes {
 			if i, ok := byName[c.Name]; ok && hs[i] != nil {
 				c.RTT = rttOf(hs[i])
+			} else if i, ok := hostByName[c.Name]; ok {
+				// A host without samples yet has none to show, and says so.
+				if h := hosts[i]; h != nil {
+					c.RTT = hostRTTOf(h)
+				} else {
+					c.RTT = &RTT{}
+				}
 			}
 		}
 	}, nil
 }
 
-// writeRTT prints the round trips of the classes that have them.
-func writeRTT(w io.Writer, cs []*Class) {
+// writeRTT prints the round trips of the classes that have them, and of
+// their hosts too where hosts is true.
+func writeRTT(w io.Writer, cs []*Class, hosts bool) {
 	var with []*Class
 	for _, c := range cs {
-		if c.RTT != nil {
+		if c.RTT != nil && (hosts || !isHost(c.Name)) {
 			with = append(with, c)
 		}
 	}
@@ -95,7 +146,7 @@ func writeRTT(w io.Writer, cs []*Class) {
 	for _, c := range with {
 		r := c.RTT
 		name := strings.Repeat("  ", c.Depth) + c.Name
-		if r.Samples < MinRTTSamples {
+		if !r.Enough() {
 			fmt.Fprintf(tw, "%s\t%d\ttoo few\t\t\t\n", name, r.Samples)
 			continue
 		}
@@ -112,3 +163,6 @@ func rttHuman(s float64) string {
 	}
 	return fmt.Sprintf("%.1f ms", float64(d)/1e6)
 }
+
+// NewHostRTT summarises a host's histogram h.
+func NewHostRTT(h *bpf.HostRTTHist) *RTT { return hostRTTOf(h) }

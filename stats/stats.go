@@ -595,8 +595,15 @@ func (s *Sample) WriteJSON(w io.Writer) error {
 	return enc.Encode(s)
 }
 
+// TextOptions say what WriteText adds to its tables.
+type TextOptions struct {
+	// Hosts lists each per-host class's round trips beside its class's
+	// (a line a host).
+	Hosts bool
+}
+
 // WriteText writes a tree per device.
-func (s *Sample) WriteText(w io.Writer) {
+func (s *Sample) WriteText(w io.Writer, o TextOptions) {
 	if len(s.Trees) == 0 {
 		fmt.Fprintln(w, "sluice shapes nothing here (no records; see `sluice apply`)")
 		return
@@ -642,7 +649,7 @@ func (s *Sample) WriteText(w io.Writer) {
 			}
 			tw.Flush()
 			writeDelays(w, t.Delays)
-			writeRTT(w, t.Classes)
+			writeRTT(w, t.Classes, o.Hosts)
 			continue
 		}
 		tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', tabwriter.AlignRight)
@@ -658,7 +665,7 @@ func (s *Sample) WriteText(w io.Writer) {
 				c.Packets, units.Size(c.Bytes), c.Drops, c.Overlimits, units.Size(uint64(c.Backlog)), c.Borrowed)
 		}
 		tw.Flush()
-		writeRTT(w, t.Classes)
+		writeRTT(w, t.Classes, o.Hosts)
 		writeSharing(w, t.Sharing)
 	}
 }

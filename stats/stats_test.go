@@ -2,10 +2,12 @@ package stats
 
 import (
 	"bytes"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
 
+	"sluice/bpf"
 	"sluice/units"
 )
 
@@ -138,12 +140,44 @@ func TestWriteText(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var b bytes.Buffer
-			tc.s.WriteText(&b)
+			tc.s.WriteText(&b, TextOptions{})
 			for _, w := range tc.want {
 				if !strings.Contains(b.String(), w) {
 					t.Errorf("output lacks %q:\n%s", w, b.String())
 				}
 			}
 		})
+	}
+}
+
+// The ROUND TRIPS table lists classes; with Hosts, each host too, and a
+// host with too few samples says so instead of a number.
+func TestWriteTextRoundTrips(t *testing.T) {
+	class := new(bpf.RTTHist)
+	class.B[16*11+3] = 40 // (16+3) << 10 units of 1024 ns: 19.9 to 21 ms
+	class.Count, class.Sum = 40, 40*20e6
+	busy, quiet := new(bpf.HostRTTHist), new(bpf.HostRTTHist)
+	busy.B[4*10+1] = 30 // (4+1) << 9 units of 32768 ns: 84 to 101 ms
+	busy.Count, busy.Sum = 30, 30*90e6
+	quiet.B[4*10+1] = 3
+	quiet.Count, quiet.Sum = 3, 3*90e6
+	s := &Sample{Trees: []*Tree{{Device: "eth1", Interface: "eth1", Direction: "egress", Classes: []*Class{
+		{Name: "users", ID: "1:10", RTT: rttOf(class)},
+		{Name: "users/10.0.0.2", ID: "1:100", Depth: 1, RTT: hostRTTOf(busy)},
+		{Name: "users/10.0.0.3", ID: "1:101", Depth: 1, RTT: hostRTTOf(quiet)},
+		{Name: "users/10.0.0.4", ID: "1:102", Depth: 1, RTT: &RTT{}},
+	}}}}
+	var plain, hosts bytes.Buffer
+	s.WriteText(&plain, TextOptions{})
+	s.WriteText(&hosts, TextOptions{Hosts: true})
+	rt := func(out string) string { _, after, _ := strings.Cut(out, "ROUND TRIPS"); return after }
+	if got := rt(plain.String()); !regexp.MustCompile(`users +40 +2\d\.\d ms`).MatchString(got) || strings.Contains(got, "10.0.0") {
+		t.Errorf("without hosts: want the class's line only:\n%s", plain.String())
+	}
+	got := rt(hosts.String())
+	for _, re := range []string{`users/10\.0\.0\.2 +30 +(8[4-9]|9\d|10[01])\.\d ms`, `users/10\.0\.0\.3 +3 +too few`, `users/10\.0\.0\.4 +0 +too few`} {
+		if !regexp.MustCompile(re).MatchString(got) {
+			t.Errorf("with hosts: no line matching %s:\n%s", re, hosts.String())
+		}
 	}
 }

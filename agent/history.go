@@ -33,6 +33,9 @@ type history struct {
 	// drops is each class's drop counter at the pass before, for drops
 	// per second.
 	drops map[seriesKey]dropMark
+	// rtts is each class's round-trip samples and their sum at the pass
+	// before, for the mean round trip of each pass's new samples.
+	rtts map[seriesKey]rttMark
 	// watched holds the hosts whose classes are kept too, each until
 	// when (a host's page asks every second; maxWatched at most).
 	watched map[string]time.Time
@@ -41,6 +44,12 @@ type history struct {
 type dropMark struct {
 	n  uint32
 	at time.Time
+}
+
+type rttMark struct {
+	n   uint64
+	sum float64 // seconds
+	at  time.Time
 }
 
 const (
@@ -89,6 +98,19 @@ func (h *history) add(s *stats.Sample) {
 				h.drops = map[seriesKey]dropMark{}
 			}
 			h.drops[h.key(dk)] = dropMark{c.Drops, s.At}
+			if c.RTT != nil {
+				// The mean of the samples the pass brought; none where
+				// it brought none (an idle host has no round trips).
+				rk := seriesKey{t.Interface, t.Direction, c.Name, "rtt"}
+				sum := c.RTT.Mean * float64(c.RTT.Samples)
+				if r, ok := h.rtts[rk]; ok && c.RTT.Samples > r.n {
+					m = append(m, point{rk, (sum - r.sum) / float64(c.RTT.Samples-r.n)})
+				}
+				if h.rtts == nil {
+					h.rtts = map[seriesKey]rttMark{}
+				}
+				h.rtts[h.key(rk)] = rttMark{c.RTT.Samples, sum, s.At}
+			}
 		}
 		for _, sh := range t.Sharing {
 			limit := sh.Ceil
@@ -108,6 +130,11 @@ func (h *history) add(s *stats.Sample) {
 	for k, d := range h.drops {
 		if !d.at.Equal(s.At) {
 			delete(h.drops, k)
+		}
+	}
+	for k, r := range h.rtts {
+		if !r.at.Equal(s.At) {
+			delete(h.rtts, k)
 		}
 	}
 	h.at = append(h.at, s.At)
@@ -134,6 +161,9 @@ func (h *history) sweep() {
 		}
 	}
 	for k := range h.drops {
+		live[k] = true
+	}
+	for k := range h.rtts {
 		live[k] = true
 	}
 	for k := range h.keys {
@@ -201,14 +231,16 @@ type History struct {
 // Series is one class's values over the history, in Unit: its measured
 // rate, or (Kind) what a sharing controller counted as its demand, its
 // share and the limit it kept it at, all in bytes/s; or its drops per
-// second or its backlog in bytes. A rate's series also has BPS, the
-// same in bit/s (deprecated: docs/changelog.md).
+// second or its backlog in bytes; or (rtt, where its interface times
+// round trips) the mean round trip of the samples each pass brought, in
+// seconds (null where it brought none). A rate's series also has BPS,
+// the same in bit/s (deprecated: docs/changelog.md).
 type Series struct {
 	Interface string     `json:"interface"`
 	Direction string     `json:"direction"`
 	Class     string     `json:"class"`
-	Kind      string     `json:"kind,omitempty"` // "", demand, share, limit; drops, backlog
-	Unit      string     `json:"unit"`           // bytes/s, packets/s, bytes
+	Kind      string     `json:"kind,omitempty"` // "", demand, share, limit; drops, backlog; rtt
+	Unit      string     `json:"unit"`           // bytes/s, packets/s, bytes, seconds
 	BPS       []*float64 `json:"bps,omitempty"`
 	Values    []*float64 `json:"values,omitempty"`
 }
@@ -220,6 +252,8 @@ func unit(kind string) string {
 		return "packets/s"
 	case "backlog":
 		return "bytes"
+	case "rtt":
+		return "seconds"
 	}
 	return "bytes/s"
 }

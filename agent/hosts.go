@@ -44,6 +44,10 @@ type HostRow struct {
 	Bytes     uint64     `json:"bytes"`
 	Drops     uint32     `json:"drops"`
 	Backlog   uint32     `json:"backlog_bytes"`
+	// RTT is the host's passive round trips where its interface times
+	// them (rtt: on); fewer than stats.MinRTTSamples samples give no
+	// quantiles worth showing.
+	RTT *stats.RTT `json:"rtt,omitempty"`
 }
 
 // MarshalJSON adds the rates in bits per second under their names
@@ -60,7 +64,7 @@ func (r HostRow) MarshalJSON() ([]byte, error) {
 type hostQuery struct {
 	search string // substring of host or class, any case
 	host   string // exact host: its page
-	sort   string // measured, bytes, drops or backlog
+	sort   string // measured, bytes, drops, backlog or rtt
 	limit  int
 }
 
@@ -69,7 +73,7 @@ const (
 	hostsMaxLimit     = 1000
 )
 
-var hostSorts = []string{"measured", "bytes", "drops", "backlog"}
+var hostSorts = []string{"measured", "bytes", "drops", "backlog", "rtt"}
 
 // key is the query in one canonical form (the cache's key).
 func (q hostQuery) key() string {
@@ -148,7 +152,7 @@ func findHosts(s *stats.Sample, q hostQuery) Hosts {
 			out.Matched++
 			out.Hosts = append(out.Hosts, HostRow{Host: host, Class: c.Name, Parent: parent, Interface: t.Interface,
 				Direction: t.Direction, ID: c.ID, Rate: c.Rate, Ceil: c.Ceil, Measured: c.Measured, Bytes: c.Bytes,
-				Drops: c.Drops, Backlog: c.Backlog})
+				Drops: c.Drops, Backlog: c.Backlog, RTT: c.RTT})
 		}
 	}
 	key := func(r HostRow) float64 {
@@ -159,6 +163,13 @@ func findHosts(s *stats.Sample, q hostQuery) Hosts {
 			return float64(r.Drops)
 		case "backlog":
 			return float64(r.Backlog)
+		case "rtt":
+			// The worst latency first: p95 of hosts with enough
+			// samples; the rest after them.
+			if !r.RTT.Enough() {
+				return -1
+			}
+			return r.RTT.P95
 		}
 		return float64(r.Measured)
 	}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -25,7 +26,7 @@ func TestParseHostQuery(t *testing.T) {
 		{"q=10.0.&sort=drops&limit=5", hostQuery{search: "10.0.", sort: "drops", limit: 5}, ""},
 		{"q=ALICE", hostQuery{search: "alice", sort: "measured", limit: 25}, ""},
 		{"host=10.0.0.7", hostQuery{host: "10.0.0.7", sort: "measured", limit: 25}, ""},
-		{"sort=name", hostQuery{}, `sort="name": want one of measured, bytes, drops, backlog`},
+		{"sort=name", hostQuery{}, `sort="name": want one of measured, bytes, drops, backlog, rtt`},
 		{"limit=0", hostQuery{}, `limit="0": want 1 to 1000`},
 		{"limit=1001", hostQuery{}, `limit="1001": want 1 to 1000`},
 		{"limit=x", hostQuery{}, `limit="x"`},
@@ -60,6 +61,12 @@ func hostsSample(n int) *stats.Sample {
 		eg.Classes = append(eg.Classes, &stats.Class{Name: fmt.Sprintf("subs/10.0.0.%d", i), ID: fmt.Sprintf("1:%x", 0x100+i),
 			Rate: 1e6 / 8, Ceil: 1e7 / 8, Measured: units.Rate(i) * 1e6 / 8, Bytes: uint64(n-i) * 1000, Drops: uint32(i % 3), Backlog: uint32(i * 10)})
 	}
+	// Round trips: two hosts with enough samples, one with too few.
+	for i, r := range map[int]*stats.RTT{5: {Samples: 50, P50: 0.03, P95: 0.08}, 9: {Samples: 3, P95: 0.5}, 12: {Samples: 20, P50: 0.02, P95: 0.04}} {
+		if i <= n {
+			eg.Classes[1+i].RTT = r
+		}
+	}
 	in := &stats.Tree{Interface: "eth0", Direction: "ingress", Classes: []*stats.Class{{Name: "(root)", ID: "1:1"},
 		{Name: "down/10.0.0.2", ID: "1:102", Rate: 2e6 / 8, Ceil: 2e7 / 8, Measured: 5e5 / 8}}}
 	return &stats.Sample{At: time.Now(), Trees: []*stats.Tree{eg, in}}
@@ -84,6 +91,7 @@ func TestFindHosts(t *testing.T) {
 		{"by bytes", hostQuery{sort: "bytes", limit: 2}, 31, "e:10.0.0.1 e:10.0.0.2"},
 		{"by drops, ties by name", hostQuery{sort: "drops", limit: 3}, 31, "e:10.0.0.11 e:10.0.0.14 e:10.0.0.17"},
 		{"by backlog", hostQuery{sort: "backlog", limit: 1}, 31, "e:10.0.0.30"},
+		{"worst latency: p95 of hosts with enough samples first", hostQuery{sort: "rtt", limit: 3}, 31, "e:10.0.0.5 e:10.0.0.12 e:10.0.0.1"},
 		{"search", hostQuery{search: "10.0.0.2", sort: "measured", limit: 25}, 12, "e:10.0.0.29 e:10.0.0.28 e:10.0.0.27 e:10.0.0.26 e:10.0.0.25 e:10.0.0.24 e:10.0.0.23 e:10.0.0.22 e:10.0.0.21 e:10.0.0.20 e:10.0.0.2 i:10.0.0.2"},
 		{"search by class", hostQuery{search: "down/", sort: "measured", limit: 25}, 1, "i:10.0.0.2"},
 		{"one host in both directions", hostQuery{host: "10.0.0.2", sort: "measured", limit: 25}, 2, "e:10.0.0.2 i:10.0.0.2"},
@@ -110,7 +118,7 @@ func TestFindHosts(t *testing.T) {
 }
 
 // A host's page asks for it by name: from then on the history keeps its
-// classes' rate, drops per second and backlog, until no page has asked
+// classes' rate, drops per second, backlog and round trips, until no page has asked
 // for watchTimeout; the other hosts stay uncharted.
 func TestHistoryWatchesHosts(t *testing.T) {
 	h := newHistory(10)
@@ -124,6 +132,12 @@ func TestHistoryWatchesHosts(t *testing.T) {
 		s := hostsSample(3)
 		s.At = t0.Add(time.Duration(i) * time.Second)
 		s.Trees[0].Classes[3].Drops = uint32(10 * i) // subs/10.0.0.2: 10 drops a second
+		// and 10 round trips a pass, of 20 ms + i ms each.
+		sum := 0.0
+		for j := 1; j <= i; j++ {
+			sum += 10 * (0.020 + 0.001*float64(j))
+		}
+		s.Trees[0].Classes[3].RTT = &stats.RTT{Samples: uint64(10 * i), Mean: sum / float64(10*i)}
 		h.add(s)
 	}
 	kinds := map[string]*Series{}
@@ -133,8 +147,12 @@ func TestHistoryWatchesHosts(t *testing.T) {
 			kinds[se.Direction+" "+se.Class+" "+se.Kind] = &se
 		}
 	}
-	if len(kinds) != 6 {
-		t.Fatalf("host series %v, want rate, drops and backlog of 10.0.0.2 in each direction", kinds)
+	if len(kinds) != 7 {
+		t.Fatalf("host series %v, want rate, drops and backlog of 10.0.0.2 in each direction, and its round trips", kinds)
+	}
+	if r := kinds["egress subs/10.0.0.2 rtt"]; r.Unit != "seconds" || len(r.Values) != 4 || r.Values[1] != nil ||
+		r.Values[2] == nil || math.Abs(*r.Values[2]-0.022) > 1e-9 || math.Abs(*r.Values[3]-0.023) > 1e-9 {
+		t.Errorf("round-trip series %+v: want null before the second watched pass, then each pass's mean (22, 23 ms)", r)
 	}
 	d := kinds["egress subs/10.0.0.2 drops"]
 	if d.Unit != "packets/s" || d.BPS != nil || len(d.Values) != 4 || d.Values[0] != nil || d.Values[1] != nil || *d.Values[2] != 10 || *d.Values[3] != 10 {
@@ -187,6 +205,26 @@ func TestHostsEndpoint(t *testing.T) {
 	code, h, body = get("?host=10.0.0.5")
 	if code != 200 || len(h.Hosts) != 1 || !h.Watched || a.hist.watched["10.0.0.5"].IsZero() {
 		t.Errorf("one host: %d %s (watched %v)", code, body, a.hist.watched)
+	}
+	// The worst latency first, each row with its round trips: hosts with
+	// enough samples by p95, then the rest.
+	code, h, body = get("?sort=rtt&limit=40")
+	if code != 200 || len(h.Hosts) != 40 || !strings.Contains(body, `"rtt":{"samples":`) {
+		t.Fatalf("sort=rtt: %d %.600s", code, body)
+	}
+	enough := true
+	for i, r := range h.Hosts {
+		switch {
+		case !r.RTT.Enough():
+			enough = false
+		case !enough:
+			t.Errorf("sort=rtt: row %d (%s, %d samples) after a host with too few", i, r.Host, r.RTT.Samples)
+		case i > 0 && r.RTT.P95 > h.Hosts[i-1].RTT.P95:
+			t.Errorf("sort=rtt: row %d p95 %v above row %d's %v", i, r.RTT.P95, i-1, h.Hosts[i-1].RTT.P95)
+		}
+	}
+	if !h.Hosts[0].RTT.Enough() || enough {
+		t.Errorf("sort=rtt: the fake's hosts should mix enough and too few samples: %.600s", body)
 	}
 	if code, _, body = get("?sort=fastest"); code != 400 || !strings.Contains(body, `sort=\"fastest\"`) {
 		t.Errorf("a bad sort: %d %s", code, body)

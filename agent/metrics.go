@@ -1,8 +1,9 @@
 package agent
 
 import (
+	"math"
 	"runtime"
-
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -50,6 +51,7 @@ type metrics struct {
 
 	sentBytes, sentPackets, dropped, overlimits *prometheus.Desc
 	backlog, rate, ceil, policer, edtDelay, rtt *prometheus.Desc
+	hostRTT                                     *prometheus.Desc // with --host-metrics only
 	shareDemand, shareShare, shareLimit         *prometheus.Desc
 	// The names before base units, kept one release.
 	oldRate, oldCeil, oldDemand, oldShare, oldLimit *prometheus.Desc
@@ -96,6 +98,7 @@ func newMetrics(a *Agent) *metrics {
 		policer:     desc("sluice_policer_packets_total", "Packets a BPF policer metered, by colour (red is dropped).", "color"),
 		edtDelay:    desc("sluice_edt_delay_seconds", "How long the EDT backend held the class's packets back (its departure time minus its arrival), per class."),
 		rtt:         desc("sluice_rtt_seconds", "Round trips of the class's TCP flows, timed from their own packets (an interface's rtt: on): from sluice's classification through its queue and the path, until the echo of the packet's timestamp comes back."),
+		hostRTT:     desc("sluice_host_rtt_seconds", "Round trips of the host's TCP flows, as sluice_rtt_seconds times its class's (a quarter octave coarse; hosts with samples only)."),
 		shareDemand: desc("sluice_sharing_demand_bytes_per_second", "What the sharing controller counted the class as wanting over its last quantum, bytes per second (its ceil when it was held back)."),
 		shareShare:  desc("sluice_sharing_share_bytes_per_second", "The class's weighted max-min share of its parent's capacity, bytes per second."),
 		shareLimit:  desc("sluice_sharing_limit_bytes_per_second", "What the sharing controller holds the class to now, bytes per second: its share, as the class's guaranteed rate (a controller without a cap, over an HTB tree) or as its ceil; while no limit is applied, the configured ceil, or under a cap the child's open share (what it would get wanting its ceil)."),
@@ -176,7 +179,7 @@ func (m *metrics) classFamilies() (*stats.Sample, []*dto.MetricFamily, error) {
 // Describe sends the class metrics' descriptions.
 func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{m.sentBytes, m.sentPackets, m.dropped, m.overlimits, m.backlog, m.rate, m.ceil, m.policer, m.edtDelay,
-		m.shareDemand, m.shareShare, m.shareLimit, m.oldRate, m.oldCeil, m.oldDemand, m.oldShare, m.oldLimit} {
+		m.shareDemand, m.shareShare, m.shareLimit, m.oldRate, m.oldCeil, m.oldDemand, m.oldShare, m.oldLimit, m.hostRTT} {
 		ch <- d
 	}
 }
@@ -197,6 +200,81 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 	m.collectExtras(ch, s)
+	for _, h := range m.hostRTTs(s) {
+		buckets := make(map[float64]uint64, len(hostRTTBounds))
+		for i, le := range hostRTTBounds {
+			buckets[le] = h.below[i]
+		}
+		ch <- prometheus.MustNewConstHistogram(m.hostRTT, h.count, h.sum, buckets, h.lv...)
+	}
+}
+
+// hostRTTBounds are sluice_host_rtt_seconds' upper bounds, 2.1 ms to
+// 268 ms an octave apart: edges of a host's histogram (whose buckets are
+// a quarter octave), so that each counts exactly the samples at or
+// below it. Eleven series a host; the class's sluice_rtt_seconds has 21.
+var hostRTTBounds = func() []float64 {
+	edges := bpf.HostRTTBucketBounds()
+	var out []float64
+	for o := 5; o <= 12; o++ {
+		out = append(out, edges[4*o-1]) // bucket 4o-1's top: the octave's edge
+	}
+	return out
+}()
+
+// hostRTT is one host's sluice_host_rtt_seconds series: its labels, and
+// its samples below each of hostRTTBounds.
+type hostRTT struct {
+	key   string // the registry's sort order
+	lv    []string
+	count uint64
+	sum   float64
+	below []uint64
+}
+
+// hostRTTs are the host round-trip series of reading s (with
+// --host-metrics: hosts with samples), in the order the registry sorts
+// them (by class, device, direction, host).
+func (m *metrics) hostRTTs(s *stats.Sample) []hostRTT {
+	if !m.a.cfg.HostMetrics {
+		return nil
+	}
+	edges := bpf.HostRTTBucketBounds()
+	var out []hostRTT
+	for _, t := range s.Trees {
+		if t.Missing {
+			continue
+		}
+		for _, c := range t.Classes {
+			if c.RTT == nil || c.RTT.HostHist() == nil || c.RTT.Samples == 0 {
+				continue
+			}
+			h := c.RTT.HostHist()
+			i := strings.LastIndexByte(c.Name, '/')
+			x := hostRTT{lv: []string{t.Interface, t.Direction, c.Name[:i], c.Name[i+1:]}, count: uint64(h.Count),
+				sum: float64(h.Sum) / 1e9, below: make([]uint64, len(hostRTTBounds))}
+			// Bucket k counts below a bound at or above its top edge.
+			var n uint64
+			b := 0
+			for k, v := range h.B {
+				edge := math.Inf(1)
+				if k < len(edges) {
+					edge = edges[k]
+				}
+				for ; b < len(hostRTTBounds) && edge > hostRTTBounds[b]; b++ {
+					x.below[b] = n
+				}
+				n += uint64(v)
+			}
+			for ; b < len(hostRTTBounds); b++ {
+				x.below[b] = n
+			}
+			x.key = x.lv[2] + "\x00" + x.lv[0] + "\x00" + x.lv[1] + "\x00" + x.lv[3]
+			out = append(out, x)
+		}
+	}
+	slices.SortFunc(out, func(a, b hostRTT) int { return strings.Compare(a.key, b.key) })
+	return out
 }
 
 // classSum is one class's counters, its copies in a sharded tree's

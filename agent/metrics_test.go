@@ -24,6 +24,15 @@ func fakeAgent(n int, hostMetrics bool) *Agent {
 		t.Classes = append(t.Classes, &stats.Class{Name: fmt.Sprintf("subs/10.%d.%d.%d", i>>16, i>>8&0xff, i&0xff),
 			ID: fmt.Sprintf("1:%x", 0x100+i), Parent: "1:10", Depth: 2, Rate: 2e6 / 8, Ceil: 2e7 / 8,
 			Bytes: uint64(i) * 1000, Packets: uint64(i), Drops: uint32(i % 7)})
+		if i%4 != 3 { // most hosts have round trips, from 1 ms to 150 ms
+			h := new(bpf.HostRTTHist)
+			h.B[20+i%20], h.B[23+i%17] = uint32(5+i%9), uint32(i%4*3)
+			for _, n := range h.B {
+				h.Count += n
+			}
+			h.Sum = uint64(h.Count) * 20e6
+			t.Classes[len(t.Classes)-1].RTT = stats.NewHostRTT(h)
+		}
 	}
 	t.Policers = []*stats.Policer{{Class: "guests", Green: stats.Count{Packets: 10}, Yellow: stats.Count{Packets: 2}, Red: stats.Count{Packets: 1}}}
 	a.sample = &stats.Sample{At: time.Now(), Trees: []*stats.Tree{t}}
@@ -92,6 +101,39 @@ func TestRTTMetric(t *testing.T) {
 	}
 	if p50 := a.sample.Trees[0].Classes[1].RTT.P50; p50 < 0.0115 || p50 > 0.0124 {
 		t.Errorf("p50 %v, want within the 12 ms bucket", p50)
+	}
+	if strings.Contains(out, "sluice_host_rtt_seconds") {
+		t.Error("per-host round trips without --host-metrics")
+	}
+}
+
+// With --host-metrics each host with samples has its own histogram, its
+// bounds octave edges of the host's histogram: 7 samples of 12 ms and 3
+// of 30 ms (quarter-octave buckets 10.5 to 12.6 and 29.4 to 33.6 ms)
+// count under 16.8 ms (2^9 units of 32768 ns) and 33.6 ms; a host
+// without samples has none.
+func TestHostRTTMetric(t *testing.T) {
+	a := fakeAgent(2, true)
+	h := &bpf.HostRTTHist{}
+	h.B[4*7+1], h.B[4*8+3], h.Count, h.Sum = 7, 3, 10, 7*12e6+3*30e6
+	a.sample.Trees[0].Classes[2].RTT = stats.NewHostRTT(h)
+	a.sample.Trees[0].Classes[3].RTT = &stats.RTT{}
+	out := scrape(t, a)
+	lbl := `class="subs",device="eth0",direction="egress",host="10.0.0.0"`
+	for _, want := range []string{
+		`sluice_host_rtt_seconds_bucket{` + lbl + `,le="0.008388608"} 0`,
+		`sluice_host_rtt_seconds_bucket{` + lbl + `,le="0.016777216"} 7`,
+		`sluice_host_rtt_seconds_bucket{` + lbl + `,le="0.033554432"} 10`,
+		`sluice_host_rtt_seconds_bucket{` + lbl + `,le="+Inf"} 10`,
+		`sluice_host_rtt_seconds_sum{` + lbl + `} 0.174`,
+		`sluice_host_rtt_seconds_count{` + lbl + `} 10`,
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("no %s in\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, `host_rtt_seconds_count{class="subs",device="eth0",direction="egress",host="10.0.0.1"}`) {
+		t.Errorf("a host without samples has series:\n%s", out)
 	}
 }
 

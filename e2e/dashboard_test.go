@@ -157,14 +157,15 @@ func TestDashboardInChromium(t *testing.T) {
 }
 
 // The console's hosts: the top talkers busiest first, a search that
-// narrows them (from a link), and one host's page charting its rate
-// against its rate and ceil, with drops and backlog, once the page has
-// asked for it.
+// narrows them (from a link), the worst latency beside them, and one
+// host's page charting its rate against its rate and ceil, with drops,
+// backlog and round trips, once the page has asked for it.
 func TestConsoleHostsInChromium(t *testing.T) {
 	testutil.Slow(t)
 	browser := chromium(t)
 	p := testutil.NewPair(t)
-	pol := writePolicy(t, "p.yaml", policyFor(p.DevA, `    egress:
+	pol := writePolicy(t, "p.yaml", policyFor(p.DevA, `    rtt: on
+    egress:
       rate: 20mbit
       default: other
       classes:
@@ -175,24 +176,40 @@ func TestConsoleHostsInChromium(t *testing.T) {
           rate: 5mbit
 `))
 	a := startAgent(t, p.A, pol)
-	// 6 Mbit/s at a 4mbit ceil: capped, dropping, queued.
-	defer repeat(t, func(int) { udpSend(t, p.A, testutil.AddrB, 9000, 300, 1000, 6e6) })()
 	// The host's page asks for it first; the history keeps it from then.
 	a.get("/api/v1/hosts?host=" + testutil.AddrB)
+	// A TCP flow, whose round trips the host's rows and page show: alone
+	// for two seconds (beside the flood below it is mostly in loss
+	// recovery, and times few round trips).
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	sink(ctx, t, p.B, netip.AddrPortFrom(netip.MustParseAddr(testutil.AddrB), 9003))
+	go paced(ctx, t, p.A, netip.MustParseAddr(testutil.AddrA), netip.AddrPortFrom(netip.MustParseAddr(testutil.AddrB), 9003))
+	time.Sleep(2 * time.Second)
+	// 6 Mbit/s at a 4mbit ceil: capped, dropping, queued.
+	defer repeat(t, func(int) { udpSend(t, p.A, testutil.AddrB, 9000, 300, 1000, 6e6) })()
 	time.Sleep(3 * time.Second)
 
 	dir := t.TempDir()
 	base := "http://" + a.addr + "/"
 	dom := headless(t, browser, dir, base+"#hosts", "--dump-dom")
-	rows := regexp.MustCompile(`<tr data-host="([^"]+)"`).FindAllStringSubmatch(dom, -1)
+	// The top talkers' rows (the worst latency's come after them).
+	talkers := func(dom string) string { top, _, _ := strings.Cut(dom, `<section id="latency"`); return top }
+	rows := regexp.MustCompile(`<tr data-host="([^"]+)"`).FindAllStringSubmatch(talkers(dom), -1)
 	if len(rows) != 14 || rows[0][1] != testutil.AddrB {
 		t.Fatalf("hosts view: %d rows, first %v; want the 14 hosts of the /28, %s first (the one sending)", len(rows), rows, testutil.AddrB)
 	}
 	if !strings.Contains(dom, "14 per-host classes") || !strings.Contains(dom, `href="#host=10.9.0.2"`) {
 		t.Errorf("hosts view lacks its count or the link to the host's page")
 	}
+	// The worst latency: the one host with round trips, timed.
+	rt := `<td class="rtt">[0-9.]+ ms \| [0-9.]+ ms</td>`
+	if i := strings.Index(dom, `<section id="latency"`); i < 0 || strings.HasPrefix(dom[i:], `<section id="latency" hidden`) ||
+		!regexp.MustCompile(`id="latency-list".*?<tr data-host="10\.9\.0\.2">.*?`+rt).MatchString(dom[i:]) {
+		t.Errorf("no worst-latency list with 10.9.0.2's round trips:\n%.3000s", dom[max(i, 0):])
+	}
 	dom = headless(t, browser, dir, base+"#hosts?q=10.9.0.1&sort=drops", "--dump-dom")
-	rows = regexp.MustCompile(`<tr data-host="([^"]+)"`).FindAllStringSubmatch(dom, -1)
+	rows = regexp.MustCompile(`<tr data-host="([^"]+)"`).FindAllStringSubmatch(talkers(dom), -1)
 	if len(rows) != 6 || !strings.Contains(dom, "6 of 14 per-host classes match") {
 		t.Errorf("search 10.9.0.1: %d rows, want 10.9.0.1 and .10 to .14", len(rows))
 	}
@@ -208,6 +225,12 @@ func TestConsoleHostsInChromium(t *testing.T) {
 	}
 	if !regexp.MustCompile(`id="queue-hveth0-egress"[^>]*data-series="2"`).MatchString(dom) {
 		t.Errorf("no drops and backlog chart on the host's page")
+	}
+	if m := regexp.MustCompile(`id="rtt-hveth0-egress"[^>]*data-points="(\d+)"`).FindStringSubmatch(dom); m == nil || m[1] == "0" || m[1] == "1" {
+		t.Errorf("no round-trip chart on the host's page: %v", m)
+	}
+	if !strings.Contains(dom, "<th>round trip p50 | p95</th>") || !regexp.MustCompile(`id="htable-veth0-egress".*?`+rt).MatchString(dom) {
+		t.Errorf("the host's table lacks its round trips")
 	}
 	// Its counters: capped at 4 Mbit/s of 6, so it drops.
 	i := strings.Index(dom, `id="htable-veth0-egress"`)

@@ -173,6 +173,8 @@ func rttShow(t *testing.T, ns string) map[string]rttClass {
 func TestPassiveRTTAgreesWithPing(t *testing.T) {
 	light(t)
 	b := newRTTBed(t, 10*time.Millisecond)
+	// The upload's class gives each server its own class: the host's
+	// round trips are its own too.
 	policy := `interfaces:
   - name: r0
     rtt: on
@@ -180,7 +182,7 @@ func TestPassiveRTTAgreesWithPing(t *testing.T) {
       rate: 200mbit
       default: bulk
       classes:
-        - {name: up, rate: 100mbit, match: [{dport: 5301}]}
+        - {name: up, rate: 100mbit, match: [{dport: 5301}], per_host: {by: dst, cidr: ` + b.serverAddr.String() + `/32, rate: 50mbit, ceil: 100mbit}}
         - {name: bulk, rate: 100mbit}
     ingress:
       rate: 200mbit
@@ -223,16 +225,23 @@ func TestPassiveRTTAgreesWithPing(t *testing.T) {
 	}
 	var ping time.Duration
 	var got map[string]rttClass
-	var text string
+	var text, hosts string
 	load(func() {
 		ping = pingMedian(t, b.client, b.serverAddr, 40)
 		got = rttShow(t, b.client)
 		text = must(t, "--netns", b.client, "show", "--interval", "0s")
+		hosts = must(t, "--netns", b.client, "show", "--interval", "0s", "--hosts")
 	})
-	t.Logf("ping median %v; classes %s\n%s", ping, fmtRTT(got), text)
+	t.Logf("ping median %v; classes %s\n%s", ping, fmtRTT(got), hosts)
+	host := "up/" + b.serverAddr.String()
+	hostLine := regexp.MustCompile(`(?m)^\s+` + regexp.QuoteMeta(host) + `\s+\d+\s+[0-9.]+ ms`)
+	rtTable := func(s string) string { _, after, _ := strings.Cut(s, "ROUND TRIPS"); return after }
 	if !regexp.MustCompile(`(?m)^\s*ROUND TRIPS\s+SAMPLES\s+P50\s+P95\s+P99\s*$`).MatchString(text) ||
-		!regexp.MustCompile(`(?m)^\s+up\s+\d+\s+[0-9.]+ ms`).MatchString(text) {
-		t.Errorf("show prints no round trips for class up:\n%s", text)
+		!regexp.MustCompile(`(?m)^\s+up\s+\d+\s+[0-9.]+ ms`).MatchString(text) || hostLine.MatchString(rtTable(text)) {
+		t.Errorf("show prints no round trips for class up, or its host's without --hosts:\n%s", text)
+	}
+	if !hostLine.MatchString(rtTable(hosts)) {
+		t.Errorf("show --hosts prints no round trips for %s:\n%s", host, hosts)
 	}
 	defer func() {
 		// Reset takes every hook away with the trees.
@@ -253,6 +262,13 @@ func TestPassiveRTTAgreesWithPing(t *testing.T) {
 	p50 := time.Duration(got["egress/up"].RTT.P50 * 1e9)
 	if tol := max(2*time.Millisecond, ping/10); p50 < ping-tol || p50 > ping+tol {
 		t.Errorf("egress/up: passive p50 %v, ping median %v: more than %v apart", p50, ping, tol)
+	}
+	// The server's own, from its own histogram (a quarter octave a
+	// bucket, and a round trip behind its class's): the same.
+	if c := got["egress/"+host]; c.RTT == nil || c.RTT.Samples < 10 {
+		t.Errorf("%s: round trips %+v, want 10 samples at least", host, c.RTT)
+	} else if p50, tol := time.Duration(c.RTT.P50*1e9), max(2*time.Millisecond, ping/8); p50 < ping-tol || p50 > ping+tol {
+		t.Errorf("%s: passive p50 %v, ping median %v: more than %v apart", host, p50, ping, tol)
 	}
 	// The download's starts where the ingress tree classifies it, on the
 	// ifb, and ends when the client's ACK leaves r0: the ifb's queue and

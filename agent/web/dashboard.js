@@ -123,9 +123,10 @@ function section(t) {
 function roundTrip(r) {
   if (!r) return "";
   if (r.samples < 10) return r.samples + " samples";
-  const ms = s => (s * 1000).toFixed(s < 0.01 ? 2 : 1) + " ms";
   return ms(r.p50_seconds) + " | " + ms(r.p95_seconds);
 }
+
+function ms(s) { return (s * 1000).toFixed(s < 0.01 ? 2 : 1) + " ms"; }
 
 function drawTable(t, omitted) {
   const id = treeID(t);
@@ -258,13 +259,31 @@ function drawHosts(h) {
     box.replaceChildren(el("p", {class: "muted"}, h.total ? "no host matches" : "this policy has no per-host classes"));
     return;
   }
-  const head = el("tr", {}, ...["host", "class", "device", "rate", "ceil", "measured", "of rate | ceil", "sent", "drops", "backlog"].map(x => el("th", {}, x)));
-  box.replaceChildren(el("table", {id: "hosts-list"}, el("thead", {}, head), el("tbody", {}, ...h.hosts.map(r => el("tr", {"data-host": r.host},
+  box.replaceChildren(hostTable("hosts-list", h.hosts));
+}
+
+// hostTable is a table of per-host rows, with their round trips where
+// any row has them.
+function hostTable(id, hosts) {
+  const rtt = hosts.some(r => r.rtt);
+  const heads = ["host", "class", "device", "rate", "ceil", "measured", "of rate | ceil", "sent", "drops", "backlog"];
+  if (rtt) heads.push("round trip p50 | p95");
+  const head = el("tr", {}, ...heads.map(x => el("th", {}, x)));
+  return el("table", {id}, el("thead", {}, head), el("tbody", {}, ...hosts.map(r => el("tr", {"data-host": r.host},
     el("td", {}, el("a", {href: "#host=" + encodeURIComponent(r.host)}, r.host)),
     el("td", {class: "name"}, r.parent), el("td", {}, r.interface + " " + r.direction),
     el("td", {}, human(bits(r.rate_bytes_per_second))), el("td", {}, human(bits(r.ceil_bytes_per_second))),
     el("td", {class: "measured"}, human(bits(r.measured_bytes_per_second))), el("td", {}, meter(bits(r.measured_bytes_per_second), bits(r.rate_bytes_per_second), bits(r.ceil_bytes_per_second))),
-    el("td", {}, bytes(r.bytes)), el("td", {class: r.drops ? "red" : ""}, String(r.drops)), el("td", {}, bytes(r.backlog_bytes)))))));
+    el("td", {}, bytes(r.bytes)), el("td", {class: r.drops ? "red" : ""}, String(r.drops)), el("td", {}, bytes(r.backlog_bytes)),
+    ...(rtt ? [el("td", {class: "rtt"}, roundTrip(r.rtt))] : [])))));
+}
+
+// drawLatency lists the hosts with the longest round trips (p95), beside
+// the top talkers; hidden where no host has enough samples.
+function drawLatency(h) {
+  const worst = h.hosts.filter(r => r.rtt && r.rtt.samples >= 10);
+  document.getElementById("latency").hidden = !worst.length;
+  document.getElementById("latency-table").replaceChildren(worst.length ? hostTable("latency-list", worst) : "");
 }
 
 // drawHost draws one host's page: per tree it is in, its measured rate
@@ -285,12 +304,17 @@ function drawHost(host, h, hist) {
         el("div", {class: "chart small", id: "queue-h" + id}), el("div", {class: "legend", id: "queue-legend-h" + id}),
         el("div", {class: "table", id: "htable-" + id})));
     }
+    const heads = ["rate", "ceil", "measured", "of rate | ceil", "sent", "drops", "backlog"];
+    if (r.rtt) heads.push("round trip p50 | p95", "p99", "samples");
     document.getElementById("htable-" + id).replaceChildren(el("table", {},
-      el("thead", {}, el("tr", {}, ...["rate", "ceil", "measured", "of rate | ceil", "sent", "drops", "backlog"].map(x => el("th", {}, x)))),
+      el("thead", {}, el("tr", {}, ...heads.map(x => el("th", {}, x)))),
       el("tbody", {}, el("tr", {}, el("td", {}, human(bits(r.rate_bytes_per_second))), el("td", {}, human(bits(r.ceil_bytes_per_second))),
         el("td", {class: "measured"}, human(bits(r.measured_bytes_per_second))), el("td", {}, meter(bits(r.measured_bytes_per_second), bits(r.rate_bytes_per_second), bits(r.ceil_bytes_per_second))),
-        el("td", {}, bytes(r.bytes)), el("td", {class: r.drops ? "red" : ""}, String(r.drops)), el("td", {}, bytes(r.backlog_bytes))))),
-      el("p", {class: "muted"}, "Latency is not measured by the agent: sluice lab measures it under load (docs/lab.md)."));
+        el("td", {}, bytes(r.bytes)), el("td", {class: r.drops ? "red" : ""}, String(r.drops)), el("td", {}, bytes(r.backlog_bytes)),
+        ...(r.rtt ? [el("td", {class: "rtt"}, roundTrip(r.rtt)), el("td", {}, r.rtt.samples < 10 ? "" : ms(r.rtt.p99_seconds)), el("td", {}, String(r.rtt.samples))] : [])))),
+      el("p", {class: "muted"}, r.rtt ?
+        "Round trips are timed from the host's own TCP packets (rtt: on), through sluice's queue and the path, since the classifier was loaded; the chart shows each second's mean." :
+        "Round trips are timed where the interface has rtt: on (docs/policy.md); sluice lab measures latency under load (docs/lab.md)."));
     const mine = s => s.interface === r.interface && s.direction === r.direction && s["class"] === r["class"];
     const rate = hist.series.filter(s => mine(s) && !s.kind);
     if (!rate.length || hist.at.length < 2) {
@@ -307,6 +331,15 @@ function drawHost(host, h, hist) {
         series: {rate: {strokePattern: DASHED, color: "#1a7f37", strokeWidth: 1}, ceil: {strokePattern: DASHED, color: "#cf222e", strokeWidth: 1}},
       });
     drawQueue("queue-h" + id, cut, () => true);
+    const rtt = cut.series.filter(s => s.kind === "rtt");
+    if (rtt.length) {
+      if (!document.getElementById("rtt-h" + id)) {
+        document.getElementById("htable-" + id).before(el("div", {class: "chart small", id: "rtt-h" + id}), el("div", {class: "legend", id: "rtt-legend-h" + id}));
+      }
+      plot("rtt-h" + id, cut.at.map((at, i) => [new Date(at * 1000), rtt[0].values[i] == null ? null : rtt[0].values[i] * 1000]),
+        ["time", "round trip ms"], {ylabel: "ms", includeZero: true, connectSeparatedPoints: true, axes: {x: XAXIS},
+          labelsDiv: document.getElementById("rtt-legend-h" + id)});
+    }
   }
 }
 
@@ -322,10 +355,12 @@ async function refresh() {
     show(v.name === "classes" ? "trees" : v.name + "-view");
     if (v.name === "hosts") {
       const q = document.getElementById("hosts-search").value, sort = document.getElementById("hosts-sort").value;
-      const [st, h] = await Promise.all([getJSON("/api/v1/status?hosts=0"),
-        getJSON("/api/v1/hosts?limit=25&sort=" + sort + (q ? "&q=" + encodeURIComponent(q) : ""))]);
+      const [st, h, worst] = await Promise.all([getJSON("/api/v1/status?hosts=0"),
+        getJSON("/api/v1/hosts?limit=25&sort=" + sort + (q ? "&q=" + encodeURIComponent(q) : "")),
+        getJSON("/api/v1/hosts?limit=10&sort=rtt" + (q ? "&q=" + encodeURIComponent(q) : ""))]);
       drawHealth(st.health);
       drawHosts(h);
+      drawLatency(worst);
     } else if (v.name === "host") {
       const [st, h, hist] = await Promise.all([getJSON("/api/v1/status?hosts=0"),
         getJSON("/api/v1/hosts?host=" + encodeURIComponent(v.host)), getJSON("/api/v1/history")]);
@@ -360,7 +395,7 @@ window.addEventListener("hashchange", () => {
   fromHash();
   // A new host's page starts empty: its charts are the new host's.
   document.getElementById("host-trees").replaceChildren();
-  for (const id of Object.keys(charts)) if (id.startsWith("hchart-") || id.startsWith("queue-h")) { charts[id].destroy(); delete charts[id]; }
+  for (const id of Object.keys(charts)) if (id.startsWith("hchart-") || id.startsWith("queue-h") || id.startsWith("rtt-h")) { charts[id].destroy(); delete charts[id]; }
   refresh();
 });
 document.getElementById("hosts-search").addEventListener("input", () => refresh());

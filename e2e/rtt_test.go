@@ -322,3 +322,88 @@ func fmtRTT(m map[string]rttClass) string {
 	slices.Sort(parts)
 	return strings.Join(parts, "; ")
 }
+
+// Where the replies come back another way (an asymmetric route: here a
+// second link the shaped device never sees), nothing ends the samples:
+// they are given up, never read as a round trip, and show says why the
+// class has none.
+func TestPassiveRTTAsymmetricRoute(t *testing.T) {
+	light(t)
+	b := newRTTBed(t, 5*time.Millisecond)
+	for _, err := range []error{lab.Veth(b.client, "r1", b.server, "back", 0),
+		lab.Routes(b.server, "peer", b.client, "r0", true, b.clientAddr),
+		lab.Routes(b.server, "back", b.client, "r1", false, b.clientAddr)} {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Strict reverse-path filtering would drop what comes in on the
+	// link the reverse route does not take.
+	for _, ns := range []string{b.client, b.server} {
+		if out, err := exec.Command("ip", "netns", "exec", ns, "sysctl", "-qw", "net.ipv4.conf.all.rp_filter=0",
+			"net.ipv4.conf.default.rp_filter=0").CombinedOutput(); err != nil {
+			t.Fatalf("%v: %s", err, out)
+		}
+	}
+	for ns, devs := range map[string][]string{b.client: {"r0", "r1"}, b.server: {"peer", "back"}} {
+		for _, d := range devs {
+			exec.Command("ip", "netns", "exec", ns, "sysctl", "-qw", "net.ipv4.conf."+d+".rp_filter=0").Run()
+		}
+	}
+	pol := writePolicy(t, "rtt.yaml", `interfaces:
+  - name: r0
+    rtt: on
+    egress:
+      rate: 200mbit
+      default: bulk
+      classes:
+        - {name: up, rate: 100mbit, match: [{dport: 5301}]}
+        - {name: bulk, rate: 100mbit}
+`)
+	must(t, "--netns", b.client, "apply", "-q", pol)
+	up := netip.AddrPortFrom(b.serverAddr, 5301)
+	ctx, cancel := context.WithCancel(context.Background())
+	sink(ctx, t, b.server, up)
+	done := make(chan error, 1)
+	go func() { done <- paced(ctx, t, b.client, b.clientAddr, up) }()
+	// Past the 4 s a sample waits for its echo: the flow's first is
+	// given up when its next starts.
+	time.Sleep(5500 * time.Millisecond)
+	out := must(t, "--netns", b.client, "show", "--json", "--interval", "0s")
+	text := must(t, "--netns", b.client, "show", "--interval", "0s")
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	var s struct {
+		Trees []struct {
+			Classes []struct {
+				Name  string `json:"name"`
+				Bytes uint64 `json:"bytes"`
+				RTT   *struct {
+					Samples uint64 `json:"samples"`
+				} `json:"rtt"`
+			} `json:"classes"`
+			Counts *struct {
+				Started uint64 `json:"started"`
+				Timed   uint64 `json:"timed"`
+				GivenUp uint64 `json:"given_up"`
+			} `json:"rtt_counts"`
+		} `json:"trees"`
+	}
+	if err := json.Unmarshal([]byte(out), &s); err != nil || len(s.Trees) != 1 {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	tr := s.Trees[0]
+	for _, c := range tr.Classes {
+		if c.Name == "up" && (c.Bytes < 1<<20 || c.RTT == nil || c.RTT.Samples != 0) {
+			t.Errorf("class up: %d bytes, round trips %+v; want the upload's megabytes and no sample", c.Bytes, c.RTT)
+		}
+	}
+	if c := tr.Counts; c == nil || c.Started < 2 || c.Timed != 0 || c.GivenUp < 1 {
+		t.Errorf("round-trip counts %+v: want samples started, none timed, the first given up", c)
+	}
+	if !strings.Contains(text, "never answered through r0") || !strings.Contains(text, "asymmetric route") {
+		t.Errorf("show does not say why no round trip is timed:\n%s", text)
+	}
+}

@@ -64,6 +64,24 @@ func rttOf(h *bpf.RTTHist) *RTT {
 	return r
 }
 
+// RoundTrips is what a tree's hook did with round trips since it was
+// loaded: samples it started (a data packet with a new timestamp value,
+// or a SYN), how many of them an echo ended (its classes' samples),
+// those it gave up (no echo within 4 s: the replies did not come back
+// through the interface, or were lost), and TCP packets without
+// timestamps (only their SYNs are timed).
+type RoundTrips struct {
+	Started uint64 `json:"started"`
+	Timed   uint64 `json:"timed"`
+	GivenUp uint64 `json:"given_up"`
+	Untimed uint64 `json:"untimed_packets"`
+}
+
+// Unanswered reports whether more of r's samples were given up than
+// timed: the replies return by another way (an asymmetric route), or the
+// interface's hook that ends samples is missing.
+func (r *RoundTrips) Unanswered() bool { return r != nil && r.GivenUp > 0 && r.GivenUp >= r.Timed }
+
 // hostRTTOf summarises a host's histogram h.
 func hostRTTOf(h *bpf.HostRTTHist) *RTT {
 	r := &RTT{Samples: uint64(h.Count), host: h}
@@ -105,7 +123,13 @@ func rttRead(prog *bpf.Program, mode *bpf.RTT, rec *records.Tree) (func(t *Tree)
 			hostByName[ci.Name] = i
 		}
 	}
-	hs, err := prog.RTT(idx)
+	// The direction's histogram of no class (classes beyond its first
+	// 127 share it) counts among the samples timed.
+	none := uint32(0)
+	if rec.Dir == "ingress" {
+		none = bpf.MaxRTTHists / 2
+	}
+	hs, err := prog.RTT(append(idx, none))
 	if err != nil {
 		return nil, err
 	}
@@ -113,7 +137,16 @@ func rttRead(prog *bpf.Program, mode *bpf.RTT, rec *records.Tree) (func(t *Tree)
 	if err != nil {
 		return nil, err
 	}
+	counts, err := prog.RTTCounts()
+	if err != nil {
+		return nil, err
+	}
+	rt := &RoundTrips{Started: counts.Recorded, GivenUp: counts.Missed, Untimed: counts.Untimed}
+	for _, h := range hs {
+		rt.Timed += h.Count
+	}
 	return func(t *Tree) {
+		t.RoundTrips = rt
 		for _, c := range t.Classes {
 			if i, ok := byName[c.Name]; ok && hs[i] != nil {
 				c.RTT = rttOf(hs[i])
@@ -129,9 +162,21 @@ func rttRead(prog *bpf.Program, mode *bpf.RTT, rec *records.Tree) (func(t *Tree)
 	}, nil
 }
 
-// writeRTT prints the round trips of the classes that have them, and of
-// their hosts too where hosts is true.
-func writeRTT(w io.Writer, cs []*Class, hosts bool) {
+// writeRTT prints the round trips of t's classes that have them, and of
+// their hosts too where hosts is true, and what its hook counted.
+func writeRTT(w io.Writer, t *Tree, hosts bool) {
+	writeRTTClasses(w, t.Classes, hosts)
+	r := t.RoundTrips
+	if r == nil {
+		return
+	}
+	fmt.Fprintf(w, "  round trips: %d started, %d timed, %d given up; %d TCP packets without timestamps\n", r.Started, r.Timed, r.GivenUp, r.Untimed)
+	if r.Unanswered() {
+		fmt.Fprintf(w, "  most samples were never answered through %s: replies that come back another way (an asymmetric route) cannot be timed here\n", t.Interface)
+	}
+}
+
+func writeRTTClasses(w io.Writer, cs []*Class, hosts bool) {
 	var with []*Class
 	for _, c := range cs {
 		if c.RTT != nil && (hosts || !isHost(c.Name)) {

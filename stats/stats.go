@@ -53,6 +53,9 @@ type Tree struct {
 	// HostClasses counts this tree's per-host classes left out of the
 	// reading (the agent's status without hosts).
 	HostClasses int `json:"host_classes_omitted,omitzero"`
+	// RoundTrips counts the samples the tree's hook started, where its
+	// interface times round trips.
+	RoundTrips *RoundTrips `json:"rtt_counts,omitempty"`
 	// Unread says what of the tree this process could not read (BPF
 	// maps without root or CAP_BPF), instead of failing the whole reading.
 	Unread []string `json:"unread,omitempty"`
@@ -649,7 +652,7 @@ func (s *Sample) WriteText(w io.Writer, o TextOptions) {
 			}
 			tw.Flush()
 			writeDelays(w, t.Delays)
-			writeRTT(w, t.Classes, o.Hosts)
+			writeRTT(w, t, o.Hosts)
 			continue
 		}
 		tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', tabwriter.AlignRight)
@@ -665,7 +668,7 @@ func (s *Sample) WriteText(w io.Writer, o TextOptions) {
 				c.Packets, units.Size(c.Bytes), c.Drops, c.Overlimits, units.Size(uint64(c.Backlog)), c.Borrowed)
 		}
 		tw.Flush()
-		writeRTT(w, t.Classes, o.Hosts)
+		writeRTT(w, t, o.Hosts)
 		writeSharing(w, t.Sharing)
 	}
 }

@@ -2,6 +2,7 @@ package stats
 
 import (
 	"bytes"
+	"fmt"
 	"regexp"
 	"strings"
 	"testing"
@@ -178,6 +179,20 @@ func TestWriteTextRoundTrips(t *testing.T) {
 	for _, re := range []string{`users/10\.0\.0\.2 +30 +(8[4-9]|9\d|10[01])\.\d ms`, `users/10\.0\.0\.3 +3 +too few`, `users/10\.0\.0\.4 +0 +too few`} {
 		if !regexp.MustCompile(re).MatchString(got) {
 			t.Errorf("with hosts: no line matching %s:\n%s", re, hosts.String())
+		}
+	}
+	// The hook's counts follow; where more samples were given up than
+	// timed, a line says why that may be.
+	for _, tc := range []struct {
+		r    RoundTrips
+		hint bool
+	}{{RoundTrips{Started: 40, Timed: 38, GivenUp: 1, Untimed: 5}, false}, {RoundTrips{Started: 6, GivenUp: 4}, true}, {RoundTrips{Started: 1}, false}} {
+		s.Trees[0].RoundTrips = &tc.r
+		var b bytes.Buffer
+		s.WriteText(&b, TextOptions{})
+		want := fmt.Sprintf("round trips: %d started, %d timed, %d given up; %d TCP packets without timestamps", tc.r.Started, tc.r.Timed, tc.r.GivenUp, tc.r.Untimed)
+		if !strings.Contains(b.String(), want) || strings.Contains(b.String(), "an asymmetric route") != tc.hint {
+			t.Errorf("%+v: want %q, and the asymmetric route's hint %v:\n%s", tc.r, want, tc.hint, b.String())
 		}
 	}
 }

@@ -816,18 +816,22 @@ static __always_inline __u32 host_rtt_bucket(__u64 d)
 	return 4 * o + ((u >> (n - 3)) & 3);
 }
 
-static __always_inline void host_rtt_sample(__u32 counter, __u64 d)
+// host_rtt_sample is a global function: the verifier checks it once,
+// on its own, rather than on every path into rtt_record (inlined, it
+// took Linux 6.1's verifier past its million instructions).
+__attribute__((noinline)) int host_rtt_sample(__u32 counter, __u64 d)
 {
 	struct host_rtt *h = bpf_map_lookup_elem(&host_rtts, &counter);
 	if (!h)
-		return;
+		return 0;
 	__u32 k = host_rtt_bucket(d);
 	asm volatile("" : "+r"(k)); // as in rtt_sample
 	if (k >= HOST_RTT_BUCKETS)
-		return;
+		return 0;
 	__sync_fetch_and_add(&h->b[k], 1);
 	__sync_fetch_and_add(&h->sum, d);
 	__sync_fetch_and_add(&h->count, 1);
+	return 0;
 }
 
 // rtt_record starts a sample on the first packet that carries a new
@@ -835,15 +839,22 @@ static __always_inline void host_rtt_sample(__u32 counter, __u64 d)
 // sample per round trip is plenty, and the map stays one entry a flow).
 // A TSval older than the newest seen (reordered, or a duplicate) starts
 // none. A SYN without timestamps is timed to its SYN-ACK.
-static __always_inline void rtt_record(struct __sk_buff *skb, const struct config *cfg, const struct pkt *p, const struct target *t)
+//
+// rtt_record and rtt_echo are global functions, each checked once by the
+// verifier on its own: inlined, their walks of the TCP options on every
+// path through the classifier took Linux 6.1's verifier past its million
+// instructions.
+__attribute__((noinline)) int rtt_record(struct __sk_buff *skb, const struct config *cfg, const struct pkt *p, const struct target *t)
 {
+	if (!cfg || !p || !t)
+		return 0; // never: the verifier checks a global function's pointers
 	// Only data (and SYNs) start samples: the receiver answers data at
 	// once (or within its delayed-ACK time), while the echo of a pure
 	// ACK waits for whenever its peer next has data to send.
 	__u32 ipbytes = p->family == 4 ? p->iplen : p->iplen + 40;
 	int syn = (p->tcpflags & 0x12) == 0x02;
 	if (ipbytes <= p->hdrlen && !syn)
-		return;
+		return 0;
 	struct rtt_stats *st;
 	__u32 val = 0, ecr = 0;
 	int ts = tcp_ts(skb, p, &val, &ecr);
@@ -851,7 +862,7 @@ static __always_inline void rtt_record(struct __sk_buff *skb, const struct confi
 		if ((st = rtt_stats()))
 			st->untimed++;
 		if (!syn)
-			return;
+			return 0;
 	}
 	struct flow_key k = { .family = p->family, .sport = p->sport, .dport = p->dport };
 	__builtin_memcpy(k.src, p->src, 16);
@@ -866,7 +877,7 @@ static __always_inline void rtt_record(struct __sk_buff *skb, const struct confi
 		bpf_map_update_elem(&flows, &k, &n, BPF_NOEXIST);
 		if ((st = rtt_stats()))
 			st->recorded++;
-		return;
+		return 0;
 	}
 	if (f->pending) {
 		host_rtt_sample(t->counter, f->pending);
@@ -874,7 +885,7 @@ static __always_inline void rtt_record(struct __sk_buff *skb, const struct confi
 	}
 	if (ts) {
 		if (f->seen && (__s32)(val - f->last) <= 0)
-			return; // not a new value
+			return 0; // not a new value
 		f->last = val;
 		f->seen = 1;
 	}
@@ -883,7 +894,7 @@ static __always_inline void rtt_record(struct __sk_buff *skb, const struct confi
 	now |= !now;
 	if (f->t) {
 		if (now - f->t < RTT_EXPIRY)
-			return;
+			return 0;
 		if (st)
 			st->missed++;
 	}
@@ -893,48 +904,52 @@ static __always_inline void rtt_record(struct __sk_buff *skb, const struct confi
 	f->t = now;
 	if (st)
 		st->recorded++;
+	return 0;
 }
 
 // rtt_echo ends the sample of the flow a packet answers: the TSecr that
 // echoes the outstanding TSval (or the SYN-ACK of a SYN without
 // timestamps). An echo of a later value means the outstanding one will
 // never be echoed: given up, never read as a round trip.
-static __always_inline void rtt_echo(struct __sk_buff *skb, const struct config *cfg, const struct pkt *p)
+__attribute__((noinline)) int rtt_echo(struct __sk_buff *skb, const struct config *cfg, const struct pkt *p)
 {
+	if (!cfg || !p)
+		return 0; // as in rtt_record
 	__u32 val = 0, ecr = 0;
 	int ts = tcp_ts(skb, p, &val, &ecr);
 	int synack = (p->tcpflags & 0x12) == 0x12;
 	if (!ts && !synack)
-		return;
+		return 0;
 	struct flow_key k = { .family = p->family, .sport = p->dport, .dport = p->sport };
 	__builtin_memcpy(k.src, p->dst, 16);
 	__builtin_memcpy(k.dst, p->src, 16);
 	struct flow_state *f = bpf_map_lookup_elem(&flows, &k);
 	if (!f || !f->t)
-		return;
+		return 0;
 	struct rtt_stats *st = rtt_stats();
 	if (f->syn) {
 		if (!synack)
-			return;
+			return 0;
 	} else {
 		if (!ts || ecr == 0 || (__s32)(ecr - f->tsval) < 0)
-			return; // an older echo: ours is still to come
+			return 0; // an older echo: ours is still to come
 		if (ecr != f->tsval) {
 			f->t = 0;
 			if (st)
 				st->missed++;
-			return;
+			return 0;
 		}
 	}
 	__u64 t = f->t, now = clock(skb, cfg);
 	f->t = 0;
 	if (now <= t)
-		return;
+		return 0;
 	__u64 d = now - t;
 	rtt_sample(f->hist, d);
 	f->pending = d < 0xffffffff ? d : 0xffffffff;
 	if (st)
 		st->matched++;
+	return 0;
 }
 
 SEC("tc")

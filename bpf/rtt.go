@@ -236,6 +236,22 @@ func (p *Program) RTT(idx []uint32) (map[uint32]*RTTHist, error) {
 	return out, nil
 }
 
+// FlowsTracked counts the flows the hook's flow map holds now (a walk of
+// the map: for benchmarks and diagnostics, not every pass).
+func (p *Program) FlowsTracked() (int, error) {
+	if p.objs.Flows == nil {
+		return 0, errors.New("bpf classifier: this program times no round trips (an older version)")
+	}
+	var k ClassifierFlowKey
+	var v ClassifierFlowState
+	n := 0
+	it := p.objs.Flows.Iterate()
+	for it.Next(&k, &v) {
+		n++
+	}
+	return n, it.Err()
+}
+
 // RTTCounts sums the hook's round-trip counters over CPUs.
 func (p *Program) RTTCounts() (RTTCounts, error) {
 	var per []RTTCounts

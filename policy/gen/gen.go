@@ -51,6 +51,8 @@ type Policy struct {
 type Interface struct {
 	Name            string
 	Egress, Ingress *Tree
+	// RTT is the interface's rtt: ("" none, "on", or a flow table size).
+	RTT string
 }
 
 // Tree is one direction: a tree, or a policer in its place (Police
@@ -136,6 +138,16 @@ func New(r *rand.Rand, o Options) *Policy {
 			ifc.Egress = nil // ingress alone
 		}
 		p.Interfaces = append(p.Interfaces, ifc)
+	}
+	// Drawn last, so that a seed's trees stay what they were before
+	// round trips were drawn.
+	for _, ifc := range p.Interfaces {
+		switch r.IntN(8) {
+		case 0, 1:
+			ifc.RTT = "on"
+		case 2:
+			ifc.RTT = "{flows: 4096}"
+		}
 	}
 	return p
 }
@@ -427,6 +439,9 @@ func (p *Policy) YAML() string {
 	b.WriteString("interfaces:\n")
 	for _, ifc := range p.Interfaces {
 		fmt.Fprintf(&b, "  - name: %s\n", ifc.Name)
+		if ifc.RTT != "" {
+			fmt.Fprintf(&b, "    rtt: %s\n", ifc.RTT)
+		}
 		for _, d := range []struct {
 			dir string
 			t   *Tree

@@ -1,6 +1,6 @@
 package gen
 
-// Shrink cuts p down while fails still holds: interfaces, trees,
+// Shrink cuts p down while fails still holds: interfaces, trees, rtt:,
 // classes, rules, keys of a rule, per_host blocks, ceils, leaves and
 // prios go one at a time, until none can go. It returns the smallest
 // failing policy it found (p itself if nothing could go).
@@ -43,7 +43,7 @@ func (p *Policy) cut(k int) bool {
 	}
 	for _, ifc := range p.Interfaces {
 		if try(ifc.Egress != nil && ifc.Ingress != nil, func() { ifc.Egress = nil }) ||
-			try(ifc.Egress != nil && ifc.Ingress != nil, func() { ifc.Ingress = nil }) {
+			try(ifc.Egress != nil && ifc.Ingress != nil, func() { ifc.Ingress = nil }) || try(ifc.RTT != "", func() { ifc.RTT = "" }) {
 			return true
 		}
 		for _, t := range []*Tree{ifc.Egress, ifc.Ingress} {
@@ -110,7 +110,7 @@ func (c *Class) holds(name string) bool {
 func (p *Policy) clone() *Policy {
 	out := &Policy{}
 	for _, ifc := range p.Interfaces {
-		out.Interfaces = append(out.Interfaces, &Interface{Name: ifc.Name, Egress: ifc.Egress.clone(), Ingress: ifc.Ingress.clone()})
+		out.Interfaces = append(out.Interfaces, &Interface{Name: ifc.Name, Egress: ifc.Egress.clone(), Ingress: ifc.Ingress.clone(), RTT: ifc.RTT})
 	}
 	return out
 }

@@ -461,7 +461,8 @@ func Run(ctx context.Context, b *Bed, s *Scenario, v Variant, opt Options) (*Res
 	// Rates divide by the time that really passed between two readings,
 	// not the bucket: on a loaded (or emulated) CPU a tick comes late and
 	// the nominal bucket would overstate that bucket's rate.
-	prevFlowAt, prevStatAt := *t0p, time.Time{}
+	prevFlowAt := *t0p
+	prevStatAt := map[string]time.Time{} // by device
 	tick := time.NewTicker(bucket)
 	for i := 0; i < nb; i++ {
 		select {
@@ -495,16 +496,26 @@ func Run(ctx context.Context, b *Bed, s *Scenario, v Variant, opt Options) (*Res
 			recordAutorate(st, r, i, nb)
 		}
 		if smp, err := stats.Collect(k, nil); err == nil {
-			statAt := time.Now()
+			now := time.Now()
 			for _, t := range smp.Trees {
+				// Between the times the tree's counters were read: the end
+				// of the reading also waits for the BPF maps, which under
+				// emulation took long and unevenly enough to read a 10mbit
+				// class at 10.7 Mbit/s.
+				statAt := t.ReadAt()
+				if statAt.IsZero() {
+					statAt = now
+				}
+				prev := prevStatAt[t.Device]
+				prevStatAt[t.Device] = statAt
 				for _, c := range t.Classes {
 					cs := classIdx[t.Device+"/"+c.ID]
 					if cs == nil {
 						continue
 					}
 					key := t.Device + "/" + c.ID
-					if old, ok := prevBytes[key]; ok && c.Bytes >= old && !prevStatAt.IsZero() {
-						cs.Bps[i] = units.BitsPerSecond(c.Bytes-old, statAt.Sub(prevStatAt))
+					if old, ok := prevBytes[key]; ok && c.Bytes >= old && !prev.IsZero() && statAt.After(prev) {
+						cs.Bps[i] = units.BitsPerSecond(c.Bytes-old, statAt.Sub(prev))
 					}
 					prevBytes[key] = c.Bytes
 					cs.Drops[i] = uint64(c.Drops)
@@ -527,7 +538,6 @@ func Run(ctx context.Context, b *Bed, s *Scenario, v Variant, opt Options) (*Res
 					ps.Red = grow(ps.Red, i, pl.Red.Bytes)
 				}
 			}
-			prevStatAt = statAt
 		}
 	}
 	tick.Stop()

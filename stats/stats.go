@@ -68,6 +68,12 @@ type Tree struct {
 	read time.Time
 }
 
+// ReadAt is when t's class counters were read (the middle of their
+// dump), or zero where the reading does not say: a rate between two
+// readings is truest between these, not between the readings' ends,
+// which also wait for the BPF maps.
+func (t *Tree) ReadAt() time.Time { return t.read }
+
 // stamp returns the middle of a read that began at start and ended now.
 func stamp(start time.Time) time.Time { return start.Add(time.Since(start) / 2) }
 

@@ -51,8 +51,8 @@ type result struct {
 	ErrorMs    float64 `json:"error_ms"`
 	BoundMs    float64 `json:"bound_ms"`
 	ErrorTCPMs float64 `json:"error_vs_tcp_ms"`
-	Goodput  float64 `json:"goodput_mbit"`
-	Duration float64 `json:"seconds"`
+	Goodput    float64 `json:"goodput_mbit"`
+	Duration   float64 `json:"seconds"`
 }
 
 type output struct {
@@ -140,7 +140,10 @@ func measure(sluice string, mbit float64, delay, run time.Duration) result {
 	// The upload, and its sink.
 	port := 5401
 	var l net.Listener
-	if err := lab.InNetns(server, func() (err error) { l, err = net.Listen("tcp", netip.AddrPortFrom(sa, uint16(port)).String()); return err }); err != nil {
+	if err := lab.InNetns(server, func() (err error) {
+		l, err = net.Listen("tcp", netip.AddrPortFrom(sa, uint16(port)).String())
+		return err
+	}); err != nil {
 		benchrun.Fail(err)
 	}
 	defer l.Close()

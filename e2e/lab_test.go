@@ -1234,7 +1234,7 @@ expect:
 func TestWeightsScenario(t *testing.T) {
 	testutil.Slow(t)
 	light(t)
-	runScenario(t, "weights", 0.75, []string{"EQUAL-QUANTA", "WEIGHTS", "CONTROLLER", "RATES"}, 20)
+	runScenario(t, "weights", 0.75, []string{"EQUAL-QUANTA", "WEIGHTS", "CONTROLLER", "RATES"}, 36)
 }
 
 // TestDemandShiftScenario runs the lab's demand-shift scenario: under
@@ -1244,7 +1244,7 @@ func TestWeightsScenario(t *testing.T) {
 func TestDemandShiftScenario(t *testing.T) {
 	testutil.Slow(t)
 	light(t)
-	runScenario(t, "demand-shift", 0.75, []string{"CONTROLLER", "QUANTA"}, 17)
+	runScenario(t, "demand-shift", 0.75, []string{"CONTROLLER", "QUANTA"}, 29)
 }
 
 // TestProdNonprodScenario runs the lab's prod-nonprod scenario: with
@@ -1287,7 +1287,7 @@ func TestProdNonprodScenario(t *testing.T) {
 func TestFairShareScenario(t *testing.T) {
 	testutil.Slow(t)
 	testutil.Quiet(t)
-	runScenarioExcusing(t, "fair-share", 1, []string{"FIFO", "LIMIT", "PER-HOST"}, 4, func(t *testing.T, line string) bool {
+	runScenarioExcusing(t, "fair-share", 1, []string{"FIFO", "LIMIT", "PER-HOST"}, 9, func(t *testing.T, line string) bool {
 		return emulatedAlone(t, line) || emulatedRTTWithin(t, line)
 	})
 }

@@ -316,6 +316,12 @@ func (e *Expectation) Check(r *Result, ref *Result) Verdict {
 			if e.Metric == "loss" {
 				v.Actual = st.Loss
 			} else {
+				if st.N == 0 {
+					// Every request lost: no latency to judge, never a
+					// pass at 0 ms.
+					v.Note = fmt.Sprintf("no replies for %s %s (%d requests, all lost)", e.Subject, e.Name, st.Lost)
+					return v
+				}
 				v.Actual, unit = st.pick(e.Metric), "ms"
 			}
 			if e.Of != "" {
@@ -325,7 +331,7 @@ func (e *Expectation) Check(r *Result, ref *Result) Verdict {
 					return v
 				}
 				bst, ok := r.latency(base, e.Subject, e.Name)
-				if !ok {
+				if !ok || e.Metric != "loss" && bst.N == 0 {
 					v.Note = fmt.Sprintf("no samples for %s %s in phase %s", e.Subject, e.Name, e.Of)
 					return v
 				}

@@ -176,6 +176,37 @@ func TestSkippedVariantsExpectations(t *testing.T) {
 	}
 }
 
+// A probe whose every request was lost has no latency: a bound on it
+// fails, saying so, rather than passing at 0 ms (a lab bed torn down
+// under a run once passed "p99 < 5000ms" that way); its loss is judged.
+func TestAllLostProbeFailsLatency(t *testing.T) {
+	r := synthetic()
+	for i := range r.Probes[0].Samples {
+		r.Probes[0].Samples[i] = Sample{T: float64(i) / 10, Lost: true}
+	}
+	r.Phases = []*PhaseResult{r.summarize("all", 0, 2, 0), r.summarize("first", 0, 1, 0)}
+	for _, tc := range []struct {
+		text string
+		pass bool
+		note string
+	}{
+		{"shaped/all: probe ping p99 < 5000ms", false, "20 requests, all lost"},
+		{"shaped/all: probe ping p95 < 5000ms after 0.5s", false, "all lost"},
+		{"shaped/all: class interactive p50 < 1s", false, "all lost"},
+		{"shaped/all: probe ping p50 < 2x first", false, "all lost"},
+		{"shaped/all: probe ping loss >= 99%", true, ""},
+	} {
+		e, err := parseExpectation(tc.text)
+		if err != nil {
+			t.Fatalf("%q: %v", tc.text, err)
+		}
+		v := e.Check(r, nil)
+		if v.Pass != tc.pass || !strings.Contains(v.Note, tc.note) {
+			t.Errorf("%q: pass %v, note %q (want %v, %q)", tc.text, v.Pass, v.Note, tc.pass, tc.note)
+		}
+	}
+}
+
 // A latency relative to another phase: the probe's RTT rises from about
 // 1.5 ms (first second) to 2.5 ms (second).
 func TestRelativeLatencyExpectations(t *testing.T) {

@@ -510,18 +510,29 @@ func timePlot(title string, r *Result, sc scales) *plot.Plot {
 	return p
 }
 
-// phaseBands shades every other phase and writes each phase's name at
-// its start, at height y.
+// settleTint marks a phase's first seconds, which its figures leave out
+// (PhaseResult.From): where a load starts or a rate changes, and tails
+// live.
+var settleTint = color.RGBA{R: 255, G: 232, B: 204, A: 255}
+
+// phaseBands shades every other phase, tints each phase's settle, and
+// writes each phase's name at its start, at height y.
 func phaseBands(p *plot.Plot, r *Result, y float64) {
 	var lab plotter.XYLabels
+	band := func(from, to float64, c color.Color) {
+		if b, err := plotter.NewPolygon(plotter.XYs{{X: from, Y: p.Y.Min}, {X: to, Y: p.Y.Min},
+			{X: to, Y: p.Y.Max}, {X: from, Y: p.Y.Max}}); err == nil {
+			b.Color = c
+			b.LineStyle.Width = 0
+			p.Add(b)
+		}
+	}
 	for i, ph := range r.Phases {
 		if i%2 == 1 {
-			if band, err := plotter.NewPolygon(plotter.XYs{{X: ph.Start, Y: p.Y.Min}, {X: ph.End, Y: p.Y.Min},
-				{X: ph.End, Y: p.Y.Max}, {X: ph.Start, Y: p.Y.Max}}); err == nil {
-				band.Color = color.Gray{Y: 242}
-				band.LineStyle.Width = 0
-				p.Add(band)
-			}
+			band(ph.Start, ph.End, color.Gray{Y: 242})
+		}
+		if ph.From > ph.Start {
+			band(ph.Start, min(ph.From, ph.End), settleTint)
 		}
 		lab.XYs = append(lab.XYs, plotter.XY{X: ph.Start + 0.15, Y: y})
 		lab.Labels = append(lab.Labels, ph.Name)
@@ -912,6 +923,9 @@ figure{margin:1em 0}figcaption{font-weight:600;margin-bottom:.3em}pre{background
 <table><tr><th>phase</th><th>metric</th>{{range .Heads}}<th>{{.}}</th>{{end}}</tr>
 {{range .Rows}}<tr><td>{{.Phase}}</td><td>{{.Metric}}</td>{{range .Values}}<td>{{.}}</td>{{end}}</tr>{{end}}
 </table>{{end}}
+<p class="settle">On the charts over time, each phase's first seconds are tinted: the
+figures above leave them out (the scenario's settle), and an expectation that ends in
+<code>after 0s</code> judges the whole phase, them included.</p>
 {{range .Compare}}{{template "chart" .}}{{end}}
 {{if .R.Verdicts}}<h2>Expectations</h2><table><tr><th></th><th>expectation</th><th>actual</th><th>want</th></tr>
 {{range .R.Verdicts}}<tr><td>{{if .Skipped}}skip{{else if .Pass}}<span class="pass">pass</span>{{else}}<span class="fail">FAIL</span>{{end}}</td><td>{{.Expect}}</td><td>{{if .Shown}}{{.Shown}}{{else}}{{printf "%.4g" .Actual}}{{end}}{{if .Note}} ({{.Note}}){{end}}</td><td>{{.Want}}</td></tr>{{end}}

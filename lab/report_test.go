@@ -61,4 +61,35 @@ func TestReportHTMLComparesOnSharedAxes(t *testing.T) {
 	if strings.Contains(page, ">unshaped: ping under load</text>") || strings.Contains(page, ">web</text>") {
 		t.Error("a legend drawn inside a plot, over its data")
 	}
+	// Phases summarised from 0: nothing tinted.
+	if strings.Contains(page, "fill:#FFE8CC") {
+		t.Error("a settle tinted where the phases leave none out")
+	}
+}
+
+// Each phase's settle, which its figures leave out, is tinted on the
+// charts over time, and said under the table.
+func TestReportTintsTheSettle(t *testing.T) {
+	r := synthetic()
+	r.Phases = []*PhaseResult{r.summarize("idle", 0, 1, 0.3), r.summarize("load", 1, 2, 0.3), r.summarize("short", 2, 2.2, 0.3)}
+	if f := r.Phases[1].From; f != 1.3 {
+		t.Errorf("load's figures from %g s, want 1.3", f)
+	}
+	if f := r.Phases[2].From; f != 2 {
+		t.Errorf("a phase shorter than the settle: figures from %g s, want its start, 2", f)
+	}
+	var b bytes.Buffer
+	if err := (&Report{Scenario: "t", Results: []*Result{r}}).WriteHTML(&b); err != nil {
+		t.Fatal(err)
+	}
+	page := b.String()
+	// Every chart over time shades its second phase grey (one band) and
+	// tints the first two phases' settles; the third is shorter than it.
+	grey, tint := strings.Count(page, "fill:#F2F2F2"), strings.Count(page, "fill:#FFE8CC")
+	if grey == 0 || tint != 2*grey {
+		t.Errorf("%d tinted bands on %d charts over time, want 2 a chart", tint, grey)
+	}
+	if !strings.Contains(page, "first seconds are tinted") {
+		t.Error("the tint is not explained")
+	}
 }

@@ -142,9 +142,14 @@ type ProbeSeries struct {
 
 // PhaseResult summarises one phase (its first Settle seconds left out).
 type PhaseResult struct {
-	Name          string                `json:"name"`
-	Start         float64               `json:"start_s"`
-	End           float64               `json:"end_s"`
+	Name  string  `json:"name"`
+	Start float64 `json:"start_s"`
+	End   float64 `json:"end_s"`
+	// From is where the phase's figures start: past the scenario's
+	// settle (the seconds after a change that they leave out), or at
+	// Start where the phase is shorter. Expectations with `after` read
+	// the phase from their own point instead.
+	From          float64               `json:"summary_from_s"`
 	Probes        map[string]*Latency   `json:"probes"`
 	Flows         map[string]*FlowStat  `json:"flows"`
 	Classes       map[string]*ClassStat `json:"classes"`
@@ -410,8 +415,9 @@ func (r *Result) summarize(name string, from, to, settle float64) *PhaseResult {
 	p := &PhaseResult{Name: name, Start: from, End: to, Probes: map[string]*Latency{}, Flows: map[string]*FlowStat{},
 		Classes: map[string]*ClassStat{}, Hosts: map[string]float64{}, byClass: map[string][]*FlowStat{}}
 	lo, hi := r.bucketAt(from+settle), r.bucketAt(to)
+	p.From = from + settle
 	if lo >= hi {
-		lo = r.bucketAt(from)
+		lo, p.From = r.bucketAt(from), from
 	}
 	mean := func(xs []float64) float64 {
 		var s float64

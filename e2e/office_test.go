@@ -23,7 +23,7 @@ func TestOfficeExample(t *testing.T) {
 	testutil.Slow(t)
 	light(t)
 	scenarioIsExample(t, "office", "office.yaml", strings.NewReplacer("name: eth0", "name: wan", "name: eth1", "name: lan", "192.168.1.0/24", "10.77.0.0/24"))
-	out := runExampleScenario(t, "office", 8)
+	out := runExampleScenario(t, "office", 9)
 	// The report gives each class's round trips from its own packets
 	// beside the pings. The download's, timed on wan's ifb where the
 	// ingress tree classifies it, agrees with what its TCP senders' own

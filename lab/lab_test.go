@@ -43,9 +43,22 @@ func TestMatrixExpansion(t *testing.T) {
 			t.Errorf("variant %s: policy %q", v.Name, v.Policy)
 		}
 		tr := s.TrafficFor(v)
-		if len(tr) != 1 || tr[0].CC != cc {
+		if len(tr) != 2 || tr[0].CC != cc || tr[1].Type != "ping" {
 			t.Errorf("variant %s: traffic %+v", v.Name, tr)
 		}
+	}
+	// Expectations naming {{cc}} become one per cc, each once.
+	n := 0
+	for _, e := range s.Expect {
+		if strings.Contains(e, "{{") {
+			t.Errorf("expectation %q not expanded", e)
+		}
+		if strings.HasPrefix(e, "fq_codel-bbr/bulk: ") {
+			n++
+		}
+	}
+	if n != 2 || len(s.Expect) != 33 {
+		t.Errorf("%d expectations (want 11 lines x 3 ccs), %d of fq_codel-bbr (want 2): %q", len(s.Expect), n, s.Expect)
 	}
 }
 

@@ -170,7 +170,8 @@ func Builtin() []string {
 }
 
 // Load reads a scenario by built-in name or file path and expands its
-// matrix. Every expansion shares the topology, phases and expectations.
+// matrix. Every expansion shares the topology and phases; an expectation
+// that names a matrix key is expanded like the variants.
 func Load(nameOrPath string) (*Scenario, error) {
 	var src []byte
 	var err error
@@ -234,6 +235,10 @@ func parse(file string, src []byte) (*Scenario, error) {
 			combos = next
 		}
 		var variants []Variant
+		// An expectation naming a key ("fq_codel-{{cc}}/bulk: ...")
+		// becomes one per value; the others stay one line.
+		var expect []string
+		seen := map[string]bool{}
 		for _, c := range combos {
 			text := string(src)
 			for k, v := range c {
@@ -248,8 +253,14 @@ func parse(file string, src []byte) (*Scenario, error) {
 				v.Matrix = c
 				variants = append(variants, v)
 			}
+			for _, e := range x.Expect {
+				if !seen[e] {
+					seen[e] = true
+					expect = append(expect, e)
+				}
+			}
 		}
-		s.Variants = variants
+		s.Variants, s.Expect = variants, expect
 	}
 	s.File = file
 	return s, s.validate()

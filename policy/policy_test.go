@@ -462,6 +462,37 @@ func TestPrioOnAClassWithChildrenWarns(t *testing.T) {
 	}
 }
 
+// A pfifo leaf without a limit takes the device's txqueuelen in
+// packets, GSO packets among them: validation warns where it is written
+// (a class's, a per_host's, or the tree's where a class inherits it),
+// and not where a limit is set.
+func TestPfifoWithoutLimitWarns(t *testing.T) {
+	const head = "interfaces:\n  - name: eth0\n    egress:\n      rate: 10mbit\n"
+	for _, tc := range []struct {
+		src  string
+		want string // "" : no warning
+	}{
+		{head + "      default: a\n      classes:\n        - {name: a, rate: 1mbit, leaf: pfifo}\n", "p.yaml:7:40: warning: eth0 egress: class a: leaf pfifo without limit"},
+		{head + "      leaf: pfifo\n", "p.yaml:5:13: warning: eth0 egress: leaf pfifo without limit"},
+		{head + "      leaf: pfifo\n      default: a\n      classes:\n        - {name: a, rate: 1mbit, limit: 100}\n        - {name: b, rate: 1mbit}\n", "p.yaml:5:13: warning"},
+		{head + "      default: o\n      classes:\n        - {name: o, rate: 1mbit, leaf: bfifo}\n        - name: h\n          rate: 1mbit\n          per_host: {by: dst, cidr: 10.0.0.0/30, leaf: pfifo}\n", "class h: per_host: leaf pfifo without limit"},
+		{head + "      default: a\n      classes:\n        - {name: a, rate: 1mbit, leaf: pfifo, limit: 100}\n", ""},
+		{head + "      leaf: pfifo\n      default: a\n      classes:\n        - {name: a, rate: 1mbit, limit: 100}\n        - {name: b, rate: 1mbit, leaf: bfifo}\n", ""},
+		{head + "      leaf: none\n", ""},
+	} {
+		_, warns, err := Parse("p.yaml", []byte(tc.src))
+		if err != nil {
+			t.Fatalf("%v:\n%s", err, tc.src)
+		}
+		switch {
+		case tc.want == "" && len(warns) != 0:
+			t.Errorf("warnings %v for:\n%s", warns, tc.src)
+		case tc.want != "" && (len(warns) != 1 || !strings.Contains(warns[0].Error(), tc.want) || !strings.Contains(warns[0].Error(), "set limit, or use bfifo or auto")):
+			t.Errorf("warnings %v, want one with %q, for:\n%s", warns, tc.want, tc.src)
+		}
+	}
+}
+
 // The policy the package installs says `template: true`: refused with a
 // message that says to edit it, at the key's line, and valid once the
 // line goes (so the template itself stays a working example).

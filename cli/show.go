@@ -30,7 +30,10 @@ prints the documented object of docs/json.md (one per line with --watch).
 
 Where an interface has rtt: on, a ROUND TRIPS table follows each tree:
 its classes' passive round trips (p50, p95, p99, from the shaped TCP
-flows' own packets); --hosts adds each host of a per_host class.
+flows' own packets) and QUEUE NOW, sluice's own part of them: what the
+class's queue holds a packet now (its backlog at the rate it passed over
+the interval; an EDT aggregate's clock lead). The rest is the path's.
+--hosts adds each host of a per_host class.
 
 When a sluice agent runs in the namespace, show prints the agent's own
 last reading instead (the numbers its dashboard and metrics show, its

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"net"
 	"net/netip"
 	"os/exec"
@@ -236,7 +237,7 @@ func TestPassiveRTTAgreesWithPing(t *testing.T) {
 	host := "up/" + b.serverAddr.String()
 	hostLine := regexp.MustCompile(`(?m)^\s+` + regexp.QuoteMeta(host) + `\s+\d+\s+[0-9.]+ ms`)
 	rtTable := func(s string) string { _, after, _ := strings.Cut(s, "ROUND TRIPS"); return after }
-	if !regexp.MustCompile(`(?m)^\s*ROUND TRIPS\s+SAMPLES\s+P50\s+P95\s+P99\s*$`).MatchString(text) ||
+	if !regexp.MustCompile(`(?m)^\s*ROUND TRIPS\s+SAMPLES\s+P50\s+P95\s+P99\s+QUEUE NOW\s*$`).MatchString(text) ||
 		!regexp.MustCompile(`(?m)^\s+up\s+\d+\s+[0-9.]+ ms`).MatchString(text) || hostLine.MatchString(rtTable(text)) {
 		t.Errorf("show prints no round trips for class up, or its host's without --hosts:\n%s", text)
 	}
@@ -406,4 +407,99 @@ func TestPassiveRTTAsymmetricRoute(t *testing.T) {
 	if !strings.Contains(text, "never answered through r0") || !strings.Contains(text, "asymmetric route") {
 		t.Errorf("show does not say why no round trip is timed:\n%s", text)
 	}
+}
+
+// The lab splits a class's round trips at the shaper, tested against
+// the bed's known delays: an upload through a 10mbit egress class, 20
+// ms of delay line beyond it, spends its queue in the class and its
+// path in the delay line, so the split's path is the idle ping's round
+// trip and the queue the rest; a download through the ingress tree's
+// ifb has nothing beyond the router but the client, so its path is
+// near nothing and its round trips are the ifb's queue. Both kernels:
+// bfifo leaves here (a queue of about 50 ms), fq_codel in the lane (its
+// target's few ms).
+func TestPassiveRTTSplitsQueueAndPath(t *testing.T) {
+	light(t)
+	src := `name: split
+topology: {clients: 1, modem: {delay: 10ms}}
+variants:
+  - name: shaped
+    policy: |
+      interfaces:
+        - name: wan
+          egress: {rate: 10mbit}
+          ingress: {rate: 10mbit}
+phases:
+  - {name: idle, duration: 3s}
+  - {name: up, duration: 6s}
+  - {name: down, duration: 6s}
+settle: 2s
+traffic:
+  - {name: up, type: tcp, from: client1, to: server, cc: cubic, phases: [up]}
+  - {name: down, type: tcp, from: server, to: client1, cc: cubic, phases: [down]}
+  - {name: ping, type: ping, from: client1, to: server, interval: 50ms, phases: [idle]}
+`
+	dir, _, r := labRunFile(t, "split", src)
+	if r.code != 0 {
+		t.Fatalf("exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
+	t.Logf("%s", r.stdout)
+	rep := readReport(t, dir)
+	res := rep.Results[0]
+	phase := func(name string) *lab.PhaseResult {
+		for _, p := range res.Phases {
+			if p.Name == name {
+				return p
+			}
+		}
+		t.Fatalf("no phase %s", name)
+		return nil
+	}
+	idle := phase("idle").Probes["ping"]
+	if idle == nil || idle.N < 10 {
+		t.Fatalf("idle ping: %+v", idle)
+	}
+	rttOf := func(phase, class string) *lab.RTTStat {
+		c := phaseClass(phase, class, res)
+		if c == nil || c.RTT == nil || c.RTT.Samples < 20 {
+			t.Fatalf("%s %s: %+v, want 20 samples at least", phase, class, c)
+		}
+		return c.RTT
+	}
+	// The upload: its path is the delay line's round trip, as the idle
+	// ping read it; its queue is the class's.
+	up := rttOf("up", "wan/")
+	if tol := max(3, 0.15*idle.P50); math.Abs(up.Path-idle.P50) > tol {
+		t.Errorf("upload: path %.1f ms (mean %.1f, queue %.1f), the idle ping %.1f: more than %.1f ms apart", up.Path, up.Mean, up.Queue, idle.P50, tol)
+	}
+	if up.Queue < 2 {
+		t.Errorf("upload: queue %.1f ms through a full 10mbit class (mean %.1f)", up.Queue, up.Mean)
+	}
+	// The download: the ifb's queue, and the client's stack beyond.
+	down := rttOf("down", "ifb-wan/")
+	if down.Path > max(3, 0.15*idle.P50) || down.Queue < 2 {
+		t.Errorf("download: path %.1f ms, queue %.1f (mean %.1f): want the queue, and a path near none", down.Path, down.Queue, down.Mean)
+	}
+	for _, want := range []string{"queue ", "path "} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("the report's table lacks %q:\n%s", want, r.stdout)
+		}
+	}
+}
+
+// phaseClass is the class of res in phase whose key starts with prefix
+// ("wan/": the wan egress tree's), the one with the most samples.
+func phaseClass(phase, prefix string, res *lab.Result) *lab.ClassStat {
+	var best *lab.ClassStat
+	for _, p := range res.Phases {
+		if p.Name != phase {
+			continue
+		}
+		for k, c := range p.Classes {
+			if strings.HasPrefix(k, prefix) && c.RTT != nil && (best == nil || c.RTT.Samples > best.RTT.Samples) {
+				best = c
+			}
+		}
+	}
+	return best
 }

@@ -183,7 +183,8 @@ func (r *Report) comparison() ([]string, []row) {
 				if cs.RTT.Samples < 10 {
 					return fmt.Sprintf("%d samples (too few)", cs.RTT.Samples), true
 				}
-				return fmt.Sprintf("%s / %s (passive, %d samples)", ms(cs.RTT.P50), ms(cs.RTT.P95), cs.RTT.Samples), true
+				return fmt.Sprintf("%s / %s (passive, %d samples; mean %s: queue %s, path %s)", ms(cs.RTT.P50), ms(cs.RTT.P95), cs.RTT.Samples,
+					ms(cs.RTT.Mean), ms(cs.RTT.Queue), ms(cs.RTT.Path)), true
 			})
 		}
 		add("flows fairness", func(p *PhaseResult) (string, bool) {

@@ -95,6 +95,10 @@ type ClassSeries struct {
 	Ceil   float64   `json:"ceil_bps"`
 	Bps    []float64 `json:"bps"`
 	Drops  []uint64  `json:"drops"` // cumulative
+	// Backlog is what the class held queued when each bucket was read
+	// (bytes; an EDT aggregate's: its clock's lead at its cap), which
+	// the phases' queue delay comes from.
+	Backlog []uint32 `json:"backlog_bytes,omitempty"`
 	// Sharing is what the agent's sharing controller decided for the
 	// class, per bucket (policies with sharing: controller).
 	Sharing *SharingSeries `json:"sharing,omitempty"`

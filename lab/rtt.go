@@ -54,11 +54,23 @@ func withRTT(text string) string {
 }
 
 // RTTStat is a class's round trips over a phase, timed from its own TCP
-// packets: how many, and their median and 95th percentile (ms).
+// packets: how many, their median, 95th percentile and mean (ms), and
+// the mean split at the shaper: the part spent in the class's own queue
+// (Queue) and the rest, the path beyond it (Path).
+//
+// Queue is the qdisc's view, by Little's law: the class's mean backlog
+// over the phase's readings divided by what it passed (an EDT
+// aggregate's backlog is its clock's lead at its cap, so this is the
+// lead). A sample is timed from the moment sluice classifies its packet,
+// before the queue, so its mean is the queue's mean sojourn plus the
+// path's: Path = Mean - Queue.
 type RTTStat struct {
 	Samples uint64  `json:"samples"`
 	P50     float64 `json:"p50_ms"`
 	P95     float64 `json:"p95_ms"`
+	Mean    float64 `json:"mean_ms"`
+	Queue   float64 `json:"queue_ms"`
+	Path    float64 `json:"path_ms"`
 }
 
 // rttOver is what class c's cumulative histograms (one per bucket, nil
@@ -82,8 +94,14 @@ func (c *ClassSeries) rttOver(lo, hi int) *RTTStat {
 			d.B[k] -= min(d.B[k], start.B[k])
 		}
 		d.Count -= min(d.Count, start.Count)
+		d.Sum -= min(d.Sum, start.Sum)
 	}
 	s := &RTTStat{Samples: d.Count}
+	if d.Count > 0 {
+		s.Mean = float64(d.Sum) / float64(d.Count) / 1e6
+		s.Queue = c.queueOver(lo, hi)
+		s.Path = max(0, s.Mean-s.Queue)
+	}
 	if p, ok := bpf.Quantile(&d, 0.5); ok {
 		s.P50 = float64(p) / 1e6
 	}
@@ -91,4 +109,19 @@ func (c *ClassSeries) rttOver(lo, hi int) *RTTStat {
 		s.P95 = float64(p) / 1e6
 	}
 	return s
+}
+
+// queueOver is the class's mean queue delay over buckets lo to hi (ms):
+// its mean backlog over what it passed in them (Little's law), 0 where
+// it passed nothing.
+func (c *ClassSeries) queueOver(lo, hi int) float64 {
+	var backlog, bps float64
+	for i := max(lo, 0); i < hi && i < len(c.Backlog) && i < len(c.Bps); i++ {
+		backlog += float64(c.Backlog[i])
+		bps += c.Bps[i]
+	}
+	if bps <= 0 {
+		return 0
+	}
+	return backlog * 8 / bps * 1e3
 }

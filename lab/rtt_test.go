@@ -1,6 +1,7 @@
 package lab
 
 import (
+	"math"
 	"strings"
 	"testing"
 
@@ -59,5 +60,38 @@ func TestRTTOverAPhase(t *testing.T) {
 	}
 	if s := (&ClassSeries{}).rttOver(0, 4); s != nil {
 		t.Errorf("no readings: %+v", s)
+	}
+}
+
+// A phase's mean round trip splits at the shaper: the class's mean
+// backlog over what it passed (Little's law) is its queue, the rest the
+// path. 60 KB queued at 8 Mbit/s is 60 ms; round trips of 80 ms leave
+// 20 for the path.
+func TestRTTSplitsQueueAndPath(t *testing.T) {
+	before := &bpf.RTTHist{Count: 10, Sum: 10 * 5e6}
+	after := &bpf.RTTHist{Count: 110, Sum: 10*5e6 + 100*80e6}
+	after.B[16*12+4] = 100 // about 80 ms
+	c := &ClassSeries{
+		rtt:     []*bpf.RTTHist{before, nil, after},
+		Bps:     []float64{0, 8e6, 8e6},
+		Backlog: []uint32{0, 50000, 70000},
+	}
+	s := c.rttOver(1, 3)
+	if s == nil || s.Samples != 100 {
+		t.Fatalf("phase: %+v, want its 100 samples", s)
+	}
+	if s.Mean != 80 || math.Abs(s.Queue-60) > 1e-9 || math.Abs(s.Path-20) > 1e-9 {
+		t.Errorf("mean %v ms, queue %v, path %v: want 80, 60 and 20", s.Mean, s.Queue, s.Path)
+	}
+	// A queue longer than the round trips (a reading's backlog at a
+	// moment) leaves no negative path.
+	c.Backlog = []uint32{0, 500000, 500000}
+	if s := c.rttOver(1, 3); s.Path != 0 || s.Queue != 500 {
+		t.Errorf("queue %v ms, path %v: want 500 and 0", s.Queue, s.Path)
+	}
+	// Nothing passed: no queue to speak of.
+	c.Bps = []float64{0, 0, 0}
+	if s := c.rttOver(1, 3); s.Queue != 0 || s.Path != 80 {
+		t.Errorf("idle class: queue %v ms, path %v: want 0 and 80", s.Queue, s.Path)
 	}
 }

@@ -363,7 +363,7 @@ func Run(ctx context.Context, b *Bed, s *Scenario, v Variant, opt Options) (*Res
 			d := depth[ci.Parent.String()] + 1
 			depth[ci.Handle.String()] = d
 			cs := &ClassSeries{Device: dev, Name: ci.Name, ID: ci.Handle.String(), Depth: d, Leaf: ci.Leaf != "",
-				Rate: ci.Rate.BitsFloat(), Ceil: ci.Ceil.BitsFloat(), Bps: make([]float64, nb), Drops: make([]uint64, nb)}
+				Rate: ci.Rate.BitsFloat(), Ceil: ci.Ceil.BitsFloat(), Bps: make([]float64, nb), Drops: make([]uint64, nb), Backlog: make([]uint32, nb)}
 			r.Classes = append(r.Classes, cs)
 			classIdx[dev+"/"+cs.ID] = cs
 		}
@@ -519,6 +519,7 @@ func Run(ctx context.Context, b *Bed, s *Scenario, v Variant, opt Options) (*Res
 					}
 					prevBytes[key] = c.Bytes
 					cs.Drops[i] = uint64(c.Drops)
+					cs.Backlog[i] = c.Backlog
 					if c.RTT != nil {
 						for len(cs.rtt) < i {
 							cs.rtt = append(cs.rtt, nil)

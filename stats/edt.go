@@ -120,6 +120,12 @@ func readEDT(k *kernel.Kernel, t *Tree, dev string, rec *records.Tree) error {
 			cp = ci.Ceil
 		}
 		c.Backlog = edtBacklog(pc.T_next, now, cp)
+		// A packet stamped now leaves when the clock's lead has passed.
+		lead := 0.0
+		if pc.T_next > now {
+			lead = float64(pc.T_next-now) / 1e9
+		}
+		c.QueueDelay = &lead
 		// A group of a per_host class (CLASS:GROUP) counts what its hosts
 		// sent, which the class already sums: it is listed below it, as
 		// an inner class (no leaf: its bytes are its hosts', never added

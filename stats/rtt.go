@@ -187,15 +187,21 @@ func writeRTTClasses(w io.Writer, cs []*Class, hosts bool) {
 		return
 	}
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "ROUND TRIPS\tSAMPLES\tP50\tP95\tP99\t")
+	// QUEUE NOW is sluice's own part: what the class's queue holds a
+	// packet now. What a round trip has above it is the path's.
+	fmt.Fprintln(tw, "ROUND TRIPS\tSAMPLES\tP50\tP95\tP99\tQUEUE NOW\t")
 	for _, c := range with {
 		r := c.RTT
 		name := strings.Repeat("  ", c.Depth) + c.Name
+		queue := "-"
+		if c.QueueDelay != nil {
+			queue = rttHuman(*c.QueueDelay)
+		}
 		if !r.Enough() {
-			fmt.Fprintf(tw, "%s\t%d\ttoo few\t\t\t\n", name, r.Samples)
+			fmt.Fprintf(tw, "%s\t%d\ttoo few\t\t\t%s\t\n", name, r.Samples, queue)
 			continue
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t\n", name, r.Samples, rttHuman(r.P50), rttHuman(r.P95), rttHuman(r.P99))
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t\n", name, r.Samples, rttHuman(r.P50), rttHuman(r.P95), rttHuman(r.P99), queue)
 	}
 	tw.Flush()
 }

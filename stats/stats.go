@@ -144,6 +144,12 @@ type Class struct {
 	Classified *Count `json:"classified,omitempty"`
 	// RTT is the class's round trips where its interface times them.
 	RTT *RTT `json:"rtt,omitempty"`
+	// QueueDelay is how long the class's queue holds a packet now
+	// (seconds), sluice's own part of its round trips: its backlog at
+	// the rate it passed since the last reading (Rates), or an EDT
+	// aggregate's clock lead. Nil where not known: a first reading of
+	// an HTB class, or one that passed nothing.
+	QueueDelay *float64 `json:"queue_delay_seconds,omitempty"`
 }
 
 // MarshalJSON adds the rates in bits per second under their names
@@ -592,6 +598,10 @@ func Rates(prev, cur *Sample) {
 		for _, c := range t.Classes {
 			if b, ok := old[t.Device+"/"+c.ID]; ok && c.Bytes >= b {
 				c.Measured = units.PerSecond(c.Bytes-b, dt)
+				if c.QueueDelay == nil && c.Measured > 0 {
+					q := float64(c.Backlog) / float64(c.Measured)
+					c.QueueDelay = &q
+				}
 			}
 		}
 	}

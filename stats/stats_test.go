@@ -3,6 +3,7 @@ package stats
 import (
 	"bytes"
 	"fmt"
+	"math"
 	"regexp"
 	"strings"
 	"testing"
@@ -63,6 +64,40 @@ func TestRates(t *testing.T) {
 // measured between its reads: 1 MB over the 3.75 s between them is
 // 266,667 bytes/s, where the samples' 4 s would say 250,000. A tree
 // with no read time (the agent's HTB classes, read before) keeps At.
+// A class's queue now is its backlog at the rate it passed: 62.5 KB
+// at 10 Mbit/s is 50 ms; unknown on a first reading, and where it passed
+// nothing; an EDT aggregate's (its clock's lead, set when read) kept.
+func TestQueueDelay(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	prev := &Sample{At: t0, Trees: []*Tree{{Device: "eth0", Classes: []*Class{{ID: "1:10"}, {ID: "1:11", Bytes: 7}, {ID: "edt:1"}}}}}
+	lead := 0.004
+	cur := &Sample{At: t0.Add(time.Second), Trees: []*Tree{{Device: "eth0", Classes: []*Class{
+		{ID: "1:10", Bytes: 1_250_000, Backlog: 62_500}, {ID: "1:11", Bytes: 7, Backlog: 100}, {ID: "1:12", Bytes: 9, Backlog: 100},
+		{ID: "edt:1", Bytes: 1_250_000, Backlog: 5_000, QueueDelay: &lead}}}}}
+	Rates(prev, cur)
+	c := cur.Trees[0].Classes
+	if q := c[0].QueueDelay; q == nil || math.Abs(*q-0.05) > 1e-9 {
+		t.Errorf("62.5 KB at 10 Mbit/s: queue %v, want 50 ms", q)
+	}
+	if c[1].QueueDelay != nil || c[2].QueueDelay != nil {
+		t.Errorf("idle, and first read: queues %v and %v, want unknown", c[1].QueueDelay, c[2].QueueDelay)
+	}
+	if q := c[3].QueueDelay; q == nil || *q != 0.004 {
+		t.Errorf("EDT: queue %v, want its lead, 4 ms", q)
+	}
+	c[0].RTT = rttOf(&bpf.RTTHist{Count: 40, Sum: 40 * 70e6})
+	c[0].RTT.P50, c[0].RTT.P95, c[0].RTT.P99 = 0.07, 0.08, 0.09
+	c[0].Name, c[3].Name = "users", "edt"
+	c[3].RTT = &RTT{Samples: 3}
+	var b bytes.Buffer
+	cur.WriteText(&b, TextOptions{})
+	for _, re := range []string{`ROUND TRIPS +SAMPLES +P50 +P95 +P99 +QUEUE NOW`, `users +40 +70\.0 ms +80\.0 ms +90\.0 ms +50\.0 ms`, `edt +3 +too few +4\.0 ms`} {
+		if !regexp.MustCompile(re).MatchString(b.String()) {
+			t.Errorf("no line matching %s:\n%s", re, b.String())
+		}
+	}
+}
+
 func TestRatesBetweenReads(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	reading := func(at, read time.Time, bytes uint64) *Sample {

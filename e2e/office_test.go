@@ -80,7 +80,7 @@ func TestOfficeExample(t *testing.T) {
 	if checked != 1 {
 		t.Errorf("no shaped download phase in the report")
 	}
-	if !regexp.MustCompile(`(?m)^\s+ifb-wan/bulk round trip p50 / p95\s+-\s+[0-9.]+ ms / [0-9.]+ ms \(passive, \d+ samples\)`).MatchString(out) {
+	if !regexp.MustCompile(`(?m)^\s+ifb-wan/bulk round trip p50 / p95\s+-\s+[0-9.]+ ms / [0-9.]+ ms \(passive, \d+ samples; mean [0-9.]+ ms: queue [0-9.]+ ms, path [0-9.]+ ms\)`).MatchString(out) {
 		t.Errorf("the text report lacks ifb-wan/bulk's round trips")
 	}
 }

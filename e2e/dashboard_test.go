@@ -100,10 +100,11 @@ func TestDashboardInChromium(t *testing.T) {
 	if !regexp.MustCompile(`id="queue-veth0-egress"[^>]*data-series="6"`).MatchString(dom) {
 		t.Errorf("no drops and backlog chart of the three classes")
 	}
-	// With rtt: on, each class's round trips: other's TCP flow has them.
-	if !strings.Contains(dom, "<th>round trip p50 | p95</th>") ||
-		!regexp.MustCompile(`data-class="other">.*?<td class="rtt">[0-9.]+ ms \| [0-9.]+ ms</td>`).MatchString(dom) {
-		t.Errorf("no round trips in the class table")
+	// With rtt: on, each class's round trips: other's TCP flow has them,
+	// and the queue it waits in now (sluice's own part of them).
+	if !strings.Contains(dom, "<th>round trip p50 | p95</th><th>queue now</th>") ||
+		!regexp.MustCompile(`data-class="other">.*?<td class="rtt">[0-9.]+ ms \| [0-9.]+ ms</td><td class="queue">[0-9.]+ ms</td>`).MatchString(dom) {
+		t.Errorf("no round trips and queue in the class table")
 	}
 	// Each class's measured rate against its rate and ceil.
 	if n := strings.Count(dom, `class="meter"`); n != 4 {

@@ -132,7 +132,9 @@ function drawTable(t, omitted) {
   const id = treeID(t);
   const rtt = t.classes.some(c => c.rtt);
   const heads = ["class", "id", "rate", "ceil", "measured", "of rate | ceil", "sent", "drops", "overlimits", "backlog"];
-  if (rtt) heads.push("round trip p50 | p95");
+  // queue now: sluice's own part of the round trips, what the class's
+  // queue holds a packet now; the rest is the path's.
+  if (rtt) heads.push("round trip p50 | p95", "queue now");
   const head = el("tr", {}, ...heads.map(h => el("th", {}, h)));
   const rows = t.classes.map(c => el("tr", {"data-class": c.name},
     el("td", {class: "name"}, "  ".repeat(c.depth) + c.name),
@@ -140,7 +142,8 @@ function drawTable(t, omitted) {
     el("td", {class: "measured"}, human(bits(c.measured_bytes_per_second))), el("td", {}, meter(bits(c.measured_bytes_per_second), bits(c.rate_bytes_per_second), bits(c.ceil_bytes_per_second))), el("td", {}, bytes(c.bytes)),
     el("td", {class: c.drops ? "red" : ""}, String(c.drops)), el("td", {}, String(c.overlimits)),
     el("td", {}, bytes(c.backlog_bytes)),
-    ...(rtt ? [el("td", {class: "rtt"}, roundTrip(c.rtt))] : [])));
+    ...(rtt ? [el("td", {class: "rtt"}, roundTrip(c.rtt)),
+      el("td", {class: "queue"}, c.queue_delay_seconds == null ? "-" : ms(c.queue_delay_seconds))] : [])));
   const table = el("table", {}, el("thead", {}, head), el("tbody", {}, ...rows));
   const box = document.getElementById("table-" + id);
   box.replaceChildren(table);

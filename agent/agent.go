@@ -459,6 +459,10 @@ func (a *Agent) Run(ctx context.Context) error {
 	tick := time.NewTicker(a.tick)
 	defer tick.Stop()
 	every := a.tick
+	// Load starts are looked for between the sharing controllers'
+	// quanta (watchStarts), while there are controllers.
+	starts := time.NewTimer(StartWatch)
+	defer starts.Stop()
 	// Files are checked at least twice a second, so that an edit is in
 	// force within a second whatever the interval.
 	watch := time.NewTicker(min(a.cfg.Interval, 500*time.Millisecond))
@@ -470,6 +474,9 @@ loop:
 			break loop
 		case <-tick.C:
 			a.pass("interval")
+		case <-starts.C:
+			starts.Reset(a.watchStarts())
+			continue
 		case <-listenC:
 			listen()
 			continue

@@ -44,6 +44,7 @@ type metrics struct {
 	reloads      *prometheus.CounterVec
 	repairs      prometheus.Counter
 	shareWrites  prometheus.Counter
+	earlySteps   prometheus.Counter
 	autoWrites   prometheus.Counter
 	hostEdits    prometheus.Counter
 	steady       prometheus.Counter
@@ -77,6 +78,8 @@ func newMetrics(a *Agent) *metrics {
 			Help: "Kernel objects changed behind the agent's back and put back (one per object)."}),
 		shareWrites: prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_sharing_writes_total",
 			Help: "Class ceils the sharing controllers wrote (a limit applied, changed or lifted)."}),
+		earlySteps: prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_sharing_early_steps_total",
+			Help: "Sharing controller steps taken before their quantum was up, on a class that started sending (a load start)."}),
 		autoWrites: prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_autorate_writes_total",
 			Help: "Rates rate: auto wrote to the kernel (the tree planned again at the new rate, written through the engine)."}),
 		hostEdits: prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_host_edits_total",
@@ -142,7 +145,7 @@ func newMetrics(a *Agent) *metrics {
 			return float64(a.kube.Status().CapsUnreadable)
 		}))
 	}
-	m.registry.MustRegister(m.reconciles, m.reloads, m.repairs, m.shareWrites, m.autoWrites, autoCollector{a}, m.hostEdits, m.steady, m.applySeconds, build, healthy, lastOK,
+	m.registry.MustRegister(m.reconciles, m.reloads, m.repairs, m.shareWrites, m.earlySteps, m.autoWrites, autoCollector{a}, m.hostEdits, m.steady, m.applySeconds, build, healthy, lastOK,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.classes.MustRegister(m)
 	m.extras.MustRegister(extrasCollector{m})

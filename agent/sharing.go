@@ -33,6 +33,11 @@ type controller struct {
 	// leafBytes: a sharded tree's leaves' byte counters at the last
 	// step (which hosts are active).
 	leafBytes map[string]uint64
+	// stepBytes: each child's bytes at the last step, against which a
+	// load start is seen (loadStarted); early: one was, so the next
+	// pass steps before the quantum is up.
+	stepBytes []uint64
+	early     bool
 }
 
 // heldBack is the delay beyond which an EDT aggregate's packet counts as
@@ -97,10 +102,11 @@ func (a *Agent) runControllers(p *engine.Prepared, pl *plan.Plan, k *kernel.Kern
 			}
 			// A step is due once a quantum has passed, less half the
 			// pass interval (passes do not land exactly).
-			if !ctl.last.IsZero() && s.At.Sub(ctl.last) < cfg.Quantum-a.tick/2 {
+			if !ctl.early && !ctl.last.IsZero() && s.At.Sub(ctl.last) < cfg.Quantum-a.tick/2 {
 				tree.Sharing = append(tree.Sharing, ctl.decided...)
 				continue
 			}
+			ctl.early = false
 			wrote = append(wrote, a.step(k, d, ctl, tree, planned, s.At)...)
 			tree.Sharing = append(tree.Sharing, ctl.decided...)
 		}
@@ -169,7 +175,7 @@ func leafWeight(c *stats.Class, prev uint64, seen bool, dt float64) float64 {
 		return rate
 	}
 	sent := float64(c.Bytes-prev) / dt
-	if sent >= busyFrames*1514 {
+	if sent >= busyFrames*frameBytes {
 		return rate
 	}
 	return min(rate, sent)
@@ -177,7 +183,10 @@ func leafWeight(c *stats.Class, prev uint64, seen bool, dt float64) float64 {
 
 // busyFrames is the pace, in full frames a second, from which a leaf
 // counts as busy: above ARP, DNS and keepalives, below any transfer.
-const busyFrames = 8
+const (
+	busyFrames = 8
+	frameBytes = 1514
+)
 
 func treeOf(s *stats.Sample, dev string) *stats.Tree {
 	for _, t := range s.Trees {
@@ -192,56 +201,30 @@ func treeOf(s *stats.Sample, dev string) *stats.Tree {
 // tenant's subclasses and hosts queue for it) and decides the
 // children's limits (ctl.limits), which runControllers has written.
 func (a *Agent) step(k *kernel.Kernel, dev *plan.Device, ctl *controller, tree *stats.Tree, planned map[tc.Handle]*tc.Class, now time.Time) []written {
-	byID := map[string]*stats.Class{}
-	for _, c := range tree.Classes {
-		byID[c.ID] = c
-	}
-	child := map[string]int{}
-	for i, ch := range ctl.cfg.Children {
-		child[ch.ID] = i
-	}
 	edt := tree.Backend == "edt"
 	n := len(ctl.cfg.Children)
-	bytes := make([]uint64, n)
-	backlog := make([]uint64, n)
-	drops := make([]uint64, n)
+	sums := sumChildren(ctl.cfg.Children, tree)
+	bytes, backlog, drops := sums.bytes, sums.backlog, sums.drops
 	liveRate, liveCeil := make([]units.Rate, n), make([]units.Rate, n)
 	found := make([]bool, n)
-	// A child's bytes are its leaves' (itself, if it is one): the
-	// kernel's HTB counts an inner class's bytes in bursts, a second
-	// or two apart, which would read as a class that stopped and
-	// started. A sharded tree's shards weigh what their active hosts
-	// (leaves that sent since the last step, or queue) weigh: their
-	// rates.
-	isParent := map[string]bool{}
-	for _, c := range tree.Classes {
-		isParent[c.Parent] = true
-	}
+	// A sharded tree's shards weigh what their active hosts (leaves
+	// that sent since the last step, or queue) weigh: their rates.
 	active := make([]float64, n)
 	if ctl.cfg.Shards && ctl.leafBytes == nil {
 		ctl.leafBytes = map[string]uint64{}
 	}
-	for _, c := range tree.Classes {
-		// Walk up to the controlled child this class belongs to, if any.
-		for x, depth := c, 0; x != nil && depth < 16; x, depth = byID[x.Parent], depth+1 {
-			i, ok := child[x.ID]
-			if !ok {
-				continue
-			}
-			if x == c {
-				liveRate[i], liveCeil[i], found[i] = c.Rate, c.Ceil, true
-			}
-			if !isParent[c.ID] {
-				bytes[i] += c.Bytes
-			}
-			if ctl.cfg.Shards && !isParent[c.ID] {
-				prev, seen := ctl.leafBytes[c.ID]
-				ctl.leafBytes[c.ID] = c.Bytes
-				active[i] += leafWeight(c, prev, seen, now.Sub(ctl.last).Seconds())
-			}
-			backlog[i] += uint64(c.Backlog)
-			drops[i] += uint64(c.Drops)
-			break
+	for k, c := range tree.Classes {
+		i := sums.owner[k]
+		if i < 0 {
+			continue
+		}
+		if ctl.cfg.Children[i].ID == c.ID {
+			liveRate[i], liveCeil[i], found[i] = c.Rate, c.Ceil, true
+		}
+		if ctl.cfg.Shards && !sums.parent[c.ID] {
+			prev, seen := ctl.leafBytes[c.ID]
+			ctl.leafBytes[c.ID] = c.Bytes
+			active[i] += leafWeight(c, prev, seen, now.Sub(ctl.last).Seconds())
 		}
 	}
 	rs := make([]share.Reading, n)
@@ -313,7 +296,7 @@ func (a *Agent) step(k *kernel.Kernel, dev *plan.Device, ctl *controller, tree *
 		}
 	}
 	ds := ctl.c.Step(now, rs)
-	ctl.last = now
+	ctl.last, ctl.stepBytes = now, bytes
 	if ds == nil {
 		return nil
 	}
@@ -373,6 +356,121 @@ func (a *Agent) step(k *kernel.Kernel, dev *plan.Device, ctl *controller, tree *
 		}
 	}
 	return out
+}
+
+// StartWatch is how often the agent reads the counters between a
+// sharing controller's steps for a load start (loadStarted): a class
+// that starts is given its share within about this long, not at the
+// next quantum (1 s by default). Only the counters of the trees in
+// force are read, and only while nothing changed (engine's Steady);
+// the watch slows down where a read is slow (watchStarts).
+const StartWatch = 100 * time.Millisecond
+
+// watchStarts steps, at once, each controller one of whose children
+// started sending since its last step, and returns when to look again:
+// StartWatch, or 20 reads' time where a read takes longer than 5 ms (a
+// tree of thousands of classes), so that the watch costs at most about
+// 5% of a core.
+func (a *Agent) watchStarts() time.Duration {
+	if a.inForce == nil || !a.recorded || len(a.ctls) == 0 {
+		return StartWatch
+	}
+	t0 := time.Now()
+	s, ok := a.sess.Steady(a.pol)
+	next := max(StartWatch, 20*time.Since(t0))
+	if !ok {
+		return next // the next pass reads everything
+	}
+	started := false
+	for _, ctl := range a.ctls {
+		if ctl.cfg.Quantum <= StartWatch {
+			continue // steps as often as the watch would look
+		}
+		if tree := treeOf(s, ctl.dev); tree != nil && ctl.loadStarted(tree) {
+			ctl.early, started = true, true
+			a.metrics.earlySteps.Inc()
+		}
+	}
+	if started {
+		if k, err := a.sess.Reader(); err == nil {
+			a.runControllers(nil, a.inForce, k, s)
+		}
+	}
+	return next
+}
+
+// childSums are a controller's children's counters in one reading.
+type childSums struct {
+	// owner[k] is the child tree.Classes[k] is or descends from (-1:
+	// none); parent holds the IDs of classes with children.
+	owner  []int
+	parent map[string]bool
+	// A child's bytes are its leaves' (itself, if it is one): the
+	// kernel's HTB counts an inner class's bytes in bursts, a second
+	// or two apart, which would read as a class that stopped and
+	// started. Backlog and drops are its whole subtree's.
+	bytes, backlog, drops []uint64
+}
+
+func sumChildren(children []plan.Controlled, tree *stats.Tree) childSums {
+	byID := make(map[string]*stats.Class, len(tree.Classes))
+	s := childSums{owner: make([]int, len(tree.Classes)), parent: map[string]bool{},
+		bytes: make([]uint64, len(children)), backlog: make([]uint64, len(children)), drops: make([]uint64, len(children))}
+	for _, c := range tree.Classes {
+		byID[c.ID] = c
+		s.parent[c.Parent] = true
+	}
+	child := make(map[string]int, len(children))
+	for i, ch := range children {
+		child[ch.ID] = i
+	}
+	for k, c := range tree.Classes {
+		s.owner[k] = -1
+		// Walk up to the controlled child this class belongs to, if any.
+		for x, depth := c, 0; x != nil && depth < 16; x, depth = byID[x.Parent], depth+1 {
+			i, ok := child[x.ID]
+			if !ok {
+				continue
+			}
+			s.owner[k] = i
+			if !s.parent[c.ID] {
+				s.bytes[i] += c.Bytes
+			}
+			s.backlog[i] += uint64(c.Backlog)
+			s.drops[i] += uint64(c.Drops)
+			break
+		}
+	}
+	return s
+}
+
+// loadStarted reports whether a child that was idle at ctl's last step
+// (using less than busyFrames full frames a second, not held back) has
+// started since: it queues or drops, or has sent busyFrames full frames.
+// A load start is what a quantum's wait costs most at: the sibling
+// keeps the whole capacity and the newcomer gets what HTB's own split
+// gives it until the next step (measured in on-off: b at 5 to 6 Mbit/s
+// for a second where its share is 14.6). A trickle (ARP, DNS) is no
+// start; a burst below apply_above still gets no limit: the early step
+// is an ordinary one, only sooner.
+func (ctl *controller) loadStarted(tree *stats.Tree) bool {
+	n := len(ctl.cfg.Children)
+	if ctl.cfg.Shards || len(ctl.decided) != n || len(ctl.stepBytes) != n {
+		return false
+	}
+	sums := sumChildren(ctl.cfg.Children, tree)
+	for i, ch := range ctl.cfg.Children {
+		d := ctl.decided[i]
+		if ch.Prod || d.Hungry || d.Usage >= busyFrames*frameBytes {
+			continue // not idle at the last step
+		}
+		queued := tree.Backend != "edt" && sums.backlog[i] > 0 // an EDT clock's lead is no queue
+		if queued || sums.drops[i] > ctl.drops[ch.Name] ||
+			sums.bytes[i] >= ctl.stepBytes[i]+busyFrames*frameBytes {
+			return true
+		}
+	}
+	return false
 }
 
 // hostKeys lists the host entries of the children that are hosts of

@@ -1264,7 +1264,7 @@ func TestProdNonprodScenario(t *testing.T) {
 // limit, and the tenants get their shares.
 func TestOnOffScenario(t *testing.T) {
 	testutil.Slow(t)
-	runScenario(t, "on-off", 1, []string{"NO-CAP", "CAP-80"}, 22)
+	runScenario(t, "on-off", 1, []string{"NO-CAP", "CAP-80"}, 23)
 }
 
 // TestFairShareScenario runs the lab's fair-share scenario on this

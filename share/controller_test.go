@@ -627,3 +627,37 @@ func TestControllerBoundHoldsTheCap(t *testing.T) {
 		t.Errorf("b alone: %+v, want no limit and a ceil of 22 Mbit/s", b)
 	}
 }
+
+// An early step (the agent's, on a load start, a tenth of a quantum
+// after the last) is an ordinary step over a shorter window: a burst
+// below ApplyAbove of its share gets no limit (seed 000's delayed
+// limits), the busy sibling is held to what the burst leaves, and once
+// the newcomer queues too the split is the reference's at once.
+func TestControllerEarlyStep(t *testing.T) {
+	c := &Controller{Children: tenants(1, 1), Capacity: toRate(30 * mbit), ApplyAbove: 0.8}
+	d := newDriver(t, c, 100*mbit, 0)
+	d.step()
+	d.step()
+	early := func(wantB float64) []Decision {
+		d.l.want[1] = wantB
+		d.now = d.now.Add(100 * time.Millisecond)
+		ds := c.Step(d.now, d.l.run(c, 100*time.Millisecond, d.ceils))
+		for i, x := range ds {
+			d.ceils[i] = bitsOf(x.Ceil)
+		}
+		return ds
+	}
+	ds := early(2 * mbit)
+	if b := ds[1]; b.Applied || bitsOf(b.Ceil) != 30*mbit || math.Abs(bitsOf(b.Usage)-2*mbit) > 0.1*mbit {
+		t.Errorf("b's 2 Mbit/s burst: %+v, want its usage over the 100 ms window and no limit", b)
+	}
+	if a := ds[0]; !a.Applied || math.Abs(bitsOf(a.Ceil)-28*mbit) > 1e3 {
+		t.Errorf("a beside b's burst: %+v, want held to the 28 Mbit/s b leaves", a)
+	}
+	ds = early(100 * mbit)
+	for _, x := range ds {
+		if !x.Applied || math.Abs(bitsOf(x.Ceil)-15*mbit) > 1e3 {
+			t.Errorf("both queueing, one early step later: %+v, want 15 Mbit/s each", x)
+		}
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"sluice/plan"
 	"sluice/policy"
 	"sluice/share"
+	"sluice/stats"
 	"sluice/units"
 )
 
@@ -322,6 +323,54 @@ type SubjectResult struct {
 	IdealShare    float64 `json:"ideal_share"`
 	MeasuredShare float64 `json:"measured_share"`
 	Deviation     float64 `json:"deviation"`
+	// RTT is the subject's TCP round trips over the measurement, timed
+	// from its own packets (nil: it timed none, as UDP does).
+	RTT *SubjectRTT `json:"rtt,omitempty"`
+}
+
+// SubjectRTT is a subject's round trips in a cell: how many were timed,
+// their median and 95th percentile (seconds), the responsiveness the
+// median gives in round trips per minute, and what the cell's load added
+// to the bed's own round trip (its delay line), with its bufferbloat
+// grade (lab.Grade). With fewer than stats.MinRTTSamples the quantiles
+// are left out: too few to say.
+type SubjectRTT struct {
+	Samples uint64  `json:"samples"`
+	P50     float64 `json:"p50_seconds,omitempty"`
+	P95     float64 `json:"p95_seconds,omitempty"`
+	RPM     float64 `json:"rpm,omitempty"`
+	Added   float64 `json:"added_seconds,omitempty"`
+	Grade   string  `json:"grade,omitempty"`
+}
+
+// subjectRTT is what a cell reports of round trips r (nil for none) on
+// a bed whose own round trip is bed.
+func subjectRTT(r *stats.RTT, bed time.Duration) *SubjectRTT {
+	if r == nil || r.Samples == 0 {
+		return nil
+	}
+	s := &SubjectRTT{Samples: r.Samples}
+	if r.Enough() {
+		s.P50, s.P95 = r.P50, r.P95
+		if r.P50 > 0 {
+			s.RPM = 60 / r.P50
+		}
+		s.Added = max(0, r.P50-bed.Seconds())
+		s.Grade = lab.Grade(1000 * s.Added)
+	}
+	return s
+}
+
+// Text is the round trips as a report's table says them: "p50 / p95
+// ms", "few (N)" below the samples quantiles need, "-" for none.
+func (s *SubjectRTT) Text() string {
+	switch {
+	case s == nil:
+		return "-"
+	case s.P50 == 0:
+		return fmt.Sprintf("few (%d)", s.Samples)
+	}
+	return fmt.Sprintf("%.1f / %.1f ms (%s)", 1000*s.P50, 1000*s.P95, s.Grade)
 }
 
 // Tolerance is how far a cell may stray from the reference: each

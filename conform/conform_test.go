@@ -5,11 +5,15 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
 
+	"sluice/bpf"
+	"sluice/lab"
 	"sluice/policy"
+	"sluice/stats"
 )
 
 func parse(t *testing.T, src string) *policy.Policy {
@@ -762,5 +766,102 @@ func TestNeutralPortNeverZero(t *testing.T) {
 	f := referenceFlow(p.Interfaces[0].Egress, nil)
 	if f.Src.Port() == 0 || f.Dst.Port() == 0 {
 		t.Fatalf("reference flow %v", f)
+	}
+}
+
+// A cell's round trips per subject: what each class's histograms gained
+// between the cell's two readings, its copies on several devices or
+// shards added up; a class that timed nothing has none.
+func TestClassRTTs(t *testing.T) {
+	hist := func(count uint64, at int) *bpf.RTTHist {
+		h := &bpf.RTTHist{Count: count, Sum: count * 20e6}
+		h.B[at] = count
+		return h
+	}
+	h0 := map[string]*bpf.RTTHist{"eth0\x00a": hist(100, 200), "eth0\x00idle": hist(7, 200)}
+	h1 := map[string]*bpf.RTTHist{"eth0\x00a": hist(150, 200), "eth1\x00a": hist(30, 200), "eth0\x00idle": hist(7, 200), "eth0\x00new": hist(12, 210)}
+	got := classRTTs(h0, h1)
+	if _, ok := got["idle"]; ok || len(got) != 2 {
+		t.Fatalf("classes %v, want a and new (idle timed nothing between the readings)", got)
+	}
+	a := got["a"]
+	want := hist(80, 200) // 50 more on eth0, 30 on eth1
+	if p, _ := bpf.Quantile(want, 0.5); a.Samples != 80 || a.P50 != p.Seconds() {
+		t.Errorf("a: %d samples, p50 %v; want 80, %v", a.Samples, a.P50, p)
+	}
+	if n := got["new"]; n.Samples != 12 || !(n.P50 > a.P50) {
+		t.Errorf("new: %+v", n)
+	}
+	// Reported: the quantiles where there are enough samples, and the
+	// responsiveness the median gives.
+	bed := 5 * time.Millisecond
+	if s := subjectRTT(a, bed); s.Samples != 80 || s.P50 != a.P50 || s.RPM != 60/a.P50 ||
+		math.Abs(s.Added-(a.P50-bed.Seconds())) > 1e-12 || s.Grade != lab.Grade(1000*s.Added) {
+		t.Errorf("subjectRTT(a) = %+v", s)
+	}
+	if s := subjectRTT(a, time.Second); s.Added != 0 || s.Grade != "A+" {
+		t.Errorf("a round trip under the bed's adds nothing: %+v", s)
+	}
+	few := subjectRTT(stats.NewRTT(hist(5, 200)), bed)
+	if few.P50 != 0 || few.Text() != "few (5)" {
+		t.Errorf("5 samples: %+v %q, want no quantiles", few, few.Text())
+	}
+	if subjectRTT(nil, bed) != nil || (*SubjectRTT)(nil).Text() != "-" {
+		t.Error("no round trips must report none")
+	}
+}
+
+// The report gives each subject's round trips beside its share, in the
+// text and on the page.
+func TestReportShowsRoundTrips(t *testing.T) {
+	v := Verdict{Pass: true, Worst: 0.01, IdealTotal: 1e7, MeasuredTotal: 1e7, Utilisation: 1, Subjects: []SubjectResult{
+		{Name: "bulk", Demand: "tcp x4", Ideal: 5e6, Measured: 5e6, RTT: &SubjectRTT{Samples: 400, P50: 0.0213, P95: 0.025, RPM: 60 / 0.0213, Grade: "A"}},
+		{Name: "few", Demand: "tcp x1", Ideal: 3e6, Measured: 3e6, RTT: &SubjectRTT{Samples: 4}},
+		{Name: "voip", Demand: "udp 2mbit", Ideal: 2e6, Measured: 2e6},
+	}}
+	r := &Report{Policy: "p.yaml", Trees: []*TreeReport{{Interface: "eth0", Direction: "egress", Device: "eth0", Pass: true,
+		Cells: []*CellReport{{Cell: Cell{Name: "load"}, Verdict: v}}}}}
+	var b strings.Builder
+	r.WriteText(&b, false)
+	text := b.String()
+	for _, want := range []string{"ROUND TRIP p50 / p95", "21.3 / 25.0 ms (A)", "few (4)"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("text lacks %q:\n%s", want, text)
+		}
+	}
+	if !regexp.MustCompile(`voip\s.*%\s+-\n`).MatchString(text) {
+		t.Errorf("voip (UDP, nothing timed) must read -:\n%s", text)
+	}
+	b.Reset()
+	if err := r.WriteHTML(&b); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), "<td>21.3 / 25.0 ms (A)</td>") || !strings.Contains(b.String(), "<td>-</td>") {
+		t.Errorf("page lacks the round trips:\n%s", b.String())
+	}
+}
+
+// A run times every interface that does not say otherwise (an observer
+// beside the policy's classifier), and keeps an interface's own `rtt:`.
+func TestTimedPolicy(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "p.yaml")
+	src := "interfaces:\n  - name: eth0\n    egress: {rate: 10mbit}\n  - name: eth1\n    rtt: off\n    egress: {rate: 10mbit}\n"
+	if err := os.WriteFile(file, []byte(src), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	pol, err := LoadPolicy(file, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := timed(pol)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Interfaces[0].RTT == nil || got.Interfaces[1].RTT != nil {
+		t.Errorf("timed: eth0 %v, eth1 %v; want eth0 timed, eth1 as it says (off)", got.Interfaces[0].RTT, got.Interfaces[1].RTT)
+	}
+	if !strings.Contains(string(got.Source(file)), "rtt: on") {
+		t.Errorf("the agent's copy (the source) is not timed:\n%s", got.Source(file))
 	}
 }

@@ -8,6 +8,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"sluice/lab"
 	"sluice/policy"
 )
 
@@ -119,4 +120,19 @@ func writeEffective(pol *policy.Policy) (file string, cleanup func(), err error)
 		return "", nil, err
 	}
 	return file, func() { os.RemoveAll(tmp) }, nil
+}
+
+// timed returns pol with `rtt: on` on every interface that does not say
+// otherwise, so that each cell gives its subjects' round trips from
+// their own TCP packets (an observer beside the policy's classifier: the
+// data plane under test is the same). pol as it is where it already
+// times every interface.
+func timed(pol *policy.Policy) (*policy.Policy, error) {
+	src := string(pol.Source(pol.File))
+	text := lab.WithRTT(src)
+	if text == src {
+		return pol, nil
+	}
+	out, _, err := policy.Parse(pol.File, []byte(text))
+	return out, err
 }

@@ -223,7 +223,9 @@ func (r *Report) WriteText(w io.Writer, quiet bool) {
 		if quiet {
 			fmt.Fprintln(tw, "  CELL\tWORST\tVERDICT")
 		} else {
-			fmt.Fprintln(tw, "  CELL\tSUBJECT\tDEMAND\tIDEAL\tSHARE\tMEASURED\tSHARE\tDEV\t")
+			// The last column: each subject's round trips, the
+			// cell's verdict and notes.
+			fmt.Fprintln(tw, "  CELL\tSUBJECT\tDEMAND\tIDEAL\tSHARE\tMEASURED\tSHARE\tDEV\tROUND TRIP p50 / p95")
 		}
 		for _, c := range t.Cells {
 			cells++
@@ -252,8 +254,8 @@ func (r *Report) WriteText(w io.Writer, quiet bool) {
 				if i == 0 {
 					name = c.Name
 				}
-				fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%.1f%%\t%s\t%.1f%%\t%.1f%%\t\n", name, s.Name, s.Demand, units.Bits(s.Ideal), 100*s.IdealShare,
-					units.Bits(s.Measured), 100*s.MeasuredShare, 100*s.Deviation)
+				fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%.1f%%\t%s\t%.1f%%\t%.1f%%\t%s\n", name, s.Name, s.Demand, units.Bits(s.Ideal), 100*s.IdealShare,
+					units.Bits(s.Measured), 100*s.MeasuredShare, 100*s.Deviation, s.RTT.Text())
 			}
 			fmt.Fprintf(tw, "  \ttotal\t\t%s\t\t%s\t(%.0f%%)\t%.1f%%\t%s\n", units.Bits(c.Verdict.IdealTotal), units.Bits(c.Verdict.MeasuredTotal),
 				100*c.Verdict.Utilisation, 100*c.Verdict.Worst, verdict)
@@ -342,6 +344,7 @@ var page = template.Must(template.New("report").Funcs(template.FuncMap{
 	"mbit": units.Bits,
 	"pct":  func(x float64) string { return fmt.Sprintf("%.1f%%", 100*x) },
 	"inc":  func(i int) int { return i + 1 },
+	"rtt":  func(r *SubjectRTT) string { return r.Text() },
 }).Parse(`<!doctype html>
 <html><head><meta charset="utf-8"><title>sluice conformance: {{.R.Policy}}</title>
 <style>
@@ -364,12 +367,12 @@ share right is measured once more, as is a cell whose worst share is past the to
 {{range $t.Notes}}<p>Plan says: {{.}}</p>{{end}}
 {{range $t.Subjects}}{{if .NotDriven}}<p>Not driven: {{.Name}}: {{.NotDriven}}</p>{{end}}{{$n := .Name}}{{range .Misplaced}}<p>Left out: {{$n}}: {{.}}</p>{{end}}{{end}}
 {{.Chart}}
-{{if $t.Cells}}<table><tr><th>#</th><th>cell</th><th>subject</th><th>demand</th><th>ideal</th><th>share</th><th>measured</th><th>share</th><th>deviation</th></tr>
+{{if $t.Cells}}<table><tr><th>#</th><th>cell</th><th>subject</th><th>demand</th><th>ideal</th><th>share</th><th>measured</th><th>share</th><th>deviation</th><th>round trip p50 / p95</th></tr>
 {{range $i, $c := $t.Cells}}{{range $j, $s := $c.Verdict.Subjects}}<tr>{{if eq $j 0}}<td>{{inc $i}}</td><td>{{$c.Name}}</td>{{else}}<td></td><td></td>{{end}}
-<td>{{$s.Name}}</td><td>{{$s.Demand}}</td><td>{{mbit $s.Ideal}}</td><td>{{pct $s.IdealShare}}</td><td>{{mbit $s.Measured}}</td><td>{{pct $s.MeasuredShare}}</td><td>{{pct $s.Deviation}}</td></tr>
+<td>{{$s.Name}}</td><td>{{$s.Demand}}</td><td>{{mbit $s.Ideal}}</td><td>{{pct $s.IdealShare}}</td><td>{{mbit $s.Measured}}</td><td>{{pct $s.MeasuredShare}}</td><td>{{pct $s.Deviation}}</td><td>{{rtt $s.RTT}}</td></tr>
 {{end}}<tr><td></td><td></td><td>total</td><td></td><td>{{mbit $c.Verdict.IdealTotal}}</td><td></td><td>{{mbit $c.Verdict.MeasuredTotal}}</td><td>{{pct $c.Verdict.Utilisation}}</td>
-<td class="{{if $c.Verdict.Pass}}pass{{else}}fail{{end}}">{{if $c.Verdict.Pass}}pass{{else}}{{$c.Verdict.Why}}{{end}}</td></tr>
-{{range $c.Verdict.Notes}}<tr><td></td><td></td><td colspan="7">{{.}}</td></tr>{{end}}
+<td class="{{if $c.Verdict.Pass}}pass{{else}}fail{{end}}" colspan="2">{{if $c.Verdict.Pass}}pass{{else}}{{$c.Verdict.Why}}{{end}}</td></tr>
+{{range $c.Verdict.Notes}}<tr><td></td><td></td><td colspan="8">{{.}}</td></tr>{{end}}
 {{end}}</table>{{end}}
 {{end}}
 </body></html>

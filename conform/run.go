@@ -21,6 +21,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"sluice/agent"
+	"sluice/bpf"
 	"sluice/engine"
 	"sluice/kernel"
 	"sluice/lab"
@@ -127,6 +128,15 @@ func Run(ctx context.Context, pol *policy.Policy, opt Options) (*Report, error) 
 		Measure: opt.Measure.Seconds()}}
 	if rep, err := kernel.ProbeCached(records.Dir("")); err == nil {
 		r.rep.Kernel = rep.Kernel
+		// Timed where the kernel lets it and the plan takes it: the
+		// verdict is the policy's either way.
+		if feats := rep.Features(); feats.BPF {
+			if t, err := timed(pol); err == nil {
+				if _, err := plan.Build(t, feats, nil); err == nil {
+					r.pol = t
+				}
+			}
+		}
 	}
 	var devs []string
 	queues := map[string]int{}
@@ -996,6 +1006,9 @@ func (r *runner) judgeAt(tr *tree, c Cell, ideal map[string]float64, res *driven
 		}
 	}
 	v := r.judgeCarried(tr, c, ideal, res, eff)
+	for i := range v.Subjects {
+		v.Subjects[i].RTT = subjectRTT(res.rtt[v.Subjects[i].Name], r.opt.RTT)
+	}
 	v.Notes = append(v.Notes, notes...)
 	v.Notes = append(v.Notes, res.unconnected...)
 	// What landed in a class no demand of the cell sends to: a flow the
@@ -1063,6 +1076,8 @@ type driven struct {
 	// unconnected says, per TCP flow that never connected (its SYN
 	// waited behind a queue longer than the dial allows), why.
 	unconnected []string
+	// rtt is each class's round trips over the measurement (by name).
+	rtt map[string]*stats.RTT
 }
 
 // udpPayload is the payload of conformance's UDP datagrams.
@@ -1165,7 +1180,7 @@ func (r *runner) drive(ctx context.Context, dev, dir string, ds []drive, settle,
 	case <-time.After(settle):
 	case <-ctx.Done():
 	}
-	c0, q0, t0, err := r.read(devs)
+	c0, q0, h0, t0, err := r.read(devs)
 	if err != nil {
 		stop()
 		return nil, err
@@ -1186,7 +1201,7 @@ func (r *runner) drive(ctx context.Context, dev, dir string, ds []drive, settle,
 	case <-time.After(measure):
 	case <-ctx.Done():
 	}
-	c1, _, t1, err := r.read(devs)
+	c1, _, h1, t1, err := r.read(devs)
 	g1, s1 := make([]uint64, len(counters)), make([]uint64, len(counters))
 	for i, fc := range counters {
 		g1[i], s1[i] = fc.Received(), fc.Sent()
@@ -1204,6 +1219,7 @@ func (r *runner) drive(ctx context.Context, dev, dir string, ds []drive, settle,
 	dt := t1.Sub(t0).Seconds()
 	res := &driven{bySubject: map[string]float64{}, sent: map[string]float64{}, unconnected: unconnected}
 	res.classes, res.total = classRates(c0, c1, dt, devs)
+	res.rtt = classRTTs(h0, h1)
 	// What a class no flow here drives held queued when the measurement
 	// began was left by an earlier one (a class capped far below what
 	// was sent to it drains slower than drain waits: a 32 kbit/s host
@@ -1302,17 +1318,17 @@ func classRates(c0, c1 map[string]float64, dt float64, devs []string) (classes, 
 	return classes, total
 }
 
-// read sums each class's bytes, and each leaf's backlog, by device and
-// name (a sharded tree has a copy of a class per shard; an EDT tree
-// counts per aggregate).
-func (r *runner) read(devs []string) (bytes, backlog map[string]float64, at time.Time, err error) {
-	out, queued := map[string]float64{}, map[string]float64{}
+// read sums each class's bytes, and each leaf's backlog and round-trip
+// histogram, by device and name (a sharded tree has a copy of a class
+// per shard; an EDT tree counts per aggregate).
+func (r *runner) read(devs []string) (bytes, backlog map[string]float64, rtt map[string]*bpf.RTTHist, at time.Time, err error) {
+	out, queued, rtt := map[string]float64{}, map[string]float64{}, map[string]*bpf.RTTHist{}
 	if len(devs) == 0 {
-		return out, queued, time.Now(), nil
+		return out, queued, rtt, time.Now(), nil
 	}
 	smp, err := stats.Collect(r.k, devs)
 	if err != nil {
-		return nil, nil, time.Time{}, err
+		return nil, nil, nil, time.Time{}, err
 	}
 	for _, t := range smp.Trees {
 		var aggregates float64
@@ -1332,6 +1348,9 @@ func (r *runner) read(devs []string) (bytes, backlog map[string]float64, at time
 				if c.Leaf != "edt" {
 					queued[t.Device+"\x00"+c.Name] += float64(c.Backlog)
 				}
+				if c.RTT != nil && c.RTT.Hist() != nil {
+					addHist(rtt, t.Device+"\x00"+c.Name, c.RTT.Hist())
+				}
 			}
 		}
 		if t.Backend == "edt" {
@@ -1339,7 +1358,47 @@ func (r *runner) read(devs []string) (bytes, backlog map[string]float64, at time
 			out[t.Device+"\x00(root)"] = aggregates
 		}
 	}
-	return out, queued, smp.At, nil
+	return out, queued, rtt, smp.At, nil
+}
+
+// addHist adds h to m[key].
+func addHist(m map[string]*bpf.RTTHist, key string, h *bpf.RTTHist) {
+	sum := m[key]
+	if sum == nil {
+		sum = &bpf.RTTHist{}
+		m[key] = sum
+	}
+	for k := range sum.B {
+		sum.B[k] += h.B[k]
+	}
+	sum.Count += h.Count
+	sum.Sum += h.Sum
+}
+
+// classRTTs is each class's round trips between two readings' histograms
+// (by name: the devices measured together are one cell's), for the
+// classes that timed any.
+func classRTTs(h0, h1 map[string]*bpf.RTTHist) map[string]*stats.RTT {
+	byName := map[string]*bpf.RTTHist{}
+	for key, end := range h1 {
+		d := *end
+		if start := h0[key]; start != nil {
+			for k := range d.B {
+				d.B[k] -= min(d.B[k], start.B[k])
+			}
+			d.Count -= min(d.Count, start.Count)
+			d.Sum -= min(d.Sum, start.Sum)
+		}
+		_, name, _ := strings.Cut(key, "\x00")
+		addHist(byName, name, &d)
+	}
+	out := map[string]*stats.RTT{}
+	for name, h := range byName {
+		if h.Count > 0 {
+			out[name] = stats.NewRTT(h)
+		}
+	}
+	return out
 }
 
 // knownLimit is the note Options.Limit gives for a tree's cell when the

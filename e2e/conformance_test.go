@@ -338,6 +338,7 @@ func TestConformanceMatrix(t *testing.T) {
 					if len(tr.Cells) == 0 {
 						t.Errorf("%s: no cells ran", tr.Name())
 					}
+					checkCellRTTs(t, tr)
 					for _, c := range tr.Cells {
 						row := matrixRow{Kernel: r.Kernel, Plane: pl.name, Leaf: strings.Join(tr.Leaves, ","), Shape: shape, Cell: c.Name,
 							Worst: c.Verdict.Worst, Pass: c.Verdict.Pass, Why: c.Verdict.Why}
@@ -358,6 +359,43 @@ func TestConformanceMatrix(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// checkCellRTTs holds a tree's cells' round trips to the bed: a class
+// whose TCP flows carried something timed their round trips, at least
+// the bed's propagation (its delay line each way: conform.DefaultRTT)
+// at the median; UDP is never timed. (A per_host class's hosts have
+// their figures per host, which a cell does not read: "-".)
+func checkCellRTTs(t *testing.T, tr *conform.TreeReport) {
+	t.Helper()
+	timed := 0
+	for _, c := range tr.Cells {
+		protos := map[string]string{}
+		for _, d := range c.Demands {
+			protos[d.Subject] = d.Proto
+		}
+		for _, s := range c.Verdict.Subjects {
+			switch {
+			case s.RTT == nil:
+			case protos[s.Name] != "tcp":
+				t.Errorf("%s: %s: %s (%s) timed round trips: %+v", tr.Name(), c.Name, s.Name, protos[s.Name], s.RTT)
+			case s.RTT.P50 > 0 && (s.RTT.P50 < 0.8*conform.DefaultRTT.Seconds() || s.RTT.P95 < s.RTT.P50):
+				t.Errorf("%s: %s: %s: round trips p50 %.2f / p95 %.2f ms, below the bed's %v", tr.Name(), c.Name, s.Name,
+					1000*s.RTT.P50, 1000*s.RTT.P95, conform.DefaultRTT)
+			default:
+				timed++
+			}
+		}
+	}
+	tcp := false
+	for _, c := range tr.Cells {
+		for _, d := range c.Demands {
+			tcp = tcp || d.Proto == "tcp" && !strings.Contains(d.Subject, "/")
+		}
+	}
+	if tcp && timed == 0 {
+		t.Errorf("%s: no class's TCP flows had their round trips timed", tr.Name())
 	}
 }
 

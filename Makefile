@@ -2,7 +2,7 @@
 GO  ?= go
 BIN := bin/sluice
 
-.PHONY: build dist deps demo test test-host test-kubernetes unit unit-cross check fuzz fuzz-policies soak lint vmtest vmtest-all bpf bpf-check bench bench-utilization bench-classify bench-apply bench-agent bench-edt bench-edt-lane bench-probe bench-rtt bench-rtt-lane clean install deb packages image
+.PHONY: build dist deps demo test test-host test-kubernetes unit unit-cross check fuzz fuzz-policies soak lint vmtest vmtest-all vmtest-arm64 bpf bpf-check bench bench-utilization bench-classify bench-apply bench-agent bench-edt bench-edt-lane bench-probe bench-rtt bench-rtt-lane clean install deb packages image
 
 # The version and commit `sluice version`, sluice_build_info and the
 # packages say: v0.1.0 on a release tag, v0.1.1-dev.N+gCOMMIT after it
@@ -179,6 +179,12 @@ vmtest:
 vmtest-all:
 	./vmlane/vmtest.sh 6.1
 	./vmlane/vmtest.sh 6.12
+
+# The arm64 smoke lane: Debian's arm64 kernel under qemu with busybox and
+# the static arm64 binary (apply, show, plan, export, reset, the agent).
+# make test runs it beside the host suite (scripts/beside.sh).
+vmtest-arm64:
+	GO=$(GO) ./vmlane/arm64.sh $(KERNEL)
 
 lint:
 	$(GO) vet ./...

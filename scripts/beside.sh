@@ -20,6 +20,8 @@
 #            (vmlane/vmtest.sh with VM_BUILD_ONLY=1, KERNEL as make's),
 #            which `make vmtest VM_PREBUILT=1` afterwards takes when the
 #            tree has not changed since;
+#   arm64    the arm64 smoke lane (vmlane/arm64.sh): an emulated guest
+#            whose steps keep no clock but a generous timeout;
 #   fuzz     every fuzz target for FUZZTIME (default 10s). A fuzzer has no
 #            deadline to miss: starved, it only runs fewer inputs.
 # No test that measures time runs here: the unit tests run after the host
@@ -58,7 +60,7 @@ start)
 		echo "beside.sh: the chain did not get the lowest priority (${prio:-no answer}): it would slow the timed tests" >&2
 		exit 1
 	fi
-	echo "beside: kubeapi, race, lane and fuzz started at ${prio#priority: } (out/beside/)"
+	echo "beside: kubeapi, race, lane, arm64 and fuzz started at ${prio#priority: } (out/beside/)"
 	;;
 run)
 	# setsid made this chain a session, so an autogroup of its own where
@@ -80,6 +82,7 @@ run)
 	step kubeapi ./scripts/kubeapi.sh
 	step race "$GO" test -race -short -count=1 -run '^$' ./...
 	step lane env VM_BUILD_ONLY=1 ./vmlane/vmtest.sh "${KERNEL:-6.1}"
+	step arm64 env GO="$GO" ./vmlane/arm64.sh "${KERNEL:-6.1}"
 	step fuzz "$MAKE" --no-print-directory fuzz FUZZTIME="${FUZZTIME:-10s}" GO="$GO"
 	;;
 wait)
@@ -90,7 +93,7 @@ wait)
 	flock 9
 	echo "beside: waited $((SECONDS - start))s for the chain"
 	rc=0
-	for s in kubeapi race lane fuzz; do
+	for s in kubeapi race lane arm64 fuzz; do
 		r=$(cat "$dir/$s.rc" 2>/dev/null || echo missing)
 		echo "beside: $s: $([[ $r == 0 ]] && echo ok || echo "FAILED ($r)")"
 		if [[ $r != 0 ]]; then

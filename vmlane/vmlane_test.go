@@ -99,3 +99,22 @@ func TestEndingSummaryCompletes(t *testing.T) {
 		}
 	}
 }
+
+// The arm64 smoke lane's scripts parse, and a kernel it does not know is
+// refused (exit 2, saying what it wants) before anything is installed or
+// fetched.
+func TestArm64LaneRefusesBadKernels(t *testing.T) {
+	for _, s := range []string{"arm64.sh", "arm64-guest.sh"} {
+		if out, err := exec.Command("bash", "-n", s).CombinedOutput(); err != nil {
+			t.Errorf("%s: %v\n%s", s, err, out)
+		}
+	}
+	for _, arg := range []string{"6.1*", "6.2", "../x", "6.1;reboot"} {
+		cmd := exec.Command("bash", "arm64.sh", arg)
+		cmd.Env = append(os.Environ(), "SLUICE_VM_CACHE="+t.TempDir())
+		out, err := cmd.CombinedOutput()
+		if code := cmd.ProcessState.ExitCode(); code != 2 || !strings.Contains(string(out), "want 6.1 or 6.12") {
+			t.Errorf("arm64.sh %q: exit %d (%v), want 2 saying what it wants:\n%s", arg, code, err, out)
+		}
+	}
+}

@@ -3,7 +3,7 @@
 # Debian or Ubuntu machine: iproute2 (tc, ip, ss), nftables, iperf3, ping, clang,
 # llvm and libbpf-dev (BPF objects), Chromium (the lab report's
 # rendering test), wondershaper and FireQOS (import's equivalence
-# tests), qemu and its helpers (the stock-kernel lane), qemu-user
+# tests), qemu and its helpers (the stock-kernel lane, the arm64 smoke lane), qemu-user
 # (the arm suites) and groff (the man pages). Go must
 # already be installed (https://go.dev/doc/install); modules come from
 # the Go module proxy. Idempotent: does nothing when all is present.
@@ -50,15 +50,25 @@ command -v depmod >/dev/null 2>&1 || need+=(kmod)
 command -v file >/dev/null 2>&1 || need+=(file)
 command -v busybox >/dev/null 2>&1 || need+=(busybox-static)
 python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || need+=(python3-venv)
+# The arm64 smoke lane (vmlane/arm64.sh, beside the host suite too):
+# qemu-system-arm and cpio, and arm64 in dpkg's architectures, so that
+# it only downloads (apt-get download) while the suite runs.
+command -v qemu-system-aarch64 >/dev/null 2>&1 || need+=(qemu-system-arm)
+command -v cpio >/dev/null 2>&1 || need+=(cpio)
+arm64=""
+if command -v dpkg >/dev/null 2>&1 && ! dpkg --print-foreign-architectures | grep -qx arm64; then
+  arm64=1
+fi
 
-if ((${#need[@]})); then
+if ((${#need[@]})) || [[ -n $arm64 ]]; then
   if [[ $(id -u) -ne 0 ]]; then
-    echo "install-deps: need root to install ${need[*]}" >&2
+    echo "install-deps: need root to install ${need[*]}${arm64:+ (and to add the arm64 architecture to dpkg)}" >&2
     exit 1
   fi
   export DEBIAN_FRONTEND=noninteractive
+  [[ -z $arm64 ]] || dpkg --add-architecture arm64
   apt-get update -qq
-  apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+  ((${#need[@]} == 0)) || apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
 
 if ! command -v go >/dev/null 2>&1; then

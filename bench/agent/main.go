@@ -55,6 +55,10 @@ type result struct {
 	StatusBytes          int     `json:"status_bytes"`
 	RSSMB                float64 `json:"rss_mb"`
 	CPUPercentIdle       float64 `json:"cpu_percent_steady"`
+	// CPUPercentController is the same tree's idle cost with a sharing
+	// controller over its top-level classes (cap 80%): its steps, and
+	// the load-start watch between them (docs/sharing.md).
+	CPUPercentController float64 `json:"cpu_percent_steady_controller"`
 }
 
 // autoResult is the agent's cost with rate: auto both ways (one echo
@@ -98,8 +102,8 @@ func main() {
 			benchrun.Fail(err)
 		}
 		r := measure(n)
-		fmt.Printf("%6d hosts: first apply %.2f s, steady pass %.0f ms, scrape %.1f ms (%d series), with hosts %.1f ms (%d series; %.1f ms inflated as read), status %.1f ms (%d KB), RSS %.0f MB, CPU %.1f%%\n",
-			n, r.FirstApplyS, median(r.PassMs), r.ScrapeMs, r.ScrapeSeries, r.HostScrapeMs, r.HostSeries, r.HostScrapeInflatedMs, r.StatusMs, r.StatusBytes/1024, r.RSSMB, r.CPUPercentIdle)
+		fmt.Printf("%6d hosts: first apply %.2f s, steady pass %.0f ms, scrape %.1f ms (%d series), with hosts %.1f ms (%d series; %.1f ms inflated as read), status %.1f ms (%d KB), RSS %.0f MB, CPU %.1f%% (%.1f%% with a sharing controller)\n",
+			n, r.FirstApplyS, median(r.PassMs), r.ScrapeMs, r.ScrapeSeries, r.HostScrapeMs, r.HostSeries, r.HostScrapeInflatedMs, r.StatusMs, r.StatusBytes/1024, r.RSSMB, r.CPUPercentIdle, r.CPUPercentController)
 		o.Results = append(o.Results, r)
 	}
 	if *auto > 0 {
@@ -122,12 +126,14 @@ func measure(n int) result {
 	defer os.RemoveAll(dir)
 	pol := filepath.Join(dir, "p.yaml")
 	os.WriteFile(filepath.Join(dir, "hosts.csv"), []byte(benchrun.HostsCSV(n, -1)), 0o644)
-	os.WriteFile(pol, []byte(`interfaces:
+	// tree is the policy's text, with a sharing line (or none).
+	tree := func(sharing string) string {
+		return `interfaces:
   - name: veth0
     egress:
       rate: 10gbit
       default: rest
-      classes:
+` + sharing + `      classes:
         - name: voice
           rate: 100mbit
           prio: 0
@@ -137,7 +143,11 @@ func measure(n int) result {
           per_host: {by: dst, hosts_file: hosts.csv}
         - name: rest
           rate: 500mbit
-`), 0o644)
+`
+	}
+	os.WriteFile(pol, []byte(tree("")), 0o644)
+	controlled := filepath.Join(dir, "controlled.yaml")
+	os.WriteFile(controlled, []byte(tree("      sharing: {mode: controller, cap: 80%}\n")), 0o644)
 	ns := fmt.Sprintf("sluice-bench-agent-%d", os.Getpid())
 	benchrun.Must("ip", "netns", "add", ns)
 	defer func() {
@@ -150,10 +160,14 @@ func measure(n int) result {
 	state := filepath.Join(dir, "state")
 
 	r := result{Hosts: n}
-	for _, hostMetrics := range []bool{false, true} {
+	for _, run := range []string{"plain", "host-metrics", "controller"} {
+		hostMetrics := run == "host-metrics"
 		args := []string{"--netns", ns, "agent", pol, "--listen", "127.0.0.1:0"}
-		if hostMetrics {
+		switch run {
+		case "host-metrics":
 			args = append(args, "--host-metrics")
+		case "controller":
+			args[3] = controlled
 		}
 		cmd := exec.Command(*sluiceBin, args...)
 		cmd.Env = append(os.Environ(), "SLUICE_STATE_DIR="+state)
@@ -164,7 +178,13 @@ func measure(n int) result {
 			benchrun.Fail(err)
 		}
 		base := waitHealthy(cmd, filepath.Join(state, "netns", ns, agent.AgentFile), &log)
-		if !hostMetrics {
+		switch {
+		case run == "controller":
+			time.Sleep(3 * time.Second) // the policy applied, the controller's first steps
+			cpu0 := cpuSeconds(cmd.Process.Pid)
+			time.Sleep(10 * time.Second)
+			r.CPUPercentController = (cpuSeconds(cmd.Process.Pid) - cpu0) / 10 * 100
+		case !hostMetrics:
 			r.FirstApplyS = time.Since(t0).Seconds()
 			// Steady passes: each pass's duration, as the agent reports it.
 			var last float64
@@ -183,7 +203,7 @@ func measure(n int) result {
 			r.ScrapeMs, r.ScrapeSeries = timeGet(base + "/metrics")
 			r.StatusMs, r.StatusBytes = timeGet(base + "/api/v1/status")
 			r.RSSMB = rssMB(cmd.Process.Pid)
-		} else {
+		default:
 			time.Sleep(1500 * time.Millisecond)
 			r.HostScrapeMs, r.HostSeries = timeGet(base + "/metrics")
 			r.HostScrapeInflatedMs = timeInflated(base + "/metrics")

@@ -841,12 +841,17 @@ func TestReportShowsRoundTrips(t *testing.T) {
 	}
 }
 
-// A run times every interface that does not say otherwise (an observer
-// beside the policy's classifier), and keeps an interface's own `rtt:`.
+// A run times the interfaces whose trees sluice's BPF program classifies
+// (no work added to a packet's way), keeps an interface's own `rtt:`,
+// and leaves u32 trees untimed.
 func TestTimedPolicy(t *testing.T) {
 	dir := t.TempDir()
 	file := filepath.Join(dir, "p.yaml")
-	src := "interfaces:\n  - name: eth0\n    egress: {rate: 10mbit}\n  - name: eth1\n    rtt: off\n    egress: {rate: 10mbit}\n"
+	src := "interfaces:\n" +
+		"  - name: eth0\n    egress: {rate: 10mbit, classifier: bpf}\n" +
+		"  - name: eth1\n    rtt: off\n    egress: {rate: 10mbit, classifier: bpf}\n" +
+		"  - name: eth2\n    egress: {rate: 10mbit, classifier: u32}\n" +
+		"  - name: eth3\n    egress: {rate: 10mbit, classifier: bpf}\n    ingress: {rate: 10mbit, classifier: u32}\n"
 	if err := os.WriteFile(file, []byte(src), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -854,14 +859,22 @@ func TestTimedPolicy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := timed(pol)
+	names := timeable(pol)
+	if !names["eth0"] || !names["eth1"] || names["eth2"] || names["eth3"] {
+		t.Errorf("timeable %v, want eth0 and eth1 (BPF classifies every tree), not eth2 or eth3 (u32)", names)
+	}
+	got, err := timed(pol, names)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.Interfaces[0].RTT == nil || got.Interfaces[1].RTT != nil {
-		t.Errorf("timed: eth0 %v, eth1 %v; want eth0 timed, eth1 as it says (off)", got.Interfaces[0].RTT, got.Interfaces[1].RTT)
+	if got.Interfaces[0].RTT == nil || got.Interfaces[1].RTT != nil || got.Interfaces[2].RTT != nil || got.Interfaces[3].RTT != nil {
+		t.Errorf("timed: %v %v %v %v; want eth0 alone timed (eth1 says off)", got.Interfaces[0].RTT, got.Interfaces[1].RTT,
+			got.Interfaces[2].RTT, got.Interfaces[3].RTT)
 	}
 	if !strings.Contains(string(got.Source(file)), "rtt: on") {
 		t.Errorf("the agent's copy (the source) is not timed:\n%s", got.Source(file))
+	}
+	if same, _ := timed(pol, map[string]bool{"eth2": false}); same != pol {
+		t.Error("a run that times nothing must keep the policy as it is")
 	}
 }

@@ -131,9 +131,12 @@ func Run(ctx context.Context, pol *policy.Policy, opt Options) (*Report, error) 
 		// Timed where the kernel lets it and the plan takes it: the
 		// verdict is the policy's either way.
 		if feats := rep.Features(); feats.BPF {
-			if t, err := timed(pol); err == nil {
-				if _, err := plan.Build(t, feats, nil); err == nil {
-					r.pol = t
+			// The planner settles each tree's classifier (auto).
+			if _, err := plan.Build(pol, feats, nil); err == nil {
+				if t, err := timed(pol, timeable(pol)); err == nil {
+					if _, err := plan.Build(t, feats, nil); err == nil {
+						r.pol = t
+					}
 				}
 			}
 		}

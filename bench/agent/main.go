@@ -147,7 +147,7 @@ func measure(n int) result {
 	}
 	os.WriteFile(pol, []byte(tree("")), 0o644)
 	controlled := filepath.Join(dir, "controlled.yaml")
-	os.WriteFile(controlled, []byte(tree("      sharing: {mode: controller, cap: 80%}\n")), 0o644)
+	os.WriteFile(controlled, []byte(tree("      shards: 1\n      sharing: {mode: controller, cap: 80%}\n")), 0o644)
 	ns := fmt.Sprintf("sluice-bench-agent-%d", os.Getpid())
 	benchrun.Must("ip", "netns", "add", ns)
 	defer func() {

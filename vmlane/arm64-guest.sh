@@ -73,14 +73,14 @@ echo "smoke: export and reset"
 sluice agent /etc/bpf.yaml --listen 127.0.0.1:9464 >/tmp/agent.log 2>&1 &
 agent=$!
 ok=""
-for i in $(seq 1 60); do
+for i in $(seq 1 600); do
   if wget -q -O /tmp/metrics http://127.0.0.1:9464/metrics 2>/dev/null && grep -q 'sluice_reconcile_total{result="ok"}' /tmp/metrics; then
     ok=1
     break
   fi
   sleep 1
 done
-[ -n "$ok" ] || { cat /tmp/agent.log; fail "the agent served no reconciled /metrics in 60 s"; }
+[ -n "$ok" ] || { cat /tmp/agent.log; fail "the agent served no reconciled /metrics in 600 s"; }
 want "agent metrics" /tmp/metrics sluice_build_info
 kill "$agent"
 wait "$agent" 2>/dev/null

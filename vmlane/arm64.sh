@@ -104,7 +104,7 @@ chmod 755 "$root/init" "$root/bin/busybox"
 
 say "booting (emulated: a minute or two)"
 log=${SLUICE_ARM64_LOG:-$work/console.log}
-timeout "${SLUICE_ARM64_TIMEOUT:-900}" qemu-system-aarch64 -M virt -cpu max -smp 2 -m 1024 -nographic -no-reboot \
+timeout "${SLUICE_ARM64_TIMEOUT:-1800}" qemu-system-aarch64 -M virt -cpu max -smp 2 -m 1024 -nographic -no-reboot \
   -kernel "$image" -initrd "$work/initrd.gz" -append "console=ttyAMA0 panic=-1 quiet" </dev/null >"$log" 2>&1 || true
 sed -n '/^smoke:/p' "$log"
 if grep -q '^smoke: passed' "$log"; then

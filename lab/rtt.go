@@ -12,11 +12,11 @@ import (
 // packets (an interface's `rtt: on`), so that each phase of a report
 // gives the passive figure beside the probes' pings.
 
-// WithRTT returns policy text with `rtt: on` on every interface that
+// withRTT returns policy text with `rtt: on` on every interface that
 // does not say otherwise (an `rtt:` of its own, off included, stays).
 // Text it cannot read as YAML it returns as it is: applying it will say
 // what is wrong.
-func WithRTT(text string) string {
+func withRTT(text string) string {
 	var doc yaml.Node
 	if err := yaml.Unmarshal([]byte(text), &doc); err != nil || len(doc.Content) == 0 || doc.Content[0].Kind != yaml.MappingNode {
 		return text

@@ -19,7 +19,7 @@ func TestWithRTT(t *testing.T) {
     rtt: off
     egress: {rate: 10mbit}
 `
-	out := WithRTT(src)
+	out := withRTT(src)
 	p, _, err := policy.Parse("p.yaml", []byte(out))
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out)
@@ -31,7 +31,7 @@ func TestWithRTT(t *testing.T) {
 		t.Errorf("comment lost:\n%s", out)
 	}
 	for _, same := range []string{"", "pod_veths: {}\n", "interfaces: [\n", "interfaces:\n  - name: x\n    rtt: on\n"} {
-		if got := WithRTT(same); got != same {
+		if got := withRTT(same); got != same {
 			t.Errorf("%q became %q", same, got)
 		}
 	}

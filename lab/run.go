@@ -190,7 +190,7 @@ func Run(ctx context.Context, b *Bed, s *Scenario, v Variant, opt Options) (*Res
 	}
 	r.Policy = text
 	// Every class's round trips from its own packets, beside the pings.
-	text = WithRTT(text)
+	text = withRTT(text)
 	classes, controlled, err := Apply(b, fmt.Sprintf("%s/%s", s.Name, v.Name), text)
 	if err != nil {
 		if m := missingQdisc.FindStringSubmatch(err.Error()); m != nil {

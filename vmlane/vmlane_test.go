@@ -4,8 +4,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // A kernel argument that names no kernel is refused before anything is
@@ -115,6 +117,26 @@ func TestArm64LaneRefusesBadKernels(t *testing.T) {
 		out, err := cmd.CombinedOutput()
 		if code := cmd.ProcessState.ExitCode(); code != 2 || !strings.Contains(string(out), "want 6.1 or 6.12") {
 			t.Errorf("arm64.sh %q: exit %d (%v), want 2 saying what it wants:\n%s", arg, code, err, out)
+		}
+	}
+}
+
+// A deadline (CI's, VM_DEADLINE) that is not a time, or that leaves no
+// time for the lane, is refused (exit 125, no VM) before anything is
+// installed or fetched.
+func TestLaneRefusesBadDeadlines(t *testing.T) {
+	now := time.Now().Unix()
+	for deadline, want := range map[string]string{
+		"tomorrow":                    "want seconds since the epoch",
+		"1e9":                         "want seconds since the epoch",
+		strconv.FormatInt(now+60, 10): "too little to run the lane",
+		strconv.FormatInt(now-10, 10): "too little to run the lane",
+	} {
+		cmd := exec.Command("bash", "vmtest.sh", "6.1")
+		cmd.Env = append(os.Environ(), "VM_DEADLINE="+deadline, "VM_CACHE="+t.TempDir())
+		out, err := cmd.CombinedOutput()
+		if code := cmd.ProcessState.ExitCode(); code != 125 || !strings.Contains(string(out), want) {
+			t.Errorf("VM_DEADLINE=%s: exit %d (%v), want 125 saying %q:\n%s", deadline, code, err, want, out)
 		}
 	}
 }

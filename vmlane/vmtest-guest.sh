@@ -213,6 +213,16 @@ speed_probe() {
   echo "sha256-16MB-ms $sha veth-tcp-mbit $((best / 1000000))" >"$out/speed"
   echo "guest: speed: the SHA-256 of 16 MB in $sha ms, one TCP flow between two namespaces $((best / 1000000)) Mbit/s (docs/kernels.md has what other runs read)"
 }
+# timed_timeout: go test's limit for the suite that measures: what this
+# boot has left (vmtest.sh's limit, SLUICE_VM_TIMEOUT, since this script
+# began) less two minutes for the summary, and 40 minutes at least. A
+# slow machine (CI under a deadline) then gets the time it was given,
+# and a test that hangs still ends in a panic with every stack.
+timed_timeout() {
+  local left=$(( ${SLUICE_VM_TIMEOUT:-2700} - SECONDS - 120 ))
+  ((left < 2400)) && left=2400
+  echo "${left}s"
+}
 has() { [[ " $suites " == *" $1 "* ]]; }
 logs=()
 if has e2e && [[ -z ${SLUICE_VM_E2E_RUN:-} ]]; then
@@ -233,7 +243,7 @@ if has e2e && [[ -z ${SLUICE_VM_E2E_RUN:-} ]]; then
   if [[ ${SLUICE_VM_PHASES:-both} != together ]]; then
     echo "guest: === alone: the tests that measure"
     speed_probe
-    run e2e e2e -test.run "^($e2e_timed)\$" -test.skip "^($e2e_checks)\$|$e2e_skip"
+    TIMEOUT=$(timed_timeout) run e2e e2e -test.run "^($e2e_timed)\$" -test.skip "^($e2e_checks)\$|$e2e_skip"
     logs+=(e2e)
   fi
 else

@@ -1,18 +1,57 @@
 package kube
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
+	"time"
 
-	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 )
 
+// API is what the watcher asks of the API server: this node's pods and
+// the namespaces, listed and watched, and Events created. Client is the
+// real one; kubetest's fake stands in for it in tests.
+type API interface {
+	ListPods(ctx context.Context, opts metav1.ListOptions) (*corev1.PodList, error)
+	WatchPods(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error)
+	ListNamespaces(ctx context.Context, opts metav1.ListOptions) (*corev1.NamespaceList, error)
+	WatchNamespaces(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error)
+	CreateEvent(ctx context.Context, ev *corev1.Event) error
+}
+
+// coreScheme knows core/v1 and no other API group. client-go's typed
+// clients register every group the server may serve (its
+// kubernetes/scheme: about 8 MB of the binary, issue 61); the agent
+// reads pods and namespaces and writes Events, all in core/v1.
+var (
+	coreScheme = func() *runtime.Scheme {
+		s := runtime.NewScheme()
+		if err := corev1.AddToScheme(s); err != nil {
+			panic(err)
+		}
+		metav1.AddToGroupVersion(s, schema.GroupVersion{Version: "v1"})
+		return s
+	}()
+	coreParams = runtime.NewParameterCodec(coreScheme)
+)
+
+// restAPI is API over a REST client for core/v1, as client-go's typed
+// CoreV1 client issues the same requests (gentype's List, Watch and
+// Create).
+type restAPI struct{ c rest.Interface }
+
 // Client reaches the API server with kubeconfig, or from inside the
 // cluster (the pod's service account) where kubeconfig is "".
-func Client(kubeconfig string) (corev1client.CoreV1Interface, error) {
+func Client(kubeconfig string) (API, error) {
 	var (
 		cfg *rest.Config
 		err error
@@ -29,11 +68,52 @@ func Client(kubeconfig string) (corev1client.CoreV1Interface, error) {
 		return nil, fmt.Errorf("kubernetes: %w", err)
 	}
 	cfg.UserAgent = "sluice-agent"
-	c, err := corev1client.NewForConfig(cfg)
+	cfg.GroupVersion = &corev1.SchemeGroupVersion
+	cfg.APIPath = "/api"
+	cfg.NegotiatedSerializer = serializer.NewCodecFactory(coreScheme).WithoutConversion()
+	c, err := rest.RESTClientFor(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes: %w", err)
 	}
-	return c, nil
+	return restAPI{c}, nil
+}
+
+func timeout(opts metav1.ListOptions) time.Duration {
+	if opts.TimeoutSeconds != nil {
+		return time.Duration(*opts.TimeoutSeconds) * time.Second
+	}
+	return 0
+}
+
+func (a restAPI) list(ctx context.Context, resource string, opts metav1.ListOptions, into runtime.Object) error {
+	return a.c.Get().Resource(resource).VersionedParams(&opts, coreParams).Timeout(timeout(opts)).Do(ctx).Into(into)
+}
+
+func (a restAPI) watch(ctx context.Context, resource string, opts metav1.ListOptions) (watch.Interface, error) {
+	opts.Watch = true
+	return a.c.Get().Resource(resource).VersionedParams(&opts, coreParams).Timeout(timeout(opts)).Watch(ctx)
+}
+
+func (a restAPI) ListPods(ctx context.Context, opts metav1.ListOptions) (*corev1.PodList, error) {
+	l := &corev1.PodList{}
+	return l, a.list(ctx, "pods", opts, l)
+}
+
+func (a restAPI) WatchPods(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+	return a.watch(ctx, "pods", opts)
+}
+
+func (a restAPI) ListNamespaces(ctx context.Context, opts metav1.ListOptions) (*corev1.NamespaceList, error) {
+	l := &corev1.NamespaceList{}
+	return l, a.list(ctx, "namespaces", opts, l)
+}
+
+func (a restAPI) WatchNamespaces(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+	return a.watch(ctx, "namespaces", opts)
+}
+
+func (a restAPI) CreateEvent(ctx context.Context, ev *corev1.Event) error {
+	return a.c.Post().Namespace(ev.Namespace).Resource("events").Body(ev).Do(ctx).Error()
 }
 
 // NodeName is the node the agent shapes: name if given (--node), else

@@ -263,7 +263,7 @@ func TestWatcherWithoutAPI(t *testing.T) {
 	f.AddReactor("list", "pods", func(clienttesting.Action) (bool, runtime.Object, error) {
 		return true, nil, context.DeadlineExceeded
 	})
-	w := New(Config{Client: &corefake.FakeCoreV1{Fake: f}, Node: "n"})
+	w := New(Config{Client: kubetest.Fake{FakeCoreV1: &corefake.FakeCoreV1{Fake: f}}, Node: "n"})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	if err := w.Start(ctx, 300*time.Millisecond); err == nil || !strings.Contains(err.Error(), "could not be listed") {

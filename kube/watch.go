@@ -20,7 +20,6 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
-	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
@@ -30,9 +29,9 @@ import (
 
 // Config is what a Watcher watches and whom it tells.
 type Config struct {
-	// Client reaches the API server (kubernetes.NewForConfig's CoreV1,
-	// or a fake in tests).
-	Client corev1client.CoreV1Interface
+	// Client reaches the API server (Client, or kubetest's fake in
+	// tests).
+	Client API
 	// Node is this node's name: only its pods are listed and watched
 	// (a field selector on spec.nodeName).
 	Node string
@@ -98,26 +97,24 @@ func New(cfg Config) *Watcher {
 	// (the first watcher's), never while another watcher's run.
 	klogOnce.Do(func() { klog.SetSlogLogger(cfg.Log) })
 	sel := fields.OneTermEqualSelector("spec.nodeName", cfg.Node).String()
-	pods := cfg.Client.Pods(metav1.NamespaceAll)
 	lw := cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			o.FieldSelector = sel
-			return pods.List(ctx, o)
+			return cfg.Client.ListPods(ctx, o)
 		},
 		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 			o.FieldSelector = sel
-			return pods.Watch(ctx, o)
+			return cfg.Client.WatchPods(ctx, o)
 		},
 	}, cfg.Client)
 	w := &Watcher{cfg: cfg, kick: make(chan struct{}, 1), written: map[string][]byte{}, told: map[string]bool{}, tells: map[string]int{}}
 	w.informer = cache.NewSharedIndexInformerWithOptions(lw, &corev1.Pod{}, cache.SharedIndexInformerOptions{})
-	nss := cfg.Client.Namespaces()
 	nlw := cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			return nss.List(ctx, o)
+			return cfg.Client.ListNamespaces(ctx, o)
 		},
 		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			return nss.Watch(ctx, o)
+			return cfg.Client.WatchNamespaces(ctx, o)
 		},
 	}, cfg.Client)
 	w.namespaces = cache.NewSharedIndexInformerWithOptions(nlw, &corev1.Namespace{}, cache.SharedIndexInformerOptions{})
@@ -476,7 +473,7 @@ func (w *Watcher) warn(o metav1.Object, kind, reason, msg, why string) {
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		if _, err := w.cfg.Client.Events(evNS).Create(ctx, ev, metav1.CreateOptions{}); err != nil {
+		if err := w.cfg.Client.CreateEvent(ctx, ev); err != nil {
 			w.cfg.Log.Debug("kubernetes: event not sent", strings.ToLower(kind), who, "err", err.Error())
 		}
 	}()

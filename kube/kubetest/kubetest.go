@@ -7,6 +7,8 @@
 package kubetest
 
 import (
+	"context"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -17,8 +19,36 @@ import (
 	clienttesting "k8s.io/client-go/testing"
 )
 
-// Fake is the fake client: a CoreV1Interface.
+// Fake is the fake client: a CoreV1Interface for the tests to create,
+// update and delete with, and the agent's kube.API over the same
+// tracker.
 type Fake struct{ *corefake.FakeCoreV1 }
+
+// ListPods lists the pods of every namespace (kube.API).
+func (f Fake) ListPods(ctx context.Context, o metav1.ListOptions) (*corev1.PodList, error) {
+	return f.Pods(metav1.NamespaceAll).List(ctx, o)
+}
+
+// WatchPods watches the pods of every namespace (kube.API).
+func (f Fake) WatchPods(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+	return f.Pods(metav1.NamespaceAll).Watch(ctx, o)
+}
+
+// ListNamespaces lists the namespaces (kube.API).
+func (f Fake) ListNamespaces(ctx context.Context, o metav1.ListOptions) (*corev1.NamespaceList, error) {
+	return f.Namespaces().List(ctx, o)
+}
+
+// WatchNamespaces watches the namespaces (kube.API).
+func (f Fake) WatchNamespaces(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+	return f.Namespaces().Watch(ctx, o)
+}
+
+// CreateEvent records ev in its namespace (kube.API).
+func (f Fake) CreateEvent(ctx context.Context, ev *corev1.Event) error {
+	_, err := f.Events(ev.Namespace).Create(ctx, ev, metav1.CreateOptions{})
+	return err
+}
 
 // IsWatchListSemanticsUnSupported tells client-go's reflector to list
 // and then watch: the tracker cannot stream a list (as the fake

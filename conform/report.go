@@ -4,15 +4,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"html/template"
+	"image/color"
 	"io"
 	"strings"
 	"text/tabwriter"
 
-	"gonum.org/v1/plot"
-	"gonum.org/v1/plot/plotter"
-	"gonum.org/v1/plot/vg"
-
-	"sluice/lab"
+	"sluice/chart"
 	"sluice/units"
 )
 
@@ -311,28 +308,18 @@ func (r *Report) WriteHTML(w io.Writer) error {
 	for _, t := range r.Trees {
 		v := view{T: t}
 		if len(t.Cells) > 0 {
-			p := plot.New()
-			p.Title.Text = t.Name() + ": worst deviation per cell"
-			p.Y.Label.Text = "% of the reference share"
-			vals := make(plotter.Values, len(t.Cells))
+			p := chart.New(t.Name() + ": worst deviation per cell")
+			p.Y.Label = "% of the reference share"
+			vals := make([]float64, len(t.Cells))
 			names := make([]string, len(t.Cells))
 			for i, c := range t.Cells {
 				vals[i] = 100 * c.Verdict.Worst
 				names[i] = fmt.Sprint(i + 1)
 			}
-			bars, err := plotter.NewBarChart(vals, vg.Points(14))
-			if err != nil {
-				return err
-			}
-			p.Add(bars)
-			line := plotter.NewFunction(func(float64) float64 { return 100 * Tolerance })
-			line.Dashes = []vg.Length{vg.Points(4), vg.Points(3)}
-			p.Add(line)
-			p.NominalX(names...)
-			svg, err := lab.SVG(p, 8, 3)
-			if err != nil {
-				return err
-			}
+			p.Add(chart.Bars{Values: vals, Width: 14, Color: chart.Color(0)},
+				chart.HLine{Y: 100 * Tolerance, Color: color.Black, Width: 1, Dashes: []float64{4, 3}})
+			p.Nominal(names...)
+			svg := template.HTML(p.SVG(8, 3))
 			v.Chart = svg
 		}
 		views = append(views, v)

@@ -1,7 +1,6 @@
 package lab
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"html/template"
@@ -13,12 +12,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"gonum.org/v1/plot"
-	"gonum.org/v1/plot/plotter"
-	"gonum.org/v1/plot/plotutil"
-	"gonum.org/v1/plot/vg"
-	"gonum.org/v1/plot/vg/draw"
-	"gonum.org/v1/plot/vg/vgsvg"
+	"sluice/chart"
 
 	"sluice/units"
 )
@@ -341,10 +335,10 @@ func (r *Report) writeVerdicts(w io.Writer) {
 
 // --- HTML -------------------------------------------------------------------
 
-type chart struct {
+type figure struct {
 	Title string
 	SVG   template.HTML
-	// Keys is the chart's legend, drawn under it in the page (a legend
+	// Keys is the figure's legend, drawn under it in the page (a legend
 	// inside the plot hides the data it sits on).
 	Keys []legendKey
 }
@@ -357,12 +351,11 @@ type legendKey struct {
 }
 
 // key describes a line for the legend under its chart.
-func key(name string, c color.Color, width vg.Length, dashes []vg.Length) legendKey {
-	r, g, b, _ := c.RGBA()
-	k := legendKey{Name: name, Color: fmt.Sprintf("#%02x%02x%02x", r>>8, g>>8, b>>8), Width: float64(width)}
+func key(name string, c color.Color, width float64, dashes []float64) legendKey {
+	k := legendKey{Name: name, Color: chart.Hex(c), Width: width}
 	var d []string
 	for _, l := range dashes {
-		d = append(d, fmt.Sprintf("%g", float64(l)))
+		d = append(d, fmt.Sprintf("%g", l))
 	}
 	k.Dash = strings.Join(d, ",")
 	return k
@@ -370,7 +363,7 @@ func key(name string, c color.Color, width vg.Length, dashes []vg.Length) legend
 
 type variantView struct {
 	Name, Note, Skipped, Policy string
-	Charts                      []chart
+	Charts                      []figure
 }
 
 // scales are the axes every variant's charts share, so that before and
@@ -441,8 +434,8 @@ func sharedScales(results []*Result) scales {
 }
 
 // WriteHTML writes a self-contained page: the comparison table, the
-// expectations, the latency of every variant on one chart, and per
-// variant its charts (SVG drawn with gonum/plot), all on shared axes.
+// expectations, the latency of every variant on one figure, and per
+// variant its charts (inline SVG, package chart), all on shared axes.
 func (r *Report) WriteHTML(w io.Writer) error {
 	heads, rows := r.comparison()
 	sc := sharedScales(r.Results)
@@ -451,7 +444,7 @@ func (r *Report) WriteHTML(w io.Writer) error {
 	for _, res := range r.Results {
 		v := variantView{Name: res.Variant, Note: res.Note, Skipped: res.Skipped, Policy: res.Policy}
 		if res.Skipped == "" {
-			for _, c := range []func(*Result, scales) (chart, bool){classChart, sharingChart, autorateChart, autorateDelayChart, latencyChart, hostsChart, flowChart} {
+			for _, c := range []func(*Result, scales) (figure, bool){classChart, sharingChart, autorateChart, autorateDelayChart, latencyChart, hostsChart, flowChart} {
 				ch, ok := c(res, sc)
 				if ok {
 					v.Charts = append(v.Charts, ch)
@@ -461,7 +454,7 @@ func (r *Report) WriteHTML(w io.Writer) error {
 		}
 		views = append(views, v)
 	}
-	var compare []chart
+	var compare []figure
 	if ch, ok := latencyCompareChart(r.Results, sc); ok {
 		compare = append(compare, ch)
 		nCharts++
@@ -479,32 +472,17 @@ const (
 	chartH = 3.4
 )
 
-// SVG draws p at wIn x hIn inches as inline SVG for a report page.
-func SVG(p *plot.Plot, wIn, hIn float64) (template.HTML, error) { return svg(p, wIn, hIn) }
-
-func svg(p *plot.Plot, wIn, hIn float64) (template.HTML, error) {
-	c := vgsvg.New(vg.Length(wIn)*vg.Inch, vg.Length(hIn)*vg.Inch)
-	// A margin all round but the bottom: the last tick's label is
-	// centred on the axis's end and was cut in half.
-	p.Draw(draw.Crop(draw.New(c), vg.Points(6), -vg.Points(18), 0, -vg.Points(4)))
-	var b bytes.Buffer
-	if _, err := c.WriteTo(&b); err != nil {
-		return "", err
-	}
-	s := b.String()
-	if i := strings.Index(s, "<svg"); i > 0 {
-		s = s[i:] // drop the XML prolog: the SVG is inline
-	}
-	return template.HTML(s), nil
+// svg draws p at wIn x hIn inches, inline in a report page.
+func svg(p *chart.Plot, wIn, hIn float64) (template.HTML, error) {
+	return template.HTML(p.SVG(wIn, hIn)), nil
 }
 
 // timePlot is a plot of rates over the run's seconds on the shared axes,
 // its phases shaded and named along the top.
-func timePlot(title string, r *Result, sc scales) *plot.Plot {
-	p := plot.New()
-	p.Title.Text = title
-	p.X.Label.Text = "seconds"
-	p.Y.Label.Text = "Mbit/s"
+func timePlot(title string, r *Result, sc scales) *chart.Plot {
+	p := chart.New(title)
+	p.X.Label = "seconds"
+	p.Y.Label = "Mbit/s"
 	p.X.Min, p.X.Max = 0, sc.duration
 	p.Y.Min, p.Y.Max = 0, sc.rateMax*1.18
 	phaseBands(p, r, sc.rateMax*1.06)
@@ -518,53 +496,38 @@ var settleTint = color.RGBA{R: 255, G: 232, B: 204, A: 255}
 
 // phaseBands shades every other phase, tints each phase's settle, and
 // writes each phase's name at its start, at height y.
-func phaseBands(p *plot.Plot, r *Result, y float64) {
-	var lab plotter.XYLabels
-	band := func(from, to float64, c color.Color) {
-		if b, err := plotter.NewPolygon(plotter.XYs{{X: from, Y: p.Y.Min}, {X: to, Y: p.Y.Min},
-			{X: to, Y: p.Y.Max}, {X: from, Y: p.Y.Max}}); err == nil {
-			b.Color = c
-			b.LineStyle.Width = 0
-			p.Add(b)
-		}
-	}
+func phaseBands(p *chart.Plot, r *Result, y float64) {
+	var labels []chart.Item
 	for i, ph := range r.Phases {
 		if i%2 == 1 {
-			band(ph.Start, ph.End, color.Gray{Y: 242})
+			p.Add(chart.Band{From: ph.Start, To: ph.End, Color: color.Gray{Y: 242}})
 		}
 		if ph.From > ph.Start {
-			band(ph.Start, min(ph.From, ph.End), settleTint)
+			p.Add(chart.Band{From: ph.Start, To: min(ph.From, ph.End), Color: settleTint})
 		}
-		lab.XYs = append(lab.XYs, plotter.XY{X: ph.Start + 0.15, Y: y})
-		lab.Labels = append(lab.Labels, ph.Name)
+		labels = append(labels, chart.Label{X: ph.Start + 0.15, Y: y, Text: ph.Name, Color: color.Gray{Y: 90}})
 	}
-	if l, err := plotter.NewLabels(lab); err == nil {
-		for i := range l.TextStyle {
-			l.TextStyle[i].Color = color.Gray{Y: 90}
-		}
-		p.Add(l)
-	}
+	p.Add(labels...)
 }
 
+// Dashes, in points.
 var (
-	dashed = []vg.Length{vg.Points(4), vg.Points(3)}
-	dotted = []vg.Length{vg.Points(1), vg.Points(2)}
+	dashed = []float64{4, 3}
+	dotted = []float64{1, 2}
 )
 
 // line adds xs (bits/s per bucket) to p as a line and returns its key.
-func line(p *plot.Plot, name string, xs []float64, bucket float64, c color.Color, width vg.Length, dashes []vg.Length) (legendKey, bool) {
-	l, err := plotter.NewLine(mbitSeries(xs, bucket))
-	if err != nil {
+func line(p *chart.Plot, name string, xs []float64, bucket float64, c color.Color, width float64, dashes []float64) (legendKey, bool) {
+	if len(xs) == 0 {
 		return legendKey{}, false
 	}
-	l.Color, l.Width, l.Dashes = c, width, dashes
-	p.Add(l)
+	p.Add(chart.Line{Points: mbitSeries(xs, bucket), Color: c, Width: width, Dashes: dashes})
 	return key(name, c, width, dashes), true
 }
 
 // classChart: goodput per class over time, with each class's configured
 // rate dashed in the same colour.
-func classChart(r *Result, sc scales) (chart, bool) {
+func classChart(r *Result, sc scales) (figure, bool) {
 	var show []*ClassSeries
 	leaves := 0
 	for _, c := range r.Classes {
@@ -578,27 +541,24 @@ func classChart(r *Result, sc scales) (chart, bool) {
 		}
 	}
 	if len(show) == 0 {
-		return chart{}, false
+		return figure{}, false
 	}
 	p := timePlot("Rate per class (router counters) against its configured rate (dashed)", r, sc)
 	var keys []legendKey
 	for i, c := range show {
-		if k, ok := line(p, c.Key(), c.Bps, r.Bucket, plotutil.Color(i), vg.Points(1.5), nil); ok {
+		if k, ok := line(p, c.Key(), c.Bps, r.Bucket, chart.Color(i), 1.5, nil); ok {
 			keys = append(keys, k)
 		}
-		rate, _ := plotter.NewLine(plotter.XYs{{X: 0, Y: c.Rate / 1e6}, {X: r.Duration, Y: c.Rate / 1e6}})
-		rate.Color = plotutil.Color(i)
-		rate.Dashes = dashed
-		p.Add(rate)
+		p.Add(chart.Line{Points: []chart.XY{{X: 0, Y: c.Rate / 1e6}, {X: r.Duration, Y: c.Rate / 1e6}}, Color: chart.Color(i), Width: 1, Dashes: dashed})
 	}
 	s, err := svg(p, chartW, chartH)
-	return chart{Title: "Rates per class", SVG: s, Keys: keys}, err == nil
+	return figure{Title: "Rates per class", SVG: s, Keys: keys}, err == nil
 }
 
 // sharingChart: for classes under a sharing controller, the rate each
 // sent (solid), the limit in force (thin), its share (dashed) and the
 // demand the controller counted (dotted), per tenant in one colour.
-func sharingChart(r *Result, sc scales) (chart, bool) {
+func sharingChart(r *Result, sc scales) (figure, bool) {
 	p := timePlot("Sharing controller: rate, limit, share and demand per class", r, sc)
 	var keys []legendKey
 	n := 0
@@ -607,69 +567,68 @@ func sharingChart(r *Result, sc scales) (chart, bool) {
 		if sh == nil {
 			continue
 		}
-		col := plotutil.Color(n)
+		col := chart.Color(n)
 		n++
 		for _, v := range []struct {
 			what   string
 			xs     []float64
 			width  float64
-			dashes []vg.Length
+			dashes []float64
 		}{
 			{"rate", c.Bps, 1.5, nil},
 			{"limit", sh.Limit, 0.8, nil},
-			{"share", sh.Share, 1, []vg.Length{vg.Points(5), vg.Points(3)}},
+			{"share", sh.Share, 1, []float64{5, 3}},
 			{"demand", sh.Demand, 1, dotted},
 		} {
-			if k, ok := line(p, c.Name+" "+v.what, v.xs, r.Bucket, col, vg.Points(v.width), v.dashes); ok {
+			if k, ok := line(p, c.Name+" "+v.what, v.xs, r.Bucket, col, v.width, v.dashes); ok {
 				keys = append(keys, k)
 			}
 		}
 	}
 	if n == 0 {
-		return chart{}, false
+		return figure{}, false
 	}
 	s, err := svg(p, chartW, chartH+0.4)
-	return chart{Title: "Sharing controller", SVG: s, Keys: keys}, err == nil
+	return figure{Title: "Sharing controller", SVG: s, Keys: keys}, err == nil
 }
 
 // autorateChart: each rate: auto controller's rate against the modem's
 // line rate in its direction (dashed) and what its device passed.
-func autorateChart(r *Result, sc scales) (chart, bool) {
+func autorateChart(r *Result, sc scales) (figure, bool) {
 	if len(r.Autorate) == 0 {
-		return chart{}, false
+		return figure{}, false
 	}
 	p := timePlot("rate: auto: the shaper's rate against the link's capacity (dashed) and what it passed", r, sc)
 	var keys []legendKey
 	for i, a := range r.Autorate {
-		col := plotutil.Color(i)
+		col := chart.Color(i)
 		dir := a.ModemDir()
-		var capa plotter.XYs
+		var capa []chart.XY
 		for _, ph := range r.Phases {
 			if c := ph.Modem[dir]; c > 0 {
-				capa = append(capa, plotter.XY{X: ph.Start, Y: c / 1e6}, plotter.XY{X: ph.End, Y: c / 1e6})
+				capa = append(capa, chart.XY{X: ph.Start, Y: c / 1e6}, chart.XY{X: ph.End, Y: c / 1e6})
 			}
 		}
-		if l, err := plotter.NewLine(capa); err == nil && len(capa) > 0 {
-			l.Color, l.Width, l.Dashes = col, vg.Points(1), dashed
-			p.Add(l)
-			keys = append(keys, key(a.Device+" capacity ("+dir+")", col, vg.Points(1), dashed))
+		if len(capa) > 0 {
+			p.Add(chart.Line{Points: capa, Color: col, Width: 1, Dashes: dashed})
+			keys = append(keys, key(a.Device+" capacity ("+dir+")", col, 1, dashed))
 		}
-		if k, ok := line(p, a.Device+" rate", a.Rate, r.Bucket, col, vg.Points(1.8), nil); ok {
+		if k, ok := line(p, a.Device+" rate", a.Rate, r.Bucket, col, 1.8, nil); ok {
 			keys = append(keys, k)
 		}
-		if k, ok := line(p, a.Device+" passed", a.Passed, r.Bucket, col, vg.Points(0.7), dotted); ok {
+		if k, ok := line(p, a.Device+" passed", a.Passed, r.Bucket, col, 0.7, dotted); ok {
 			keys = append(keys, k)
 		}
 	}
 	s, err := svg(p, chartW, chartH)
-	return chart{Title: "rate: auto", SVG: s, Keys: keys}, err == nil
+	return figure{Title: "rate: auto", SVG: s, Keys: keys}, err == nil
 }
 
 // autorateDelayChart: each controller's delay above its reflectors'
 // baselines (the queue it reads), in ms.
-func autorateDelayChart(r *Result, sc scales) (chart, bool) {
+func autorateDelayChart(r *Result, sc scales) (figure, bool) {
 	if len(r.Autorate) == 0 {
-		return chart{}, false
+		return figure{}, false
 	}
 	top := 1.0
 	for _, a := range r.Autorate {
@@ -677,32 +636,31 @@ func autorateDelayChart(r *Result, sc scales) (chart, bool) {
 			top = max(top, d)
 		}
 	}
-	p := plot.New()
-	p.Title.Text = "rate: auto: delay above the reflectors' baselines"
-	p.X.Label.Text = "seconds"
-	p.Y.Label.Text = "ms"
+	p := chart.New("rate: auto: delay above the reflectors' baselines")
+	p.X.Label = "seconds"
+	p.Y.Label = "ms"
 	p.X.Min, p.X.Max = 0, sc.duration
 	p.Y.Min, p.Y.Max = 0, top*1.18
 	phaseBands(p, r, top*1.06)
 	var keys []legendKey
 	for i, a := range r.Autorate {
-		pts := make(plotter.XYs, len(a.Delay))
+		if len(a.Delay) == 0 {
+			continue
+		}
+		pts := make([]chart.XY, len(a.Delay))
 		for j, d := range a.Delay {
 			pts[j].X, pts[j].Y = float64(j)*r.Bucket, d
 		}
-		if l, err := plotter.NewLine(pts); err == nil {
-			l.Color, l.Width = plotutil.Color(i), vg.Points(1.2)
-			p.Add(l)
-			keys = append(keys, key(a.Device+" delay", plotutil.Color(i), vg.Points(1.2), nil))
-		}
+		p.Add(chart.Line{Points: pts, Color: chart.Color(i), Width: 1.2})
+		keys = append(keys, key(a.Device+" delay", chart.Color(i), 1.2, nil))
 	}
 	s, err := svg(p, chartW, chartH*0.7)
-	return chart{Title: "rate: auto's delay", SVG: s, Keys: keys}, err == nil
+	return figure{Title: "rate: auto's delay", SVG: s, Keys: keys}, err == nil
 }
 
 // mbitSeries turns a series of bits/s per bucket into chart points.
-func mbitSeries(xs []float64, bucket float64) plotter.XYs {
-	pts := make(plotter.XYs, len(xs))
+func mbitSeries(xs []float64, bucket float64) []chart.XY {
+	pts := make([]chart.XY, len(xs))
 	for j, v := range xs {
 		pts[j].X, pts[j].Y = float64(j)*bucket, v/1e6
 	}
@@ -711,13 +669,11 @@ func mbitSeries(xs []float64, bucket float64) plotter.XYs {
 
 // latencyPlot is an empty distribution of round trips on the shared log
 // axis, labelled 0.1, 1, 10, 100 (not 1e-01).
-func latencyPlot(title string, sc scales) *plot.Plot {
-	p := plot.New()
-	p.Title.Text = title
-	p.X.Label.Text = "round trip (ms, log scale)"
-	p.Y.Label.Text = "share of probes answered"
-	p.X.Scale = plot.LogScale{}
-	p.X.Tick.Marker = plot.LogTicks{Prec: -1}
+func latencyPlot(title string, sc scales) *chart.Plot {
+	p := chart.New(title)
+	p.X.Label = "round trip (ms, log scale)"
+	p.Y.Label = "share of probes answered"
+	p.X.Log = true
 	p.X.Min, p.X.Max = sc.rttMin, sc.rttMax
 	p.Y.Min, p.Y.Max = 0, 1
 	return p
@@ -725,7 +681,7 @@ func latencyPlot(title string, sc scales) *plot.Plot {
 
 // cdf is the distribution of the answered round trips in samples, or
 // nil when none was answered.
-func cdf(samples []Sample) plotter.XYs {
+func cdf(samples []Sample) []chart.XY {
 	var rtts []float64
 	for _, s := range samples {
 		if !s.Lost {
@@ -736,7 +692,7 @@ func cdf(samples []Sample) plotter.XYs {
 		return nil
 	}
 	sort.Float64s(rtts)
-	pts := make(plotter.XYs, len(rtts))
+	pts := make([]chart.XY, len(rtts))
 	for i, v := range rtts {
 		pts[i].X, pts[i].Y = v, float64(i+1)/float64(len(rtts))
 	}
@@ -745,35 +701,33 @@ func cdf(samples []Sample) plotter.XYs {
 
 // latencyChart: the distribution of each probe's round trips, idle (the
 // first phase) against loaded (the others).
-func latencyChart(r *Result, sc scales) (chart, bool) {
+func latencyChart(r *Result, sc scales) (figure, bool) {
 	p := latencyPlot("Latency: share of probes answered within x ms, per phase", sc)
 	var keys []legendKey
 	for _, pr := range r.Probes {
 		for pi, ph := range r.Phases {
 			pts := cdf(window(pr.Samples, ph.Start, ph.End))
-			l, err := plotter.NewLine(pts)
-			if pts == nil || err != nil {
+			if pts == nil {
 				continue
 			}
-			l.Color = plotutil.Color(pi)
+			l := chart.Line{Points: pts, Color: chart.Color(pi), Width: 1.5}
 			if pr.Type != "ping" {
-				l.Dashes = []vg.Length{vg.Points(5), vg.Points(2)}
+				l.Dashes = []float64{5, 2}
 			}
-			l.Width = vg.Points(1.5)
 			p.Add(l)
 			keys = append(keys, key(pr.Name+" "+ph.Name, l.Color, l.Width, l.Dashes))
 		}
 	}
 	if len(keys) == 0 {
-		return chart{}, false
+		return figure{}, false
 	}
 	s, err := svg(p, chartW, chartH)
-	return chart{Title: "Latency, idle and loaded", SVG: s, Keys: keys}, err == nil
+	return figure{Title: "Latency, idle and loaded", SVG: s, Keys: keys}, err == nil
 }
 
 // latencyCompareChart: each variant's first probe under load (every
-// phase but the first, idle one) on one chart, before against after.
-func latencyCompareChart(results []*Result, sc scales) (chart, bool) {
+// phase but the first, idle one) on one figure, before against after.
+func latencyCompareChart(results []*Result, sc scales) (figure, bool) {
 	p := latencyPlot("Latency under load: share of probes answered within x ms, per variant", sc)
 	var keys []legendKey
 	for i, r := range results {
@@ -786,23 +740,22 @@ func latencyCompareChart(results []*Result, sc scales) (chart, bool) {
 			loaded = append(loaded, window(pr.Samples, ph.Start, ph.End)...)
 		}
 		pts := cdf(loaded)
-		l, err := plotter.NewLine(pts)
-		if pts == nil || err != nil {
+		if pts == nil {
 			continue
 		}
-		l.Color, l.Width = plotutil.Color(i), vg.Points(2)
+		l := chart.Line{Points: pts, Color: chart.Color(i), Width: 2}
 		p.Add(l)
 		keys = append(keys, key(r.Variant+": "+pr.Name+" under load", l.Color, l.Width, nil))
 	}
 	if len(keys) < 2 {
-		return chart{}, false
+		return figure{}, false
 	}
 	s, err := svg(p, chartW, chartH)
-	return chart{Title: "Latency under load, every variant", SVG: s, Keys: keys}, err == nil
+	return figure{Title: "Latency under load, every variant", SVG: s, Keys: keys}, err == nil
 }
 
 // hostsChart: goodput per host in each loaded phase.
-func hostsChart(r *Result, sc scales) (chart, bool) {
+func hostsChart(r *Result, sc scales) (figure, bool) {
 	var phases []*PhaseResult
 	hostSet := map[string]bool{}
 	for _, ph := range r.Phases {
@@ -814,37 +767,29 @@ func hostsChart(r *Result, sc scales) (chart, bool) {
 		}
 	}
 	if len(phases) == 0 {
-		return chart{}, false
+		return figure{}, false
 	}
 	var hosts []string
 	for h := range hostSet {
 		hosts = append(hosts, h)
 	}
 	sort.Slice(hosts, func(i, j int) bool { return hostLess(hosts[i], hosts[j]) })
-	p := plot.New()
-	p.Title.Text = "Goodput per host, per phase"
-	p.Y.Label.Text = "Mbit/s"
-	p.Y.Min = 0
-	w := vg.Points(14)
+	p := chart.New("Goodput per host, per phase")
+	p.Y.Label = "Mbit/s"
+	const w = 14.0
 	var keys []legendKey
 	for i, ph := range phases {
-		vals := make(plotter.Values, len(hosts))
+		vals := make([]float64, len(hosts))
 		for j, h := range hosts {
 			vals[j] = ph.Hosts[h] / 1e6
 		}
-		bars, err := plotter.NewBarChart(vals, w)
-		if err != nil {
-			continue
-		}
-		bars.Color = plotutil.Color(i)
-		bars.LineStyle.Width = 0
-		bars.Offset = w * vg.Length(i-len(phases)/2)
+		bars := chart.Bars{Values: vals, Width: w, Offset: w * (float64(i) - float64(len(phases)-1)/2), Color: chart.Color(i)}
 		p.Add(bars)
-		keys = append(keys, key(fmt.Sprintf("%s (Jain %.3f)", ph.Name, ph.HostsFairness), bars.Color, vg.Points(8), nil))
+		keys = append(keys, key(fmt.Sprintf("%s (Jain %.3f)", ph.Name, ph.HostsFairness), bars.Color, 8, nil))
 	}
-	p.NominalX(hosts...)
+	p.Nominal(hosts...)
 	s, err := svg(p, chartW, chartH)
-	return chart{Title: "Goodput per host", SVG: s, Keys: keys}, err == nil
+	return figure{Title: "Goodput per host", SVG: s, Keys: keys}, err == nil
 }
 
 func hostLess(a, b string) bool {
@@ -883,21 +828,21 @@ func flowItems(r *Result) []flowItem {
 }
 
 // flowChart: goodput of each traffic item over time (when no class
-// chart explains it, e.g. unshaped variants).
-func flowChart(r *Result, sc scales) (chart, bool) {
+// figure explains it, e.g. unshaped variants).
+func flowChart(r *Result, sc scales) (figure, bool) {
 	items := flowItems(r)
 	if len(items) == 0 {
-		return chart{}, false
+		return figure{}, false
 	}
 	p := timePlot("Goodput per traffic item (receiver side)", r, sc)
 	var keys []legendKey
 	for i, it := range items {
-		if k, ok := line(p, it.name, it.bps, r.Bucket, plotutil.Color(i), vg.Points(1.5), nil); ok {
+		if k, ok := line(p, it.name, it.bps, r.Bucket, chart.Color(i), 1.5, nil); ok {
 			keys = append(keys, k)
 		}
 	}
 	s, err := svg(p, chartW, chartH)
-	return chart{Title: "Goodput per traffic item", SVG: s, Keys: keys}, err == nil
+	return figure{Title: "Goodput per traffic item", SVG: s, Keys: keys}, err == nil
 }
 
 var page = template.Must(template.New("report").Parse(`<!doctype html>
@@ -938,7 +883,7 @@ figures above leave them out (the scenario's settle), and an expectation that en
 {{end}}
 <script>
 // Marks the page once every chart has laid out with a visible size and
-// drawn paths, and counts what would make it hard to read: a chart
+// drawn its data (package chart's class "data"), and counts what would make it hard to read: a chart
 // narrower than the page, a label outside its chart, a number in
 // e-notation on an axis, a chart without its legend. The report's own
 // test reads these attributes.
@@ -947,7 +892,7 @@ addEventListener("load", function () {
   var figs = document.querySelectorAll("figure.chart"), page = document.querySelector("h1").getBoundingClientRect().width;
   figs.forEach(function (f) {
     var s = f.querySelector(":scope > svg"), r = s.getBoundingClientRect();
-    if (r.width > 100 && r.height > 100 && s.querySelectorAll("path").length > 3) ok++;
+    if (r.width > 100 && r.height > 100 && s.querySelectorAll(".data").length > 0) ok++;
     if (r.width < 0.95 * page) narrow++;
     s.querySelectorAll("text").forEach(function (t) {
       var b = t.getBoundingClientRect();

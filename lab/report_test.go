@@ -62,7 +62,7 @@ func TestReportHTMLComparesOnSharedAxes(t *testing.T) {
 		t.Error("a legend drawn inside a plot, over its data")
 	}
 	// Phases summarised from 0: nothing tinted.
-	if strings.Contains(page, "fill:#FFE8CC") {
+	if strings.Contains(page, `fill="#ffe8cc"`) {
 		t.Error("a settle tinted where the phases leave none out")
 	}
 }
@@ -85,7 +85,7 @@ func TestReportTintsTheSettle(t *testing.T) {
 	page := b.String()
 	// Every chart over time shades its second phase grey (one band) and
 	// tints the first two phases' settles; the third is shorter than it.
-	grey, tint := strings.Count(page, "fill:#F2F2F2"), strings.Count(page, "fill:#FFE8CC")
+	grey, tint := strings.Count(page, `fill="#f2f2f2"`), strings.Count(page, `fill="#ffe8cc"`)
 	if grey == 0 || tint != 2*grey {
 		t.Errorf("%d tinted bands on %d charts over time, want 2 a chart", tint, grey)
 	}

@@ -414,6 +414,8 @@ for boot in $(seq "$boots"); do
     ((timeout_s >= 300)) || die "VM_DEADLINE leaves ${timeout_s}s for boot $boot: too little to run the lane"
     say "boot $boot may run ${timeout_s}s (VM_DEADLINE)"
   fi
+  # The guest sizes its timed suite's go test limit to this boot's.
+  echo "export SLUICE_VM_TIMEOUT=$timeout_s" >>"$out/env"
   # VM_FAULT_KILL_QEMU=SECONDS kills the first boot's qemu that long
   # after it starts: the emulator's end, injected (docs/kernels.md).
   if [[ -n ${VM_FAULT_KILL_QEMU:-} && $boot == 1 ]]; then

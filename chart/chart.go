@@ -299,7 +299,11 @@ func (p *Plot) SVG(wIn, hIn float64) string {
 			for _, seg := range segments(it.Points) {
 				var d strings.Builder
 				for i, q := range seg {
-					fmt.Fprintf(&d, "%s%.1f %.1f", map[bool]string{true: "M", false: "L"}[i == 0], x.at(q.X), y.at(q.Y))
+					cmd := "L"
+					if i == 0 {
+						cmd = "M"
+					}
+					fmt.Fprintf(&d, "%s%.1f %.1f", cmd, x.at(q.X), y.at(q.Y))
 				}
 				fmt.Fprintf(&b, `<path class="data" d="%s" fill="none" stroke="%s" stroke-width="%.2f"%s stroke-linejoin="round"/>`,
 					d.String(), Hex(it.Color), width(it.Width), dashes(it.Dashes))

@@ -434,7 +434,7 @@ func sharedScales(results []*Result) scales {
 }
 
 // WriteHTML writes a self-contained page: the comparison table, the
-// expectations, the latency of every variant on one figure, and per
+// expectations, the latency of every variant on one chart, and per
 // variant its charts (inline SVG, package chart), all on shared axes.
 func (r *Report) WriteHTML(w io.Writer) error {
 	heads, rows := r.comparison()
@@ -473,8 +473,8 @@ const (
 )
 
 // svg draws p at wIn x hIn inches, inline in a report page.
-func svg(p *chart.Plot, wIn, hIn float64) (template.HTML, error) {
-	return template.HTML(p.SVG(wIn, hIn)), nil
+func svg(p *chart.Plot, wIn, hIn float64) template.HTML {
+	return template.HTML(p.SVG(wIn, hIn))
 }
 
 // timePlot is a plot of rates over the run's seconds on the shared axes,
@@ -551,8 +551,7 @@ func classChart(r *Result, sc scales) (figure, bool) {
 		}
 		p.Add(chart.Line{Points: []chart.XY{{X: 0, Y: c.Rate / 1e6}, {X: r.Duration, Y: c.Rate / 1e6}}, Color: chart.Color(i), Width: 1, Dashes: dashed})
 	}
-	s, err := svg(p, chartW, chartH)
-	return figure{Title: "Rates per class", SVG: s, Keys: keys}, err == nil
+	return figure{Title: "Rates per class", SVG: svg(p, chartW, chartH), Keys: keys}, true
 }
 
 // sharingChart: for classes under a sharing controller, the rate each
@@ -588,8 +587,7 @@ func sharingChart(r *Result, sc scales) (figure, bool) {
 	if n == 0 {
 		return figure{}, false
 	}
-	s, err := svg(p, chartW, chartH+0.4)
-	return figure{Title: "Sharing controller", SVG: s, Keys: keys}, err == nil
+	return figure{Title: "Sharing controller", SVG: svg(p, chartW, chartH+0.4), Keys: keys}, true
 }
 
 // autorateChart: each rate: auto controller's rate against the modem's
@@ -620,8 +618,7 @@ func autorateChart(r *Result, sc scales) (figure, bool) {
 			keys = append(keys, k)
 		}
 	}
-	s, err := svg(p, chartW, chartH)
-	return figure{Title: "rate: auto", SVG: s, Keys: keys}, err == nil
+	return figure{Title: "rate: auto", SVG: svg(p, chartW, chartH), Keys: keys}, true
 }
 
 // autorateDelayChart: each controller's delay above its reflectors'
@@ -654,8 +651,7 @@ func autorateDelayChart(r *Result, sc scales) (figure, bool) {
 		p.Add(chart.Line{Points: pts, Color: chart.Color(i), Width: 1.2})
 		keys = append(keys, key(a.Device+" delay", chart.Color(i), 1.2, nil))
 	}
-	s, err := svg(p, chartW, chartH*0.7)
-	return figure{Title: "rate: auto's delay", SVG: s, Keys: keys}, err == nil
+	return figure{Title: "rate: auto's delay", SVG: svg(p, chartW, chartH*0.7), Keys: keys}, true
 }
 
 // mbitSeries turns a series of bits/s per bucket into chart points.
@@ -721,12 +717,11 @@ func latencyChart(r *Result, sc scales) (figure, bool) {
 	if len(keys) == 0 {
 		return figure{}, false
 	}
-	s, err := svg(p, chartW, chartH)
-	return figure{Title: "Latency, idle and loaded", SVG: s, Keys: keys}, err == nil
+	return figure{Title: "Latency, idle and loaded", SVG: svg(p, chartW, chartH), Keys: keys}, true
 }
 
 // latencyCompareChart: each variant's first probe under load (every
-// phase but the first, idle one) on one figure, before against after.
+// phase but the first, idle one) on one chart, before against after.
 func latencyCompareChart(results []*Result, sc scales) (figure, bool) {
 	p := latencyPlot("Latency under load: share of probes answered within x ms, per variant", sc)
 	var keys []legendKey
@@ -750,8 +745,7 @@ func latencyCompareChart(results []*Result, sc scales) (figure, bool) {
 	if len(keys) < 2 {
 		return figure{}, false
 	}
-	s, err := svg(p, chartW, chartH)
-	return figure{Title: "Latency under load, every variant", SVG: s, Keys: keys}, err == nil
+	return figure{Title: "Latency under load, every variant", SVG: svg(p, chartW, chartH), Keys: keys}, true
 }
 
 // hostsChart: goodput per host in each loaded phase.
@@ -788,8 +782,7 @@ func hostsChart(r *Result, sc scales) (figure, bool) {
 		keys = append(keys, key(fmt.Sprintf("%s (Jain %.3f)", ph.Name, ph.HostsFairness), bars.Color, 8, nil))
 	}
 	p.Nominal(hosts...)
-	s, err := svg(p, chartW, chartH)
-	return figure{Title: "Goodput per host", SVG: s, Keys: keys}, err == nil
+	return figure{Title: "Goodput per host", SVG: svg(p, chartW, chartH), Keys: keys}, true
 }
 
 func hostLess(a, b string) bool {
@@ -828,7 +821,7 @@ func flowItems(r *Result) []flowItem {
 }
 
 // flowChart: goodput of each traffic item over time (when no class
-// figure explains it, e.g. unshaped variants).
+// chart explains it, e.g. unshaped variants).
 func flowChart(r *Result, sc scales) (figure, bool) {
 	items := flowItems(r)
 	if len(items) == 0 {
@@ -841,8 +834,7 @@ func flowChart(r *Result, sc scales) (figure, bool) {
 			keys = append(keys, k)
 		}
 	}
-	s, err := svg(p, chartW, chartH)
-	return figure{Title: "Goodput per traffic item", SVG: s, Keys: keys}, err == nil
+	return figure{Title: "Goodput per traffic item", SVG: svg(p, chartW, chartH), Keys: keys}, true
 }
 
 var page = template.Must(template.New("report").Parse(`<!doctype html>

@@ -743,6 +743,9 @@ func (b *builder) leaf(owner string, class tc.Handle, kind string, at policy.Pos
 		q.Fifo = &tc.Fifo{Limit: pk}
 	case "bfifo":
 		l := BfifoLimit(rate, ceil, quantum)
+		if b.dev.Ifb {
+			l = IngressBfifoLimit(rate, ceil, quantum)
+		}
 		switch {
 		case limit != nil && limit.Bytes > 0:
 			l = limit.Bytes

@@ -139,6 +139,12 @@ func TestDefaultsAcrossRates(t *testing.T) {
 		if l := BfifoLimit(rate, 10*rate, q); float64(l) > max(0.050*float64(rate), 65536+3*1514, 2*float64(q)+3*1514)+1 {
 			t.Errorf("%vmbit rate, 10x ceil: bfifo %d is more than 50 ms at the rate", mbit, l)
 		}
+		// On an ingress tree, 10 ms at the rate, with the same floors:
+		// never more than egress's, never under a GSO packet or a turn.
+		in, eg := IngressBfifoLimit(rate, 10*rate, q), BfifoLimit(rate, 10*rate, q)
+		if want := max(uint32(0.010*float64(rate)), MinBfifoBytes, 2*q+3*frameBytes); in != want || in > eg {
+			t.Errorf("%vmbit: ingress bfifo %d, want %d (egress %d)", mbit, in, want, eg)
+		}
 	}
 	// The quantum's floor: 4 ms of the link, at least three frames, at
 	// most a 64 KB GSO packet; a fast class gets 1 ms of its own rate.

@@ -7,14 +7,14 @@ import (
 	"os"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"sluice/kube/corev1"
 )
 
 // API is what the watcher asks of the API server: this node's pods and
@@ -28,17 +28,17 @@ type API interface {
 	CreateEvent(ctx context.Context, ev *corev1.Event) error
 }
 
-// coreScheme knows core/v1 and no other API group. client-go's typed
-// clients register every group the server may serve (its
-// kubernetes/scheme: about 8 MB of the binary, issue 61); the agent
-// reads pods and namespaces and writes Events, all in core/v1.
+// coreScheme knows core/v1 and no other API group, in sluice's own
+// types (package corev1). client-go's typed clients register every
+// group the server may serve (its kubernetes/scheme: about 8 MB of the
+// binary, issue 61), and k8s.io/api's core/v1 was 3.6 MB more; the agent
+// reads pods and namespaces and writes Events.
 var (
 	coreScheme = func() *runtime.Scheme {
 		s := runtime.NewScheme()
 		if err := corev1.AddToScheme(s); err != nil {
 			panic(err)
 		}
-		metav1.AddToGroupVersion(s, schema.GroupVersion{Version: "v1"})
 		return s
 	}()
 	coreParams = runtime.NewParameterCodec(coreScheme)

@@ -13,9 +13,10 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
+
+	"sluice/kube/corev1"
 )
 
 // Client speaks core/v1 as the API server serves it: a list of pods

@@ -10,8 +10,7 @@ import (
 	"strconv"
 	"strings"
 
-	corev1 "k8s.io/api/core/v1"
-
+	"sluice/kube/corev1"
 	"sluice/units"
 )
 

@@ -15,12 +15,11 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	corefake "k8s.io/client-go/kubernetes/typed/core/v1/fake"
 	clienttesting "k8s.io/client-go/testing"
 
+	"sluice/kube/corev1"
 	"sluice/kube/kubetest"
 	"sluice/policy"
 	"sluice/units"
@@ -263,7 +262,7 @@ func TestWatcherWithoutAPI(t *testing.T) {
 	f.AddReactor("list", "pods", func(clienttesting.Action) (bool, runtime.Object, error) {
 		return true, nil, context.DeadlineExceeded
 	})
-	w := New(Config{Client: kubetest.Fake{FakeCoreV1: &corefake.FakeCoreV1{Fake: f}}, Node: "n"})
+	w := New(Config{Client: kubetest.Fake{Fake: f}, Node: "n"})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	if err := w.Start(ctx, 300*time.Millisecond); err == nil || !strings.Contains(err.Error(), "could not be listed") {

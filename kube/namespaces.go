@@ -6,8 +6,7 @@ import (
 	"slices"
 	"strings"
 
-	corev1 "k8s.io/api/core/v1"
-
+	"sluice/kube/corev1"
 	"sluice/policy"
 	"sluice/units"
 )

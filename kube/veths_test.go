@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"sluice/kube/corev1"
 	"sluice/kube/kubetest"
 	"sluice/policy"
 )

@@ -2,6 +2,9 @@
 # Prints the version of the git tree at DIR (default: this repository),
 # from its release tags, vMAJOR.MINOR.PATCH:
 #
+# (or, in a clone without tags, from the commit that added the newest
+# release section of docs/changelog.md, "## v0.1.0 (DATE)"):
+#
 #   on a release tag, clean     v0.1.0
 #   N commits after it          v0.1.1-dev.N+gCOMMIT   (after v0.1.0, before v0.1.1)
 #   with uncommitted changes    v0.1.1-dev.N+gCOMMIT.dirty (N may be 0)
@@ -35,9 +38,17 @@ if [[ -n $from ]]; then
 elif commit=$(git rev-parse --short=12 HEAD 2>/dev/null); then
 	dirty=""
 	git diff --quiet HEAD -- 2>/dev/null || dirty=.dirty
-	if tag=$(git describe --tags --abbrev=0 --match 'v[0-9]*' --exclude '*-*' 2>/dev/null) &&
-		[[ $tag =~ ^v([0-9]+)\.([0-9]+)\.([0-9]+)$ ]]; then
-		n=$(git rev-list --count "$tag..HEAD")
+	# The release: the newest release tag, or where the clone has none
+	# (tags do not travel with every push or clone), the commit that
+	# added docs/changelog.md's newest release section.
+	tag=$(git describe --tags --abbrev=0 --match 'v[0-9]*' --exclude '*-*' 2>/dev/null) || tag=""
+	at=$tag
+	if [[ -z $tag && -f docs/changelog.md ]]; then
+		tag=$(grep -m1 -oE '^## v[0-9]+\.[0-9]+\.[0-9]+ \([0-9]{4}-[0-9]{2}-[0-9]{2}\)$' docs/changelog.md | cut -d' ' -f2) || tag=""
+		[[ -z $tag ]] || at=$(git log --format=%H -S "## $tag (" -- docs/changelog.md 2>/dev/null | tail -1)
+	fi
+	if [[ -n $at && $tag =~ ^v([0-9]+)\.([0-9]+)\.([0-9]+)$ ]]; then
+		n=$(git rev-list --count "$at..HEAD")
 		if [[ $n == 0 && -z $dirty ]]; then
 			v=$tag
 		else

@@ -104,6 +104,61 @@ func TestVersionScript(t *testing.T) {
 	}
 }
 
+// A clone without tags (tags do not travel with every push): the
+// release is the commit that added the changelog's newest release
+// section, and the builds after it are ordered after it; a tag, where
+// there is one, wins.
+func TestVersionWithoutTags(t *testing.T) {
+	script, err := filepath.Abs("../scripts/version.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	git := func(args ...string) string {
+		t.Helper()
+		out, err := exec.Command("git", append([]string{"-C", dir, "-c", "user.name=t", "-c", "user.email=t@localhost", "-c", "commit.gpgsign=false", "-c", "tag.gpgsign=false"}, args...)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("git %v: %v\n%s", args, err, out)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	changelog := func(text string) {
+		t.Helper()
+		os.MkdirAll(filepath.Join(dir, "docs"), 0o755)
+		if err := os.WriteFile(filepath.Join(dir, "docs", "changelog.md"), []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		git("add", "-A")
+		git("commit", "-q", "-m", "c")
+	}
+	version := func() string {
+		t.Helper()
+		out, err := exec.Command(script, dir).CombinedOutput()
+		if err != nil {
+			t.Fatalf("version.sh: %v\n%s", err, out)
+		}
+		return strings.ReplaceAll(strings.TrimSpace(string(out)), git("rev-parse", "--short=12", "HEAD"), "@")
+	}
+	git("init", "-q")
+	changelog("# Changes\n\n## Unreleased\n\n- a\n")
+	if v := version(); v != "v0.0.0-dev.1+g@" {
+		t.Errorf("no release section: %q", v)
+	}
+	changelog("# Changes\n\n## Unreleased\n\n## v0.3.0 (2026-12-06)\n\n- a\n")
+	if v := version(); v != "v0.3.0" {
+		t.Errorf("on the commit that added v0.3.0's section: %q", v)
+	}
+	changelog("# Changes\n\n## Unreleased\n\n- b\n\n## v0.3.0 (2026-12-06)\n\n- a\n")
+	changelog("# Changes\n\n## Unreleased\n\n- b\n- c\n\n## v0.3.0 (2026-12-06)\n\n- a\n")
+	if v := version(); v != "v0.3.1-dev.2+g@" {
+		t.Errorf("two commits after it: %q, want v0.3.1-dev.2+g@", v)
+	}
+	git("tag", "v0.2.0")
+	if v := version(); v != "v0.2.0" {
+		t.Errorf("a tag wins over the changelog: %q", v)
+	}
+}
+
 var apkVersion = regexp.MustCompile(`^[0-9]+(\.[0-9]+)*(_(alpha|beta|pre|rc|cvs|svn|git|hg|p)[0-9]*)*$`)
 
 // A stamped build says what was stamped.

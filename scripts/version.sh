@@ -43,7 +43,9 @@ elif commit=$(git rev-parse --short=12 HEAD 2>/dev/null); then
 	# added docs/changelog.md's newest release section.
 	tag=$(git describe --tags --abbrev=0 --match 'v[0-9]*' --exclude '*-*' 2>/dev/null) || tag=""
 	at=$tag
-	if [[ -z $tag && -f docs/changelog.md ]]; then
+	# A shallow clone's oldest commit seems to add everything: no
+	# release can be told from it.
+	if [[ -z $tag && -f docs/changelog.md && $(git rev-parse --is-shallow-repository 2>/dev/null) != true ]]; then
 		tag=$(grep -m1 -oE '^## v[0-9]+\.[0-9]+\.[0-9]+ \([0-9]{4}-[0-9]{2}-[0-9]{2}\)$' docs/changelog.md | cut -d' ' -f2) || tag=""
 		[[ -z $tag ]] || at=$(git log --format=%H -S "## $tag (" -- docs/changelog.md 2>/dev/null | tail -1)
 	fi

@@ -153,6 +153,15 @@ func TestVersionWithoutTags(t *testing.T) {
 	if v := version(); v != "v0.3.1-dev.2+g@" {
 		t.Errorf("two commits after it: %q, want v0.3.1-dev.2+g@", v)
 	}
+	// A shallow clone's one commit seems to add the section: it is no
+	// release.
+	shallow := filepath.Join(t.TempDir(), "shallow")
+	if out, err := exec.Command("git", "clone", "-q", "--depth", "1", "file://"+dir, shallow).CombinedOutput(); err != nil {
+		t.Fatalf("git clone: %v\n%s", err, out)
+	}
+	if out, err := exec.Command(script, shallow).CombinedOutput(); err != nil || !strings.HasPrefix(string(out), "v0.0.0-dev.1+g") {
+		t.Errorf("a shallow clone: %q (%v), want v0.0.0-dev.1+g...", out, err)
+	}
 	git("tag", "v0.2.0")
 	if v := version(); v != "v0.2.0" {
 		t.Errorf("a tag wins over the changelog: %q", v)

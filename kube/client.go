@@ -34,13 +34,7 @@ type API interface {
 // binary, issue 61), and k8s.io/api's core/v1 was 3.6 MB more; the agent
 // reads pods and namespaces and writes Events.
 var (
-	coreScheme = func() *runtime.Scheme {
-		s := runtime.NewScheme()
-		if err := corev1.AddToScheme(s); err != nil {
-			panic(err)
-		}
-		return s
-	}()
+	coreScheme = corev1.NewScheme()
 	coreParams = runtime.NewParameterCodec(coreScheme)
 )
 

@@ -30,14 +30,8 @@ func (l *PodList) DeepCopyObject() runtime.Object {
 	if l == nil {
 		return nil
 	}
-	out := &PodList{TypeMeta: l.TypeMeta}
+	out := &PodList{TypeMeta: l.TypeMeta, Items: copyItems(l.Items)}
 	l.ListMeta.DeepCopyInto(&out.ListMeta)
-	if l.Items != nil {
-		out.Items = make([]Pod, len(l.Items))
-		for i := range l.Items {
-			l.Items[i].DeepCopyInto(&out.Items[i])
-		}
-	}
 	return out
 }
 
@@ -62,14 +56,8 @@ func (l *NamespaceList) DeepCopyObject() runtime.Object {
 	if l == nil {
 		return nil
 	}
-	out := &NamespaceList{TypeMeta: l.TypeMeta}
+	out := &NamespaceList{TypeMeta: l.TypeMeta, Items: copyItems(l.Items)}
 	l.ListMeta.DeepCopyInto(&out.ListMeta)
-	if l.Items != nil {
-		out.Items = make([]Namespace, len(l.Items))
-		for i := range l.Items {
-			l.Items[i].DeepCopyInto(&out.Items[i])
-		}
-	}
 	return out
 }
 
@@ -96,13 +84,22 @@ func (l *EventList) DeepCopyObject() runtime.Object {
 	if l == nil {
 		return nil
 	}
-	out := &EventList{TypeMeta: l.TypeMeta}
+	out := &EventList{TypeMeta: l.TypeMeta, Items: copyItems(l.Items)}
 	l.ListMeta.DeepCopyInto(&out.ListMeta)
-	if l.Items != nil {
-		out.Items = make([]Event, len(l.Items))
-		for i := range l.Items {
-			l.Items[i].DeepCopyInto(&out.Items[i])
-		}
+	return out
+}
+
+// copyItems deep-copies a list's items.
+func copyItems[T any, P interface {
+	*T
+	DeepCopyInto(*T)
+}](in []T) []T {
+	if in == nil {
+		return nil
+	}
+	out := make([]T, len(in))
+	for i := range in {
+		P(&in[i]).DeepCopyInto(&out[i])
 	}
 	return out
 }

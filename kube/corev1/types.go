@@ -18,6 +18,16 @@ import (
 // SchemeGroupVersion is core/v1: the empty group, version v1.
 var SchemeGroupVersion = schema.GroupVersion{Group: "", Version: "v1"}
 
+// NewScheme is a scheme of these types alone: what a client of core/v1
+// (kube.Client, kubetest's tracker) decodes with.
+func NewScheme() *runtime.Scheme {
+	s := runtime.NewScheme()
+	if err := AddToScheme(s); err != nil {
+		panic(err) // AddToScheme cannot fail
+	}
+	return s
+}
+
 // AddToScheme registers these types as core/v1's, with the meta types
 // (ListOptions, Status, WatchEvent) a client needs beside them.
 func AddToScheme(s *runtime.Scheme) error {

@@ -6,7 +6,6 @@ import (
 
 	real "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 
 	"sluice/kube/corev1"
@@ -31,11 +30,7 @@ func TestDecodesWhatTheServerSends(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := runtime.NewScheme()
-	if err := corev1.AddToScheme(s); err != nil {
-		t.Fatal(err)
-	}
-	obj, _, err := serializer.NewCodecFactory(s).UniversalDeserializer().Decode(b, nil, nil)
+	obj, _, err := serializer.NewCodecFactory(corev1.NewScheme()).UniversalDeserializer().Decode(b, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

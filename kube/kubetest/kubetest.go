@@ -21,13 +21,7 @@ import (
 )
 
 var (
-	scheme = func() *runtime.Scheme {
-		s := runtime.NewScheme()
-		if err := corev1.AddToScheme(s); err != nil {
-			panic(err)
-		}
-		return s
-	}()
+	scheme     = corev1.NewScheme()
 	gv         = corev1.SchemeGroupVersion
 	podsR      = gv.WithResource("pods")
 	podsK      = gv.WithKind("Pod")

@@ -14,25 +14,12 @@ import (
 // (not a release); and the forms sort as releases must, in dpkg's order
 // (which RPM, apk and opkg share) and by semantic versioning's rules.
 func TestVersionScript(t *testing.T) {
-	script, err := filepath.Abs("../scripts/version.sh")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
+	script, dir, git := scratchRepo(t)
 	run := func(args ...string) string {
 		t.Helper()
 		out, err := exec.Command(script, append(args, dir)...).CombinedOutput()
 		if err != nil {
 			t.Fatalf("version.sh %v: %v\n%s", args, err, out)
-		}
-		return strings.TrimSpace(string(out))
-	}
-	git := func(args ...string) string {
-		t.Helper()
-		cmd := exec.Command("git", append([]string{"-C", dir, "-c", "user.name=t", "-c", "user.email=t@localhost", "-c", "commit.gpgsign=false", "-c", "tag.gpgsign=false"}, args...)...)
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			t.Fatalf("git %v: %v\n%s", args, err, out)
 		}
 		return strings.TrimSpace(string(out))
 	}
@@ -109,19 +96,7 @@ func TestVersionScript(t *testing.T) {
 // section, and the builds after it are ordered after it; a tag, where
 // there is one, wins.
 func TestVersionWithoutTags(t *testing.T) {
-	script, err := filepath.Abs("../scripts/version.sh")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	git := func(args ...string) string {
-		t.Helper()
-		out, err := exec.Command("git", append([]string{"-C", dir, "-c", "user.name=t", "-c", "user.email=t@localhost", "-c", "commit.gpgsign=false", "-c", "tag.gpgsign=false"}, args...)...).CombinedOutput()
-		if err != nil {
-			t.Fatalf("git %v: %v\n%s", args, err, out)
-		}
-		return strings.TrimSpace(string(out))
-	}
+	script, dir, git := scratchRepo(t)
 	changelog := func(text string) {
 		t.Helper()
 		os.MkdirAll(filepath.Join(dir, "docs"), 0o755)
@@ -166,6 +141,26 @@ func TestVersionWithoutTags(t *testing.T) {
 	if v := version(); v != "v0.2.0" {
 		t.Errorf("a tag wins over the changelog: %q", v)
 	}
+}
+
+// scratchRepo is version.sh's path, an empty directory for a scratch
+// repository, and git run in it (with an identity, unsigned).
+func scratchRepo(t *testing.T) (script, dir string, git func(args ...string) string) {
+	t.Helper()
+	script, err := filepath.Abs("../scripts/version.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir = t.TempDir()
+	git = func(args ...string) string {
+		t.Helper()
+		out, err := exec.Command("git", append([]string{"-C", dir, "-c", "user.name=t", "-c", "user.email=t@localhost", "-c", "commit.gpgsign=false", "-c", "tag.gpgsign=false"}, args...)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("git %v: %v\n%s", args, err, out)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	return script, dir, git
 }
 
 var apkVersion = regexp.MustCompile(`^[0-9]+(\.[0-9]+)*(_(alpha|beta|pre|rc|cvs|svn|git|hg|p)[0-9]*)*$`)

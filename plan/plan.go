@@ -742,10 +742,11 @@ func (b *builder) leaf(owner string, class tc.Handle, kind string, at policy.Pos
 	case "pfifo":
 		q.Fifo = &tc.Fifo{Limit: pk}
 	case "bfifo":
-		l := BfifoLimit(rate, ceil, quantum)
+		limitOf := BfifoLimit
 		if b.dev.Ifb {
-			l = IngressBfifoLimit(rate, ceil, quantum)
+			limitOf = IngressBfifoLimit
 		}
+		l := limitOf(rate, ceil, quantum)
 		switch {
 		case limit != nil && limit.Bytes > 0:
 			l = limit.Bytes

@@ -140,7 +140,7 @@ type Agent struct {
 	autos      map[string]*autoTree
 	probers    map[string]*autoProber
 	autoEvents chan autoEvent
-	autoK      *kernel.Kernel
+	autoK      *kernel.Reader
 
 	mu     sync.RWMutex
 	health Health
@@ -806,7 +806,7 @@ func (a *Agent) apply(p *engine.Prepared, why string) (string, int, error) {
 	if len(p.Missing) > 0 {
 		a.log.Debug("waiting for interfaces", "missing", strings.Join(p.Missing, ","))
 	}
-	if p.Diff.Empty() && a.recorded && p.Kernel().Records().Journal == nil {
+	if p.Diff.Empty() && a.recorded && !p.Kernel().Interrupted() {
 		return "ok", 0, nil // the records are current: no write
 	}
 	drift := why == "interval" && a.recorded && !p.Diff.Empty()
@@ -899,7 +899,7 @@ func (a *Agent) collect() (*stats.Sample, error) {
 		return nil, err
 	}
 	defer k.Close()
-	return stats.Collect(k, nil)
+	return stats.Collect(k.Reader(), nil)
 }
 
 // Status is what /api/v1/status returns.

@@ -360,7 +360,7 @@ func (a *Agent) autoStep(now time.Time) {
 
 // autoDecide reads t's counters, lets its controller decide at now, and
 // reports whether the rate it decided is to be written.
-func (a *Agent) autoDecide(k *kernel.Kernel, t *autoTree, now time.Time) bool {
+func (a *Agent) autoDecide(k *kernel.Reader, t *autoTree, now time.Time) bool {
 	bytes, err := k.TxBytes(t.dev)
 	if err != nil {
 		t.err = err.Error()
@@ -387,9 +387,9 @@ func moved(written, r units.Rate) bool {
 }
 
 // autoKernel is the handle the controllers read the counters with.
-func (a *Agent) autoKernel() (*kernel.Kernel, error) {
+func (a *Agent) autoKernel() (*kernel.Reader, error) {
 	if a.autoK == nil {
-		k, err := kernel.OpenBare(a.cfg.Netns)
+		k, err := kernel.OpenReader(a.cfg.Netns)
 		if err != nil {
 			return nil, err
 		}

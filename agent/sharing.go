@@ -75,7 +75,7 @@ func minQuantum(p *plan.Plan) time.Duration {
 // reading (stats.Tree.Sharing). p is the pass, holding the namespace's
 // lock; a steady pass (nil p) prepares one only when the limits change
 // or their lease needs renewing, which is seldom once shares settle.
-func (a *Agent) runControllers(p *engine.Prepared, pl *plan.Plan, k *kernel.Kernel, s *stats.Sample) {
+func (a *Agent) runControllers(p *engine.Prepared, pl *plan.Plan, k *kernel.Reader, s *stats.Sample) {
 	live := map[string]*controller{}
 	var wrote []written
 	planned := map[tc.Handle]*tc.Class{}
@@ -200,7 +200,7 @@ func treeOf(s *stats.Sample, dev string) *stats.Tree {
 // step reads the children's counters (each with its descendants: a
 // tenant's subclasses and hosts queue for it) and decides the
 // children's limits (ctl.limits), which runControllers has written.
-func (a *Agent) step(k *kernel.Kernel, dev *plan.Device, ctl *controller, tree *stats.Tree, planned map[tc.Handle]*tc.Class, now time.Time) []written {
+func (a *Agent) step(k *kernel.Reader, dev *plan.Device, ctl *controller, tree *stats.Tree, planned map[tc.Handle]*tc.Class, now time.Time) []written {
 	edt := tree.Backend == "edt"
 	n := len(ctl.cfg.Children)
 	sums := sumChildren(ctl.cfg.Children, tree)

@@ -109,7 +109,7 @@ changes are needed, none, saying which differ.`,
 				}
 				defer fmt.Fprintf(g.stderr, "saved: %s (sluice apply %s makes these changes, or none if the kernel moved)\n", out, out)
 			}
-			if p.Kernel().Records().Interrupted() {
+			if p.Kernel().Interrupted() {
 				fmt.Fprintln(g.stderr, "note: an earlier apply did not finish; the next apply completes it")
 			}
 			switch {

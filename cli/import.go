@@ -12,13 +12,12 @@ import (
 	"sluice/kernel"
 	"sluice/migrate"
 	"sluice/records"
-	"sluice/tc"
 )
 
 // readLive reads dev (and the ifb its ingress is redirected to) in the
 // namespace ns.
 func readLive(ns, dev string) (*migrate.Live, error) {
-	c, err := tc.Open(ns)
+	c, err := kernel.OpenReader(ns)
 	if err != nil {
 		return nil, err
 	}

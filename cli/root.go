@@ -167,8 +167,8 @@ func (g *globals) loadPolicy(file string) (*policy.Policy, error) {
 	return p, nil
 }
 
-// openKernel connects to the target namespace.
-func (g *globals) openKernel(cmd *cobra.Command) (*kernel.Kernel, error) {
+// openKernel connects to the target namespace, to read it.
+func (g *globals) openKernel(cmd *cobra.Command) (*kernel.Reader, error) {
 	o, err := g.engineOptions(cmd)
 	if err != nil {
 		return nil, err
@@ -177,5 +177,5 @@ func (g *globals) openKernel(cmd *cobra.Command) (*kernel.Kernel, error) {
 	if err != nil {
 		return nil, classify(err)
 	}
-	return k, nil
+	return k.Reader(), nil
 }

@@ -1266,7 +1266,7 @@ func (r *runner) drain(devs []string) {
 	start := time.Now()
 	var first uint64
 	for ; ; time.Sleep(50 * time.Millisecond) {
-		smp, err := stats.Collect(r.k, devs)
+		smp, err := stats.Collect(r.k.Reader(), devs)
 		if err != nil {
 			return
 		}
@@ -1329,7 +1329,7 @@ func (r *runner) read(devs []string) (bytes, backlog map[string]float64, rtt map
 	if len(devs) == 0 {
 		return out, queued, rtt, time.Now(), nil
 	}
-	smp, err := stats.Collect(r.k, devs)
+	smp, err := stats.Collect(r.k.Reader(), devs)
 	if err != nil {
 		return nil, nil, nil, time.Time{}, err
 	}

@@ -98,8 +98,9 @@ type Prepared struct {
 	watched bool
 }
 
-// Kernel is the namespace the plan was made for.
-func (p *Prepared) Kernel() *kernel.Kernel { return p.k }
+// Kernel is the namespace the plan was made for, read-only: a pass's
+// writes are its Execute's and SetLimits'.
+func (p *Prepared) Kernel() *kernel.Reader { return p.k.Reader() }
 
 // Close releases the namespace (and its lock).
 func (p *Prepared) Close() { p.k.Close() }

@@ -191,8 +191,8 @@ func TestSessionLimitsRollBack(t *testing.T) {
 	_, p := apply(t, s, pol, opts)
 	defer p.Close()
 	a, b := classOf(t, p.Plan, "a"), classOf(t, p.Plan, "b")
-	writes := p.Kernel().Writes()
-	p.Kernel().InjectWriteFault(func(n int, _ string) error {
+	writes := engine.KernelOf(p).Writes()
+	engine.KernelOf(p).InjectWriteFault(func(n int, _ string) error {
 		if n == writes+2 {
 			return tc.ErrInjected // the second class
 		}

@@ -129,8 +129,8 @@ func (s *Session) Steady(pol *policy.Policy) (sample *stats.Sample, ok bool) {
 }
 
 // Reader returns the session's reading handle: the namespace with the
-// records of the last settled pass. Only for reading.
-func (s *Session) Reader() (*kernel.Kernel, error) {
+// records of the last settled pass, read-only.
+func (s *Session) Reader() (*kernel.Reader, error) {
 	if s.clean == nil {
 		return nil, errors.New("no settled pass")
 	}
@@ -142,7 +142,7 @@ func (s *Session) Reader() (*kernel.Kernel, error) {
 		s.reader = k
 	}
 	s.reader.UseRecords(s.clean.state)
-	return s.reader, nil
+	return s.reader.Reader(), nil
 }
 
 // LimitsHold reports whether l are the session's limits, written and

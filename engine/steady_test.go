@@ -205,7 +205,7 @@ func TestSteadyReadsWhatAFullReadReads(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	full, err := stats.Collect(k, nil)
+	full, err := stats.Collect(k.Reader(), nil)
 	k.Close()
 	if err != nil {
 		t.Fatal(err)

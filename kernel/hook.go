@@ -127,9 +127,9 @@ func (k *Kernel) syncHook(id uint32, want, base *bpf.Content) error {
 	return prog.Write(want, base)
 }
 
-// OpenHook opens sluice's classifier on dev's hook, or returns nil if
+// openHook opens sluice's classifier on dev's hook, or returns nil if
 // there is none.
-func (k *Kernel) OpenHook(dev string, ingress bool) (*bpf.Program, error) {
+func (k *Kernel) openHook(dev string, ingress bool) (*bpf.Program, error) {
 	g, err := k.hookFilterOf(&bpf.Hook{Dev: dev, Ingress: ingress, Prio: plan.HookPrio})
 	if err != nil || g == nil {
 		return nil, err

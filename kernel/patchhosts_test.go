@@ -54,7 +54,7 @@ func TestPatchHostsWritesInPlace(t *testing.T) {
 	}
 	live := func() bpf.Target {
 		t.Helper()
-		prog, err := b.k.OpenHook("eth0", false)
+		prog, err := b.k.Reader().OpenHook("eth0", false)
 		if err != nil || prog == nil {
 			t.Fatalf("no program: %v", err)
 		}

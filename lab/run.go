@@ -351,11 +351,12 @@ func Run(ctx context.Context, b *Bed, s *Scenario, v Variant, opt Options) (*Res
 	r.Flows = flows
 
 	// Class series from the router's counters, configured rates from the plan.
-	k, err := kernel.Open(b.Router)
+	k0, err := kernel.Open(b.Router)
 	if err != nil {
 		return nil, err
 	}
-	defer k.Close()
+	defer k0.Close()
+	k := k0.Reader()
 	classIdx := map[string]*ClassSeries{}
 	for dev, cis := range classes {
 		depth := map[string]int{}

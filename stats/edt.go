@@ -58,7 +58,7 @@ func (d *Delays) Quantile(q float64) uint64 {
 // each aggregate's packets and bytes paced (handed to fq with their
 // departure times: sent, or waiting in fq for their time), its backlog,
 // horizon drops, and each class's delay histogram.
-func readEDT(k *kernel.Kernel, t *Tree, dev string, rec *records.Tree) error {
+func readEDT(k *kernel.Reader, t *Tree, dev string, rec *records.Tree) error {
 	t.Backend = "edt"
 	prog, err := k.OpenHook(dev, false)
 	if err != nil {

@@ -105,7 +105,7 @@ func isHost(name string) bool { return strings.Contains(name, "/") }
 // mode, its RTTMode) starts round trips, and returns what gives a
 // tree's classes them (nil: prog starts none). Reading the maps needs
 // no kernel handle (CollectTrees).
-func rttRead(prog *bpf.Program, mode *bpf.RTT, rec *records.Tree) (func(t *Tree), error) {
+func rttRead(prog *bpf.View, mode *bpf.RTT, rec *records.Tree) (func(t *Tree), error) {
 	if mode == nil || !mode.Record {
 		return nil, nil
 	}

@@ -192,7 +192,7 @@ type Policer struct {
 
 // readBPF adds the classifier's per-class counters and the policers'
 // colours to t.
-func readBPF(k *kernel.Kernel, t *Tree, dev string, ingress bool, rec *records.Tree, known map[tc.Handle]int32) error {
+func readBPF(k *kernel.Reader, t *Tree, dev string, ingress bool, rec *records.Tree, known map[tc.Handle]int32) error {
 	prog, err := k.OpenHook(dev, ingress)
 	if err != nil || prog == nil {
 		return err
@@ -241,7 +241,7 @@ func counterOf(rec *records.Tree, ci records.Class) uint32 {
 // count reads prog's counters for rec's classes, and its policers'
 // colours. It reads the program's maps only, never the kernel handle,
 // so it may run while the handle dumps classes (CollectTrees).
-func count(prog *bpf.Program, rec *records.Tree) (*classified, error) {
+func count(prog *bpf.View, rec *records.Tree) (*classified, error) {
 	idx := make([]uint32, 0, len(rec.Classes))
 	for _, ci := range rec.Classes {
 		if !ci.Replica {
@@ -310,7 +310,7 @@ func (cl *classified) fill(t *Tree, rec *records.Tree, known map[tc.Handle]int32
 
 // Collect reads the trees recorded for the namespace, all or those on
 // the named devices (an interface name includes its ingress ifb).
-func Collect(k *kernel.Kernel, devs []string) (*Sample, error) {
+func Collect(k *kernel.Reader, devs []string) (*Sample, error) {
 	return collect(k, devs, nil, nil)
 }
 
@@ -318,7 +318,7 @@ func Collect(k *kernel.Kernel, devs []string) (*Sample, error) {
 // nothing to change (engine.Prepared.Live): the classes' counters come
 // with them, so the daemon reads the kernel once per pass, not twice.
 // Only the BPF counters are read here.
-func CollectFrom(k *kernel.Kernel, live []tc.Object) (*Sample, error) {
+func CollectFrom(k *kernel.Reader, live []tc.Object) (*Sample, error) {
 	byDev := map[string][]*tc.Class{}
 	for _, o := range live {
 		if c, ok := o.(*tc.Class); ok {
@@ -340,11 +340,10 @@ func CollectFrom(k *kernel.Kernel, live []tc.Object) (*Sample, error) {
 // The classifiers' counters are read meanwhile: the kernel builds a
 // class dump under its routing lock, a map read needs none, and on two
 // cores the two overlap (the counters of 10,000 hosts: 4 ms).
-func CollectTrees(k *kernel.Kernel, roots map[string][]tc.Handle) (*Sample, error) {
-	recs := k.Records()
+func CollectTrees(k *kernel.Reader, roots map[string][]tc.Handle) (*Sample, error) {
 	pending := map[string]*counting{}
 	for dev := range roots {
-		rec := recs.Devices[dev]
+		rec := k.Recorded(dev)
 		if rec == nil || rec.EDT || rec.PoliceOnly {
 			continue
 		}
@@ -397,11 +396,10 @@ type counting struct {
 //
 // counted, when not nil, holds the classifier counters of trees being
 // read by CollectTrees; any other tree's are read here.
-func collect(k *kernel.Kernel, devs []string, classes map[string][]*tc.Class, counted map[string]*counting) (*Sample, error) {
+func collect(k *kernel.Reader, devs []string, classes map[string][]*tc.Class, counted map[string]*counting) (*Sample, error) {
 	s := &Sample{At: time.Now()}
-	recs := k.Records()
-	for _, name := range recs.Names() {
-		rec := recs.Devices[name]
+	for _, name := range k.RecordedNames() {
+		rec := k.Recorded(name)
 		if len(devs) > 0 && !contains(devs, name) && !contains(devs, rec.Interface) {
 			continue
 		}

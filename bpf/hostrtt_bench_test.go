@@ -20,7 +20,7 @@ func BenchmarkHostRTTRead10000(b *testing.B) {
 		c.Hosts[bpf.HostKeyOf(0, netip.PrefixFrom(a, 32))] = bpf.Target{Classid: 0x10100 + uint32(i), Counter: uint32(2 + i)}
 		idx = append(idx, uint32(2+i))
 	}
-	p, err := bpf.Load(c)
+	p, err := writable(bpf.Load(c))
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -67,7 +67,7 @@ func frameDSCP(f []byte) uint8 {
 func TestMetersAgreeWithRFCReference(t *testing.T) {
 	testutil.RequireRoot(t)
 	rng := rand.New(rand.NewSource(2697))
-	prog, err := bpf.Load(policerContent(bpf.Policer{CIR: 1000, CBS: 1500, EBS: 1500}))
+	prog, err := writable(bpf.Load(policerContent(bpf.Policer{CIR: 1000, CBS: 1500, EBS: 1500})))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -211,7 +211,7 @@ func TestMeterReference(t *testing.T) {
 // bucket in debt.
 func TestMeterGSOPacketsGoIntoDebt(t *testing.T) {
 	testutil.RequireRoot(t)
-	prog, err := bpf.Load(policerContent(bpf.Policer{Mode: bpf.SrTCM, CIR: 1_000_000, CBS: 3000}))
+	prog, err := writable(bpf.Load(policerContent(bpf.Policer{Mode: bpf.SrTCM, CIR: 1_000_000, CBS: 3000})))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -250,7 +250,7 @@ func TestPolicersChargeIPBytesOnEveryHook(t *testing.T) {
 	for _, ingress := range []bool{false, true} {
 		c := policerContent(bpf.Policer{Mode: bpf.SrTCM, CIR: 1000, CBS: 986})
 		c.Ingress = ingress
-		prog, err := bpf.Load(c)
+		prog, err := writable(bpf.Load(c))
 		if err != nil {
 			t.Fatal(err)
 		}

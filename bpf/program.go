@@ -9,6 +9,7 @@ import (
 
 	"github.com/cilium/ebpf"
 
+	"sluice/internal/writecap"
 	"sluice/units"
 )
 
@@ -77,7 +78,7 @@ func LoadShared(c *Content, sibling *Program) (*Program, error) {
 		}
 		return nil, fmt.Errorf("bpf classifier: load: %w", err)
 	}
-	if err := p.Write(c, nil); err != nil {
+	if err := (&Writer{p}).Write(c, nil); err != nil {
 		p.Close()
 		return nil, err
 	}
@@ -145,8 +146,18 @@ func Open(id uint32) (*Program, error) {
 // kernel, held by its filter).
 func (p *Program) Close() { p.objs.Close() }
 
+// Writer is a Program's writes: its maps' contents, the host table's
+// swaps, its descriptor for attaching, and test runs (which count in
+// its maps). A Program reads; Program.Writer hands its Writer out for a
+// writecap.Token, which only the executor and the benchmarks' own
+// programs can name (TestOneWriterByImports).
+type Writer struct{ *Program }
+
+// Writer returns p's writes.
+func (p *Program) Writer(writecap.Token) *Writer { return &Writer{p} }
+
 // FD is the program's file descriptor, for attaching.
-func (p *Program) FD() int { return p.objs.SluiceClassify.FD() }
+func (p *Writer) FD() int { return p.objs.SluiceClassify.FD() }
 
 // ID is the kernel's id of the program.
 func (p *Program) ID() uint32 {
@@ -159,7 +170,7 @@ func (p *Program) ID() uint32 {
 }
 
 // Prog is the loaded program (for test runs).
-func (p *Program) Prog() *ebpf.Program { return p.objs.SluiceClassify }
+func (p *Writer) Prog() *ebpf.Program { return p.objs.SluiceClassify }
 
 func (c *Content) config() ClassifierConfig {
 	cfg := ClassifierConfig{L2len: c.L2Len, DefaultTarget: c.Default, Shards: c.Shards,
@@ -211,7 +222,7 @@ func (c *Content) config() ClassifierConfig {
 // lookup valid: policers, targets and hosts before the rules that lead
 // to them, host deletions last. A policer whose settings change starts
 // again with full buckets.
-func (p *Program) Write(c, old *Content) error {
+func (p *Writer) Write(c, old *Content) error {
 	if err := c.Validate(); err != nil {
 		return err
 	}
@@ -467,7 +478,7 @@ func sum(per []Counter) Counter {
 // before, if set, runs before each write (the executor counts writes
 // there); if it or a write fails, the entries already written get
 // their old values back.
-func (p *Program) SwapHosts(old, new map[HostKey]Target, before func() error) error {
+func (p *Writer) SwapHosts(old, new map[HostKey]Target, before func() error) error {
 	keys := make([]HostKey, 0, len(new))
 	for k := range new {
 		var have Target

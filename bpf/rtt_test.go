@@ -14,7 +14,7 @@ import (
 // to 8080 in a per-host class whose hosts count in 3's, client4 with
 // counter hostCounter, anything else in the default's, 0), back ends
 // the samples (echoes only); they share one flow map.
-func rttPair(t *testing.T, observe bool) (out, back *bpf.Program) {
+func rttPair(t *testing.T, observe bool) (out, back *bpf.Writer) {
 	t.Helper()
 	testutil.RequireRoot(t)
 	c := &bpf.Content{L2Len: 14, TestClock: true, SetPriority: !observe, RTT: &bpf.RTT{Record: true, Observe: observe},
@@ -28,13 +28,13 @@ func rttPair(t *testing.T, observe bool) (out, back *bpf.Program) {
 		Blocks: []bpf.Block{{First: 0, Count: 4}},
 		Hosts:  map[bpf.HostKey]bpf.Target{bpf.HostKeyOf(0, netip.PrefixFrom(client4, 32)): {Classid: 0x10020, Counter: hostCounter, Rtt: 3}}}
 	var err error
-	if out, err = bpf.Load(c); err != nil {
+	if out, err = writable(bpf.Load(c)); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(out.Close)
 	e := &bpf.Content{L2Len: 14, TestClock: true, RTT: &bpf.RTT{Echo: true, Observe: true},
 		Targets: []bpf.Target{{Counter: 1}}, Blocks: []bpf.Block{{}}}
-	if back, err = bpf.LoadShared(e, out); err != nil {
+	if back, err = writable(bpf.LoadShared(e, out.Program)); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(back.Close)
@@ -67,7 +67,7 @@ func seg(v6, reply bool, dport uint16, flags uint8, val, ecr uint32, untimed boo
 
 const ms = uint64(time.Millisecond)
 
-func run(t *testing.T, p *bpf.Program, frame []byte, at uint64) bpf.Result {
+func run(t *testing.T, p *bpf.Writer, frame []byte, at uint64) bpf.Result {
 	t.Helper()
 	r, err := p.Run(bpf.Packet{Frame: frame, Time: at})
 	if err != nil {
@@ -77,7 +77,7 @@ func run(t *testing.T, p *bpf.Program, frame []byte, at uint64) bpf.Result {
 }
 
 // samples reads histogram i: its count and median.
-func samples(t *testing.T, p *bpf.Program, i uint32) (uint64, time.Duration) {
+func samples(t *testing.T, p *bpf.Writer, i uint32) (uint64, time.Duration) {
 	t.Helper()
 	hs, err := p.RTT([]uint32{i})
 	if err != nil {

@@ -70,7 +70,7 @@ type Result struct {
 }
 
 // Run runs the classifier once on pkt through BPF_PROG_TEST_RUN.
-func (p *Program) Run(pkt Packet) (Result, error) {
+func (p *Writer) Run(pkt Packet) (Result, error) {
 	in := pkt.context()
 	var out skbContext
 	data := make([]byte, len(pkt.Frame)+64)
@@ -87,7 +87,7 @@ func (p *Program) Run(pkt Packet) (Result, error) {
 // runs on several CPUs). At least repeat times: a call a signal
 // interrupts is started again from its first repetition (cilium/ebpf's
 // Run), and the runs before the signal have left their counts.
-func (p *Program) RunRepeat(pkt Packet, repeat int) error {
+func (p *Writer) RunRepeat(pkt Packet, repeat int) error {
 	in := pkt.context()
 	opts := &ebpf.RunOptions{Data: pkt.Frame, Context: in, Repeat: uint32(repeat)}
 	if _, err := p.objs.SluiceClassify.Run(opts); err != nil {
@@ -98,7 +98,7 @@ func (p *Program) RunRepeat(pkt Packet, repeat int) error {
 
 // Benchmark runs the classifier repeat times on frame in the kernel and
 // returns the mean time per run.
-func (p *Program) Benchmark(frame []byte, repeat int) (time.Duration, error) {
+func (p *Writer) Benchmark(frame []byte, repeat int) (time.Duration, error) {
 	_, d, err := p.objs.SluiceClassify.Benchmark(frame, repeat, nil)
 	return d, err
 }

@@ -61,7 +61,7 @@ func TestAgentSteadyPasses(t *testing.T) {
 
 	// A host's map entry changed by hand, as another program could.
 	// withClassifier runs fn on eth0's classifier program.
-	withClassifier := func(fn func(*bpf.Program) error) {
+	withClassifier := func(fn func(*bpf.Writer) error) {
 		k, err := kernel.Open(ns)
 		if err != nil {
 			t.Fatal(err)
@@ -75,7 +75,7 @@ func TestAgentSteadyPasses(t *testing.T) {
 		}
 		id := view.ID()
 		view.Close()
-		prog, err := bpf.Open(id)
+		prog, err := writable(bpf.Open(id))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -85,7 +85,7 @@ func TestAgentSteadyPasses(t *testing.T) {
 		}
 	}
 	entries := func() (hosts map[bpf.HostKey]bpf.Target) {
-		withClassifier(func(prog *bpf.Program) error {
+		withClassifier(func(prog *bpf.Writer) error {
 			c, err := prog.Read()
 			if err == nil {
 				hosts = c.Hosts
@@ -106,7 +106,7 @@ func TestAgentSteadyPasses(t *testing.T) {
 		keys = append(keys, key)
 	}
 	bad[keys[0]], bad[keys[1]] = want[keys[1]], want[keys[0]]
-	withClassifier(func(prog *bpf.Program) error { return prog.SwapHosts(want, bad, nil) })
+	withClassifier(func(prog *bpf.Writer) error { return prog.SwapHosts(want, bad, nil) })
 	if maps.Equal(entries(), want) {
 		t.Fatal("the injected change did not take")
 	}

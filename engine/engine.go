@@ -17,6 +17,7 @@ import (
 	"strings"
 	"time"
 
+	"sluice/internal/writecap"
 	"sluice/kernel"
 	"sluice/plan"
 	"sluice/policy"
@@ -268,7 +269,7 @@ func (p *Prepared) Apply() (*kernel.Result, error) {
 		}
 	}
 	warn := func(s string) { p.opts.warn("%s", s) }
-	res, err := p.k.Execute(&kernel.Prepared{Plan: p.Plan, Live: p.Live, Diff: p.Diff}, p.file, p.Phases.mark, warn)
+	res, err := p.k.Executor(writecap.Token{}).Execute(&kernel.Prepared{Plan: p.Plan, Live: p.Live, Diff: p.Diff}, p.file, p.Phases.mark, warn)
 	if err != nil {
 		return res, err
 	}
@@ -313,10 +314,11 @@ func Reset(devs []string, all bool, opts Options, show func(*kernel.Diff)) (*Res
 	if show != nil {
 		show(d)
 	}
-	if out.Result, err = k.Apply(d); err != nil {
+	x := k.Executor(writecap.Token{})
+	if out.Result, err = x.Apply(d); err != nil {
 		return nil, err
 	}
-	if err := k.Forget(names); err != nil {
+	if err := x.Forget(names); err != nil {
 		return nil, fmt.Errorf("removed, but could not update the records (%w); the next reset finds nothing left and completes it", err)
 	}
 	if len(k.Records().Devices) == 0 {

@@ -3,6 +3,7 @@ package engine
 import (
 	"bytes"
 
+	"sluice/internal/writecap"
 	"sluice/kernel"
 	"sluice/plan"
 	"sluice/policy"
@@ -87,7 +88,7 @@ func (s *Session) EditHosts(pol *policy.Policy, inForce *plan.Plan, changes []Ho
 	}
 	if len(e.Writes()) > 0 {
 		s.clean = nil // BPF map writes send no notification
-		if _, err := kernel.WriteHosts(s.opts.Netns, s.opts.LockTimeout, e.Writes()); err != nil {
+		if _, err := kernel.WriteHosts(writecap.Token{}, s.opts.Netns, s.opts.LockTimeout, e.Writes()); err != nil {
 			return nil, false, err
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"sluice/bpf"
+	"sluice/internal/writecap"
 	"sluice/kernel"
 	"sluice/plan"
 	"sluice/policy"
@@ -141,7 +142,7 @@ func (s *Session) SetLimits(p *Prepared, l plan.Limits) (*kernel.Result, error) 
 	}
 	if d != nil {
 		var err error
-		res, err = p.k.ApplyPatch(d)
+		res, err = p.k.Executor(writecap.Token{}).ApplyPatch(d)
 		if err != nil {
 			s.clean = nil
 			var ae *kernel.ApplyError

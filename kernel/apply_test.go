@@ -13,6 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"sluice/internal/writecap"
 	"sluice/kernel"
 	"sluice/plan"
 	"sluice/policy"
@@ -25,7 +26,7 @@ import (
 type bed struct {
 	ns   string
 	k    *kernel.Kernel
-	conn *tc.Conn // the test's own, not the executor's
+	conn *tc.Writer // the test's own, as another tool's: not the executor's
 }
 
 func newBed(t *testing.T, devs ...string) *bed {
@@ -49,7 +50,7 @@ func newBed(t *testing.T, devs ...string) *bed {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	return &bed{ns: ns, k: k, conn: conn}
+	return &bed{ns: ns, k: k, conn: conn.Writer(writecap.Token{})}
 }
 
 func parse(t *testing.T, src string) *policy.Policy {
@@ -102,11 +103,11 @@ func (b *bed) apply(t *testing.T, pol *policy.Policy, force bool) (int, error) {
 			}
 		}
 	}
-	res, err := b.k.Apply(d)
+	res, err := b.k.Executor(writecap.Token{}).Apply(d)
 	if err != nil {
 		return 0, err
 	}
-	if err := b.k.Record(p, d, live, "p.yaml"); err != nil {
+	if err := b.k.Executor(writecap.Token{}).Record(p, d, live, "p.yaml"); err != nil {
 		t.Fatal(err)
 	}
 	return res.Writes, nil
@@ -509,10 +510,10 @@ func TestResetTouchesNothingElse(t *testing.T) {
 	if err != nil || len(names) != 2 {
 		t.Fatalf("reset plan: %v %v", names, err)
 	}
-	if _, err := b.k.Apply(d); err != nil {
+	if _, err := b.k.Executor(writecap.Token{}).Apply(d); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.k.Forget(names); err != nil {
+	if err := b.k.Executor(writecap.Token{}).Forget(names); err != nil {
 		t.Fatal(err)
 	}
 	if after := b.snapshot(t); after != foreign {
@@ -536,10 +537,10 @@ func TestAdoptedIfbSurvivesReset(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.k.Apply(d); err != nil {
+	if _, err := b.k.Executor(writecap.Token{}).Apply(d); err != nil {
 		t.Fatal(err)
 	}
-	b.k.Forget(names)
+	b.k.Executor(writecap.Token{}).Forget(names)
 	if !b.k.LinkExists("ifb-eth0") {
 		t.Fatal("reset deleted an ifb sluice did not create")
 	}
@@ -554,7 +555,7 @@ func TestAdoptedIfbSurvivesReset(t *testing.T) {
 func TestRefusalMidSendRollsBackBothSides(t *testing.T) {
 	b := newBed(t, "eth0")
 	root := &tc.Qdisc{Dev: "eth0", Parent: tc.HandleRoot, Handle: tc.MakeHandle(1, 0), Kind: "htb", HTB: &tc.HTBQdisc{R2Q: 10}}
-	if _, err := b.k.Apply(&kernel.Diff{Changes: []kernel.Change{{Op: tc.Op{Verb: tc.Add, Obj: root}}}}); err != nil {
+	if _, err := b.k.Executor(writecap.Token{}).Apply(&kernel.Diff{Changes: []kernel.Change{{Op: tc.Op{Verb: tc.Add, Obj: root}}}}); err != nil {
 		t.Fatal(err)
 	}
 	start := b.snapshot(t)
@@ -568,7 +569,7 @@ func TestRefusalMidSendRollsBackBothSides(t *testing.T) {
 		leaf := &tc.Qdisc{Dev: "eth0", Parent: cl.Handle, Handle: tc.MakeHandle(uint16(0x100+i), 0), Kind: "bfifo", Fifo: &tc.Fifo{Limit: 9000}}
 		changes = append(changes, kernel.Change{Op: tc.Op{Verb: tc.Add, Obj: cl}}, kernel.Change{Op: tc.Op{Verb: tc.Add, Obj: leaf}})
 	}
-	_, err := b.k.Apply(&kernel.Diff{Changes: changes})
+	_, err := b.k.Executor(writecap.Token{}).Apply(&kernel.Diff{Changes: changes})
 	var ae *kernel.ApplyError
 	if !errors.As(err, &ae) || !errors.Is(err, unix.EINVAL) || ae.Step != 41 || !ae.RolledBack {
 		t.Fatalf("got %v, want step 41 (class 1:24) refused and rolled back", err)

@@ -1,7 +1,6 @@
 // Package kernel is the only part of sluice that changes the kernel. It
 // reads the live objects sluice owns, diffs them against a plan, applies
-// the difference with the fewest netlink writes (the executor:
-// Kernel.Apply, and Kernel.ApplyPatch for values changed in place), and
+// the difference with the fewest netlink writes (the executor), and
 // rolls back to the starting state when a write fails. What sluice
 // created is recorded (package records, which owns the files, their
 // formats, the journal and the locks); this package fills the records
@@ -10,15 +9,16 @@
 //
 // An apply is two calls: Kernel.Prepare (lock, check the interfaces,
 // plan, lay the caller's runtime layer, read back what can differ,
-// diff) and Kernel.Execute (journal, write, commit; or roll back and
-// put the records back).
+// diff) and Executor.Execute (journal, write, commit; or roll back and
+// put the records back). Every change enters through an Executor
+// (Execute, ApplyPatch for values changed in place, reset's Apply and
+// Forget, WriteHosts), which only a writecap.Token gets; what only reads
+// is handed a Reader, whose classifiers are bpf.Views. Who may import
+// the token, or anything else that writes, is held by
+// TestOneWriterByImports.
 //
 // It owns the readback, the diff and the executor, and the namespace's
-// netlink handle, which is private: others read through the Kernel's
-// few read methods (Classes, Qdiscs, LinkExists, IfIndex), and tests
-// inject write faults through InjectWriteFault. It must not decide
-// policy: what the kernel is to hold
-// comes from plan (and engine, for the runtime layer), and nothing
-// outside this package writes tc objects or BPF maps
-// (TestOnlyTheExecutorWrites).
+// netlink handle, which is private; tests inject write faults through
+// InjectWriteFault. It must not decide policy: what the kernel is to
+// hold comes from plan (and engine, for the runtime layer).
 package kernel

@@ -63,14 +63,14 @@ func (e *RollbackError) Error() string {
 
 func (e *ApplyError) Unwrap() error { return e.Err }
 
-// Apply carries out d. When a step fails it undoes the steps before it,
+// apply carries out d. When a step fails it undoes the steps before it,
 // in reverse, and returns an *ApplyError.
 //
 // Runs of qdisc, class and filter changes go to the kernel many to a
-// send (tc.Conn.Hold). The kernel carries on after a failed message, so
+// send (tc.Writer.Hold). The kernel carries on after a failed message, so
 // a failure can leave later changes of its send applied: every change
 // the kernel accepted is undone, before and after the failed one.
-func (k *Kernel) Apply(d *Diff) (*Result, error) {
+func (k *Kernel) apply(d *Diff) (*Result, error) {
 	defer k.conn.Pin()()
 	start := k.conn.Writes()
 	var (

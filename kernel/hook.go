@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"sluice/bpf"
+	"sluice/internal/writecap"
 	"sluice/plan"
 	"sluice/tc"
 )
@@ -47,7 +48,7 @@ func (k *Kernel) attachHook(h *bpf.Hook) error {
 	defer prog.Close() // the filter keeps its own reference
 	f := hookFilter(h)
 	f.Handle = 1
-	f.BPF = &tc.BPF{FD: prog.FD(), Name: bpf.FilterName(), DA: true}
+	f.BPF = &tc.BPF{FD: prog.Writer(writecap.Token{}).FD(), Name: bpf.FilterName(), DA: true}
 	return k.conn.FilterAdd(f)
 }
 
@@ -124,7 +125,7 @@ func (k *Kernel) syncHook(id uint32, want, base *bpf.Content) error {
 		return err
 	}
 	defer prog.Close()
-	return prog.Write(want, base)
+	return prog.Writer(writecap.Token{}).Write(want, base)
 }
 
 // openHook opens sluice's classifier on dev's hook, or returns nil if
@@ -174,18 +175,9 @@ func (s *HostSwap) Describe() string {
 	return fmt.Sprintf("host entries of the bpf classifier on %s %s: %d", s.Hook.Dev, s.Hook.Direction(), len(s.New))
 }
 
-// WriteHosts writes host entries in place in the programs of namespace
-// ns (plan.HostWrite: an edit of a hosts_file that the plan in force
-// takes without planning again), under the namespace's lock (waiting
-// at most timeout), through the executor: an entry that does not hold
-// what the caller planned refuses the patch before anything is
-// written, and a refused write puts back those written before it.
-//
-// No record changes: the policy file already says what the kernel is
-// to hold, and the records' fingerprint of the classifier, which no
-// longer matches, sends the next apply to read it back. So a patch
-// killed at any write is completed by the next apply or agent start.
-func WriteHosts(ns string, timeout time.Duration, writes []plan.HostWrite) (*Result, error) {
+// writeHosts is WriteHosts. A patch killed at any write is completed by
+// the next apply or agent start (Executor says why).
+func writeHosts(ns string, timeout time.Duration, writes []plan.HostWrite) (*Result, error) {
 	if len(writes) == 0 {
 		return &Result{}, nil
 	}
@@ -197,7 +189,7 @@ func WriteHosts(ns string, timeout time.Duration, writes []plan.HostWrite) (*Res
 	if err := k.Lock(timeout); err != nil {
 		return nil, err
 	}
-	return k.ApplyPatch(hostsDiff(writes))
+	return k.applyPatch(hostsDiff(writes))
 }
 
 // hostsDiff is the change that writes writes.
@@ -225,7 +217,7 @@ func (k *Kernel) swapHosts(s *HostSwap) error {
 	}
 	defer prog.Close()
 	count := func() error { return k.conn.CountWrite("write a host entry on " + s.Hook.Dev) }
-	if err := prog.SwapHosts(s.Old, s.New, count); err != nil {
+	if err := prog.Writer(writecap.Token{}).SwapHosts(s.Old, s.New, count); err != nil {
 		return fmt.Errorf("%s: %w", s.Hook.Dev, err)
 	}
 	return nil

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"sluice/bpf"
+	"sluice/internal/writecap"
 	"sluice/plan"
 	"sluice/policy"
 	"sluice/records"
@@ -18,10 +19,10 @@ import (
 
 // Kernel is sluice's view of one network namespace.
 type Kernel struct {
-	// conn is the namespace's netlink handle: private, so that every
-	// write goes through the executor (Apply) and every read through
-	// this package's methods.
-	conn       *tc.Conn
+	// conn is the namespace's netlink handle with its writes: private,
+	// so that every write goes through the executor (Apply) and every
+	// read through this package's methods.
+	conn       *tc.Writer
 	NS         string
 	RecordsDir string
 	// recs are the records as read: Records reads them; a session
@@ -51,7 +52,7 @@ func Open(ns string) (*Kernel, error) {
 	if err != nil {
 		return nil, &NetnsError{ns, err}
 	}
-	k := &Kernel{conn: c, NS: ns, RecordsDir: records.Dir(ns)}
+	k := &Kernel{conn: c.Writer(writecap.Token{}), NS: ns, RecordsDir: records.Dir(ns)}
 	if k.netns, err = c.NetnsID(); err != nil {
 		c.Close()
 		return nil, err
@@ -77,7 +78,7 @@ func OpenBare(ns string) (*Kernel, error) {
 	if err != nil {
 		return nil, &NetnsError{ns, err}
 	}
-	k := &Kernel{conn: c, NS: ns, RecordsDir: records.Dir(ns), recs: records.New(), bare: true}
+	k := &Kernel{conn: c.Writer(writecap.Token{}), NS: ns, RecordsDir: records.Dir(ns), recs: records.New(), bare: true}
 	installFaults(k)
 	return k, nil
 }

@@ -51,18 +51,15 @@ func (k *Kernel) ReadLimited(objs []tc.Object) ([]tc.Object, error) {
 	return out, nil
 }
 
-// ApplyPatch carries out d, a change of values in place (limits over
-// the objects ReadLimited read, host entries: WriteHosts), with Apply's
-// rollback. Under -tags faults, SLUICE_FAULTS=kill-at-patch-write=N
-// kills the process at its N-th write.
-func (k *Kernel) ApplyPatch(d *Diff) (*Result, error) {
+// applyPatch is Executor.ApplyPatch.
+func (k *Kernel) applyPatch(d *Diff) (*Result, error) {
 	for _, c := range d.Changes {
 		if c.Verb != tc.Change {
 			return nil, fmt.Errorf("a patch cannot %s %s", c.Verb, c.Obj.Describe())
 		}
 	}
 	defer patchFaults(k)()
-	return k.Apply(d)
+	return k.apply(d)
 }
 
 // PlannedDiffer reports whether two planned versions of one object

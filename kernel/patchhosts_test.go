@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"sluice/bpf"
+	"sluice/internal/writecap"
 	"sluice/kernel"
 	"sluice/plan"
 	"sluice/records"
@@ -49,7 +50,7 @@ func TestPatchHostsWritesInPlace(t *testing.T) {
 	new := old
 	new.Rate = 12345
 	write := func(old bpf.Target, timeout time.Duration) error {
-		_, err := kernel.WriteHosts(b.ns, timeout, []plan.HostWrite{{Hook: hook, Old: map[bpf.HostKey]bpf.Target{k: old}, New: map[bpf.HostKey]bpf.Target{k: new}}})
+		_, err := kernel.WriteHosts(writecap.Token{}, b.ns, timeout, []plan.HostWrite{{Hook: hook, Old: map[bpf.HostKey]bpf.Target{k: old}, New: map[bpf.HostKey]bpf.Target{k: new}}})
 		return err
 	}
 	live := func() bpf.Target {
@@ -99,7 +100,7 @@ func TestPatchHostsWritesInPlace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.k.Apply(d); err != nil {
+	if _, err := b.k.Executor(writecap.Token{}).Apply(d); err != nil {
 		t.Fatal(err)
 	}
 	if err := write(new, time.Second); err == nil || !strings.Contains(err.Error(), "not there") {

@@ -196,17 +196,8 @@ func (e *CommitError) Error() string {
 }
 func (e *CommitError) Unwrap() error { return e.Err }
 
-// Execute makes the kernel hold p (Prepare) and records it, under the
-// lock Prepare took. With nothing to change it only refreshes the
-// records (which also completes an apply that was interrupted).
-// Otherwise it journals the change first, applies it (rolled back on
-// failure, *ApplyError) and commits. A journal that cannot be written
-// is a *JournalError (nothing changed), final records that cannot be
-// put in place a *CommitError (the kernel changed; the journal claims
-// it). warn hears of records that could not be put back after a
-// rollback; mark, as Request.Mark, of "journal" and "apply" (either
-// may be nil).
-func (k *Kernel) Execute(p *Prepared, policyFile string, mark, warn func(string)) (*Result, error) {
+// execute is Executor.Execute.
+func (k *Kernel) execute(p *Prepared, policyFile string, mark, warn func(string)) (*Result, error) {
 	if mark == nil {
 		mark = func(string) {}
 	}
@@ -214,7 +205,7 @@ func (k *Kernel) Execute(p *Prepared, policyFile string, mark, warn func(string)
 		warn = func(string) {}
 	}
 	if p.Diff.Empty() {
-		if err := k.Record(p.Plan, p.Diff, p.Live, policyFile); err != nil {
+		if err := k.record(p.Plan, p.Diff, p.Live, policyFile); err != nil {
 			return &Result{}, &CommitError{err}
 		}
 		return &Result{}, nil
@@ -224,7 +215,7 @@ func (k *Kernel) Execute(p *Prepared, policyFile string, mark, warn func(string)
 		return nil, &JournalError{err}
 	}
 	mark("journal")
-	res, err := k.Apply(p.Diff)
+	res, err := k.apply(p.Diff)
 	if err != nil {
 		var ae *ApplyError
 		if errors.As(err, &ae) && ae.RolledBack {

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"sluice/internal/writecap"
 	"sluice/kernel"
 	"sluice/plan"
 	"sluice/testutil"
@@ -87,7 +88,7 @@ func TestPrepareThenExecute(t *testing.T) {
 			if n := len(p.Diff.Changes); c.changes >= 0 && n != c.changes || c.changes < 0 && n == 0 {
 				t.Fatalf("%d change(s), want %d:\n%s", n, c.changes, describe(p.Diff))
 			}
-			res, err := k.Execute(p, "p.yaml", nil, nil)
+			res, err := k.Executor(writecap.Token{}).Execute(p, "p.yaml", nil, nil)
 			if err != nil {
 				t.Fatal(err)
 			}

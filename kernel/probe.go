@@ -18,6 +18,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 
+	"sluice/internal/writecap"
 	"sluice/plan"
 	"sluice/records"
 	"sluice/safefile"
@@ -228,11 +229,12 @@ func probeInScratch(r *Report) error {
 	if err != nil {
 		return err
 	}
-	c, err := tc.OpenNS(dup)
+	rc, err := tc.OpenNS(dup)
 	if err != nil {
 		return err
 	}
-	defer c.Close()
+	defer rc.Close()
+	c := rc.Writer(writecap.Token{}) // a scratch namespace's probe objects
 	attrs := netlink.NewLinkAttrs()
 	attrs.Name, attrs.NumTxQueues, attrs.NumRxQueues = "probe0", 2, 2
 	if err := c.Links().LinkAdd(&netlink.Veth{LinkAttrs: attrs, PeerName: "probe1"}); err != nil {
@@ -272,7 +274,7 @@ func probeInScratch(r *Report) error {
 
 // probeU32Mark adds a u32 node with a mark and reads it back: kernels
 // without CONFIG_CLS_U32_MARK accept the attribute and silently ignore it.
-func probeU32Mark(c *tc.Conn) bool {
+func probeU32Mark(c *tc.Writer) bool {
 	f := &tc.Filter{Dev: "probe0", Parent: tc.HandleIngressHook, Prio: 7, Proto: tc.ProtoAll, Kind: "u32",
 		Handle: 1, U32: &tc.U32{Sel: &tc.Sel{Keys: []tc.Key{{}}}, Mark: &tc.Mark{Val: 0x5, Mask: 0xff}}}
 	if c.FilterAdd(f) != nil {
@@ -290,7 +292,7 @@ func probeU32Mark(c *tc.Conn) bool {
 	return false
 }
 
-func probeBPF(r *Report, c *tc.Conn) {
+func probeBPF(r *Report, c *tc.Writer) {
 	b := &r.BPF
 	note := func(what string, err error) bool {
 		if err != nil && !errors.Is(err, ebpf.ErrNotSupported) {

@@ -71,9 +71,9 @@ func (k *Kernel) newRecords(p *plan.Plan, d *Diff, l *Live, policyFile string) m
 	return out
 }
 
-// Record updates the ownership records after p was applied with d (or
+// record updates the ownership records after p was applied with d (or
 // found in place: d empty), without a journal.
-func (k *Kernel) Record(p *plan.Plan, d *Diff, l *Live, policyFile string) error {
+func (k *Kernel) record(p *plan.Plan, d *Diff, l *Live, policyFile string) error {
 	k.recs.Devices = k.newRecords(p, d, l, policyFile)
 	k.recs.Netns = &k.netns
 	return k.recs.Save(k.RecordsDir)
@@ -195,10 +195,8 @@ func (k *Kernel) ResetPlan(devs []string, all bool) (*Diff, []string, error) {
 	return Compute(l.Objects, nil, l.Opt), names, nil
 }
 
-// Forget drops the records of the named tree devices. A clsact they
-// say sluice made and a remaining tree still uses stays sluice's: the
-// remaining tree's record takes the claim over.
-func (k *Kernel) Forget(names []string) error {
+// forget is Executor.Forget.
+func (k *Kernel) forget(names []string) error {
 	gone := map[string]bool{}
 	for _, n := range names {
 		gone[n] = true

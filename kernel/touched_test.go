@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"sluice/internal/writecap"
 	"sluice/kernel"
 	"sluice/policy"
 	"sluice/tc"
@@ -31,10 +32,10 @@ func (b *bed) applyTouched(t *testing.T, pol *policy.Policy) (bool, *kernel.Diff
 		desired = p.Objects()
 	}
 	d := kernel.Compute(live.Objects, desired, live.Opt)
-	if _, err := b.k.Apply(d); err != nil {
+	if _, err := b.k.Executor(writecap.Token{}).Apply(d); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.k.Record(p, d, live, "p.yaml"); err != nil {
+	if err := b.k.Executor(writecap.Token{}).Record(p, d, live, "p.yaml"); err != nil {
 		t.Fatal(err)
 	}
 	return fast, d

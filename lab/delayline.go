@@ -105,11 +105,11 @@ type delayLine struct {
 // and starts relaying with delay each way.
 func startDelayLine(ns string, im impairment) (*delayLine, error) {
 	dl := &delayLine{}
-	c, err := tc.Open(ns)
+	c, closeBed, err := openBed(ns)
 	if err != nil {
 		return nil, err
 	}
-	defer c.Close()
+	defer closeBed()
 	for _, tap := range []string{"tap-up", "tap-down"} {
 		var f *os.File
 		if err := InNetns(ns, func() (err error) { f, err = openTAP(tap); return err }); err != nil {
@@ -156,11 +156,11 @@ const relayPrio, bypassPrio = 10, 1
 // ACKs taking what it left). A match sends a frame on to the line's own
 // stack, which has no address and drops it.
 func BypassLine(ns string, flows []RawFlow, del bool) error {
-	c, err := tc.Open(ns)
+	c, closeBed, err := openBed(ns)
 	if err != nil {
 		return err
 	}
-	defer c.Close()
+	defer closeBed()
 	at := &tc.Filter{Dev: "r", Parent: tc.HandleIngressHook, Prio: bypassPrio, Proto: tc.ProtoAll, Kind: "u32"}
 	if del {
 		return c.FilterDel(at)

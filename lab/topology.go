@@ -569,11 +569,11 @@ func (b *Bed) SetModemRate(dir, rate string) error {
 	}
 	burst := max(modemBurst(bps), min(cur, held))
 	b.modemBursts[dir] = burst
-	c, err := tc.Open(b.Modem)
+	c, closeBed, err := openBed(b.Modem)
 	if err != nil {
 		return err
 	}
-	defer c.Close()
+	defer closeBed()
 	if err := c.QdiscChange(modemTbf(dev, bps, burst, modemLimit(base, buf), stab)); err != nil {
 		return fmt.Errorf("modem tbf on %s to %s: %w", dev, rate, err)
 	}
@@ -638,11 +638,11 @@ func (b *Bed) modem(m Modem, im impairment) error {
 	if err != nil {
 		return err
 	}
-	c, err := tc.Open(b.Modem)
+	c, closeBed, err := openBed(b.Modem)
 	if err != nil {
 		return err
 	}
-	defer c.Close()
+	defer closeBed()
 	shape := func(dev, rate string) error {
 		l, err := c.Links().LinkByName(dev)
 		if err != nil {

@@ -197,7 +197,7 @@ func decodeMQPrio(b []byte) *MQPrio {
 
 // QdiscAdd creates q; with replace it may displace whatever sits at q's
 // parent (HTB's default pfifo leaf, or a root qdisc when forced).
-func (c *Conn) QdiscAdd(q *Qdisc, replace bool) error {
+func (c *Writer) QdiscAdd(q *Qdisc, replace bool) error {
 	flags := unix.NLM_F_CREATE | unix.NLM_F_EXCL
 	if replace {
 		flags = unix.NLM_F_CREATE | unix.NLM_F_REPLACE
@@ -206,12 +206,12 @@ func (c *Conn) QdiscAdd(q *Qdisc, replace bool) error {
 }
 
 // QdiscChange changes q's options in place.
-func (c *Conn) QdiscChange(q *Qdisc) error {
+func (c *Writer) QdiscChange(q *Qdisc) error {
 	return c.qdiscModify(unix.RTM_NEWQDISC, 0, q.forChange(), "qdisc change")
 }
 
 // QdiscDel deletes the qdisc at q's parent.
-func (c *Conn) QdiscDel(q *Qdisc) error {
+func (c *Writer) QdiscDel(q *Qdisc) error {
 	return c.qdiscModify(unix.RTM_DELQDISC, 0, q, "qdisc del")
 }
 
@@ -304,17 +304,17 @@ func htbClassOptions(cl *Class) *nl.RtAttr {
 }
 
 // ClassAdd creates an HTB class.
-func (c *Conn) ClassAdd(cl *Class) error {
+func (c *Writer) ClassAdd(cl *Class) error {
 	return c.classModify(unix.RTM_NEWTCLASS, unix.NLM_F_CREATE|unix.NLM_F_EXCL, cl, "class add")
 }
 
 // ClassChange changes an HTB class in place.
-func (c *Conn) ClassChange(cl *Class) error {
+func (c *Writer) ClassChange(cl *Class) error {
 	return c.classModify(unix.RTM_NEWTCLASS, 0, cl, "class change")
 }
 
 // ClassDel deletes a class (and its leaf qdisc).
-func (c *Conn) ClassDel(cl *Class) error {
+func (c *Writer) ClassDel(cl *Class) error {
 	return c.classModify(unix.RTM_DELTCLASS, 0, cl, "class del")
 }
 
@@ -441,7 +441,7 @@ func (c *Conn) u32Options(f *Filter) (*nl.RtAttr, error) {
 }
 
 // FilterAdd creates a u32 node or hash table (and its prio, if new).
-func (c *Conn) FilterAdd(f *Filter) error {
+func (c *Writer) FilterAdd(f *Filter) error {
 	idx, err := c.IfIndex(f.Dev)
 	if err != nil {
 		return err
@@ -476,7 +476,7 @@ func (c *Conn) FilterAdd(f *Filter) error {
 
 // FilterDel deletes a node, a hash table (with its nodes) or, for handle
 // 0, the whole prio.
-func (c *Conn) FilterDel(f *Filter) error {
+func (c *Writer) FilterDel(f *Filter) error {
 	idx, err := c.IfIndex(f.Dev)
 	if err != nil {
 		return err
@@ -1078,7 +1078,7 @@ func parseAttrList(b []byte) [][]byte {
 // ProbeFilter tries to create a classifier of kind with no options at
 // parent, at a prio no other probe uses. The kernel answers ENOENT only when it has no such classifier;
 // any other answer (most are EINVAL: options missing) means it has one.
-func (c *Conn) ProbeFilter(dev string, parent Handle, prio uint16, kind string) (bool, error) {
+func (c *Writer) ProbeFilter(dev string, parent Handle, prio uint16, kind string) (bool, error) {
 	idx, err := c.IfIndex(dev)
 	if err != nil {
 		return false, err
@@ -1098,7 +1098,7 @@ func (c *Conn) ProbeFilter(dev string, parent Handle, prio uint16, kind string) 
 
 // ProbeAction asks the kernel to create an action of kind with no
 // options: ENOENT means the action does not exist.
-func (c *Conn) ProbeAction(kind string) bool {
+func (c *Writer) ProbeAction(kind string) bool {
 	req := c.request(unix.RTM_NEWACTION, unix.NLM_F_CREATE|unix.NLM_F_EXCL|unix.NLM_F_ACK)
 	req.AddData(&nl.TcActionMsg{Family: nl.FAMILY_ALL})
 	tab := nl.NewRtAttr(nl.TCA_ACT_TAB|unix.NLA_F_NESTED, nil)
@@ -1112,7 +1112,7 @@ func (c *Conn) ProbeAction(kind string) bool {
 // ProbeQdisc tries to attach a qdisc of kind (with default options) at
 // parent and removes it again. It reports false only for ENOENT, the
 // kernel's answer to a kind it does not have.
-func (c *Conn) ProbeQdisc(dev string, parent Handle, kind string) (bool, error) {
+func (c *Writer) ProbeQdisc(dev string, parent Handle, kind string) (bool, error) {
 	q := &Qdisc{Dev: dev, Parent: parent, Handle: MakeHandle(0x77, 0), Kind: kind}
 	if parent == HandleIngress {
 		q.Handle = MakeHandle(0xFFFF, 0)

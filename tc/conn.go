@@ -11,6 +11,8 @@ import (
 	"github.com/vishvananda/netlink/nl"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+
+	"sluice/internal/writecap"
 )
 
 // Conn talks rtnetlink to one network namespace. Links go through
@@ -93,9 +95,19 @@ func (c *Conn) Close() {
 	}
 }
 
+// Writer is a Conn's writes: qdiscs, classes, filters and links, held
+// and flushed in batches, and the probes that create objects to learn
+// what the kernel has. A Conn reads; Conn.Writer hands its Writer out
+// for a writecap.Token, which only the executor and the test beds can
+// name (TestOneWriterByImports).
+type Writer struct{ *Conn }
+
+// Writer returns c's writes.
+func (c *Conn) Writer(writecap.Token) *Writer { return &Writer{c} }
+
 // Links exposes the library handle for link-level work (bound to the
-// same namespace).
-func (c *Conn) Links() *netlink.Handle { return c.links }
+// same namespace): a Writer's, since the library writes as it reads.
+func (c *Writer) Links() *netlink.Handle { return c.links }
 
 // Writes returns how many writes this Conn has sent to the kernel.
 func (c *Conn) Writes() int {
@@ -217,7 +229,7 @@ func (c *Conn) GetLink(name string) *Link {
 }
 
 // LinkAdd creates a link (an ifb) and sets it up.
-func (c *Conn) LinkAdd(l *Link) error {
+func (c *Writer) LinkAdd(l *Link) error {
 	if l.Kind != "ifb" {
 		return fmt.Errorf("link %s: sluice only creates ifb devices", l.Name)
 	}
@@ -250,7 +262,7 @@ func (c *Conn) LinkAdd(l *Link) error {
 }
 
 // LinkUp sets a link up.
-func (c *Conn) LinkUp(name string) error {
+func (c *Writer) LinkUp(name string) error {
 	if err := c.countWrite("link up " + name); err != nil {
 		return fmt.Errorf("link up %s: %w", name, err)
 	}
@@ -265,7 +277,7 @@ func (c *Conn) LinkUp(name string) error {
 }
 
 // LinkDel deletes a link.
-func (c *Conn) LinkDel(name string) error {
+func (c *Writer) LinkDel(name string) error {
 	if err := c.countWrite("link del " + name); err != nil {
 		return fmt.Errorf("link del %s: %w", name, err)
 	}
@@ -282,7 +294,7 @@ func (c *Conn) LinkDel(name string) error {
 
 // CountWrite counts a change made outside netlink (a BPF map update) as
 // a write, so that fault injection (BeforeWrite) reaches it too.
-func (c *Conn) CountWrite(what string) error { return c.countWrite(what) }
+func (c *Writer) CountWrite(what string) error { return c.countWrite(what) }
 
 // NetnsID identifies the Conn's network namespace for as long as the
 // machine runs: the namespace's cookie (never reused; kernels 5.14 and

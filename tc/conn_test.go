@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"sluice/internal/writecap"
 	"sluice/tc"
 	"sluice/testutil"
 )
@@ -108,8 +109,8 @@ func dropWord(s, w string) string {
 }
 
 // openPair makes a veth pair in two fresh namespaces and a Conn to the
-// first (closed when the test ends).
-func openPair(t *testing.T) (*tc.Conn, *testutil.Pair) {
+// first, with its writes (closed when the test ends).
+func openPair(t *testing.T) (*tc.Writer, *testutil.Pair) {
 	t.Helper()
 	testutil.RequireRoot(t)
 	p := testutil.NewPair(t)
@@ -118,5 +119,5 @@ func openPair(t *testing.T) (*tc.Conn, *testutil.Pair) {
 		t.Fatal(err)
 	}
 	t.Cleanup(c.Close)
-	return c, p
+	return c.Writer(writecap.Token{}), p
 }

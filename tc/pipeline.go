@@ -40,7 +40,7 @@ type held struct {
 // Hold makes the Conn keep its writes until Flush (or Held reaches
 // the caller's bound). Only writes through tc objects are held; links
 // and BPF loads still go at once, so callers flush before them.
-func (c *Conn) Hold() {
+func (c *Writer) Hold() {
 	if c.held == nil {
 		c.held = &held{}
 		// Best effort: a larger buffer only matters for sends with
@@ -50,7 +50,7 @@ func (c *Conn) Hold() {
 }
 
 // Held returns how many writes wait for Flush.
-func (c *Conn) Held() int {
+func (c *Writer) Held() int {
 	if c.held == nil {
 		return 0
 	}
@@ -59,7 +59,7 @@ func (c *Conn) Held() int {
 
 // Release flushes nothing: it stops holding and drops any held writes
 // (call Flush first to send them).
-func (c *Conn) Release() { c.held = nil }
+func (c *Writer) Release() { c.held = nil }
 
 // hold encodes req behind the others and returns at once.
 func (c *Conn) hold(req *nl.NetlinkRequest, what string) {
@@ -77,7 +77,7 @@ func (c *Conn) hold(req *nl.NetlinkRequest, what string) {
 // Flush sends the held writes and returns each one's outcome, in the
 // order they were written (nil: applied). A failure of a send itself is
 // the outcome of each of its writes.
-func (c *Conn) Flush() []error {
+func (c *Writer) Flush() []error {
 	h := c.held
 	if h == nil || len(h.seqs) == 0 {
 		return nil

@@ -59,7 +59,7 @@ func measureEDTMaps(n int) result {
 	os.WriteFile(hosts, []byte(benchrun.HostsCSVCap(n, -1)), 0o644)
 	t0 := time.Now()
 	pl, c := build(nil)
-	prog, err := bpf.Load(c)
+	prog, err := writable(bpf.Load(c))
 	if err != nil {
 		benchrun.Fail(err)
 	}

@@ -132,7 +132,7 @@ func main() {
 		for i := 30000; i < n; i++ {
 			c.Hosts[bpf.HostKeyOf(0, netip.PrefixFrom(hostAddr(i), 32))] = tmpl
 		}
-		prog, err := bpf.Load(c)
+		prog, err := writable(bpf.Load(c))
 		if err != nil {
 			benchrun.Fail(err)
 		}
@@ -195,7 +195,7 @@ func measureRTT(repeat int) []result {
 		if rtt {
 			c.RTT, backend = &bpf.RTT{Record: true, Flows: 2 * flows}, "htb+rtt"
 		}
-		prog, err := bpf.Load(c)
+		prog, err := writable(bpf.Load(c))
 		if err != nil {
 			benchrun.Fail(err)
 		}
@@ -239,7 +239,7 @@ func measureChurn(hosts int) result {
 		benchrun.Fail(err)
 	}
 	c.RTT = &bpf.RTT{Record: true, Flows: capacity}
-	prog, err := bpf.Load(c)
+	prog, err := writable(bpf.Load(c))
 	if err != nil {
 		benchrun.Fail(err)
 	}

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"sluice/bpf"
+	"sluice/bpf/bpftest"
 	"sluice/testutil"
 	"sluice/units"
 )
@@ -49,7 +50,7 @@ func TestEDTAgreesWithReference(t *testing.T) {
 	testutil.RequireRoot(t)
 	rng := rand.New(rand.NewSource(20010))
 	const aggs = 3
-	prog, err := writable(bpf.Load(edtContent(make([]units.Rate, aggs), make([]uint32, aggs), 1e9)))
+	prog, err := bpftest.Writable(bpf.Load(edtContent(make([]units.Rate, aggs), make([]uint32, aggs), 1e9)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -197,7 +198,7 @@ func TestEDTBurstThenPace(t *testing.T) {
 	testutil.RequireRoot(t)
 	const rate = 1_250_000 // 10 Mbit/s
 	const burst = 5_000_000
-	prog, err := writable(bpf.Load(edtContent([]units.Rate{rate}, []uint32{burst}, 2e9)))
+	prog, err := bpftest.Writable(bpf.Load(edtContent([]units.Rate{rate}, []uint32{burst}, 2e9)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -234,7 +235,7 @@ func TestEDTRaisedCapRescalesLead(t *testing.T) {
 	testutil.RequireRoot(t)
 	const slow = 2_500 // 20 kbit/s: a 1250-byte frame every 500 ms
 	c := edtContent([]units.Rate{slow}, []uint32{0}, 2e9)
-	prog, err := writable(bpf.Load(c))
+	prog, err := bpftest.Writable(bpf.Load(c))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -298,7 +299,7 @@ func TestEDTCountsLinkBytes(t *testing.T) {
 	testutil.RequireRoot(t)
 	c := edtContent([]units.Rate{1_749_000}, []uint32{0}, 2e9)
 	c.EDT.Link = bpf.Link{Overhead: 26, ATM: true}
-	prog, err := writable(bpf.Load(c))
+	prog, err := bpftest.Writable(bpf.Load(c))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -332,7 +333,7 @@ func TestEDTCountsLinkBytes(t *testing.T) {
 // backlogged aggregate; they still count in their class.
 func TestEDTExemptions(t *testing.T) {
 	testutil.RequireRoot(t)
-	prog, err := writable(bpf.Load(edtContent([]units.Rate{125_000}, []uint32{0}, 2e9))) // 1 Mbit/s
+	prog, err := bpftest.Writable(bpf.Load(edtContent([]units.Rate{125_000}, []uint32{0}, 2e9))) // 1 Mbit/s
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -383,7 +384,7 @@ func TestEDTGroupCapsItsHosts(t *testing.T) {
 	c := edtContent([]units.Rate{hostRate, hostRate, hostRate, groupRate}, make([]uint32, 4), horizon)
 	c.Targets[1].Group, c.Targets[2].Group = 4, 4 // the group: target 3, + 1
 	c.Targets[1].Prod, c.Targets[2].Prod, c.Targets[3].Prod = 0, 0, 0
-	prog, err := writable(bpf.Load(c))
+	prog, err := bpftest.Writable(bpf.Load(c))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -436,7 +437,7 @@ func TestEDTConcurrentCPUs(t *testing.T) {
 	testutil.RequireRoot(t)
 	const rate = 1_000_000_000 // 1 ns per byte
 	for _, horizon := range []uint64{1 << 62, 30e6} {
-		prog, err := writable(bpf.Load(edtContent([]units.Rate{rate}, []uint32{0}, horizon)))
+		prog, err := bpftest.Writable(bpf.Load(edtContent([]units.Rate{rate}, []uint32{0}, horizon)))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -498,7 +499,7 @@ func TestSwapHosts(t *testing.T) {
 	ka, kb := bpf.HostKeyOf(0, a), bpf.HostKeyOf(0, b)
 	slow := bpf.Target{Counter: 5, Rate: 125_000, Hist: 1}
 	c.Hosts = map[bpf.HostKey]bpf.Target{ka: slow, kb: slow}
-	prog, err := writable(bpf.Load(c))
+	prog, err := bpftest.Writable(bpf.Load(c))
 	if err != nil {
 		t.Fatal(err)
 	}

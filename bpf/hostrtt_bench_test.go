@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"sluice/bpf"
+	"sluice/bpf/bpftest"
 	"sluice/testutil"
 )
 
@@ -20,7 +21,7 @@ func BenchmarkHostRTTRead10000(b *testing.B) {
 		c.Hosts[bpf.HostKeyOf(0, netip.PrefixFrom(a, 32))] = bpf.Target{Classid: 0x10100 + uint32(i), Counter: uint32(2 + i)}
 		idx = append(idx, uint32(2+i))
 	}
-	p, err := writable(bpf.Load(c))
+	p, err := bpftest.Writable(bpf.Load(c))
 	if err != nil {
 		b.Fatal(err)
 	}

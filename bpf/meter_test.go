@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"sluice/bpf"
+	"sluice/bpf/bpftest"
 	"sluice/testutil"
 )
 
@@ -67,7 +68,7 @@ func frameDSCP(f []byte) uint8 {
 func TestMetersAgreeWithRFCReference(t *testing.T) {
 	testutil.RequireRoot(t)
 	rng := rand.New(rand.NewSource(2697))
-	prog, err := writable(bpf.Load(policerContent(bpf.Policer{CIR: 1000, CBS: 1500, EBS: 1500})))
+	prog, err := bpftest.Writable(bpf.Load(policerContent(bpf.Policer{CIR: 1000, CBS: 1500, EBS: 1500})))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -211,7 +212,7 @@ func TestMeterReference(t *testing.T) {
 // bucket in debt.
 func TestMeterGSOPacketsGoIntoDebt(t *testing.T) {
 	testutil.RequireRoot(t)
-	prog, err := writable(bpf.Load(policerContent(bpf.Policer{Mode: bpf.SrTCM, CIR: 1_000_000, CBS: 3000})))
+	prog, err := bpftest.Writable(bpf.Load(policerContent(bpf.Policer{Mode: bpf.SrTCM, CIR: 1_000_000, CBS: 3000})))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -250,7 +251,7 @@ func TestPolicersChargeIPBytesOnEveryHook(t *testing.T) {
 	for _, ingress := range []bool{false, true} {
 		c := policerContent(bpf.Policer{Mode: bpf.SrTCM, CIR: 1000, CBS: 986})
 		c.Ingress = ingress
-		prog, err := writable(bpf.Load(c))
+		prog, err := bpftest.Writable(bpf.Load(c))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"sluice/bpf"
+	"sluice/bpf/bpftest"
 	"sluice/testutil"
 )
 
@@ -28,13 +29,13 @@ func rttPair(t *testing.T, observe bool) (out, back *bpf.Writer) {
 		Blocks: []bpf.Block{{First: 0, Count: 4}},
 		Hosts:  map[bpf.HostKey]bpf.Target{bpf.HostKeyOf(0, netip.PrefixFrom(client4, 32)): {Classid: 0x10020, Counter: hostCounter, Rtt: 3}}}
 	var err error
-	if out, err = writable(bpf.Load(c)); err != nil {
+	if out, err = bpftest.Writable(bpf.Load(c)); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(out.Close)
 	e := &bpf.Content{L2Len: 14, TestClock: true, RTT: &bpf.RTT{Echo: true, Observe: true},
 		Targets: []bpf.Target{{Counter: 1}}, Blocks: []bpf.Block{{}}}
-	if back, err = writable(bpf.LoadShared(e, out.Program)); err != nil {
+	if back, err = bpftest.Writable(bpf.LoadShared(e, out.Program)); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(back.Close)

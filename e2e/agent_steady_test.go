@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"sluice/bpf"
+	"sluice/bpf/bpftest"
 	"sluice/engine"
 	"sluice/kernel"
 	"sluice/testutil"
@@ -75,7 +76,7 @@ func TestAgentSteadyPasses(t *testing.T) {
 		}
 		id := view.ID()
 		view.Close()
-		prog, err := writable(bpf.Open(id))
+		prog, err := bpftest.Writable(bpf.Open(id))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"sluice/bpf"
+	"sluice/bpf/bpftest"
 	"sluice/plan"
 	"sluice/policy"
 	"sluice/tc"
@@ -64,7 +65,7 @@ func TestBPFClassifierMatchesPolicy(t *testing.T) {
 	for _, c := range dev.Classes {
 		byName[c.Name] = uint32(c.Handle)
 	}
-	prog, err := writable(bpf.Load(hook.Content))
+	prog, err := bpftest.Writable(bpf.Load(hook.Content))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -181,7 +182,7 @@ func TestBPFHostsFileAndMark(t *testing.T) {
 	if cls["subs/alice"].Rate != 2e6/8 || cls["subs/alice"].Ceil != 10e6/8 || cls["subs/bob"].Ceil != 50e6/8 || cls["subs/carol"].Rate != 1e6/8 {
 		t.Errorf("host rates: alice %d/%d bob %d/%d carol %d", cls["subs/alice"].Rate, cls["subs/alice"].Ceil, cls["subs/bob"].Rate, cls["subs/bob"].Ceil, cls["subs/carol"].Rate)
 	}
-	prog, err := writable(bpf.Load(hook.Content))
+	prog, err := bpftest.Writable(bpf.Load(hook.Content))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 
 	"sluice/bench/internal/benchrun"
 	"sluice/bpf"
+	"sluice/bpf/bpftest"
 	"sluice/engine"
 	"sluice/plan"
 	"sluice/policy"
@@ -59,7 +60,7 @@ func measureEDTMaps(n int) result {
 	os.WriteFile(hosts, []byte(benchrun.HostsCSVCap(n, -1)), 0o644)
 	t0 := time.Now()
 	pl, c := build(nil)
-	prog, err := writable(bpf.Load(c))
+	prog, err := bpftest.Writable(bpf.Load(c))
 	if err != nil {
 		benchrun.Fail(err)
 	}

@@ -21,6 +21,7 @@ import (
 
 	"sluice/bench/internal/benchrun"
 	"sluice/bpf"
+	"sluice/bpf/bpftest"
 	"sluice/plan"
 	"sluice/policy"
 	"sluice/testutil"
@@ -132,7 +133,7 @@ func main() {
 		for i := 30000; i < n; i++ {
 			c.Hosts[bpf.HostKeyOf(0, netip.PrefixFrom(hostAddr(i), 32))] = tmpl
 		}
-		prog, err := writable(bpf.Load(c))
+		prog, err := bpftest.Writable(bpf.Load(c))
 		if err != nil {
 			benchrun.Fail(err)
 		}
@@ -195,7 +196,7 @@ func measureRTT(repeat int) []result {
 		if rtt {
 			c.RTT, backend = &bpf.RTT{Record: true, Flows: 2 * flows}, "htb+rtt"
 		}
-		prog, err := writable(bpf.Load(c))
+		prog, err := bpftest.Writable(bpf.Load(c))
 		if err != nil {
 			benchrun.Fail(err)
 		}
@@ -239,7 +240,7 @@ func measureChurn(hosts int) result {
 		benchrun.Fail(err)
 	}
 	c.RTT = &bpf.RTT{Record: true, Flows: capacity}
-	prog, err := writable(bpf.Load(c))
+	prog, err := bpftest.Writable(bpf.Load(c))
 	if err != nil {
 		benchrun.Fail(err)
 	}

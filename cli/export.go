@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"sluice/bpf"
+	"sluice/features"
 	"sluice/kernel"
 	"sluice/plan"
 	"sluice/policy"
@@ -67,7 +68,7 @@ with the part tc cannot build left as a comment.`,
 			var feats plan.Features
 			switch target {
 			case "local":
-				rep, err := kernel.ProbeCached(records.Dir(""))
+				rep, err := features.ProbeCached(records.Dir(""))
 				if err != nil {
 					return failure(err)
 				}
@@ -234,10 +235,10 @@ exist when its module does, and says what it could not find out.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			// Without privileges, what anyone may read, saying what
 			// only a probe would tell.
-			r := kernel.Inventory()
+			r := features.Inventory()
 			if privileged() {
 				var err error
-				if r, err = kernel.Probe(); err != nil {
+				if r, err = features.Probe(); err != nil {
 					return failure(err)
 				}
 			}
@@ -277,16 +278,16 @@ func yesNo(m map[string]bool, order []string) string {
 	return s
 }
 
-func doctorText(r *kernel.Report) string {
+func doctorText(r *features.Report) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "kernel          %s\n", r.Kernel)
 	for _, u := range r.Unread {
 		fmt.Fprintf(&b, "not read        %s\n", u)
 	}
 	if r.KindsKnown() {
-		fmt.Fprintf(&b, "qdiscs          %s\n", yesNo(r.Qdiscs, kernel.ProbeQdiscs))
-		fmt.Fprintf(&b, "classifiers     %s\n", yesNo(r.Classifiers, kernel.ProbeClassifiers))
-		fmt.Fprintf(&b, "actions         %s\n", yesNo(r.Actions, kernel.ProbeActions))
+		fmt.Fprintf(&b, "qdiscs          %s\n", yesNo(r.Qdiscs, features.ProbeQdiscs))
+		fmt.Fprintf(&b, "classifiers     %s\n", yesNo(r.Classifiers, features.ProbeClassifiers))
+		fmt.Fprintf(&b, "actions         %s\n", yesNo(r.Actions, features.ProbeActions))
 	} else {
 		fmt.Fprintf(&b, "qdiscs          unknown (not probed)\nclassifiers     unknown (not probed)\nactions         unknown (not probed)\n")
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"sluice/engine"
+	"sluice/features"
 	"sluice/kernel"
 	"sluice/migrate"
 	"sluice/records"
@@ -199,7 +200,7 @@ worked example per tool and how to prove the result in the lab.`,
 			if !keepLeaves && privileged() {
 				// The leaves the old tool used that this kernel lacks
 				// become auto (reported): the policy applies here.
-				if rep, err := kernel.ProbeCached(records.Dir("")); err == nil {
+				if rep, err := features.ProbeCached(records.Dir("")); err == nil {
 					d.FitLeaves(func(kind string) bool { return rep.Qdiscs[kind] })
 				}
 			}

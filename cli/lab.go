@@ -15,7 +15,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"sluice/kernel"
+	"sluice/features"
 	"sluice/lab"
 	"sluice/records"
 	"sluice/safefile"
@@ -241,7 +241,7 @@ func (g *globals) runScenario(nameOrPath string, f *runFlags) error {
 			return failure(errors.New("interrupted"))
 		}
 	}
-	rep, _ := kernel.ProbeCached(records.Dir(""))
+	rep, _ := features.ProbeCached(records.Dir(""))
 	kv := ""
 	if rep != nil {
 		kv = rep.Kernel

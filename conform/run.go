@@ -23,6 +23,7 @@ import (
 	"sluice/agent"
 	"sluice/bpf"
 	"sluice/engine"
+	"sluice/features"
 	"sluice/kernel"
 	"sluice/lab"
 	"sluice/plan"
@@ -126,7 +127,7 @@ func Run(ctx context.Context, pol *policy.Policy, opt Options) (*Report, error) 
 	opt.fill()
 	r := &runner{pol: pol, opt: opt, rep: &Report{Policy: pol.File, RTT: opt.RTT.Seconds(), Settle: opt.Settle.Seconds(),
 		Measure: opt.Measure.Seconds()}}
-	if rep, err := kernel.ProbeCached(records.Dir("")); err == nil {
+	if rep, err := features.ProbeCached(records.Dir("")); err == nil {
 		r.rep.Kernel = rep.Kernel
 		// Timed where the kernel lets it and the plan takes it: the
 		// verdict is the policy's either way.

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"sluice/agent"
-	"sluice/kernel"
+	"sluice/features"
 	"sluice/records"
 	"sluice/testutil"
 )
@@ -185,7 +185,7 @@ func TestAgentRepairsDriftAndReloads(t *testing.T) {
 	// qdisc it lacks): refused as a broken one is, the policy in force
 	// stays and drift is still repaired (it was once taken as reloaded,
 	// and every pass then failed).
-	rep, err := kernel.ProbeCached(records.Dir(""))
+	rep, err := features.ProbeCached(records.Dir(""))
 	if err != nil {
 		t.Fatal(err)
 	}

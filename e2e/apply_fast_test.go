@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"sluice/kernel"
+	"sluice/features"
 	"sluice/records"
 	"sluice/testutil"
 )
@@ -34,7 +34,7 @@ func TestApplyReadsTouchedOnly(t *testing.T) {
 	}
 	// Six classes change; where auto is fq_codel their leaves too (the
 	// target follows the rate: 19 ms at 1mbit, 10 ms at 2mbit).
-	rep, err := kernel.ProbeCached(records.Dir(""))
+	rep, err := features.ProbeCached(records.Dir(""))
 	if err != nil {
 		t.Fatal(err)
 	}

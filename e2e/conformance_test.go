@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"sluice/conform"
-	"sluice/kernel"
+	"sluice/features"
 	"sluice/records"
 	"sluice/testutil"
 )
@@ -187,7 +187,7 @@ func TestConformanceMatrix(t *testing.T) {
 	testutil.Slow(t)
 	testutil.RequireRoot(t)
 	testutil.Quiet(t)
-	rep, err := kernel.ProbeCached(records.Dir(""))
+	rep, err := features.ProbeCached(records.Dir(""))
 	if err != nil {
 		t.Fatal(err)
 	}

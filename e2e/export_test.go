@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"sluice/kernel"
+	"sluice/features"
 	"sluice/records"
 	"sluice/testutil"
 )
@@ -165,7 +165,7 @@ func TestExportBPFTreeAsU32(t *testing.T) {
 // sluice classifies marked packets as apply does.
 func TestExportMarkRuleReproducesClassification(t *testing.T) {
 	testutil.RequireRoot(t)
-	rep, err := kernel.ProbeCached(records.Dir(""))
+	rep, err := features.ProbeCached(records.Dir(""))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,7 +13,7 @@ import (
 	"strings"
 	"testing"
 
-	"sluice/kernel"
+	"sluice/features"
 	"sluice/migrate"
 	"sluice/records"
 	"sluice/testutil"
@@ -43,7 +43,7 @@ func corpusFile(t *testing.T, name string) string {
 func TestImportedCorpusClassifiesAsTheOriginal(t *testing.T) {
 	testutil.Slow(t)
 	light(t)
-	rep, err := kernel.ProbeCached(records.Dir(""))
+	rep, err := features.ProbeCached(records.Dir(""))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -214,7 +214,7 @@ func TestImportedCorpusClassifiesAsTheOriginal(t *testing.T) {
 func TestImportedLibreQoSCorpusClassifiesAsTheOriginal(t *testing.T) {
 	testutil.Slow(t)
 	light(t)
-	rep, err := kernel.ProbeCached(records.Dir(""))
+	rep, err := features.ProbeCached(records.Dir(""))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"sluice/kernel"
+	"sluice/features"
 	"sluice/migrate"
 	"sluice/records"
 	"sluice/testutil"
@@ -61,7 +61,7 @@ func runFireQOS(t *testing.T, ns, conf string) string {
 func TestImportedFireQOSClassifiesAsTheOriginal(t *testing.T) {
 	testutil.Slow(t)
 	light(t)
-	rep, err := kernel.ProbeCached(records.Dir(""))
+	rep, err := features.ProbeCached(records.Dir(""))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"sluice/kernel"
+	"sluice/features"
 	"sluice/records"
 	"sluice/testutil"
 )
@@ -89,7 +89,7 @@ func libreqosDryRun(dev string, capMbps float64, sqm string, nodes [][3]string, 
 func TestImportedLibreQoSClassifiesAsTheOriginal(t *testing.T) {
 	testutil.Slow(t)
 	light(t)
-	rep, err := kernel.ProbeCached(records.Dir(""))
+	rep, err := features.ProbeCached(records.Dir(""))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -237,7 +237,7 @@ func TestImportedLibreQoSClassifiesAsTheOriginal(t *testing.T) {
 // and IPv6 alike), and its download is one class behind an ifb.
 func TestImportedSQMSortsByDSCPAsSQM(t *testing.T) {
 	light(t)
-	rep, err := kernel.ProbeCached(records.Dir(""))
+	rep, err := features.ProbeCached(records.Dir(""))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,7 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"sluice/conform"
-	"sluice/kernel"
+	"sluice/features"
 	"sluice/migrate"
 	"sluice/policy"
 	"sluice/records"
@@ -636,7 +636,7 @@ func importRates(t *testing.T, old, imp *importBed, d *migrate.Draft, policyFile
 func TestImportedTCScriptClassifiesAsTheOriginal(t *testing.T) {
 	testutil.Slow(t)
 	light(t)
-	rep, err := kernel.ProbeCached(records.Dir(""))
+	rep, err := features.ProbeCached(records.Dir(""))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -732,7 +732,7 @@ func TestImportedTCScriptClassifiesAsTheOriginal(t *testing.T) {
 // kernel lacks: this runs in the lane.
 func TestImportedTCFwFlowerAndMatchallClassifyAsTheOriginal(t *testing.T) {
 	light(t)
-	rep, err := kernel.ProbeCached(records.Dir(""))
+	rep, err := features.ProbeCached(records.Dir(""))
 	if err != nil {
 		t.Fatal(err)
 	}

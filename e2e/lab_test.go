@@ -19,7 +19,7 @@ import (
 	"testing"
 	"time"
 
-	"sluice/kernel"
+	"sluice/features"
 	"sluice/lab"
 	"sluice/records"
 	"sluice/testutil"
@@ -399,7 +399,7 @@ func TestLabRunHoldsItsBed(t *testing.T) {
 // with the qdisc named; the others run.
 func TestMatrixSkipsMissingLeaves(t *testing.T) {
 	testutil.RequireRoot(t)
-	rep, err := kernel.ProbeCached(records.Dir(""))
+	rep, err := features.ProbeCached(records.Dir(""))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -912,7 +912,7 @@ func pingLatency(t *testing.T, file, name string) lab.Latency {
 func TestNetemDelayAndLoss(t *testing.T) {
 	testutil.Slow(t)
 	light(t)
-	rep, err := kernel.ProbeCached(records.Dir(""))
+	rep, err := features.ProbeCached(records.Dir(""))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,7 +12,7 @@ import (
 	"testing"
 
 	"sluice/conform"
-	"sluice/kernel"
+	"sluice/features"
 	"sluice/policy/gen"
 	"sluice/records"
 	"sluice/testutil"
@@ -43,7 +43,7 @@ func genRange(t *testing.T) (uint64, int) {
 // genOptions makes policies of what this kernel has: the leaves it
 // builds.
 func genOptions(t *testing.T) gen.Options {
-	rep, err := kernel.ProbeCached(records.Dir(""))
+	rep, err := features.ProbeCached(records.Dir(""))
 	if err != nil {
 		t.Fatal(err)
 	}

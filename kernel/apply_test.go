@@ -13,6 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"sluice/features"
 	"sluice/internal/writecap"
 	"sluice/kernel"
 	"sluice/plan"
@@ -62,9 +63,9 @@ func parse(t *testing.T, src string) *policy.Policy {
 	return p
 }
 
-func features(t *testing.T) plan.Features {
+func kernelFeatures(t *testing.T) plan.Features {
 	t.Helper()
-	r, err := kernel.ProbeCached(records.Dir(""))
+	r, err := features.ProbeCached(records.Dir(""))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +74,7 @@ func features(t *testing.T) plan.Features {
 
 func (b *bed) plan(t *testing.T, pol *policy.Policy) *plan.Plan {
 	t.Helper()
-	p, err := b.k.Plan(pol, features(t))
+	p, err := b.k.Plan(pol, kernelFeatures(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -192,7 +193,7 @@ func TestApplyExamplesCarryThePlan(t *testing.T) {
 				t.Fatal(err)
 			}
 			// The kernel holds exactly the plan: a fresh diff is empty.
-			p, err := b.k.Plan(pol, features(t))
+			p, err := b.k.Plan(pol, kernelFeatures(t))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -372,7 +373,7 @@ func TestRollbackAtEveryStep(t *testing.T) {
 			start := b.snapshot(t)
 			startState, _ := os.ReadFile(records.Dir(b.ns) + "/state.json")
 			// Count the steps of the full change first.
-			p, err := b.k.Plan(parse(t, polB), features(t))
+			p, err := b.k.Plan(parse(t, polB), kernelFeatures(t))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -629,7 +630,7 @@ func TestForceRemovesAForeignRedirectAndRollsBack(t *testing.T) {
 		testutil.NS(t, b.ns, c[0], c[1:]...)
 	}
 	pol := parse(t, "interfaces:\n  - name: eth0\n    ingress: {rate: 30mbit}\n")
-	p, err := b.k.Plan(pol, features(t))
+	p, err := b.k.Plan(pol, kernelFeatures(t))
 	if err != nil {
 		t.Fatal(err)
 	}

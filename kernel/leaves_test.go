@@ -16,7 +16,7 @@ import (
 // which the kernel does not derive from the rtt: sent alone, the rtt
 // left cake's target at its 5 ms while the script's said 20 ms).
 func TestLeavesAsTCMakesThem(t *testing.T) {
-	feats := features(t)
+	feats := kernelFeatures(t)
 	for _, kind := range []string{"fq_codel", "sfq", "cake", "fq", "bfifo"} {
 		t.Run(kind, func(t *testing.T) {
 			testutil.NeedFeature(t, kind, feats.Qdiscs[kind])

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"sluice/features"
 	"sluice/plan"
 	"sluice/policy"
 	"sluice/records"
@@ -99,7 +100,7 @@ func (k *Kernel) Prepare(r Request) (*Prepared, error) {
 	} else if err := k.checkInterfaces(r.Policy); err != nil {
 		return nil, &PolicyError{err}
 	}
-	rep, err := ProbeCached(records.Dir(""))
+	rep, err := features.ProbeCached(records.Dir(""))
 	if err != nil {
 		return nil, fmt.Errorf("probing the kernel: %w", err)
 	}

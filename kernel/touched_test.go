@@ -157,7 +157,7 @@ func TestTouchedReadsOnlyTheEdit(t *testing.T) {
 
 	// Behind sluice's back: an untouched host's class goes. The fast
 	// path trusts the records; the full read puts it back.
-	p, _ := b.k.Plan(load(hosts), features(t))
+	p, _ := b.k.Plan(load(hosts), kernelFeatures(t))
 	var victim *tc.Class
 	for _, o := range p.Objects() {
 		if c, ok := o.(*tc.Class); ok && c.Name == "subs/h20" {
@@ -179,7 +179,7 @@ func TestTouchedReadsOnlyTheEdit(t *testing.T) {
 	testutil.NS(t, b.ns, "tc", "qdisc", "del", "dev", "eth0", "root")
 	hosts[7] = 5
 	pol := load(hosts)
-	pl, _ := b.k.Plan(pol, features(t))
+	pl, _ := b.k.Plan(pol, kernelFeatures(t))
 	if _, _, fast, err := b.k.ReadTouched(pl, pl, nil); err != nil || fast {
 		t.Fatalf("ReadTouched on a missing tree: fast %v, err %v", fast, err)
 	}

@@ -14,7 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"sluice/kernel"
+	"sluice/features"
 	"sluice/records"
 	"sluice/tc"
 )
@@ -78,7 +78,7 @@ func relayNeeded(m Modem) (impairment, bool, error) {
 	if m.Emulator == "line" {
 		return im, true, nil
 	}
-	rep, err := kernel.ProbeCached(records.Dir(""))
+	rep, err := features.ProbeCached(records.Dir(""))
 	if err != nil {
 		return im, false, err
 	}

@@ -1,4 +1,4 @@
-package kernel
+package features
 
 import (
 	"encoding/json"
@@ -13,7 +13,7 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
-	"github.com/cilium/ebpf/features"
+	ebpffeatures "github.com/cilium/ebpf/features"
 	"github.com/cilium/ebpf/link"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
@@ -300,14 +300,14 @@ func probeBPF(r *Report, c *tc.Writer) {
 		}
 		return err == nil
 	}
-	b.SchedCLS = note("sched_cls programs", features.HaveProgramType(ebpf.SchedCLS))
-	b.Syscall = b.SchedCLS || note("bpf syscall", features.HaveMapType(ebpf.Array))
+	b.SchedCLS = note("sched_cls programs", ebpffeatures.HaveProgramType(ebpf.SchedCLS))
+	b.Syscall = b.SchedCLS || note("bpf syscall", ebpffeatures.HaveMapType(ebpf.Array))
 	for _, m := range []ebpf.MapType{ebpf.Hash, ebpf.Array, ebpf.PerCPUHash, ebpf.PerCPUArray, ebpf.LPMTrie} {
-		if note(m.String(), features.HaveMapType(m)) {
+		if note(m.String(), ebpffeatures.HaveMapType(m)) {
 			b.Maps = append(b.Maps, m.String())
 		}
 	}
-	b.SpinLock = note("bpf_spin_lock", features.HaveProgramHelper(ebpf.SchedCLS, asm.FnSpinLock))
+	b.SpinLock = note("bpf_spin_lock", ebpffeatures.HaveProgramHelper(ebpf.SchedCLS, asm.FnSpinLock))
 	if !b.SchedCLS {
 		return
 	}

@@ -198,7 +198,7 @@ func prepare(file string, pol *policy.Policy, opts Options, lock bool, sess *Ses
 	}
 	k := o.k
 	p := &Prepared{k: k, Policy: pol, Phases: ph, file: file, opts: opts, sess: sess}
-	kp, err := k.Prepare(kernel.Request{
+	kp, err := readBackIn(k, readRequest{
 		Policy: pol, Lock: lock, LockTimeout: opts.LockTimeout,
 		Full: opts.Full, Force: opts.Force, SkipMissing: opts.SkipMissing,
 		// The runtime layer is laid between the plan and the read, under
@@ -217,10 +217,6 @@ func prepare(file string, pol *policy.Policy, opts Options, lock bool, sess *Ses
 	})
 	if err != nil {
 		k.Close()
-		var pe *kernel.PolicyError
-		if errors.As(err, &pe) {
-			return nil, input(pe.Err)
-		}
 		return nil, err
 	}
 	p.Policy, p.Missing = kp.Policy, kp.Missing

@@ -7,10 +7,11 @@
 // around each apply and cross-checks them with the live tree before it
 // trusts them.
 //
-// An apply is two calls: Kernel.Prepare (lock, check the interfaces,
-// plan, lay the caller's runtime layer, read back what can differ,
-// diff) and Executor.Execute (journal, write, commit; or roll back and
-// put the records back). Every change enters through an Executor
+// The engine drives an apply (engine.readBackIn: lock, check the
+// interfaces, probe, plan, lay its runtime layer) through this
+// package's reads (Kernel.Plan, ReadTouched or ReadLive, Compute) and
+// then Executor.Execute (journal, write, commit; or roll back and put
+// the records back). Every change enters through an Executor
 // (Execute, ApplyPatch for values changed in place, reset's Apply and
 // Forget, WriteHosts), which only a writecap.Token gets; what only reads
 // is handed a Reader, whose classifiers are bpf.Views. Who may import

@@ -239,9 +239,9 @@ func (e *ForeignRootError) Error() string {
 	return fmt.Sprintf("%s has a root qdisc %s %s that sluice did not create; sluice will not replace it without --force", e.Dev, e.Kind, e.At)
 }
 
-// checkInterfaces reports every policy interface missing from the
+// CheckInterfaces reports every policy interface missing from the
 // namespace, located in the policy file.
-func (k *Kernel) checkInterfaces(pol *policy.Policy) error {
+func (k *Kernel) CheckInterfaces(pol *policy.Policy) error {
 	d := &policy.Diag{File: pol.File}
 	var have []string
 	for _, in := range pol.Interfaces {

@@ -1,4 +1,4 @@
-package kernel_test
+package engine
 
 import (
 	"errors"
@@ -9,19 +9,35 @@ import (
 	"sluice/internal/writecap"
 	"sluice/kernel"
 	"sluice/plan"
+	"sluice/policy"
 	"sluice/testutil"
 	"sluice/units"
 )
 
-// TestPrepareThenExecute: an apply is two calls, Prepare and Execute,
-// each round under the namespace's lock. A policy naming an interface
-// the namespace lacks is a *PolicyError and changes nothing, unless
+// TestReadBackThenExecute: an apply is two steps, the engine's read back
+// (lock, plan, runtime layer, read, diff) and the kernel's Execute, each
+// round under the namespace's lock. A policy naming an interface the
+// namespace lacks is an *InputError and changes nothing, unless
 // SkipMissing plans without it; a rate edit takes the fast path; the
 // same policy again changes nothing; the runtime layer's limits are
 // laid over the plan (an auto tree's rate) and read back whole when it
 // asks.
-func TestPrepareThenExecute(t *testing.T) {
-	b := newBed(t, "eth0")
+func TestReadBackThenExecute(t *testing.T) {
+	testutil.RequireRoot(t)
+	t.Setenv("SLUICE_STATE_DIR", t.TempDir())
+	ns := testutil.NewNetns(t, "rb")
+	testutil.NS(t, ns, "ip", "link", "add", "eth0", "type", "veth", "peer", "name", "eth0p")
+	testutil.NS(t, ns, "ip", "link", "set", "eth0", "up")
+	snapshot := func() string {
+		return testutil.NS(t, ns, "tc", "qdisc", "show") + testutil.NS(t, ns, "tc", "class", "show", "dev", "eth0")
+	}
+	parse := func(src string) *policy.Policy {
+		p, _, err := policy.Parse("p.yaml", []byte(src))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
 	src := func(rate, extra string) string {
 		return `interfaces:
   - name: eth0
@@ -37,15 +53,15 @@ func TestPrepareThenExecute(t *testing.T) {
 		name, policy string
 		skipMissing  bool
 		layerFull    bool
-		// want: a *PolicyError; else the missing interfaces, whether the
+		// want: an *InputError; else the missing interfaces, whether the
 		// fast path read, and the changes made.
-		policyError bool
-		missing     []string
-		touched     bool
-		changes     int // -1: some
-		kernelHas   string
+		inputError bool
+		missing    []string
+		touched    bool
+		changes    int // -1: some
+		kernelHas  string
 	}{
-		{name: "a missing interface is refused", policy: src("1mbit", missing), policyError: true},
+		{name: "a missing interface is refused", policy: src("1mbit", missing), inputError: true},
 		{name: "or planned without", policy: src("1mbit", missing), skipMissing: true, missing: []string{"eth9"}, changes: -1, kernelHas: "rate 1Mbit"},
 		// The siblings' quanta and queue limits follow the rate too.
 		{name: "a rate edit takes the fast path", policy: src("2mbit", ""), touched: true, changes: -1, kernelHas: "rate 2Mbit"},
@@ -53,25 +69,25 @@ func TestPrepareThenExecute(t *testing.T) {
 		{name: "a layer's limits, read back whole", policy: auto, layerFull: true, changes: -1, kernelHas: "rate 30Mbit"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			before := b.snapshot(t)
-			k, err := kernel.Open(b.ns)
+			before := snapshot()
+			k, err := kernel.Open(ns)
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer k.Close()
-			r := kernel.Request{Policy: parse(t, c.policy), Lock: true, SkipMissing: c.skipMissing}
+			r := readRequest{Policy: parse(c.policy), Lock: true, SkipMissing: c.skipMissing}
 			if c.layerFull {
 				r.Layer = func() (plan.Limits, map[string]bool, bool) {
 					return plan.Limits{plan.RateLimitOn("eth0"): {Rate: units.FromBits(30e6)}}, nil, true
 				}
 			}
-			p, err := k.Prepare(r)
-			var pe *kernel.PolicyError
-			if c.policyError {
+			p, err := readBackIn(k, r)
+			var pe *InputError
+			if c.inputError {
 				if !errors.As(err, &pe) || !strings.Contains(err.Error(), "interface eth9 does not exist") {
-					t.Fatalf("want a *PolicyError naming eth9, got %v", err)
+					t.Fatalf("want an *InputError naming eth9, got %v", err)
 				}
-				if after := b.snapshot(t); after != before {
+				if after := snapshot(); after != before {
 					t.Fatalf("a refused policy changed the kernel:\n%s\nthen:\n%s", before, after)
 				}
 				return
@@ -86,18 +102,27 @@ func TestPrepareThenExecute(t *testing.T) {
 				t.Fatalf("limits %v, fast path %v: want the layer's, and a full read", p.Limits, p.Touched)
 			}
 			if n := len(p.Diff.Changes); c.changes >= 0 && n != c.changes || c.changes < 0 && n == 0 {
-				t.Fatalf("%d change(s), want %d:\n%s", n, c.changes, describe(p.Diff))
+				t.Fatalf("%d change(s), want %d:\n%s", n, c.changes, diffLines(p.Diff))
 			}
-			res, err := k.Executor(writecap.Token{}).Execute(p, "p.yaml", nil, nil)
+			res, err := k.Executor(writecap.Token{}).Execute(&kernel.Prepared{Plan: p.Plan, Live: p.Live, Diff: p.Diff}, "p.yaml", nil, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if res.Changes != len(p.Diff.Changes) {
 				t.Fatalf("executed %d change(s) of %d", res.Changes, len(p.Diff.Changes))
 			}
-			if out := testutil.NS(t, b.ns, "tc", "class", "show", "dev", "eth0"); !strings.Contains(out, c.kernelHas) {
+			if out := testutil.NS(t, ns, "tc", "class", "show", "dev", "eth0"); !strings.Contains(out, c.kernelHas) {
 				t.Fatalf("the kernel lacks %q:\n%s", c.kernelHas, out)
 			}
 		})
 	}
+}
+
+// diffLines says d's changes, one a line.
+func diffLines(d *kernel.Diff) string {
+	var out []string
+	for _, c := range d.Changes {
+		out = append(out, c.Verb.String()+" "+c.Obj.Describe())
+	}
+	return strings.Join(out, "\n")
 }

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"sluice/engine"
-	"sluice/kernel"
 	"sluice/kube"
 	"sluice/policy"
 )
@@ -25,15 +24,15 @@ func (a *Agent) startKube(pol *policy.Policy) (*policy.Policy, error) {
 	kc := *a.cfg.Kubernetes
 	kc.Log = a.log
 	kc.Changed = a.kickFiles
-	routes := &podRoutes{ns: a.cfg.Netns}
+	pr := &podRoutes{ns: a.cfg.Netns}
 	if kc.Device == nil {
-		kc.Device = routes.device
+		kc.Device = pr.device
 	}
 	a.kube = kube.New(kc)
 	ctx, cancel := context.WithCancel(context.Background())
 	a.stopKube = func() {
 		cancel()
-		routes.close()
+		pr.close()
 	}
 	if err := a.kube.Start(ctx, KubeSync); err != nil {
 		return nil, err
@@ -82,7 +81,7 @@ func (a *Agent) kubeTargets(pols ...*policy.Policy) {
 type podRoutes struct {
 	mu     sync.Mutex
 	ns     string
-	r      *kernel.Routes
+	r      *routes
 	closed bool
 }
 
@@ -93,7 +92,7 @@ func (p *podRoutes) device(addrs []netip.Addr) (string, error) {
 		return "", errors.New("the agent is stopping")
 	}
 	if p.r == nil {
-		r, err := kernel.OpenRoutes(p.ns)
+		r, err := openRoutes(p.ns)
 		if err != nil {
 			return "", err
 		}

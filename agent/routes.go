@@ -1,4 +1,4 @@
-package kernel
+package agent
 
 import (
 	"fmt"
@@ -7,39 +7,39 @@ import (
 	"sluice/tc"
 )
 
-// Routes looks up, read only, which device of a namespace its routes
+// routes looks up, read only, which device of a namespace its routes
 // send an address through: how the agent finds a pod's own veth for
 // pod_veths (a CNI routes each pod's address to the host side of its
 // veth).
-type Routes struct{ conn *tc.Conn }
+type routes struct{ conn *tc.Conn }
 
-// OpenRoutes reads the routes of network namespace ns ("": the
+// openRoutes reads the routes of network namespace ns ("": the
 // caller's).
-func OpenRoutes(ns string) (*Routes, error) {
+func openRoutes(ns string) (*routes, error) {
 	c, err := tc.Open(ns)
 	if err != nil {
 		return nil, err
 	}
-	return &Routes{conn: c}, nil
+	return &routes{conn: c}, nil
 }
 
 // Close releases the namespace's handle.
-func (r *Routes) Close() { r.conn.Close() }
+func (r *routes) Close() { r.conn.Close() }
 
-// Route is where an address is sent: its device (name and kind: veth,
+// route is where an address is sent: its device (name and kind: veth,
 // bridge, ...) and the gateway, where it is not on that device's link.
-type Route struct {
+type route struct {
 	Device, Kind string
 	Gateway      netip.Addr
 }
 
 // Lookup says where the namespace sends a.
-func (r *Routes) Lookup(a netip.Addr) (Route, error) {
+func (r *routes) Lookup(a netip.Addr) (route, error) {
 	l, gw, err := r.conn.RouteVia(a.AsSlice())
 	if err != nil {
-		return Route{}, fmt.Errorf("route to %s: %w", a, err)
+		return route{}, fmt.Errorf("route to %s: %w", a, err)
 	}
-	out := Route{Device: l.Name, Kind: l.Kind}
+	out := route{Device: l.Name, Kind: l.Kind}
 	if g, ok := netip.AddrFromSlice(gw); ok && !g.IsUnspecified() {
 		out.Gateway = g.Unmap()
 	}

@@ -1,15 +1,14 @@
-package kernel_test
+package agent
 
 import (
 	"net/netip"
 	"strings"
 	"testing"
 
-	"sluice/kernel"
 	"sluice/testutil"
 )
 
-// Routes says where a namespace sends an address, as `ip route get`
+// routes says where a namespace sends an address, as `ip route get`
 // does: a pod's /32 on its veth, an address behind a gateway with the
 // gateway, an address of a bridge's subnet on the bridge; the
 // namespace's own address and an address without a route are errors.
@@ -25,7 +24,7 @@ func TestRoutesLookup(t *testing.T) {
 	sh("addr", "add", "10.66.1.1/24", "dev", "cni0")
 	sh("link", "set", "cni0", "up")
 	sh("route", "add", "10.70.0.0/16", "via", "10.66.1.254")
-	r, err := kernel.OpenRoutes(ns)
+	r, err := openRoutes(ns)
 	if err != nil {
 		t.Fatal(err)
 	}

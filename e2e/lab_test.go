@@ -1268,6 +1268,19 @@ func TestProdNonprodScenario(t *testing.T) {
 	runScenarioExcusing(t, "prod-nonprod", 0.75, []string{"NO-CAP", "CAP-80"}, 17, emulatedShare)
 }
 
+// goodputFloor reads a goodput floor's verdict as lab run prints it,
+// "(actual 34.28 Mbit/s, want >= 35.39 Mbit/s)", in Mbit/s.
+func goodputFloor(line string) (actual, want float64, ok bool) {
+	i := strings.Index(line, "(actual ")
+	if i < 0 {
+		return 0, 0, false
+	}
+	if _, err := fmt.Sscanf(line[i:], "(actual %g Mbit/s, want >= %g Mbit/s)", &actual, &want); err != nil || want <= 0 {
+		return 0, 0, false
+	}
+	return actual, want, true
+}
+
 // emulatedShareFloor is the part of its share a prod-nonprod tenant
 // must get under emulation (TestProdNonprodScenario says why).
 const emulatedShareFloor = 0.8
@@ -1279,12 +1292,8 @@ func emulatedShare(t *testing.T, line string) bool {
 	if os.Getenv("SLUICE_EMULATED") != "1" || !strings.HasPrefix(line, "FAIL  cap-80/load: class ") || !strings.Contains(line, " goodput >= ") {
 		return false
 	}
-	var actual, want float64
-	i := strings.Index(line, "(actual ")
-	if i < 0 {
-		return false
-	}
-	if _, err := fmt.Sscanf(line[i:], "(actual %g Mbit/s, want >= %g Mbit/s)", &actual, &want); err != nil || want <= 0 {
+	actual, want, ok := goodputFloor(line)
+	if !ok {
 		return false
 	}
 	share := want / 0.95
@@ -1377,13 +1386,8 @@ func emulatedAlone(t *testing.T, line string) bool {
 	if os.Getenv("SLUICE_EMULATED") != "1" || !strings.Contains(line, "per-host/alone: hosts goodput >= 0.95 of limit/alone") {
 		return false
 	}
-	// The line as lab run prints it: "(actual 34.28 Mbit/s, want >= 35.39 Mbit/s)".
-	var actual, want float64
-	i := strings.Index(line, "(actual ")
-	if i < 0 {
-		return false
-	}
-	if _, err := fmt.Sscanf(line[i:], "(actual %g Mbit/s, want >= %g Mbit/s)", &actual, &want); err != nil || want <= 0 {
+	actual, want, ok := goodputFloor(line)
+	if !ok {
 		return false
 	}
 	actual, want = actual*1e6, want*1e6

@@ -4,8 +4,8 @@ package bpf
 // pacing state and tables, and nothing that changes them. The executor
 // (package kernel) is the only writer of the program's maps; what only
 // reads (stats, the agent's controllers, show) gets a View, so that a
-// write there does not compile. TestViewCannotWrite keeps its methods to
-// reads.
+// write there does not compile. TestReadersCannotWrite (package
+// kernel) keeps its methods to reads.
 type View struct{ p *Program }
 
 // View returns p seen read-only. Closing the view closes p.

@@ -37,12 +37,11 @@ var writeImports = map[string]string{
 // writeImports, and why. Tests (_test.go) are not checked: they stand
 // in for other tools, and inject faults.
 var mayImport = map[string]map[string]string{
-	"tc":     {"sluice/internal/writecap": "defines tc.Writer", "github.com/vishvananda/netlink": "its links", "github.com/vishvananda/netlink/nl": "its tc codec", "golang.org/x/sys/unix": "its netlink sockets", "syscall": "netlink messages and errnos"},
-	"bpf":    {"sluice/internal/writecap": "defines bpf.Writer", "github.com/cilium/ebpf": "loads and reads the classifier"},
-	"kernel": {"sluice/internal/writecap": "the executor", "syscall": "fault injection's kill (-tags faults)"},
-	"features": {"sluice/internal/writecap": "probes create a veth, qdiscs and filters in a scratch namespace of their own",
-		"github.com/vishvananda/netlink": "the scratch namespace's veth", "github.com/cilium/ebpf": "loads probe programs",
-		"github.com/cilium/ebpf/link": "attaches a probe program"},
+	"tc":  {"sluice/internal/writecap": "defines tc.Writer", "github.com/vishvananda/netlink": "its links", "github.com/vishvananda/netlink/nl": "its tc codec", "golang.org/x/sys/unix": "its netlink sockets", "syscall": "netlink messages and errnos"},
+	"bpf": {"sluice/internal/writecap": "defines bpf.Writer", "github.com/cilium/ebpf": "loads and reads the classifier"},
+	"kernel": {"sluice/internal/writecap": "the executor", "syscall": "fault injection's kill (-tags faults)",
+		"github.com/vishvananda/netlink": "ProbeScratch's veth, in a namespace of its own",
+		"github.com/cilium/ebpf":         "ProbeScratch's program", "github.com/cilium/ebpf/link": "ProbeScratch's attach"},
 	"engine": {"sluice/internal/writecap": "drives the executor: a pass's Execute, limits' ApplyPatch, hosts' WriteHosts, reset", "golang.org/x/sys/unix": "notification types, to tell its own writes apart"},
 	"lab": {"sluice/internal/writecap": "the test bed's own modem and delay lines, never a policy's objects", "github.com/vishvananda/netlink": "the test bed's links and addresses",
 		"os/exec": "traffic generators and the bed's tools", "golang.org/x/sys/unix": "the bed's taps, raw flows and mounts", "syscall": "sockets' errors and raw connections"},
